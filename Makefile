@@ -1,0 +1,31 @@
+# s3log: make demo (the main job), make test (the suite). Both install first when needed.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint demo bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest -q -x -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check s3log tests scripts
+	$(BIN)/mypy --strict s3log
+
+demo: $(STAMP)
+	$(BIN)/s3log demo
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,198 @@
+"""The asyncio API: :class:`AsyncLog` and :class:`AsyncWriter`, driven over aioboto3."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar
+
+from .codec import Entry, Head
+from .drive import AsyncDriver
+from .ops import Proc
+from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, list_session_ids
+from .reducer import Reducer
+from .store.base import AsyncObjectStore
+from .writer import ForkListener, LogCore, SessionInfo, SessionView, VerifyReport, WriterCore
+
+T = TypeVar("T")
+LIST_PAGE = 100
+
+
+class AsyncWriter:
+    """Appends to one session from asyncio code.
+
+    ``await append(...)`` returns once the entry is durable. Many tasks appending at
+    once share commits (group commit): while one commit is in flight the others'
+    entries queue, and the next commit carries them all.
+    """
+
+    def __init__(self, log: AsyncLog, core: WriterCore) -> None:
+        self._log = log
+        self._core = core
+        self._lock = asyncio.Lock()
+
+    @property
+    def session_id(self) -> str:
+        """The session this writer appends to now."""
+        return self._core.session_id
+
+    @property
+    def head(self) -> Head:
+        """The last head this writer committed or loaded."""
+        return self._core.ws.head
+
+    @property
+    def state(self) -> Any:
+        """The reducer state of the committed chain."""
+        return self._core.state
+
+    @property
+    def forks(self) -> list[ForkInfo]:
+        """Every fork this writer made, oldest first."""
+        return list(self._core.forks)
+
+    @property
+    def pending(self) -> int:
+        """How many entries wait for a commit."""
+        return self._core.pending_count
+
+    def on_fork(self, listener: ForkListener) -> None:
+        """Call ``listener`` whenever a conflict makes this writer fork."""
+        self._core.add_fork_listener(listener)
+
+    def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
+        """Queue an entry without waiting; the next commit carries it."""
+        return self._core.add(kind, data, ts)
+
+    async def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+        """Append an entry and return it once committed."""
+        ticket = self._core.add(kind, data, ts, wait=True)
+        try:
+            while True:
+                async with self._lock:
+                    entry = self._core.claim(ticket)
+                    if entry is not None:
+                        return entry
+                    await self._commit_locked()
+        except BaseException:
+            self._core.forget(ticket)
+            raise
+
+    async def commit(self) -> CommitResult:
+        """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
+        async with self._lock:
+            return await self._commit_locked()
+
+    async def _commit_locked(self) -> CommitResult:
+        proc, n = self._core.begin()
+        result = await self._log.run(proc)
+        self._core.finish(result, n)
+        return result
+
+
+class AsyncLog:
+    """The :class:`~s3log.Log` verbs, awaited, over an async store."""
+
+    def __init__(
+        self,
+        store: AsyncObjectStore,
+        *,
+        prefix: str | None = None,
+        config: LogConfig | None = None,
+        reducer: Reducer[Any] | None = None,
+    ) -> None:
+        self.store = store
+        self._core = LogCore(store, prefix, config, reducer)
+        self._driver = AsyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix sessions live under."""
+        return self._core.layout.prefix
+
+    @property
+    def config(self) -> LogConfig:
+        """This log's tunables."""
+        return self._core.config
+
+    async def run(self, proc: Proc[T]) -> T:
+        """Run a protocol procedure against this log's store."""
+        return await self._driver.run(proc)
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        reducer: Reducer[Any] | None = None,
+        on_conflict: OnConflict = "fork",
+        lazy: bool = False,
+        on_fork: ForkListener | None = None,
+    ) -> AsyncWriter:
+        """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
+        ws = self._core.new_session(session_id, meta, reducer)
+        if not lazy:
+            ws = await self.run(self._core.create(ws, reducer))
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+
+    async def open(
+        self,
+        session_id: str,
+        *,
+        reducer: Reducer[Any] | None = None,
+        on_conflict: OnConflict = "fork",
+        on_fork: ForkListener | None = None,
+    ) -> AsyncWriter:
+        """Continue a stored session: read, verify and replay it."""
+        ws = await self.run(self._core.open(session_id, reducer))
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+
+    async def read(self, session_id: str) -> SessionView:
+        """Read and verify a session."""
+        return await self.run(self._core.read(session_id))
+
+    async def head(self, session_id: str) -> Head:
+        """A session's head (one GET)."""
+        return (await self.run(self._core.head(session_id)))[0]
+
+    async def verify(self, session_id: str) -> VerifyReport:
+        """Verify a session's whole chain."""
+        return await self.run(self._core.verify(session_id))
+
+    async def fork(
+        self,
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        at_hash: bytes | str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        reducer: Reducer[Any] | None = None,
+        child_id: str | None = None,
+    ) -> str:
+        """Fork a session at a committed entry; return the new id."""
+        return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+
+    async def lineage(self, session_id: str) -> list[LineageStep]:
+        """The session and its ancestors, child first."""
+        return await self.run(self._core.lineage(session_id))
+
+    async def children(self, session_id: str) -> list[str]:
+        """The sessions forked from this one."""
+        return await self.run(self._core.children(session_id))
+
+    async def list_session_ids(self) -> list[str]:
+        """Every session id, newest first."""
+        return await self.run(list_session_ids(self._core.layout))
+
+    async def list_sessions(self, *, limit: int | None = None) -> AsyncIterator[SessionInfo]:
+        """Sessions, newest first."""
+        ids = await self.list_session_ids()
+        if limit is not None:
+            ids = ids[:limit]
+        for i in range(0, len(ids), LIST_PAGE):
+            for info in await self.run(self._core.session_infos(ids[i : i + LIST_PAGE])):
+                yield info
+
+    async def delete(self, session_id: str) -> int:
+        """Delete a session (head first)."""
+        return await self.run(self._core.delete(session_id))

@@ -1,0 +1,124 @@
+"""Building and verifying hash chains. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .codec import FORK_KIND, Entry, Head, ParentRef, Segment, entry_hash, make_entry
+from .errors import CorruptionError
+from .layout import parse_segment_key
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """An appended entry not yet chained: its place in the chain is decided at commit."""
+
+    kind: str
+    ts: int
+    data: Any
+
+
+def build_chain(
+    pending: Iterable[PendingEntry], *, after_seq: int, after_hash: bytes | None
+) -> list[Entry]:
+    """Chain ``pending`` after the entry (``after_seq``, ``after_hash``)."""
+    out: list[Entry] = []
+    seq, prev = after_seq + 1, after_hash
+    for p in pending:
+        e = make_entry(seq, prev, p.kind, p.ts, p.data)
+        out.append(e)
+        seq, prev = seq + 1, e.hash
+    return out
+
+
+class ChainVerifier:
+    """Checks entries one object at a time, in chain order.
+
+    Seq must be contiguous from 0, every ``prev`` must be the previous hash, every
+    hash must recompute. The first mismatch raises :class:`CorruptionError` naming
+    the object key and seq.
+    """
+
+    def __init__(self, session: str, *, start_seq: int = 0, start_hash: bytes | None = None) -> None:
+        self.session = session
+        self.next_seq = start_seq
+        self.last_hash = start_hash
+
+    def feed(self, key: str, entries: Sequence[Entry]) -> None:
+        """Verify the next run of entries, stored under ``key``."""
+        for e in entries:
+            if e.seq != self.next_seq:
+                raise CorruptionError(key, f"expected seq {self.next_seq}, found {e.seq}", seq=e.seq)
+            if e.prev != self.last_hash:
+                raise CorruptionError(
+                    key,
+                    f"prev is {_hex(e.prev)}, expected {_hex(self.last_hash)}",
+                    seq=e.seq,
+                )
+            recomputed = entry_hash(e.seq, e.prev, e.kind, e.ts, e.data)
+            if recomputed != e.hash:
+                raise CorruptionError(
+                    key, f"hash is {e.hash.hex()}, content hashes to {recomputed.hex()}", seq=e.seq
+                )
+            self.next_seq += 1
+            self.last_hash = e.hash
+
+    def feed_segment(self, key: str, segment: Segment) -> None:
+        """Verify a segment: its session, its key (first seq, last hash) and entries."""
+        if segment.session != self.session:
+            raise CorruptionError(
+                key, f"segment belongs to session {segment.session}, expected {self.session}"
+            )
+        parsed = parse_segment_key(key)
+        if parsed is None:
+            raise CorruptionError(key, "not a segment key")
+        first_seq, last_hash = parsed
+        if segment.entries[0].seq != first_seq:
+            raise CorruptionError(
+                key, f"key says first seq {first_seq}, segment starts at {segment.entries[0].seq}",
+                seq=segment.entries[0].seq,
+            )
+        self.feed(key, segment.entries)
+        if segment.entries[-1].hash != last_hash:
+            raise CorruptionError(
+                key, "key names a different last hash than the segment's last entry",
+                seq=segment.entries[-1].seq,
+            )
+
+    def finish(self, head_key: str, head: Head) -> None:
+        """Check the head names the last verified entry."""
+        if head.seq != self.next_seq - 1 or head.hash != self.last_hash:
+            raise CorruptionError(
+                head_key,
+                f"head names seq {head.seq} hash {_hex(head.hash)}, chain ends at seq "
+                f"{self.next_seq - 1} hash {_hex(self.last_hash)}",
+                seq=head.seq,
+            )
+
+
+def check_fork_origin(head_key: str, head: Head, first: Entry | None) -> None:
+    """A fork's first entry must be ``s3log.fork`` carrying the head's parent pointer."""
+    is_fork_entry = first is not None and first.seq == 0 and first.kind == FORK_KIND
+    if head.parent is None:
+        if is_fork_entry:
+            raise CorruptionError(head_key, "first entry is a fork entry but the head has no parent", seq=0)
+        return
+    if first is None:
+        raise CorruptionError(head_key, "head has a parent but the session has no fork entry")
+    if not is_fork_entry:
+        raise CorruptionError(head_key, f"head has a parent but entry 0 is {first.kind!r}", seq=0)
+    data = first.data
+    stored = data.get("parent") if isinstance(data, dict) else None
+    if stored is None or ParentRef.from_map(stored, head_key) != head.parent:
+        raise CorruptionError(head_key, "fork entry's parent differs from the head's parent", seq=0)
+
+
+def fork_entry_data(parent: ParentRef, seed: Any) -> dict[str, Any]:
+    """The data of an ``s3log.fork`` entry."""
+    return {"parent": parent.to_map(), "seed": seed}
+
+
+def _hex(h: bytes | None) -> str:
+    return h.hex() if h is not None else "null"

@@ -1,0 +1,320 @@
+"""Encoding of entries, segments and heads (format v1) as deterministic CBOR.
+
+Everything here is pure: bytes in, values out, or the reverse. An entry's hash is
+SHA-256 over the deterministic encoding (RFC 8949 §4.2.1) of the map
+``{seq, prev, kind, ts, data}``; the same encoding is used for whole objects so the
+same content always gives the same bytes (and so the same key gives the same body).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cbor2
+
+from .errors import CorruptionError, FormatVersionError, InvalidEntryError
+
+FORMAT_VERSION = 1
+HASH_LEN = 32
+#: Kinds starting with this prefix are written by s3log itself.
+RESERVED_KIND_PREFIX = "s3log."
+FORK_KIND = "s3log.fork"
+
+
+def dumps(value: Any) -> bytes:
+    """Deterministic CBOR encoding of ``value``."""
+    return cbor2.dumps(value, canonical=True)
+
+
+def loads(data: bytes) -> Any:
+    """Decode one CBOR item."""
+    return cbor2.loads(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One link of a session's chain."""
+
+    seq: int
+    prev: bytes | None
+    kind: str
+    ts: int
+    data: Any
+    hash: bytes
+
+    @property
+    def hash_hex(self) -> str:
+        """The hash as 64 lowercase hex digits."""
+        return self.hash.hex()
+
+    def to_map(self) -> dict[str, Any]:
+        """The entry as the CBOR map stored in segments and heads."""
+        return {
+            "seq": self.seq,
+            "prev": self.prev,
+            "kind": self.kind,
+            "ts": self.ts,
+            "data": self.data,
+            "hash": self.hash,
+        }
+
+
+def entry_hash(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> bytes:
+    """SHA-256 of the deterministic CBOR map ``{seq, prev, kind, ts, data}``."""
+    body = dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data})
+    return hashlib.sha256(body).digest()
+
+
+def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
+    """Validate an entry kind: a non-empty string, not in the reserved namespace."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidEntryError(kind, "kind must be a non-empty string")
+    if len(kind) > 256:
+        raise InvalidEntryError(kind, "kind is longer than 256 characters")
+    if not allow_reserved and kind.startswith(RESERVED_KIND_PREFIX):
+        raise InvalidEntryError(kind, f"kinds starting with {RESERVED_KIND_PREFIX!r} are reserved")
+    return kind
+
+
+def normalize_data(kind: str, data: Any, *, session: str | None = None) -> Any:
+    """Return ``data`` as a reader will see it after a round trip through CBOR.
+
+    Raises :class:`InvalidEntryError` naming the kind when CBOR cannot encode it, so
+    bad input is refused at ``append`` time, before anything is written. The
+    round trip also makes the writer's in-memory entries equal to what readers decode
+    (a tuple becomes a list, for instance), so a hash is computed over exactly what is
+    stored.
+    """
+    try:
+        return loads(dumps(data))
+    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidEntryError(kind, f"data cannot be encoded as CBOR: {exc}", session=session) from exc
+
+
+def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> Entry:
+    """Build an entry with its hash. ``data`` must already be normalized."""
+    return Entry(seq, prev, kind, ts, data, entry_hash(seq, prev, kind, ts, data))
+
+
+def _entry_from_map(obj: Any, key: str) -> Entry:
+    if not isinstance(obj, Mapping):
+        raise CorruptionError(key, f"entry is a {type(obj).__name__}, expected a map")
+    seq = obj.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise CorruptionError(key, f"entry seq is {seq!r}, expected an integer >= 0")
+    prev = obj.get("prev")
+    kind = obj.get("kind")
+    ts = obj.get("ts")
+    h = obj.get("hash")
+    if prev is not None and not (isinstance(prev, bytes) and len(prev) == HASH_LEN):
+        raise CorruptionError(key, "entry prev is not null or a 32-byte hash", seq=seq)
+    if not isinstance(kind, str):
+        raise CorruptionError(key, "entry kind is not a string", seq=seq)
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        raise CorruptionError(key, "entry ts is not an integer", seq=seq)
+    if not (isinstance(h, bytes) and len(h) == HASH_LEN):
+        raise CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
+    if "data" not in obj:
+        raise CorruptionError(key, "entry has no data field", seq=seq)
+    return Entry(seq, prev, kind, ts, obj["data"], h)
+
+
+def _check_version(obj: Any, key: str, what: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise CorruptionError(key, f"{what} is a {type(obj).__name__}, expected a map")
+    v = obj.get("v")
+    if v != FORMAT_VERSION:
+        raise FormatVersionError(key, v, FORMAT_VERSION)
+    return obj
+
+
+def _decode(body: bytes, key: str, what: str) -> Any:
+    try:
+        return loads(body)
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        raise CorruptionError(key, f"{what} is not valid CBOR: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- segments
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """An immutable run of consecutive entries of one session."""
+
+    session: str
+    entries: tuple[Entry, ...]
+
+
+def encode_segment(session: str, entries: Sequence[Entry]) -> bytes:
+    """The bytes of a segment object."""
+    return dumps({"v": FORMAT_VERSION, "session": session, "entries": [e.to_map() for e in entries]})
+
+
+def decode_segment(body: bytes, key: str) -> Segment:
+    """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
+    obj = _check_version(_decode(body, key, "segment"), key, "segment")
+    session = obj.get("session")
+    entries = obj.get("entries")
+    if not isinstance(session, str):
+        raise CorruptionError(key, "segment session is not a string")
+    if not isinstance(entries, list) or not entries:
+        raise CorruptionError(key, "segment entries is not a non-empty array")
+    return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+
+
+# --------------------------------------------------------------------------------- head
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRef:
+    """Where a fork came from: the parent session and the last entry it inherited."""
+
+    session: str
+    seq: int
+    hash: bytes | None
+    reason: str
+
+    def to_map(self) -> dict[str, Any]:
+        """The parent pointer as stored."""
+        return {"session": self.session, "seq": self.seq, "hash": self.hash, "reason": self.reason}
+
+    @staticmethod
+    def from_map(obj: Any, key: str) -> ParentRef:
+        """Decode a stored parent pointer."""
+        if not isinstance(obj, Mapping):
+            raise CorruptionError(key, "parent is not a map")
+        session, seq, h, reason = obj.get("session"), obj.get("seq"), obj.get("hash"), obj.get("reason")
+        if not isinstance(session, str) or not isinstance(seq, int) or not isinstance(reason, str):
+            raise CorruptionError(key, f"parent pointer is malformed: {dict(obj)!r}")
+        if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
+            raise CorruptionError(key, "parent hash is not a 32-byte string")
+        return ParentRef(session, seq, h, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A session's head: its manifest and commit point.
+
+    ``seq``/``hash`` name the last committed entry (``-1``/``None`` while empty).
+    ``segments`` lists every segment of the chain in order and ``levels`` their merge
+    levels; ``tail`` holds the newest entries inline. ``version`` counts commits.
+    """
+
+    session: str
+    version: int
+    seq: int
+    hash: bytes | None
+    segments: tuple[str, ...]
+    levels: tuple[int, ...]
+    tail: tuple[Entry, ...]
+    parent: ParentRef | None
+    meta: dict[str, Any]
+    created_at: int
+    updated_at: int
+    writer: str
+    v: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def entry_count(self) -> int:
+        """How many entries the session holds."""
+        return self.seq + 1
+
+    @property
+    def tail_first_seq(self) -> int:
+        """The seq the tail starts at (== seq + 1 when the tail is empty)."""
+        return self.tail[0].seq if self.tail else self.seq + 1
+
+    def summary(self) -> dict[str, Any]:
+        """A short description used in conflict errors and reports."""
+        return {
+            "version": self.version,
+            "seq": self.seq,
+            "hash": self.hash.hex() if self.hash else None,
+            "writer": self.writer,
+        }
+
+    def to_map(self) -> dict[str, Any]:
+        """The head as stored."""
+        out: dict[str, Any] = dict(self.extra)
+        out.update(
+            {
+                "v": self.v,
+                "session": self.session,
+                "version": self.version,
+                "seq": self.seq,
+                "hash": self.hash,
+                "segments": list(self.segments),
+                "levels": list(self.levels),
+                "tail": [e.to_map() for e in self.tail],
+                "parent": self.parent.to_map() if self.parent else None,
+                "meta": self.meta,
+                "created_at": self.created_at,
+                "updated_at": self.updated_at,
+                "writer": self.writer,
+            }
+        )
+        return out
+
+
+def encode_head(head: Head) -> bytes:
+    """The bytes of a head object."""
+    return dumps(head.to_map())
+
+
+_HEAD_FIELDS = frozenset(
+    {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
+     "meta", "created_at", "updated_at", "writer"}
+)
+
+
+def decode_head(body: bytes, key: str) -> Head:
+    """Decode and shape-check a head object."""
+    obj = _check_version(_decode(body, key, "head"), key, "head")
+
+    def need(name: str, typ: type | tuple[type, ...]) -> Any:
+        value = obj.get(name)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise CorruptionError(key, f"head field {name!r} is {value!r}")
+        return value
+
+    h = obj.get("hash")
+    if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
+        raise CorruptionError(key, "head hash is not null or a 32-byte string")
+    segments = need("segments", list)
+    levels = obj.get("levels", [0] * len(segments))
+    if not isinstance(levels, list) or len(levels) != len(segments):
+        raise CorruptionError(key, "head levels do not match its segments")
+    if not all(isinstance(s, str) for s in segments) or not all(isinstance(x, int) for x in levels):
+        raise CorruptionError(key, "head segments must be strings and levels integers")
+    parent = obj.get("parent")
+    meta = obj.get("meta")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise CorruptionError(key, "head meta is not a map")
+    return Head(
+        session=need("session", str),
+        version=need("version", int),
+        seq=need("seq", int),
+        hash=h,
+        segments=tuple(segments),
+        levels=tuple(levels),
+        tail=tuple(_entry_from_map(e, key) for e in need("tail", list)),
+        parent=ParentRef.from_map(parent, key) if parent is not None else None,
+        meta=meta,
+        created_at=need("created_at", int),
+        updated_at=need("updated_at", int),
+        writer=need("writer", str),
+        # Fields a newer minor writer added are kept, so rewriting a head never drops them.
+        extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
+    )
+
+
+def encoded_size(entries: Iterable[Entry]) -> int:
+    """Bytes the entries take inside a head's tail or a segment."""
+    return sum(len(dumps(e.to_map())) for e in entries)

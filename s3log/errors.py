@@ -1,0 +1,152 @@
+"""The error hierarchy of s3log.
+
+Every error s3log raises on purpose is an :class:`S3LogError`. Messages say what was
+expected, what was found, and which session, seq or key was involved, so a log line
+is enough to find the object at fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class S3LogError(Exception):
+    """Base class of every error raised by s3log."""
+
+
+class InvalidSessionIdError(S3LogError, ValueError):
+    """A session id has characters or a shape that cannot be used in a key."""
+
+    def __init__(self, session_id: object, reason: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"invalid session id {session_id!r}: {reason}")
+
+
+class InvalidEntryError(S3LogError, ValueError):
+    """An entry cannot be appended (bad kind, data CBOR cannot encode, bad ts)."""
+
+    def __init__(self, kind: object, reason: str, *, session: str | None = None) -> None:
+        self.kind = kind
+        self.session = session
+        where = f" in session {session}" if session else ""
+        super().__init__(f"invalid entry of kind {kind!r}{where}: {reason}")
+
+
+class SessionNotFound(S3LogError, LookupError):
+    """The session has no head object (never created, or deleted)."""
+
+    def __init__(self, session: str, detail: str = "") -> None:
+        self.session = session
+        super().__init__(f"session {session} not found" + (f": {detail}" if detail else ""))
+
+
+class EntryNotFound(S3LogError, LookupError):
+    """A seq or hash asked for is not in the session's chain."""
+
+    def __init__(self, session: str, what: str) -> None:
+        self.session = session
+        self.what = what
+        super().__init__(f"session {session} has no entry at {what}")
+
+
+class SessionExists(S3LogError):
+    """A session with this id already has a head object."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"session {session} already exists")
+
+
+class ConflictError(S3LogError):
+    """Another writer advanced the head this writer built on.
+
+    ``expected`` is the head version (seq, hash, etag) the writer knew; ``found`` is
+    what is stored now (``None`` when it could not be read).
+    """
+
+    def __init__(
+        self,
+        session: str,
+        expected: dict[str, Any],
+        found: dict[str, Any] | None,
+    ) -> None:
+        self.session = session
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"conflict on session {session}: expected head {expected}, found {found}"
+        )
+
+
+class CorruptionError(S3LogError):
+    """A stored object does not verify (hash, chain link, seq, key or shape)."""
+
+    def __init__(self, key: str, reason: str, *, seq: int | None = None) -> None:
+        self.key = key
+        self.seq = seq
+        self.reason = reason
+        at = f" at seq {seq}" if seq is not None else ""
+        super().__init__(f"corrupt object {key}{at}: {reason}")
+
+
+class FormatVersionError(S3LogError):
+    """A head or segment carries a format version this release cannot read."""
+
+    def __init__(self, key: str, found: object, supported: int) -> None:
+        self.key = key
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"object {key} has format version {found!r}; this s3log reads version {supported}"
+        )
+
+
+class StoreError(S3LogError):
+    """The object store failed in a way s3log could not recover from.
+
+    Keeps the store's error code and request id so the failure can be traced.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.key = key
+        self.code = code
+        self.status = status
+        self.request_id = request_id
+        parts = [message]
+        if key:
+            parts.append(f"key={key}")
+        if code:
+            parts.append(f"code={code}")
+        if status:
+            parts.append(f"status={status}")
+        if request_id:
+            parts.append(f"request_id={request_id}")
+        super().__init__(" ".join(parts))
+
+
+class ObjectNotFound(StoreError):
+    """404: the object does not exist."""
+
+
+class PreconditionFailed(StoreError):
+    """412: If-Match did not match, or If-None-Match: * found an object."""
+
+
+class ConditionalRequestConflict(StoreError):
+    """409: a conflicting conditional write was in flight at the same time."""
+
+
+class TransientStoreError(StoreError):
+    """Throttling, 5xx, timeout or a broken connection.
+
+    For a read the request can simply be repeated. For a write the outcome is
+    unknown: the object may or may not have been written.
+    """

@@ -1,0 +1,113 @@
+"""An embedded local S3: moto's server on 127.0.0.1 with atomic conditional writes.
+
+moto checks ``If-Match`` / ``If-None-Match`` and then writes, without a lock, so two
+racing conditional PUTs can both succeed. :func:`make_moto_atomic` puts the check and
+the write under one lock, which is what S3 guarantees and what s3log's commit relies
+on. moto is imported only when a server starts (it is the ``local`` extra).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+_atomic_lock = threading.RLock()
+_patched = False
+
+
+def make_moto_atomic() -> None:
+    """Make moto's conditional PUTs (and DELETEs) atomic, as on S3. Idempotent."""
+    global _patched
+    with _atomic_lock:
+        if _patched:
+            return
+        from moto.s3.responses import S3Response
+
+        for name in ("put_object", "delete_object", "copy_object"):
+            original = getattr(S3Response, name)
+
+            def locked(self: Any, *args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                with _atomic_lock:
+                    return __original(self, *args, **kwargs)
+
+            functools.update_wrapper(locked, original)
+            setattr(S3Response, name, locked)
+        _patched = True
+
+
+#: Credentials and region for talking to a local server (any value is accepted).
+LOCAL_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class LocalS3:
+    """moto's S3 server on 127.0.0.1 with atomic conditional writes.
+
+    ``port=0`` picks a free port. Use as a context manager, or call start/stop.
+    """
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = port
+        self._server: Any = None
+        self._names = itertools.count()
+
+    def start(self) -> LocalS3:
+        """Start the server and wait until it listens."""
+        from moto.server import ThreadedMotoServer
+
+        make_moto_atomic()
+        # werkzeug logs every request to stderr; a test run or a demo does not want that.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server.start()
+        self.host, self.port = self._server.get_host_and_port()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> LocalS3:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{self.host}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point boto3 (and s3log) at this server."""
+        return {**LOCAL_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
+
+    def client(self) -> Any:
+        """A boto3 S3 client for this server."""
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh unique name unless given); return its name."""
+        bucket = name or f"s3log-test-{next(self._names)}-{uuid.uuid4().hex[:8]}"
+        self.client().create_bucket(Bucket=bucket)
+        return bucket

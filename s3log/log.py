@@ -1,0 +1,217 @@
+"""The blocking API: :class:`Log` and :class:`Writer`, driven over boto3 (or any store)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from .codec import Entry, Head
+from .drive import SyncDriver
+from .ops import Proc
+from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, list_session_ids
+from .reducer import Reducer
+from .store.base import ObjectStore
+from .writer import ForkListener, LogCore, SessionInfo, SessionView, VerifyReport, WriterCore
+
+T = TypeVar("T")
+
+#: Heads fetched per round trip when listing sessions.
+LIST_PAGE = 100
+
+
+class Writer:
+    """Appends to one session. ``append`` queues; ``commit`` makes durable.
+
+    Safe to share between threads: appends from many threads are carried by the
+    next commit, and concurrent ``commit`` calls queue up, so threads share commits
+    (group commit). ``session_id`` changes when a conflict made the writer fork.
+    """
+
+    def __init__(self, log: Log, core: WriterCore) -> None:
+        self._log = log
+        self._core = core
+        self._commit_lock = threading.Lock()
+
+    @property
+    def session_id(self) -> str:
+        """The session this writer appends to now."""
+        return self._core.session_id
+
+    @property
+    def head(self) -> Head:
+        """The last head this writer committed or loaded."""
+        return self._core.ws.head
+
+    @property
+    def state(self) -> Any:
+        """The reducer state of the committed chain."""
+        return self._core.state
+
+    @property
+    def forks(self) -> list[ForkInfo]:
+        """Every fork this writer made, oldest first."""
+        return list(self._core.forks)
+
+    @property
+    def pending(self) -> int:
+        """How many entries wait for a commit."""
+        return self._core.pending_count
+
+    def on_fork(self, listener: ForkListener) -> None:
+        """Call ``listener`` whenever a conflict makes this writer fork."""
+        self._core.add_fork_listener(listener)
+
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
+        """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once."""
+        return self._core.add(kind, data, ts)
+
+    def commit(self) -> CommitResult:
+        """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
+        with self._commit_lock:
+            proc, n = self._core.begin()
+            result = self._log._driver.run(proc)
+            self._core.finish(result, n)
+            return result
+
+    def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+        """Append one entry and return it once committed.
+
+        Threads calling this at once share commits: whoever holds the commit lock
+        commits everything queued, and the others find their entries already durable.
+        """
+        ticket = self._core.add(kind, data, ts, wait=True)
+        try:
+            while True:
+                with self._commit_lock:
+                    entry = self._core.claim(ticket)
+                    if entry is not None:
+                        return entry
+                    proc, n = self._core.begin()
+                    self._core.finish(self._log._driver.run(proc), n)
+        except BaseException:
+            self._core.forget(ticket)
+            raise
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+
+
+class Log:
+    """Sessions under one store prefix: create, open, read, fork, list, verify, delete."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        prefix: str | None = None,
+        config: LogConfig | None = None,
+        reducer: Reducer[Any] | None = None,
+    ) -> None:
+        self.store = store
+        self._core = LogCore(store, prefix, config, reducer)
+        self._driver = SyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
+        self._tickets: dict[int, Entry] = {}
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix sessions live under."""
+        return self._core.layout.prefix
+
+    @property
+    def config(self) -> LogConfig:
+        """This log's tunables."""
+        return self._core.config
+
+    def run(self, proc: Proc[T]) -> T:
+        """Run a protocol procedure against this log's store."""
+        return self._driver.run(proc)
+
+    def close(self) -> None:
+        """Release the thread pool."""
+        self._driver.close()
+
+    def create(
+        self,
+        session_id: str | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        reducer: Reducer[Any] | None = None,
+        on_conflict: OnConflict = "fork",
+        lazy: bool = False,
+        on_fork: ForkListener | None = None,
+    ) -> Writer:
+        """Start a session (a UUIDv7 id unless given) and return its writer.
+
+        The head is stored at once (``SessionExists`` if the id is taken) unless
+        ``lazy``: then nothing is stored until the first commit.
+        """
+        ws = self._core.new_session(session_id, meta, reducer)
+        if not lazy:
+            ws = self.run(self._core.create(ws, reducer))
+        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+
+    def open(
+        self,
+        session_id: str,
+        *,
+        reducer: Reducer[Any] | None = None,
+        on_conflict: OnConflict = "fork",
+        on_fork: ForkListener | None = None,
+    ) -> Writer:
+        """Continue a stored session: read, verify and replay it."""
+        ws = self.run(self._core.open(session_id, reducer))
+        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+
+    def read(self, session_id: str) -> SessionView:
+        """Read and verify a session."""
+        return self.run(self._core.read(session_id))
+
+    def head(self, session_id: str) -> Head:
+        """A session's head (one GET, not verified against the chain)."""
+        return self.run(self._core.head(session_id))[0]
+
+    def verify(self, session_id: str) -> VerifyReport:
+        """Verify a session's whole chain; CorruptionError names the key and seq at fault."""
+        return self.run(self._core.verify(session_id))
+
+    def fork(
+        self,
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        at_hash: bytes | str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        reducer: Reducer[Any] | None = None,
+        child_id: str | None = None,
+    ) -> str:
+        """Fork a session at a committed entry (the latest by default); return the new id."""
+        return self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+
+    def lineage(self, session_id: str) -> list[LineageStep]:
+        """The session and its ancestors, child first."""
+        return self.run(self._core.lineage(session_id))
+
+    def children(self, session_id: str) -> list[str]:
+        """The sessions forked from this one."""
+        return self.run(self._core.children(session_id))
+
+    def list_session_ids(self) -> list[str]:
+        """Every session id, newest first."""
+        return self.run(list_session_ids(self._core.layout))
+
+    def list_sessions(self, *, limit: int | None = None) -> Iterator[SessionInfo]:
+        """Sessions, newest first, their heads fetched a page at a time in parallel."""
+        ids = self.list_session_ids()
+        if limit is not None:
+            ids = ids[:limit]
+        for i in range(0, len(ids), LIST_PAGE):
+            yield from self.run(self._core.session_infos(ids[i : i + LIST_PAGE]))
+
+    def delete(self, session_id: str) -> int:
+        """Delete a session (head first); return how many objects were removed."""
+        return self.run(self._core.delete(session_id))

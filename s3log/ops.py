@@ -1,0 +1,127 @@
+"""The I/O requests the sans-IO core yields, and the values drivers send back.
+
+A protocol procedure is a generator: it yields an op, the driver performs it against
+a store and sends the result back in (or throws the store's error in). The sync and
+async drivers differ only in how they wait; every decision stays in the procedure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """An object's body and ETag."""
+
+    body: bytes
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One key of a listing."""
+
+    key: str
+    size: int
+    last_modified_ms: int
+    etag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a listing: keys, common prefixes (with a delimiter) and a cursor."""
+
+    objects: list[ObjectInfo]
+    prefixes: list[str]
+    next_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """GET an object. Result: :class:`Blob`; raises ObjectNotFound."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutIfAbsent:
+    """PUT with ``If-None-Match: *``. Result: the new ETag; raises PreconditionFailed.
+
+    ``retry`` lets the driver repeat it on a transient error: right for content-addressed
+    objects (a repeat that finds the object means the first attempt landed), wrong for
+    a head, whose outcome the core must resolve by reading it back.
+    """
+
+    key: str
+    body: bytes
+    retry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PutIfMatch:
+    """PUT with ``If-Match: etag``. Result: the new ETag. Never retried by a driver."""
+
+    key: str
+    body: bytes
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListKeys:
+    """LIST one page under a prefix. Result: :class:`ListPage`."""
+
+    prefix: str
+    delimiter: str | None = None
+    token: str | None = None
+    max_keys: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """DELETE an object (deleting a missing key succeeds). Result: None."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait before retrying. Result: None."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """Run ops concurrently. Result: a list, per op, of its result or its StoreError."""
+
+    ops: tuple[Op, ...]
+
+
+Op = Union[Get, PutIfAbsent, PutIfMatch, ListKeys, Delete, Sleep, Parallel]
+#: A protocol procedure returning ``T``.
+Proc = Generator[Op, Any, T]
+
+
+def is_retryable(op: Op) -> bool:
+    """Whether a driver may repeat ``op`` by itself after a transient error."""
+    if isinstance(op, PutIfAbsent):
+        return op.retry
+    return isinstance(op, (Get, ListKeys, Delete))
+
+
+def store_call(op: Get | PutIfAbsent | PutIfMatch | ListKeys | Delete) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    """The store method, positional and keyword arguments that perform ``op``."""
+    if isinstance(op, Get):
+        return "get", (op.key,), {}
+    if isinstance(op, PutIfAbsent):
+        return "put_if_absent", (op.key, op.body), {}
+    if isinstance(op, PutIfMatch):
+        return "put_if_match", (op.key, op.body, op.etag), {}
+    if isinstance(op, ListKeys):
+        return "list", (op.prefix,), {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
+    return "delete", (op.key,), {}

@@ -1,0 +1,646 @@
+"""The s3log protocol, written once, as sans-IO procedures.
+
+Each procedure is a generator that yields :mod:`s3log.ops` requests and receives
+their results (or has the store's error thrown in). It never touches a socket: the
+sync driver (:mod:`s3log.log`) and the async driver (:mod:`s3log.aio`) run the same
+procedures, so the commit decision table, chain verification, merging and forking
+are reviewed and tested in one place.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
+from .codec import (
+    FORK_KIND,
+    Entry,
+    Head,
+    ParentRef,
+    Segment,
+    decode_head,
+    decode_segment,
+    dumps,
+    encode_head,
+    encode_segment,
+    loads,
+    normalize_data,
+)
+from .errors import (
+    ConditionalRequestConflict,
+    ConflictError,
+    CorruptionError,
+    EntryNotFound,
+    ObjectNotFound,
+    PreconditionFailed,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    TransientStoreError,
+)
+from .ids import uuid7
+from .layout import Layout, parse_segment_key
+from .manifest import plan_merge, segment_ranges, segments_for_range
+from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
+from .reducer import Reducer, fold, replay
+
+OnConflict = Literal["fork", "raise"]
+#: An ETag no object has: a writer holding it meets a 412 on its next commit.
+STALE_ETAG = '"s3log-stale"'
+
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How transient failures are retried: exponential backoff with full jitter, bounded."""
+
+    attempts: int = 8
+    initial: float = 0.02
+    max_backoff: float = 1.0
+    max_time: float = 30.0
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (full jitter)."""
+        return random.uniform(0, min(self.max_backoff, self.initial * (2 ** (attempt - 1))))
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Tunables of a log.
+
+    ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
+    at most this big, a commit is one PUT; past it the tail is flushed to a segment.
+    ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
+    bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
+    entries of segments below this level in memory, so the merges it will do soon
+    need no GET.
+    """
+
+    tail_max_bytes: int = 16 * 1024
+    fanout: int = 4
+    max_parallel: int = 16
+    cache_levels: int = 2
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True, slots=True)
+class SessionData:
+    """A session as read and verified: head, ETag, entries, and entries by segment."""
+
+    session: str
+    head: Head
+    etag: str
+    entries: list[Entry]
+    segments: dict[str, tuple[Entry, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class WriterState:
+    """What a writer knows: the head it builds on, its ETag, its reducer state.
+
+    ``etag`` is None while the session is not stored yet (lazy creation).
+    ``cache`` holds the entries of small segments of the manifest, for merging.
+    """
+
+    session: str
+    head: Head
+    etag: str | None
+    state: Any
+    cache: Mapping[str, tuple[Entry, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ForkInfo:
+    """A fork made because of a conflict (or explicitly)."""
+
+    parent: ParentRef
+    child: str
+    found: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The outcome of a commit: the writer's new state, the entries now durable and,
+    if the writer had to fork, where to."""
+
+    ws: WriterState
+    entries: list[Entry]
+    fork: ForkInfo | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session the entries were committed to."""
+        return self.ws.session
+
+
+@dataclass(frozen=True, slots=True)
+class _HeadPlan:
+    head: Head
+    body: bytes
+    segment_key: str | None
+    segment_body: bytes | None
+    segment_entries: tuple[Entry, ...]
+    segment_level: int
+
+
+@dataclass(frozen=True, slots=True)
+class _HeadOutcome:
+    kind: Literal["committed", "superseded", "conflict"]
+    etag: str | None
+    found: tuple[Head, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LineageStep:
+    """One session of a lineage and where it forked from (None for the root)."""
+
+    session: str
+    parent: ParentRef | None
+
+
+# ------------------------------------------------------------------------- basic reads
+
+
+def read_head(layout: Layout, session: str) -> Proc[tuple[Head, str]]:
+    """GET and decode a session's head."""
+    key = layout.head(session)
+    try:
+        blob: Blob = yield Get(key)
+    except ObjectNotFound:
+        raise SessionNotFound(session) from None
+    head = decode_head(blob.body, key)
+    if head.session != session:
+        raise CorruptionError(key, f"head belongs to session {head.session}, expected {session}")
+    return head, blob.etag
+
+
+def _read_head_or_none(layout: Layout, session: str) -> Proc[tuple[Head, str] | None]:
+    try:
+        return (yield from read_head(layout, session))
+    except SessionNotFound:
+        return None
+
+
+def fetch_segments(layout: Layout, session: str, keys: Sequence[str]) -> Proc[dict[str, Segment]]:
+    """GET segments concurrently (one round trip); a missing one is corruption."""
+    if not keys:
+        return {}
+    results: list[Any] = yield Parallel(tuple(Get(k) for k in keys))
+    out: dict[str, Segment] = {}
+    for key, res in zip(keys, results, strict=True):
+        if isinstance(res, ObjectNotFound):
+            raise CorruptionError(key, f"segment listed in the head of session {session} is missing")
+        if isinstance(res, BaseException):
+            raise res
+        out[key] = decode_segment(res.body, key)
+    return out
+
+
+def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[SessionData]:
+    """Read and verify a session: the head, then its segments in parallel.
+
+    With ``upto_seq`` only the segments holding entries ``0..upto_seq`` are read, and
+    the chain is verified up to there.
+    """
+    head, etag = yield from read_head(layout, session)
+    head_key = layout.head(session)
+    keys = list(head.segments) if upto_seq is None else segments_for_range(head, 0, upto_seq)
+    segs = yield from fetch_segments(layout, session, keys)
+    verifier = ChainVerifier(session)
+    entries: list[Entry] = []
+    by_key: dict[str, tuple[Entry, ...]] = {}
+    for key in keys:
+        verifier.feed_segment(key, segs[key])
+        entries.extend(segs[key].entries)
+        by_key[key] = segs[key].entries
+    if upto_seq is None or upto_seq >= head.tail_first_seq:
+        verifier.feed(head_key, head.tail)
+        entries.extend(head.tail)
+        if upto_seq is None:
+            verifier.finish(head_key, head)
+    check_fork_origin(head_key, head, entries[0] if entries else None)
+    if upto_seq is not None:
+        entries = entries[: upto_seq + 1]
+    return SessionData(session, head, etag, entries, by_key)
+
+
+def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
+    """The entry at ``seq`` of the chain ``head`` describes, reading at most one segment."""
+    if seq < 0 or seq > head.seq:
+        return None
+    for e in head.tail:
+        if e.seq == seq:
+            return e
+    for key, first, last in segment_ranges(head):
+        if first <= seq <= last:
+            blob: Blob = yield Get(key)
+            seg = decode_segment(blob.body, key)
+            idx = seq - first
+            if idx >= len(seg.entries) or seg.entries[idx].seq != seq:
+                raise CorruptionError(key, f"segment does not hold seq {seq}", seq=seq)
+            return seg.entries[idx]
+    return None
+
+
+def _chain_contains(layout: Layout, head: Head, seq: int, h: bytes | None) -> Proc[bool]:
+    # The hash at `seq` commits to every entry before it, so one comparison tells
+    # whether a whole commit is part of the stored chain.
+    if seq < 0 or seq > head.seq:
+        return False
+    if seq == head.seq:
+        return head.hash == h
+    for key, first, last in segment_ranges(head):
+        if seq == last:
+            parsed = parse_segment_key(key)
+            return parsed is not None and parsed[1] == h
+        if first <= seq < last:
+            break
+    e = yield from entry_at(layout, head, seq)
+    return e is not None and e.hash == h
+
+
+def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[ObjectInfo], list[str]]]:
+    """Every key (and common prefix) under ``prefix``, page after page."""
+    objects: list[ObjectInfo] = []
+    prefixes: list[str] = []
+    token: str | None = None
+    while True:
+        page: ListPage = yield ListKeys(prefix, delimiter=delimiter, token=token)
+        objects.extend(page.objects)
+        prefixes.extend(page.prefixes)
+        token = page.next_token
+        if token is None:
+            return objects, prefixes
+
+
+def list_session_ids(layout: Layout) -> Proc[list[str]]:
+    """Every session id under the layout's prefix, newest first (UUIDv7 ids sort by time)."""
+    _, prefixes = yield from list_all(layout.sessions_prefix, delimiter="/")
+    ids = [p[len(layout.sessions_prefix):].rstrip("/") for p in prefixes]
+    return sorted((i for i in ids if i), reverse=True)
+
+
+def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
+    """The heads of ``sessions``, fetched concurrently; None for a missing or unreadable one."""
+    if not sessions:
+        return []
+    results: list[Any] = yield Parallel(tuple(Get(layout.head(s)) for s in sessions))
+    out: list[tuple[str, Head | None]] = []
+    for sid, res in zip(sessions, results, strict=True):
+        if isinstance(res, ObjectNotFound):
+            out.append((sid, None))
+        elif isinstance(res, BaseException):
+            raise res
+        else:
+            out.append((sid, decode_head(res.body, layout.head(sid))))
+    return out
+
+
+def children(layout: Layout, session: str) -> Proc[list[str]]:
+    """The sessions forked from ``session``, found through its fork markers."""
+    objects, _ = yield from list_all(layout.forks_dir(session))
+    base = layout.forks_dir(session)
+    return [o.key[len(base):] for o in objects]
+
+
+def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
+    """``session`` and its ancestors, child first, root last."""
+    steps: list[LineageStep] = []
+    seen: set[str] = set()
+    current: str | None = session
+    while current is not None:
+        if current in seen:
+            raise CorruptionError(layout.head(current), "fork parents form a cycle")
+        seen.add(current)
+        try:
+            head, _ = yield from read_head(layout, current)
+        except SessionNotFound:
+            if current == session:
+                raise
+            # An ancestor was deleted: the lineage ends there, and says so.
+            steps.append(LineageStep(current, None))
+            break
+        steps.append(LineageStep(current, head.parent))
+        current = head.parent.session if head.parent else None
+    return steps
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def empty_head(session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None) -> Head:
+    """The head of a session before its first write (version 0: not stored)."""
+    t = now_ms()
+    return Head(
+        session=session, version=0, seq=-1, hash=None, segments=(), levels=(), tail=(),
+        parent=parent, meta=dict(meta or {}), created_at=t, updated_at=t, writer="",
+    )
+
+
+def new_writer_state(
+    session: str, reducer: Reducer[Any], meta: Mapping[str, Any] | None = None, parent: ParentRef | None = None
+) -> WriterState:
+    """The state of a writer of a session that is not stored yet."""
+    return WriterState(session, empty_head(session, meta, parent), None, reducer.initial(), {})
+
+
+def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) -> WriterState:
+    """The state of a writer continuing a session that was just loaded."""
+    cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
+             if lvl < cfg.cache_levels and k in data.segments}
+    return WriterState(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
+
+
+def _plan_head(
+    layout: Layout, cfg: LogConfig, ws: WriterState, entries: Sequence[Entry], nonce: str
+) -> Proc[_HeadPlan]:
+    h = ws.head
+    t = now_ms()
+    last = entries[-1] if entries else None
+    base = replace(
+        h,
+        version=h.version + 1,
+        seq=last.seq if last else h.seq,
+        hash=last.hash if last else h.hash,
+        updated_at=t,
+        created_at=h.created_at if ws.etag is not None else t,
+        writer=nonce,
+    )
+    inline = replace(base, tail=h.tail + tuple(entries))
+    body = encode_head(inline)
+    if len(body) <= cfg.tail_max_bytes or not inline.tail:
+        return _HeadPlan(inline, body, None, None, (), 0)
+
+    # Flush: the tail and the new entries go to one segment, merged with the
+    # trailing run of segments the policy picks, so the manifest stays short.
+    plan = plan_merge(h.levels, cfg.fanout)
+    keep = len(h.segments) - plan.take
+    merged_keys = h.segments[keep:]
+    missing = [k for k in merged_keys if k not in ws.cache]
+    fetched = yield from fetch_segments(layout, ws.session, missing)
+    run: list[Entry] = []
+    for k in merged_keys:
+        run.extend(ws.cache[k] if k in ws.cache else fetched[k].entries)
+    run.extend(h.tail)
+    run.extend(entries)
+    # Entries re-read for a merge are checked before they are rewritten.
+    verifier = ChainVerifier(ws.session, start_seq=run[0].seq, start_hash=run[0].prev)
+    verifier.feed(merged_keys[0] if merged_keys else layout.head(ws.session), run)
+    seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash)
+    head = replace(
+        base,
+        segments=h.segments[:keep] + (seg_key,),
+        levels=h.levels[:keep] + (plan.level,),
+        tail=(),
+    )
+    return _HeadPlan(head, encode_head(head), seg_key, encode_segment(ws.session, run), tuple(run), plan.level)
+
+
+def _etag_eq(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a.strip('"') == b.strip('"')
+
+
+def _put_head(
+    layout: Layout, cfg: LogConfig, ws: WriterState, plan: _HeadPlan
+) -> Proc[_HeadOutcome]:
+    """PUT the head conditionally and decide what happened, whatever the response.
+
+    The decision table: 200 committed; 404 on If-Match the session was deleted;
+    412, 409 and every unknown outcome (timeout, 5xx, reset) re-read the head. If the
+    stored head carries this commit's writer nonce, it committed. If the stored ETag is
+    still the one expected, nothing happened: retry after a backoff. Otherwise another
+    writer got there: a conflict, unless this commit's last entry is in the stored
+    chain (it landed and was built on: "superseded", committed but stale).
+    """
+    key = layout.head(ws.session)
+    expected = ws.etag
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if expected is None:
+                etag: str = yield PutIfAbsent(key, plan.body, retry=False)
+            else:
+                etag = yield PutIfMatch(key, plan.body, expected)
+            return _HeadOutcome("committed", etag, None)
+        except ObjectNotFound:
+            raise SessionNotFound(ws.session, "it was deleted while this writer held it") from None
+        except (PreconditionFailed, ConditionalRequestConflict, TransientStoreError):
+            pass
+        current = yield from _read_head_or_none(layout, ws.session)
+        if current is None:
+            if expected is not None:
+                raise SessionNotFound(ws.session, "it was deleted while this writer held it")
+        else:
+            cur_head, cur_etag = current
+            if cur_head.writer == plan.head.writer:
+                return _HeadOutcome("committed", cur_etag, None)
+            if not _etag_eq(cur_etag, expected):
+                landed = plan.head.seq > ws.head.seq and (
+                    yield from _chain_contains(layout, cur_head, plan.head.seq, plan.head.hash)
+                )
+                return _HeadOutcome("superseded" if landed else "conflict", None, current)
+        if attempt >= cfg.retry.attempts:
+            raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
+        yield Sleep(cfg.retry.backoff(attempt))
+
+
+def _write(
+    layout: Layout,
+    cfg: LogConfig,
+    ws: WriterState,
+    entries: Sequence[Entry],
+    *,
+    before_head: Sequence[PutIfAbsent] = (),
+) -> Proc[tuple[_HeadPlan, _HeadOutcome]]:
+    """Write a segment if the plan needs one (with ``before_head`` alongside), then the head."""
+    plan = yield from _plan_head(layout, cfg, ws, entries, secrets.token_hex(8))
+    puts = list(before_head)
+    if plan.segment_key is not None and plan.segment_body is not None:
+        puts.append(PutIfAbsent(plan.segment_key, plan.segment_body))
+    if puts:
+        results: list[Any] = yield Parallel(tuple(puts))
+        for res in results:
+            # 412 on a create-only PUT of a content-addressed object: it is already there.
+            if isinstance(res, BaseException) and not isinstance(res, PreconditionFailed):
+                raise res
+    outcome = yield from _put_head(layout, cfg, ws, plan)
+    return plan, outcome
+
+
+def _advance(cfg: LogConfig, ws: WriterState, plan: _HeadPlan, etag: str, state: Any) -> WriterState:
+    live = set(plan.head.segments)
+    cache = {k: v for k, v in ws.cache.items() if k in live}
+    if plan.segment_key is not None and plan.segment_level < cfg.cache_levels:
+        cache[plan.segment_key] = plan.segment_entries
+    return WriterState(ws.session, plan.head, etag, state, cache)
+
+
+def commit(
+    layout: Layout,
+    cfg: LogConfig,
+    ws: WriterState,
+    pending: Sequence[PendingEntry],
+    reducer: Reducer[Any],
+    on_conflict: OnConflict = "fork",
+) -> Proc[CommitResult]:
+    """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
+
+    A commit with nothing pending writes nothing, except for a session not yet stored,
+    which it creates.
+    """
+    if not pending and ws.etag is not None:
+        return CommitResult(ws, [])
+    entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
+    plan, outcome = yield from _write(layout, cfg, ws, entries)
+    if outcome.kind == "committed" and outcome.etag is not None:
+        state = fold(reducer, ws.state, entries)
+        return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), entries)
+    if outcome.kind == "superseded":
+        # Durable, but another writer has built on it since: keep the stale ETag, so
+        # the next commit meets the conflict (and forks) instead of skipping entries.
+        state = fold(reducer, ws.state, entries)
+        return CommitResult(_advance(cfg, ws, plan, ws.etag or STALE_ETAG, state), entries)
+    found = outcome.found[0].summary() if outcome.found else None
+    if ws.etag is None:
+        raise SessionExists(ws.session)
+    if on_conflict == "raise":
+        expected = dict(ws.head.summary(), etag=ws.etag)
+        if outcome.found:
+            found = dict(found or {}, etag=outcome.found[1])
+        raise ConflictError(ws.session, expected, found)
+    parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
+    fork_ws, fork_entries = yield from create_fork(
+        layout, cfg, parent, reducer.to_seed(ws.state), reducer, ws.head.meta, pending
+    )
+    return CommitResult(fork_ws, fork_entries, ForkInfo(parent, fork_ws.session, found))
+
+
+def create_session(
+    layout: Layout,
+    cfg: LogConfig,
+    session: str,
+    reducer: Reducer[Any],
+    meta: Mapping[str, Any] | None = None,
+) -> Proc[WriterState]:
+    """Store an empty head for a new session (``If-None-Match: *``)."""
+    result = yield from commit(layout, cfg, new_writer_state(session, reducer, meta), [], reducer)
+    return result.ws
+
+
+def create_fork(
+    layout: Layout,
+    cfg: LogConfig,
+    parent: ParentRef,
+    seed: Any,
+    reducer: Reducer[Any],
+    meta: Mapping[str, Any] | None,
+    pending: Sequence[PendingEntry] = (),
+    child: str | None = None,
+) -> Proc[tuple[WriterState, list[Entry]]]:
+    """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
+    followed by ``pending``; mark it under the parent.
+
+    The marker is written before the head, so any fork that exists can be found from
+    its parent (a marker whose head never landed is skipped by readers).
+    """
+    fork_pending = PendingEntry(FORK_KIND, now_ms(), normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
+    for attempt in range(4):
+        sid = child or uuid7()
+        ws = new_writer_state(sid, reducer, meta, parent)
+        entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
+        marker = PutIfAbsent(
+            layout.fork_marker(parent.session, sid),
+            dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now_ms()}),
+        )
+        plan, outcome = yield from _write(layout, cfg, ws, entries, before_head=[marker])
+        if outcome.kind != "conflict":
+            state = fold(reducer, ws.state, entries)
+            return _advance(cfg, ws, plan, outcome.etag or STALE_ETAG, state), entries
+        if child is not None or attempt == 3:
+            raise SessionExists(sid)
+    raise AssertionError("unreachable")
+
+
+def fork_at(
+    layout: Layout,
+    cfg: LogConfig,
+    session: str,
+    reducer: Reducer[Any],
+    *,
+    at_seq: int | None = None,
+    at_hash: bytes | str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    child: str | None = None,
+    reason: str = "explicit",
+) -> Proc[tuple[WriterState, list[Entry]]]:
+    """Fork ``session`` at a committed entry (the latest when neither point is given)."""
+    if at_seq is not None and at_hash is not None:
+        raise ValueError("give at_seq or at_hash, not both")
+    if isinstance(at_hash, str):
+        try:
+            at_hash = bytes.fromhex(at_hash)
+        except ValueError:
+            raise EntryNotFound(session, f"hash {at_hash!r} is not hex") from None
+    head, _ = yield from read_head(layout, session)
+    if at_seq is not None and not -1 <= at_seq <= head.seq:
+        raise EntryNotFound(session, f"seq {at_seq} (the session ends at seq {head.seq})")
+    data = yield from load(layout, session, upto_seq=at_seq if at_seq is not None else None)
+    entries = data.entries
+    if at_hash is not None:
+        idx = next((i for i, e in enumerate(entries) if e.hash == at_hash), None)
+        if idx is None:
+            raise EntryNotFound(session, f"hash {at_hash.hex()}")
+        entries = entries[: idx + 1]
+    last = entries[-1] if entries else None
+    parent = ParentRef(session, last.seq if last else -1, last.hash if last else None, reason)
+    state = replay(reducer, entries)
+    return (
+        yield from create_fork(
+            layout, cfg, parent, reducer.to_seed(state), reducer,
+            data.head.meta if meta is None else meta, (), child,
+        )
+    )
+
+
+def delete_session(layout: Layout, session: str) -> Proc[int]:
+    """Delete a session: its head first (readers see it gone at once), then the rest.
+
+    Returns how many objects were deleted.
+    """
+    head, _ = yield from read_head(layout, session)
+    yield Delete(layout.head(session))
+    objects, _ = yield from list_all(layout.session_dir(session))
+    keys = [o.key for o in objects]
+    if head.parent is not None:
+        keys.append(layout.fork_marker(head.parent.session, session))
+    if keys:
+        results: list[Any] = yield Parallel(tuple(Delete(k) for k in keys))
+        for res in results:
+            if isinstance(res, BaseException):
+                raise res
+    return 1 + len(objects)
+
+
+def decode_marker(body: bytes, key: str) -> dict[str, Any]:
+    """Decode a fork marker object."""
+    try:
+        obj = loads(body)
+    except Exception as exc:
+        raise CorruptionError(key, f"fork marker is not valid CBOR: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise CorruptionError(key, "fork marker is not a map")
+    return obj

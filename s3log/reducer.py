@@ -1,0 +1,103 @@
+"""Reducers: how a writer's state is rebuilt by folding entries, and seeded into forks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
+
+from .codec import FORK_KIND, Entry
+
+S = TypeVar("S")
+
+
+class Reducer(Protocol[S]):
+    """Folds entries into a state; turns a state into a fork seed and back.
+
+    ``apply`` may mutate and return the state it is given: states are owned by the
+    writer that folds them. ``to_seed`` must return plain CBOR-able data.
+    """
+
+    def initial(self) -> S:
+        """The state of an empty session."""
+        ...
+
+    def apply(self, state: S, entry: Entry) -> S:
+        """The state after ``entry``."""
+        ...
+
+    def to_seed(self, state: S) -> Any:
+        """The seed a fork of this state starts from (CBOR-able)."""
+        ...
+
+    def from_seed(self, seed: Any) -> S:
+        """The state a fork starts in, from its seed."""
+        ...
+
+
+class EntriesReducer:
+    """The default reducer: the state is the logical history, entry maps in order.
+
+    A fork's seed is that whole history, so a fork is self-contained: reading it alone
+    gives back everything its parent chain held, ancestors' entries included.
+    """
+
+    def initial(self) -> list[dict[str, Any]]:
+        """An empty history."""
+        return []
+
+    def apply(self, state: list[dict[str, Any]], entry: Entry) -> list[dict[str, Any]]:
+        """Append the entry's map."""
+        state.append(entry.to_map())
+        return state
+
+    def to_seed(self, state: list[dict[str, Any]]) -> Any:
+        """The history itself."""
+        return list(state)
+
+    def from_seed(self, seed: Any) -> list[dict[str, Any]]:
+        """A copy of the seeded history."""
+        return list(seed or [])
+
+
+class NullReducer:
+    """Keeps no state: forks carry only the parent pointer, not a seed.
+
+    For writers of long sessions that do not want the history in memory; the
+    inherited entries stay readable in the parent session through ``lineage``.
+    """
+
+    def initial(self) -> None:
+        """No state."""
+        return None
+
+    def apply(self, state: None, entry: Entry) -> None:
+        """No state."""
+        return None
+
+    def to_seed(self, state: None) -> Any:
+        """No seed."""
+        return None
+
+    def from_seed(self, seed: Any) -> None:
+        """No state."""
+        return None
+
+
+def fold(reducer: Reducer[S], state: S, entries: Iterable[Entry]) -> S:
+    """Continue folding ``entries`` into ``state``.
+
+    A session's first entry, when it is an ``s3log.fork`` entry, resets the state to
+    the one seeded from its parent: that is what makes a fork carry its parent's state.
+    """
+    for e in entries:
+        if e.seq == 0 and e.kind == FORK_KIND:
+            seed = e.data.get("seed") if isinstance(e.data, dict) else None
+            state = reducer.from_seed(seed)
+        else:
+            state = reducer.apply(state, e)
+    return state
+
+
+def replay(reducer: Reducer[S], entries: Iterable[Entry]) -> S:
+    """The state after folding ``entries`` from the reducer's initial state."""
+    return fold(reducer, reducer.initial(), entries)

@@ -1,0 +1,108 @@
+"""What the boto3 and aioboto3 stores share: error mapping and request shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
+
+from ..errors import (
+    ConditionalRequestConflict,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
+from ..ops import ListPage, ObjectInfo
+
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling",
+        "ThrottlingException", "RequestTimeTooSkewed", "OperationAborted", "503", "500",
+    }
+)
+
+
+def client_config(max_pool: int = 64) -> Config:
+    """botocore settings for s3log's clients.
+
+    botocore's own retries are turned off: s3log retries idempotent requests itself,
+    and must see every failure of a conditional head PUT to resolve its outcome.
+    """
+    return Config(
+        retries={"mode": "standard", "max_attempts": 1},
+        max_pool_connections=max_pool,
+        connect_timeout=5,
+        read_timeout=30,
+    )
+
+
+def map_error(exc: BaseException, key: str) -> StoreError:
+    """Translate a botocore exception into s3log's store errors, keeping code and request id."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        meta = exc.response.get("ResponseMetadata", {})
+        code = str(err.get("Code", ""))
+        status = int(meta.get("HTTPStatusCode", 0) or 0)
+        rid = meta.get("RequestId")
+        msg = str(err.get("Message", "")) or code
+        kwargs: dict[str, Any] = {"key": key, "code": code, "status": status, "request_id": rid}
+        if status == 412 or code == "PreconditionFailed":
+            return PreconditionFailed(msg, **kwargs)
+        if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
+            return ObjectNotFound(msg, **kwargs)
+        if status == 409 and code == "ConditionalRequestConflict":
+            return ConditionalRequestConflict(msg, **kwargs)
+        if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
+            return TransientStoreError(msg, **kwargs)
+        return StoreError(msg, **kwargs)
+    if isinstance(
+        exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)
+    ):
+        return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
+    if isinstance(exc, HTTPClientError):
+        return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
+    return StoreError(f"{type(exc).__name__}: {exc}", key=key)
+
+
+def list_params(
+    bucket: str, prefix: str, delimiter: str | None, token: str | None, max_keys: int
+) -> dict[str, Any]:
+    """Arguments of one ListObjectsV2 call."""
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": max_keys}
+    if delimiter:
+        params["Delimiter"] = delimiter
+    if token:
+        params["ContinuationToken"] = token
+    return params
+
+
+def list_page(resp: dict[str, Any]) -> ListPage:
+    """A ListObjectsV2 response as a :class:`ListPage`."""
+    objects = [
+        ObjectInfo(
+            o["Key"],
+            int(o.get("Size", 0)),
+            int(o["LastModified"].timestamp() * 1000) if o.get("LastModified") else 0,
+            str(o.get("ETag", "")),
+        )
+        for o in resp.get("Contents", [])
+    ]
+    prefixes = [p["Prefix"] for p in resp.get("CommonPrefixes", [])]
+    token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+    return ListPage(objects, prefixes, token)
+
+
+#: Errors the stores catch and map; anything else is a bug and propagates.
+CAUGHT = (ClientError, BotoCoreError, ConnectionError, TimeoutError, OSError)

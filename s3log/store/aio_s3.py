@@ -1,0 +1,125 @@
+"""The store over aioboto3 (asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import aioboto3
+
+from ..layout import DEFAULT_PREFIX
+from ..ops import Blob, ListPage
+from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
+from .base import RequestCounter
+
+
+class AsyncS3Store:
+    """Amazon S3 (or any S3-compatible store) through aioboto3.
+
+    The client is opened on first use and kept until :meth:`aclose` (or the end of an
+    ``async with`` block), so a worker pays the connection set-up once.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        max_pool_connections: int = 64,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self.requests = RequestCounter()
+        self._client = client
+        self._endpoint_url = endpoint_url
+        self._region_name = region_name
+        self._max_pool = max_pool_connections
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._open_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"AsyncS3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+    async def _c(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._open_lock:
+            if self._client is None:
+                kwargs: dict[str, Any] = {"config": client_config(self._max_pool)}
+                if self._endpoint_url:
+                    kwargs["endpoint_url"] = self._endpoint_url
+                if self._region_name:
+                    kwargs["region_name"] = self._region_name
+                stack = contextlib.AsyncExitStack()
+                self._client = await stack.enter_async_context(aioboto3.Session().client("s3", **kwargs))
+                self._stack = stack
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client this store opened (a client passed in is left open)."""
+        if self._stack is not None:
+            stack, self._stack, self._client = self._stack, None, None
+            await stack.aclose()
+
+    async def __aenter__(self) -> AsyncS3Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def get(self, key: str) -> Blob:
+        """Return the object's body and ETag."""
+        self.requests.add("GET")
+        client = await self._c()
+        try:
+            resp = await client.get_object(Bucket=self.bucket, Key=key)
+            async with resp["Body"] as stream:
+                body = await stream.read()
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return Blob(body, str(resp["ETag"]))
+
+    async def put_if_absent(self, key: str, body: bytes) -> str:
+        """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
+        self.requests.add("PUT")
+        client = await self._c()
+        try:
+            resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return str(resp["ETag"])
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
+        self.requests.add("PUT")
+        client = await self._c()
+        try:
+            resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return str(resp["ETag"])
+
+    async def list(
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+    ) -> ListPage:
+        """One page of keys under ``prefix``, in key order (ListObjectsV2)."""
+        self.requests.add("LIST")
+        client = await self._c()
+        try:
+            resp = await client.list_objects_v2(**list_params(self.bucket, prefix, delimiter, token, max_keys))
+        except CAUGHT as exc:
+            raise map_error(exc, prefix) from exc
+        return list_page(resp)
+
+    async def delete(self, key: str) -> None:
+        """Delete the object; a missing key is not an error."""
+        self.requests.add("DELETE")
+        client = await self._c()
+        try:
+            await client.delete_object(Bucket=self.bucket, Key=key)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc

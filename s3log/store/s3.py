@@ -1,0 +1,93 @@
+"""The store over boto3 (blocking)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from ..layout import DEFAULT_PREFIX
+from ..ops import Blob, ListPage
+from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
+from .base import RequestCounter
+
+
+class S3Store:
+    """Amazon S3 (or any S3-compatible store) through boto3.
+
+    Credentials and region come from the standard chain; ``AWS_ENDPOINT_URL`` /
+    ``AWS_ENDPOINT_URL_S3`` point it at MinIO, moto or LocalStack. Pass ``client`` to
+    use a client you configured yourself.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        max_pool_connections: int = 64,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        if client is None:
+            kwargs: dict[str, Any] = {"config": client_config(max_pool_connections)}
+            if endpoint_url:
+                kwargs["endpoint_url"] = endpoint_url
+            if region_name:
+                kwargs["region_name"] = region_name
+            client = boto3.session.Session().client("s3", **kwargs)
+        self.client = client
+        self.requests = RequestCounter()
+
+    def __repr__(self) -> str:
+        return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+    def get(self, key: str) -> Blob:
+        """Return the object's body and ETag."""
+        self.requests.add("GET")
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            body = resp["Body"].read()
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return Blob(body, str(resp["ETag"]))
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
+        self.requests.add("PUT")
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return str(resp["ETag"])
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
+        self.requests.add("PUT")
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
+        return str(resp["ETag"])
+
+    def list(
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+    ) -> ListPage:
+        """One page of keys under ``prefix``, in key order (ListObjectsV2)."""
+        self.requests.add("LIST")
+        try:
+            resp = self.client.list_objects_v2(**list_params(self.bucket, prefix, delimiter, token, max_keys))
+        except CAUGHT as exc:
+            raise map_error(exc, prefix) from exc
+        return list_page(resp)
+
+    def delete(self, key: str) -> None:
+        """Delete the object; a missing key is not an error."""
+        self.requests.add("DELETE")
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc

@@ -1,0 +1,294 @@
+"""What the sync and async writers and logs share: pending entries, results, views.
+
+Nothing here does I/O. :class:`WriterCore` keeps a writer's pending entries and its
+:class:`~s3log.protocol.WriterState`, hands out commit procedures and applies their
+results; :class:`LogCore` builds the procedures behind each :class:`~s3log.Log` verb.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import protocol
+from .chain import PendingEntry
+from .codec import FORK_KIND, Entry, Head, ParentRef, check_kind, normalize_data
+from .errors import InvalidEntryError
+from .ids import uuid7, validate_session_id
+from .layout import DEFAULT_PREFIX, Layout
+from .ops import Proc
+from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, SessionData, WriterState
+from .reducer import EntriesReducer, Reducer, replay
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A session as read: its verified entries and its head."""
+
+    session_id: str
+    head: Head
+    etag: str
+    entries: list[Entry]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The session header."""
+        return self.head.meta
+
+    @property
+    def parent(self) -> ParentRef | None:
+        """Where this session forked from, or None."""
+        return self.head.parent
+
+    @property
+    def seed(self) -> Any:
+        """The seed a fork started from (None if this session is not a fork)."""
+        if self.entries and self.entries[0].kind == FORK_KIND and isinstance(self.entries[0].data, dict):
+            return self.entries[0].data.get("seed")
+        return None
+
+    def state(self, reducer: Reducer[Any] | None = None) -> Any:
+        """The state the reducer (default: the entries themselves) folds these entries to."""
+        return replay(reducer or EntriesReducer(), self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One row of :meth:`Log.list_sessions`."""
+
+    session_id: str
+    entries: int
+    version: int
+    created_at: int
+    updated_at: int
+    parent: ParentRef | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_head(head: Head) -> SessionInfo:
+        """The row of a head."""
+        return SessionInfo(
+            head.session, head.entry_count, head.version, head.created_at, head.updated_at, head.parent, head.meta
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :meth:`Log.verify` checked: every entry and segment of a chain that verified."""
+
+    session_id: str
+    entries: int
+    segments: int
+    version: int
+    ok: bool = True
+
+
+ForkListener = Callable[[ForkInfo], None]
+
+
+class WriterCore:
+    """Pending entries and chain position of one writer. Thread-safe."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        config: LogConfig,
+        ws: WriterState,
+        reducer: Reducer[Any],
+        on_conflict: OnConflict,
+        on_fork: ForkListener | None = None,
+    ) -> None:
+        if on_conflict not in ("fork", "raise"):
+            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {on_conflict!r}")
+        self.layout = layout
+        self.config = config
+        self.ws = ws
+        self.reducer = reducer
+        self.on_conflict: OnConflict = on_conflict
+        self.forks: list[ForkInfo] = []
+        self._listeners: list[ForkListener] = [on_fork] if on_fork else []
+        self._lock = threading.Lock()
+        self._pending: list[tuple[int, PendingEntry]] = []
+        self._next_ticket = 0
+        # Entries of tickets someone waits for, filled in by whichever commit carried them.
+        self._waiting: set[int] = set()
+        self._done: dict[int, Entry] = {}
+
+    @property
+    def session_id(self) -> str:
+        """The session this writer appends to (changes when it forks)."""
+        return self.ws.session
+
+    @property
+    def state(self) -> Any:
+        """The reducer state of the committed chain."""
+        return self.ws.state
+
+    @property
+    def pending_count(self) -> int:
+        """Entries appended but not yet committed."""
+        with self._lock:
+            return len(self._pending)
+
+    def add_fork_listener(self, listener: ForkListener) -> None:
+        """Call ``listener`` with a :class:`ForkInfo` whenever this writer forks."""
+        self._listeners.append(listener)
+
+    def add(self, kind: str, data: Any, ts: int | None, *, wait: bool = False) -> int:
+        """Validate and queue an entry; return its ticket. Nothing is written.
+
+        With ``wait``, the committed entry is kept for :meth:`claim`.
+        """
+        check_kind(kind)
+        if ts is None:
+            ts = protocol.now_ms()
+        elif not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+            raise InvalidEntryError(kind, f"ts must be a non-negative integer of milliseconds, not {ts!r}")
+        entry = PendingEntry(kind, ts, normalize_data(kind, data, session=self.ws.session))
+        with self._lock:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._pending.append((ticket, entry))
+            if wait:
+                self._waiting.add(ticket)
+        return ticket
+
+    def claim(self, ticket: int) -> Entry | None:
+        """The committed entry of a waited-for ticket, once a commit carried it."""
+        with self._lock:
+            entry = self._done.pop(ticket, None)
+            if entry is not None:
+                self._waiting.discard(ticket)
+            return entry
+
+    def forget(self, ticket: int) -> None:
+        """Stop keeping the entry of ``ticket`` (its waiter gave up)."""
+        with self._lock:
+            self._waiting.discard(ticket)
+            self._done.pop(ticket, None)
+
+    def begin(self) -> tuple[Proc[CommitResult], int]:
+        """A procedure committing every entry pending now, and how many it carries."""
+        with self._lock:
+            batch = [p for _, p in self._pending]
+        proc = protocol.commit(self.layout, self.config, self.ws, batch, self.reducer, self.on_conflict)
+        return proc, len(batch)
+
+    def finish(self, result: CommitResult, n: int) -> dict[int, Entry]:
+        """Apply a commit's result; return the committed entries by ticket."""
+        # After a fork the first entry is the fork entry; the batch follows it.
+        offset = len(result.entries) - n
+        with self._lock:
+            done, self._pending = self._pending[:n], self._pending[n:]
+            self.ws = result.ws
+            by_ticket = {t: result.entries[offset + i] for i, (t, _) in enumerate(done)}
+            for t, e in by_ticket.items():
+                if t in self._waiting:
+                    self._done[t] = e
+        if result.fork is not None:
+            self.forks.append(result.fork)
+            for listener in self._listeners:
+                listener(result.fork)
+        return by_ticket
+
+
+class LogCore:
+    """The procedures behind each verb of :class:`~s3log.Log` and :class:`~s3log.AsyncLog`."""
+
+    def __init__(
+        self,
+        store: object,
+        prefix: str | None,
+        config: LogConfig | None,
+        reducer: Reducer[Any] | None,
+    ) -> None:
+        self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
+        self.config = config or LogConfig()
+        self.reducer: Reducer[Any] = reducer or EntriesReducer()
+
+    def writer(
+        self,
+        ws: WriterState,
+        reducer: Reducer[Any] | None,
+        on_conflict: OnConflict,
+        on_fork: ForkListener | None,
+    ) -> WriterCore:
+        """The core of a writer over ``ws``."""
+        return WriterCore(self.layout, self.config, ws, reducer or self.reducer, on_conflict, on_fork)
+
+    def new_session(self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None) -> WriterState:
+        """The writer state of a session not stored yet (validates the id and meta)."""
+        sid = validate_session_id(session_id) if session_id is not None else uuid7()
+        meta = normalize_data("meta", dict(meta or {}), session=sid)
+        return protocol.new_writer_state(sid, reducer or self.reducer, meta)
+
+    def create(self, ws: WriterState, reducer: Reducer[Any] | None) -> Proc[WriterState]:
+        """Store the empty head of ``ws``."""
+        return _ws_of(protocol.commit(self.layout, self.config, ws, [], reducer or self.reducer))
+
+    def open(self, session_id: str, reducer: Reducer[Any] | None) -> Proc[WriterState]:
+        """Load and verify a session, and replay it into a writer state."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return protocol.writer_state_from(data, reducer or self.reducer, self.config)
+
+    def read(self, session_id: str) -> Proc[SessionView]:
+        """Load and verify a session."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return SessionView(data.session, data.head, data.etag, data.entries)
+
+    def verify(self, session_id: str) -> Proc[VerifyReport]:
+        """Load and verify a session; report what was checked."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return VerifyReport(data.session, len(data.entries), len(data.head.segments), data.head.version)
+
+    def fork(
+        self,
+        session_id: str,
+        at_seq: int | None,
+        at_hash: bytes | str | None,
+        meta: Mapping[str, Any] | None,
+        reducer: Reducer[Any] | None,
+        child: str | None,
+    ) -> Proc[str]:
+        """Fork a stored session at a committed entry; return the child's id."""
+        ws, _ = yield from protocol.fork_at(
+            self.layout, self.config, validate_session_id(session_id), reducer or self.reducer,
+            at_seq=at_seq, at_hash=at_hash,
+            meta=None if meta is None else normalize_data("meta", dict(meta)),
+            child=None if child is None else validate_session_id(child),
+        )
+        return ws.session
+
+    def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
+        """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
+        heads = yield from protocol.list_heads(self.layout, ids)
+        return [SessionInfo.from_head(h) for _, h in heads if h is not None]
+
+    def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
+        """``session_id`` and its ancestors."""
+        return protocol.lineage(self.layout, validate_session_id(session_id))
+
+    def children(self, session_id: str) -> Proc[list[str]]:
+        """Sessions forked from ``session_id``."""
+        return protocol.children(self.layout, validate_session_id(session_id))
+
+    def delete(self, session_id: str) -> Proc[int]:
+        """Delete a session and everything under it."""
+        return protocol.delete_session(self.layout, validate_session_id(session_id))
+
+    def head(self, session_id: str) -> Proc[tuple[Head, str]]:
+        """A session's head and ETag."""
+        return protocol.read_head(self.layout, validate_session_id(session_id))
+
+
+def _ws_of(proc: Proc[CommitResult]) -> Proc[WriterState]:
+    result = yield from proc
+    return result.ws
