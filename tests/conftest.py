@@ -1,0 +1,141 @@
+"""Backends the behavioural suite runs on, behind one blocking facade.
+
+``log`` is parametrized over: MemoryStore; S3Store on moto's in-process mock; S3Store
+over HTTP on the local server; AsyncLog on AsyncMemoryStore; AsyncLog on
+AsyncS3Store over HTTP. The async ones are driven through :class:`AsyncFacade`, so
+each scenario is written once and checks both drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.testing import LocalS3
+
+
+class AsyncWriterFacade:
+    """An AsyncWriter behind the blocking Writer interface."""
+
+    def __init__(self, facade: AsyncFacade, writer: Any) -> None:
+        self._f = facade
+        self._w = writer
+
+    def append(self, kind: str, data: Any = None, **kw: Any) -> int:
+        return int(self._w.append_nowait(kind, data, **kw))
+
+    def commit(self) -> Any:
+        return self._f.run(self._w.commit())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._w, name)
+
+
+class AsyncFacade:
+    """An AsyncLog behind the blocking Log interface (one event loop per test)."""
+
+    def __init__(self, alog: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._alog = alog
+        self._loop = loop
+        self.store = alog.store
+
+    def run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def create(self, *a: Any, **kw: Any) -> AsyncWriterFacade:
+        return AsyncWriterFacade(self, self.run(self._alog.create(*a, **kw)))
+
+    def open(self, *a: Any, **kw: Any) -> AsyncWriterFacade:
+        return AsyncWriterFacade(self, self.run(self._alog.open(*a, **kw)))
+
+    def list_sessions(self, **kw: Any) -> list[Any]:
+        async def collect() -> list[Any]:
+            return [x async for x in self._alog.list_sessions(**kw)]
+
+        return self.run(collect())
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._alog, name)
+        if not callable(attr):
+            return attr
+        return lambda *a, **kw: self.run(attr(*a, **kw))
+
+
+@dataclass
+class Backend:
+    """A log under test plus raw access to its objects (to plant corruption)."""
+
+    name: str
+    log: Any
+    put_raw: Callable[[str, bytes], None]
+    get_raw: Callable[[str], bytes]
+    keys: Callable[[], list[str]]
+
+    @property
+    def requests(self) -> s3log.store.RequestCounter:
+        return self.log.store.requests  # type: ignore[no-any-return]
+
+
+BACKENDS = ["memory", "mock_aws", "server", "async-memory", "async-server"]
+
+
+def _client_raw(client: Any, bucket: str) -> tuple[Any, Any, Any]:
+    def put(key: str, body: bytes) -> None:
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+
+    def get(key: str) -> bytes:
+        return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def keys() -> list[str]:
+        out: list[str] = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            out.extend(o["Key"] for o in page.get("Contents", []))
+        return sorted(out)
+
+    return put, get, keys
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    kind = request.param
+    if kind in ("memory", "async-memory"):
+        mem = s3log.MemoryStore()
+        raw = (mem.put_raw, lambda k: mem.get(k).body, mem.keys)
+        if kind == "memory":
+            log: Any = s3log.Log(mem)
+            yield Backend(kind, log, *raw)
+        else:
+            loop = asyncio.new_event_loop()
+            yield Backend(kind, AsyncFacade(s3log.AsyncLog(s3log.AsyncMemoryStore(mem)), loop), *raw)
+            loop.close()
+        return
+    if kind == "mock_aws":
+        from moto import mock_aws
+
+        with mock_aws():
+            import boto3
+
+            client = boto3.client("s3", region_name="us-east-1")
+            client.create_bucket(Bucket="s3log-mock")
+            store = s3log.S3Store("s3log-mock", client=client)
+            yield Backend(kind, s3log.Log(store), *_client_raw(client, "s3log-mock"))
+        return
+    server: LocalS3 = request.getfixturevalue("s3log_server")
+    bucket = server.create_bucket()
+    raw2 = _client_raw(server.client(), bucket)
+    if kind == "server":
+        yield Backend(kind, s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url)), *raw2)
+        return
+    loop = asyncio.new_event_loop()
+    astore = s3log.AsyncS3Store(bucket, endpoint_url=server.endpoint_url)
+    yield Backend(kind, AsyncFacade(s3log.AsyncLog(astore), loop), *raw2)
+    loop.run_until_complete(astore.aclose())
+    loop.close()
