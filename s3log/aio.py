@@ -68,6 +68,9 @@ class AsyncWriter:
         """Append an entry and return it once committed."""
         ticket = self._core.add(kind, data, ts, wait=True)
         try:
+            # Let every task that is ready to append queue its entry first, so one
+            # commit carries them all even when the store never suspends.
+            await asyncio.sleep(0)
             while True:
                 async with self._lock:
                     entry = self._core.claim(ticket)
@@ -84,10 +87,7 @@ class AsyncWriter:
             return await self._commit_locked()
 
     async def _commit_locked(self) -> CommitResult:
-        proc, n = self._core.begin()
-        result = await self._log.run(proc)
-        self._core.finish(result, n)
-        return result
+        return await self._log.run(self._core.commit())
 
 
 class AsyncLog:

@@ -61,7 +61,8 @@ class ConflictError(S3LogError):
     """Another writer advanced the head this writer built on.
 
     ``expected`` is the head version (seq, hash, etag) the writer knew; ``found`` is
-    what is stored now (``None`` when it could not be read).
+    what is stored now (``None`` when it could not be read); ``landed`` lists the
+    entries of the batch that are durable after all (usually none).
     """
 
     def __init__(
@@ -69,10 +70,15 @@ class ConflictError(S3LogError):
         session: str,
         expected: dict[str, Any],
         found: dict[str, Any] | None,
+        *,
+        landed: list[Any] | None = None,
     ) -> None:
         self.session = session
         self.expected = expected
         self.found = found
+        # Entries of the failed commit found durable in the stored chain (a write
+        # whose response was lost but that landed before the other writer's).
+        self.landed = landed or []
         super().__init__(
             f"conflict on session {session}: expected head {expected}, found {found}"
         )

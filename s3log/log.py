@@ -69,10 +69,7 @@ class Writer:
     def commit(self) -> CommitResult:
         """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
         with self._commit_lock:
-            proc, n = self._core.begin()
-            result = self._log._driver.run(proc)
-            self._core.finish(result, n)
-            return result
+            return self._log.run(self._core.commit())
 
     def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
         """Append one entry and return it once committed.
@@ -87,8 +84,7 @@ class Writer:
                     entry = self._core.claim(ticket)
                     if entry is not None:
                         return entry
-                    proc, n = self._core.begin()
-                    self._core.finish(self._log._driver.run(proc), n)
+                    self._log.run(self._core.commit())
         except BaseException:
             self._core.forget(ticket)
             raise

@@ -84,7 +84,7 @@ class LogConfig:
     tail_max_bytes: int = 16 * 1024
     fanout: int = 4
     max_parallel: int = 16
-    cache_levels: int = 2
+    cache_levels: int = 3
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -133,11 +133,16 @@ class ForkInfo:
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """The outcome of a commit: the writer's new state, the entries now durable and,
-    if the writer had to fork, where to."""
+    """The outcome of a commit.
+
+    ``entries``: every entry this commit made durable (a fork entry included);
+    ``acked``: the committed form of each pending entry, in order; ``fork``: where the
+    writer forked to, if it had to.
+    """
 
     ws: WriterState
     entries: list[Entry]
+    acked: list[Entry]
     fork: ForkInfo | None = None
 
     @property
@@ -158,7 +163,7 @@ class _HeadPlan:
 
 @dataclass(frozen=True, slots=True)
 class _HeadOutcome:
-    kind: Literal["committed", "superseded", "conflict"]
+    kind: Literal["committed", "conflict"]
     etag: str | None
     found: tuple[Head, str] | None
 
@@ -255,21 +260,31 @@ def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     return None
 
 
-def _chain_contains(layout: Layout, head: Head, seq: int, h: bytes | None) -> Proc[bool]:
-    # The hash at `seq` commits to every entry before it, so one comparison tells
-    # whether a whole commit is part of the stored chain.
-    if seq < 0 or seq > head.seq:
-        return False
-    if seq == head.seq:
-        return head.hash == h
-    for key, first, last in segment_ranges(head):
-        if seq == last:
-            parsed = parse_segment_key(key)
-            return parsed is not None and parsed[1] == h
-        if first <= seq < last:
-            break
-    e = yield from entry_at(layout, head, seq)
-    return e is not None and e.hash == h
+def _landed_prefix(layout: Layout, head: Head, entries: Sequence[Entry]) -> Proc[int]:
+    """How many of ``entries`` (a commit's chain) are part of the chain ``head`` describes.
+
+    A write whose response was lost may have landed and then been built on by
+    another writer. An entry's hash commits to every entry before it, so the entries
+    that landed are a prefix, found by binary search over at most a few lookups.
+    """
+    if not entries or entries[0].seq > head.seq:
+        return 0
+    base = entries[0].seq
+
+    def landed(i: int) -> Proc[bool]:
+        e = yield from entry_at(layout, head, base + i)
+        return e is not None and e.hash == entries[i].hash
+
+    if not (yield from landed(0)):
+        return 0
+    lo, hi = 1, min(len(entries), head.seq - base + 1)  # entries[:lo] landed; beyond hi cannot have
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if (yield from landed(mid - 1)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[ObjectInfo], list[str]]]:
@@ -422,8 +437,8 @@ def _put_head(
     412, 409 and every unknown outcome (timeout, 5xx, reset) re-read the head. If the
     stored head carries this commit's writer nonce, it committed. If the stored ETag is
     still the one expected, nothing happened: retry after a backoff. Otherwise another
-    writer got there: a conflict, unless this commit's last entry is in the stored
-    chain (it landed and was built on: "superseded", committed but stale).
+    writer got there: a conflict (the caller then checks whether some of its entries
+    landed underneath, see :func:`_landed_prefix`).
     """
     key = layout.head(ws.session)
     expected = ws.etag
@@ -449,10 +464,7 @@ def _put_head(
             if cur_head.writer == plan.head.writer:
                 return _HeadOutcome("committed", cur_etag, None)
             if not _etag_eq(cur_etag, expected):
-                landed = plan.head.seq > ws.head.seq and (
-                    yield from _chain_contains(layout, cur_head, plan.head.seq, plan.head.hash)
-                )
-                return _HeadOutcome("superseded" if landed else "conflict", None, current)
+                return _HeadOutcome("conflict", None, current)
         if attempt >= cfg.retry.attempts:
             raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
         yield Sleep(cfg.retry.backoff(attempt))
@@ -500,33 +512,40 @@ def commit(
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
     A commit with nothing pending writes nothing, except for a session not yet stored,
-    which it creates.
+    which it creates. ``CommitResult.acked`` holds the committed form of each pending
+    entry, in order, wherever it landed.
     """
     if not pending and ws.etag is not None:
-        return CommitResult(ws, [])
+        return CommitResult(ws, [], [])
     entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
     plan, outcome = yield from _write(layout, cfg, ws, entries)
     if outcome.kind == "committed" and outcome.etag is not None:
         state = fold(reducer, ws.state, entries)
-        return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), entries)
-    if outcome.kind == "superseded":
-        # Durable, but another writer has built on it since: keep the stale ETag, so
-        # the next commit meets the conflict (and forks) instead of skipping entries.
-        state = fold(reducer, ws.state, entries)
-        return CommitResult(_advance(cfg, ws, plan, ws.etag or STALE_ETAG, state), entries)
-    found = outcome.found[0].summary() if outcome.found else None
+        return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), entries, entries)
+    assert outcome.found is not None
+    found_head, found_etag = outcome.found
     if ws.etag is None:
         raise SessionExists(ws.session)
+    landed = yield from _landed_prefix(layout, found_head, entries)
+    # Entries that landed are durable where they are: they are acknowledged there and
+    # never written again. The writer's view moves past them, with a stale ETag, so the
+    # rest meets the conflict.
+    done = entries[:landed]
+    state = fold(reducer, ws.state, done)
+    if done:
+        known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
+        ws = WriterState(ws.session, known, STALE_ETAG, state, {})
+        if landed == len(entries):
+            return CommitResult(ws, done, done)
+    found = dict(found_head.summary(), etag=found_etag)
     if on_conflict == "raise":
-        expected = dict(ws.head.summary(), etag=ws.etag)
-        if outcome.found:
-            found = dict(found or {}, etag=outcome.found[1])
-        raise ConflictError(ws.session, expected, found)
+        raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=done)
     parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
     fork_ws, fork_entries = yield from create_fork(
-        layout, cfg, parent, reducer.to_seed(ws.state), reducer, ws.head.meta, pending
+        layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:]
     )
-    return CommitResult(fork_ws, fork_entries, ForkInfo(parent, fork_ws.session, found))
+    # fork_entries[0] is the fork entry; the rest of the batch follows it.
+    return CommitResult(fork_ws, done + fork_entries, done + fork_entries[1:], ForkInfo(parent, fork_ws.session, found))
 
 
 def create_session(

@@ -15,7 +15,7 @@ from typing import Any
 from . import protocol
 from .chain import PendingEntry
 from .codec import FORK_KIND, Entry, Head, ParentRef, check_kind, normalize_data
-from .errors import InvalidEntryError
+from .errors import ConflictError, InvalidEntryError
 from .ids import uuid7, validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import Proc
@@ -175,29 +175,37 @@ class WriterCore:
             self._waiting.discard(ticket)
             self._done.pop(ticket, None)
 
-    def begin(self) -> tuple[Proc[CommitResult], int]:
-        """A procedure committing every entry pending now, and how many it carries."""
-        with self._lock:
-            batch = [p for _, p in self._pending]
-        proc = protocol.commit(self.layout, self.config, self.ws, batch, self.reducer, self.on_conflict)
-        return proc, len(batch)
+    def commit(self) -> Proc[CommitResult]:
+        """A procedure committing every entry pending when it starts, then applying the result.
 
-    def finish(self, result: CommitResult, n: int) -> dict[int, Entry]:
-        """Apply a commit's result; return the committed entries by ticket."""
-        # After a fork the first entry is the fork entry; the batch follows it.
-        offset = len(result.entries) - n
+        Only one may run at a time per writer (the drivers hold a lock around it).
+        """
         with self._lock:
-            done, self._pending = self._pending[:n], self._pending[n:]
-            self.ws = result.ws
-            by_ticket = {t: result.entries[offset + i] for i, (t, _) in enumerate(done)}
-            for t, e in by_ticket.items():
-                if t in self._waiting:
-                    self._done[t] = e
+            batch = list(self._pending)
+            ws = self.ws
+        try:
+            result = yield from protocol.commit(
+                self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict
+            )
+        except ConflictError as err:
+            # Entries found durable despite the conflict must not be committed again.
+            self._settle(batch[: len(err.landed)], err.landed, ws)
+            raise
+        self._settle(batch, result.acked, result.ws)
         if result.fork is not None:
             self.forks.append(result.fork)
             for listener in self._listeners:
                 listener(result.fork)
-        return by_ticket
+        return result
+
+    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: WriterState) -> None:
+        with self._lock:
+            n = len(acked)
+            self._pending = self._pending[n:]
+            self.ws = ws
+            for (ticket, _), entry in zip(batch[:n], acked, strict=True):
+                if ticket in self._waiting:
+                    self._done[ticket] = entry
 
 
 class LogCore:

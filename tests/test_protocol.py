@@ -1,0 +1,119 @@
+"""Unit tests of the sans-IO pieces and of guarantees checked on MemoryStore."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import s3log
+from s3log.manifest import max_manifest_length, plan_merge
+from s3log.protocol import LogConfig
+
+
+def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
+    levels: list[int] = []
+    for _ in range(5000):
+        plan = plan_merge(levels, 4)
+        levels = levels[: len(levels) - plan.take] + [plan.level]
+        assert levels == sorted(levels, reverse=True)
+        for lvl in set(levels):
+            assert levels.count(lvl) < 4
+    assert len(levels) <= max_manifest_length(5000, 4)
+
+
+def test_restore_of_ten_thousand_single_entry_commits_reads_head_plus_at_most_20_segments() -> None:
+    store = s3log.MemoryStore()
+    # A tiny tail bound makes every commit write a segment: the worst case for merging.
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1))
+    w = log.create()
+    for i in range(10_000):
+        w.append("k", i)
+        w.commit()
+    store.requests.reset()
+    view = log.read(w.session_id)
+    assert [e.data for e in view.entries] == list(range(10_000))
+    gets = store.requests["GET"]
+    assert gets <= 21, gets
+    assert store.requests["LIST"] == 0
+
+
+def test_restore_with_default_tail_after_ten_thousand_commits_is_bounded() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    for i in range(10_000):
+        w.append("turn", {"i": i, "text": "x" * 40})
+        w.commit()
+    store.requests.reset()
+    w2 = log.open(w.session_id)
+    assert w2.head.seq == 9_999
+    assert store.requests["GET"] <= 21
+
+
+def test_merging_needs_no_get_for_a_writer_that_wrote_the_segments() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1))
+    w = log.create()
+    store.requests.reset()
+    for i in range(64):
+        w.append("k", i)
+        w.commit()
+    assert store.requests["GET"] == 0
+    assert store.requests["PUT"] == 128
+
+
+def test_async_concurrent_appenders_share_commits() -> None:
+    store = s3log.AsyncMemoryStore()
+    alog = s3log.AsyncLog(store)
+
+    async def main() -> list[s3log.Entry]:
+        w = await alog.create()
+        store.requests.reset()
+        return list(await asyncio.gather(*(w.append("k", i) for i in range(100))))
+
+    entries = asyncio.run(main())
+    assert sorted(e.data for e in entries) == list(range(100))
+    assert len({e.seq for e in entries}) == 100
+    # All 100 appends were queued before the first commit ran: one or two commits carry them.
+    assert store.requests["PUT"] <= 4
+
+
+def test_threads_appending_durably_share_commits() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    store.requests.reset()
+    results: list[s3log.Entry] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        for i in range(20):
+            e = w.append_durable("k", {"t": n, "i": i})
+            with lock:
+                results.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 160 and len({e.seq for e in results}) == 160
+    view = log.read(w.session_id)
+    assert len(view.entries) == 160
+    assert store.requests["PUT"] <= 160
+
+
+def test_uuid7_ids_sort_by_creation() -> None:
+    from s3log.ids import uuid7, uuid7_time_ms
+
+    ids = [uuid7() for _ in range(2000)]
+    assert ids == sorted(ids) and len(set(ids)) == 2000
+    assert uuid7_time_ms(ids[0]) is not None
+
+
+def test_ts_must_be_integer_milliseconds() -> None:
+    w = s3log.Log(s3log.MemoryStore()).create()
+    with pytest.raises(s3log.InvalidEntryError, match="ts"):
+        w.append("k", 1, ts=1.5)  # type: ignore[arg-type]
