@@ -1,0 +1,177 @@
+"""Faults: lost responses, throttling, 409s and crashes never lose or repeat a commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import s3log
+from s3log.faults import Crash, Fault, FaultyStore, random_plan
+from s3log.protocol import LogConfig, RetryPolicy
+from s3log.testing import LocalS3
+from tests.invariants import check_no_loss_no_duplicates
+
+FAST = LogConfig(retry=RetryPolicy(attempts=12, initial=0.0005, max_backoff=0.002))
+
+
+def scripted(faults: dict[tuple[str, int], Fault]) -> Any:
+    """Inject ``faults[(method, n)]`` on the n-th call (from 1) of a method."""
+    calls: dict[str, int] = {}
+
+    def plan(method: str, key: str) -> Fault | None:
+        calls[method] = calls.get(method, 0) + 1
+        return faults.get((method, calls[method]))
+
+    return plan
+
+
+@pytest.mark.parametrize("fault", ["timeout-landed", "timeout-lost", "409", "503"])
+def test_head_put_failure_is_resolved_without_loss_or_repeat(fault: Fault) -> None:
+    mem = s3log.MemoryStore()
+    log = s3log.Log(mem, config=FAST)
+    sid = log.create().session_id
+    store = FaultyStore(mem, scripted({("put_if_match", 1): fault}))
+    w = s3log.Log(store, config=FAST).open(sid)
+    w.append("k", "only-once")
+    result = w.commit()
+    assert result.fork is None and result.session_id == sid
+    assert [e.data for e in log.read(sid).entries] == ["only-once"]
+    assert store.injected == [("put_if_match", f"s3log/sessions/{sid}/head", fault)]
+    w.append("k", "next")
+    w.commit()
+    assert [e.data for e in log.read(sid).entries] == ["only-once", "next"]
+
+
+def test_landed_write_built_on_by_another_writer_is_acknowledged_not_forked() -> None:
+    mem = s3log.MemoryStore()
+    log = s3log.Log(mem, config=FAST)
+    sid = log.create().session_id
+    state = {"armed": False, "done": False}
+
+    def plan(method: str, key: str) -> Fault | None:
+        if method == "put_if_match" and not state["armed"]:
+            state["armed"] = True
+            return "timeout-landed"
+        return None
+
+    faulty = FaultyStore(mem, plan)
+    real_get = faulty.get
+
+    def get_after_interloper(key: str) -> s3log.ops.Blob:
+        # Another writer commits on top of the landed head before ours re-reads it.
+        if state["armed"] and not state["done"]:
+            state["done"] = True
+            o = log.open(sid)
+            o.append("k", "interloper")
+            o.commit()
+        return real_get(key)
+
+    faulty.get = get_after_interloper  # type: ignore[method-assign]
+    w = s3log.Log(faulty, config=FAST).open(sid)
+    w.append("k", "mine")
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["mine"]
+    assert result.fork is None
+    assert [e.data for e in log.read(sid).entries] == ["mine", "interloper"]
+    # The stale writer's next commit meets the conflict and forks.
+    w.append("k", "later")
+    r2 = w.commit()
+    assert r2.fork is not None
+    assert [m["data"] for m in log.read(r2.session_id).state()] == ["mine", "later"]
+
+
+def test_crash_between_segment_and_head_leaves_the_session_intact() -> None:
+    mem = s3log.MemoryStore()
+    log = s3log.Log(mem, config=FAST)
+    w0 = log.create()
+    w0.append("k", "before")
+    w0.commit()
+    sid = w0.session_id
+    store = FaultyStore(mem, scripted({("put_if_match", 1): "crash"}))
+    w = s3log.Log(store, config=FAST).open(sid)
+    w.append("big", "x" * 30000)
+    with pytest.raises(Crash):
+        w.commit()
+    segs = [k for k in mem.keys() if "/seg/" in k]
+    assert len(segs) == 1  # the orphan segment
+    view = log.read(sid)
+    assert [e.data for e in view.entries] == ["before"]
+    assert view.head.segments == ()
+    w2 = log.open(sid)
+    w2.append("k", "after")
+    w2.commit()
+    assert [e.data for e in log.read(sid).entries] == ["before", "after"]
+
+
+def test_random_faults_over_http_keep_every_acknowledged_entry_once(s3log_server: LocalS3) -> None:
+    bucket = s3log_server.create_bucket()
+    plain = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url), config=FAST)
+    sid = plain.create().session_id
+    acked: list[Any] = []
+    writers = []
+    for n in range(3):
+        store = FaultyStore(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url), random_plan(n, 0.25))
+        writers.append(s3log.Log(store, config=FAST).open(sid))
+    for i in range(12):
+        for n, w in enumerate(writers):
+            w.append("k", {"w": n, "i": i, "pad": "y" * (5000 * (i % 3))})
+            try:
+                r = w.commit()
+            except s3log.StoreError:
+                continue  # still pending: the next commit carries it
+            acked.extend(e.data for e in r.acked)
+    for w in writers:
+        while w.pending:
+            try:
+                acked.extend(e.data for e in w.commit().acked)
+            except s3log.StoreError:
+                pass
+    assert len(acked) == 36
+    check_no_loss_no_duplicates(plain, acked)
+
+
+step = st.tuples(
+    st.integers(0, 2),  # which writer
+    st.integers(1, 3),  # entries appended
+    st.booleans(),  # large entries (forces a segment)
+    st.sampled_from([None, None, "409", "503", "timeout-landed", "timeout-lost"]),  # fault on its head PUT
+    st.booleans(),  # re-open (restore) before appending, like a new invocation
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(step, min_size=1, max_size=25))
+def test_random_interleavings_of_writers_and_faults_keep_every_invariant(steps: list[Any]) -> None:
+    mem = s3log.MemoryStore()
+    base = s3log.Log(mem, config=LogConfig(tail_max_bytes=2048, retry=FAST.retry))
+    sid = base.create().session_id
+    next_fault: list[Fault | None] = [None]
+
+    def plan(method: str, key: str) -> Fault | None:
+        if method == "put_if_match" and next_fault[0] is not None:
+            f, next_fault[0] = next_fault[0], None
+            return f
+        return None
+
+    flog = s3log.Log(FaultyStore(mem, plan), config=base.config)
+    writers = [flog.open(sid) for _ in range(3)]
+    acked: list[Any] = []
+    counter = 0
+    for who, n, large, fault, reopen in steps:
+        if reopen and writers[who].pending == 0:
+            writers[who] = flog.open(writers[who].session_id)
+        for _ in range(n):
+            counter += 1
+            writers[who].append("k", {"n": counter, "pad": "z" * (900 if large else 5)})
+        next_fault[0] = fault
+        r = writers[who].commit()
+        acked.extend(e.data for e in r.acked)
+        assert r.session_id == writers[who].session_id
+    assert len(acked) == counter
+    sessions = check_no_loss_no_duplicates(base, acked)
+    for sid_, entries in sessions.items():
+        head = base.head(sid_)
+        assert head.seq == len(entries) - 1
