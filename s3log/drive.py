@@ -12,8 +12,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from tenacity import AsyncRetrying, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
-from tenacity import wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from .errors import StoreError, TransientStoreError
 from .ops import Op, Parallel, Proc, Sleep, is_retryable, store_call

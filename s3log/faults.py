@@ -25,7 +25,7 @@ Fault = Literal["409", "503", "timeout-landed", "timeout-lost", "crash"]
 FaultPlan = Callable[[str, str], Fault | None]
 
 
-class Crash(BaseException):  # noqa: N818 - it is not an error the writer may handle
+class Crash(BaseException):
     """The simulated death of a writer: propagates through s3log untouched."""
 
 

@@ -55,7 +55,7 @@ def segment_ranges(head: Head) -> list[tuple[str, int, int]]:
     for key in head.segments:
         parsed = parse_segment_key(key)
         firsts.append(parsed[0] if parsed else -1)
-    ends = firsts[1:] + [head.tail_first_seq] if firsts else []
+    ends = [*firsts[1:], head.tail_first_seq] if firsts else []
     for key, first, nxt in zip(head.segments, firsts, ends, strict=True):
         out.append((key, first, nxt - 1))
     return out

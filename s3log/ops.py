@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ class Parallel:
     ops: tuple[Op, ...]
 
 
-Op = Union[Get, PutIfAbsent, PutIfMatch, ListKeys, Delete, Sleep, Parallel]
+Op = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete | Sleep | Parallel
 #: A protocol procedure returning ``T``.
 Proc = Generator[Op, Any, T]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -44,7 +44,7 @@ from .errors import (
     TransientStoreError,
 )
 from .ids import uuid7
-from .layout import Layout, parse_segment_key
+from .layout import Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
 from .reducer import Reducer, fold, replay
@@ -417,8 +417,8 @@ def _plan_head(
     seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash)
     head = replace(
         base,
-        segments=h.segments[:keep] + (seg_key,),
-        levels=h.levels[:keep] + (plan.level,),
+        segments=(*h.segments[:keep], seg_key),
+        levels=(*h.levels[:keep], plan.level),
         tail=(),
     )
     return _HeadPlan(head, encode_head(head), seg_key, encode_segment(ws.session, run), tuple(run), plan.level)
@@ -663,3 +663,52 @@ def decode_marker(body: bytes, key: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise CorruptionError(key, "fork marker is not a map")
     return obj
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What garbage collection found (and deleted unless it was a dry run)."""
+
+    sessions: int
+    unreferenced: list[str]
+    deleted: list[str]
+    kept_young: int
+
+
+def gc(layout: Layout, *, older_than_ms: int, now: int, dry_run: bool) -> Proc[GcReport]:
+    """Delete segments no head references and dangling fork markers, once old enough.
+
+    An object younger than ``older_than_ms`` is never deleted: it may belong to a commit
+    whose head PUT is still in flight, or be read by someone holding an older head.
+    """
+    objects, _ = yield from list_all(layout.sessions_prefix)
+    by_session: dict[str, list[ObjectInfo]] = {}
+    for o in objects:
+        sid = layout.session_of(o.key)
+        if sid is not None:
+            by_session.setdefault(sid, []).append(o)
+    heads = yield from list_heads(layout, sorted(by_session))
+    live = {sid for sid, h in heads if h is not None}
+    referenced = {k for _, h in heads if h is not None for k in h.segments}
+    doomed: list[str] = []
+    young = 0
+    for sid, objs in by_session.items():
+        for o in objs:
+            rest = o.key[len(layout.session_dir(sid)):]
+            if rest.startswith("seg/"):
+                garbage = o.key not in referenced
+            elif rest.startswith("forks/"):
+                garbage = rest[len("forks/"):] not in live
+            else:
+                continue
+            if not garbage:
+                continue
+            if now - o.last_modified_ms < older_than_ms:
+                young += 1
+            else:
+                doomed.append(o.key)
+    deleted: list[str] = []
+    if doomed and not dry_run:
+        results: list[Any] = yield Parallel(tuple(Delete(k) for k in doomed))
+        deleted = [k for k, r in zip(doomed, results, strict=True) if not isinstance(r, BaseException)]
+    return GcReport(len(live), doomed, deleted, young)

@@ -232,7 +232,9 @@ class LogCore:
         """The core of a writer over ``ws``."""
         return WriterCore(self.layout, self.config, ws, reducer or self.reducer, on_conflict, on_fork)
 
-    def new_session(self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None) -> WriterState:
+    def new_session(
+        self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None
+    ) -> WriterState:
         """The writer state of a session not stored yet (validates the id and meta)."""
         sid = validate_session_id(session_id) if session_id is not None else uuid7()
         meta = normalize_data("meta", dict(meta or {}), session=sid)

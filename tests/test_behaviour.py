@@ -178,7 +178,7 @@ def test_delete_removes_head_segments_and_markers(backend: Backend) -> None:
     assert log.children(w.session_id) == []
     other = log.open(w.session_id)
     log.delete(w.session_id)
-    assert not any(w.session_id in k for k in backend.keys())
+    assert not any(w.session_id in k for k in backend)
     with pytest.raises(s3log.SessionNotFound):
         log.read(w.session_id)
     other.append("k", 1)

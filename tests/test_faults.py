@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -95,7 +96,7 @@ def test_crash_between_segment_and_head_leaves_the_session_intact() -> None:
     w.append("big", "x" * 30000)
     with pytest.raises(Crash):
         w.commit()
-    segs = [k for k in mem.keys() if "/seg/" in k]
+    segs = [k for k in mem if "/seg/" in k]
     assert len(segs) == 1  # the orphan segment
     view = log.read(sid)
     assert [e.data for e in view.entries] == ["before"]
@@ -125,10 +126,8 @@ def test_random_faults_over_http_keep_every_acknowledged_entry_once(s3log_server
             acked.extend(e.data for e in r.acked)
     for w in writers:
         while w.pending:
-            try:
+            with contextlib.suppress(s3log.StoreError):
                 acked.extend(e.data for e in w.commit().acked)
-            except s3log.StoreError:
-                pass
     assert len(acked) == 36
     check_no_loss_no_duplicates(plain, acked)
 

@@ -16,7 +16,7 @@ def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
     levels: list[int] = []
     for _ in range(5000):
         plan = plan_merge(levels, 4)
-        levels = levels[: len(levels) - plan.take] + [plan.level]
+        levels = [*levels[:len(levels) - plan.take], plan.level]
         assert levels == sorted(levels, reverse=True)
         for lvl in set(levels):
             assert levels.count(lvl) < 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Sequence
 
 from ..errors import ObjectNotFound, PreconditionFailed
 from ..ops import Blob, ListPage, ObjectInfo
@@ -100,7 +101,7 @@ class MemoryStore:
             self._objects[key] = (bytes(body), etag, _now_ms() if mtime_ms is None else mtime_ms)
         return etag
 
-    def keys(self) -> list[str]:
+    def keys(self) -> Sequence[str]:
         """Every key, sorted."""
         with self._lock:
             return sorted(self._objects)
