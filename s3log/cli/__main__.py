@@ -1,0 +1,5 @@
+"""``python -m s3log.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,135 @@
+"""The command line, through typer's runner and through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import s3log
+from s3log.cli.app import app
+from s3log.testing import LocalS3
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(s3log_server: LocalS3) -> dict[str, str]:
+    bucket = s3log_server.create_bucket()
+    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
+
+
+def _log(env: dict[str, str]) -> s3log.Log:
+    return s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]))
+
+
+def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def test_ls_show_tail_fork_lineage_rm(env: dict[str, str]) -> None:
+    log = _log(env)
+    w = log.create(meta={"who": "cli"})
+    for i in range(3):
+        w.append("note", {"i": i})
+    w.commit()
+    sid = w.session_id
+    code, out = _invoke(env, "ls", "--json")
+    assert code == 0 and json.loads(out)[0]["session"] == sid
+    code, out = _invoke(env, "show", sid, "--json")
+    assert code == 0 and [e["data"]["i"] for e in json.loads(out)["entries"]] == [0, 1, 2]
+    code, out = _invoke(env, "tail", sid, "-n", "1")
+    assert code == 0 and "'i': 2" in out
+    code, out = _invoke(env, "fork", sid, "--at-seq", "1")
+    child = out.strip()
+    assert code == 0 and log.read(child).parent.seq == 1  # type: ignore[union-attr]
+    code, out = _invoke(env, "lineage", child, "--format", "mermaid")
+    assert code == 0 and "-->" in out and child in out
+    code, out = _invoke(env, "lineage", child)
+    assert code == 0 and sid in out and child in out
+    code, out = _invoke(env, "rm", child)
+    assert code == 0
+    assert log.children(sid) == []
+
+
+def test_errors_are_one_line_and_non_zero(env: dict[str, str]) -> None:
+    code, out = _invoke(env, "show", "no-such-session")
+    assert code == 1 and "not found" in out and "Traceback" not in out
+    code, out = _invoke(env, "show", "bad/id")
+    assert code == 1 and "invalid session id" in out
+    code, out = _invoke(env, "fork", "no-such", "--at-seq", "1")
+    assert code == 1
+
+
+def test_verify_catches_a_flipped_byte_naming_key_and_seq(env: dict[str, str], s3log_server: LocalS3) -> None:
+    log = _log(env)
+    w = log.create()
+    for i in range(3):
+        w.append("big", str(i) * 9000)
+    w.commit()
+    code, out = _invoke(env, "verify", "--all")
+    assert code == 0 and "1 verified" in out
+    key = log.head(w.session_id).segments[0]
+    client = s3log_server.client()
+    body = bytearray(client.get_object(Bucket=env["S3LOG_BUCKET"], Key=key)["Body"].read())
+    body[body.index(b"2" * 50)] = ord("3")
+    client.put_object(Bucket=env["S3LOG_BUCKET"], Key=key, Body=bytes(body))
+    code, out = _invoke(env, "verify", w.session_id, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["broken"][0]["key"] == key and report["broken"][0]["seq"] == 2
+
+
+def test_gc_deletes_orphans_but_never_a_referenced_segment(env: dict[str, str], s3log_server: LocalS3) -> None:
+    log = _log(env)
+    a = log.create()
+    a.append("big", "a" * 20000)
+    a.commit()
+    b = log.open(a.session_id)
+    a.append("big", "x" * 20000)
+    a.commit()  # a wins
+    b.append("big", "y" * 20000)
+    b.commit()  # b loses the head race: its segment is an orphan, b forks
+    client = s3log_server.client()
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=env["S3LOG_BUCKET"])["Contents"]]
+    referenced = {k for sid in log.list_session_ids() for k in log.head(sid).segments}
+    orphans = [k for k in keys if "/seg/" in k and k not in referenced]
+    assert len(orphans) == 1
+    code, out = _invoke(env, "gc", "--older-than", "1h", "--json")
+    assert code == 0 and json.loads(out)["deleted"] == []  # inside the grace period
+    time.sleep(1.1)
+    code, out = _invoke(env, "gc", "--older-than", "1s", "--dry-run", "--json")
+    assert json.loads(out)["unreferenced"] == orphans
+    code, out = _invoke(env, "gc", "--older-than", "1s", "--json")
+    assert code == 0 and json.loads(out)["deleted"] == orphans
+    for sid in log.list_session_ids():
+        log.verify(sid)
+    left = {o["Key"] for o in client.list_objects_v2(Bucket=env["S3LOG_BUCKET"])["Contents"]}
+    assert referenced <= left
+
+
+def test_cli_end_to_end_in_a_subprocess(env: dict[str, str]) -> None:
+    log = _log(env)
+    w = log.create()
+    w.append("k", "hello")
+    w.commit()
+    proc = subprocess.run(
+        [sys.executable, "-m", "s3log.cli", "verify", w.session_id],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "1 verified, 0 broken" in proc.stdout
+
+
+def test_demo_finishes_and_reports_zero_loss(env: dict[str, str]) -> None:
+    from s3log.demo import run_demo
+
+    report = run_demo(bucket=env["S3LOG_BUCKET"], endpoint=env["AWS_ENDPOINT_URL"], workers=3, turns=4, sessions=2)
+    assert report.ok, (report.missing, report.duplicated, report.corrupt)
+    assert report.acked == 3 * 4 * 3
+    assert report.commits == 12
