@@ -9,16 +9,16 @@ from typing import Any, TypeVar
 from .codec import Entry, Head
 from .drive import AsyncDriver
 from .ops import Proc
-from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, LineageStep, LogConfig, OnConflict, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
-from .writer import ForkListener, LogCore, SessionInfo, SessionView, VerifyReport, WriterCore
+from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
 
 T = TypeVar("T")
 LIST_PAGE = 100
 
 
-class AsyncWriter:
+class AsyncWriter(WriterBase):
     """Appends to one session from asyncio code.
 
     ``await append(...)`` returns once the entry is durable. Many tasks appending at
@@ -30,35 +30,6 @@ class AsyncWriter:
         self._log = log
         self._core = core
         self._lock = asyncio.Lock()
-
-    @property
-    def session_id(self) -> str:
-        """The session this writer appends to now."""
-        return self._core.session_id
-
-    @property
-    def head(self) -> Head:
-        """The last head this writer committed or loaded."""
-        return self._core.ws.head
-
-    @property
-    def state(self) -> Any:
-        """The reducer state of the committed chain."""
-        return self._core.state
-
-    @property
-    def forks(self) -> list[ForkInfo]:
-        """Every fork this writer made, oldest first."""
-        return list(self._core.forks)
-
-    @property
-    def pending(self) -> int:
-        """How many entries wait for a commit."""
-        return self._core.pending_count
-
-    def on_fork(self, listener: ForkListener) -> None:
-        """Call ``listener`` whenever a conflict makes this writer fork."""
-        self._core.add_fork_listener(listener)
 
     def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
         """Queue an entry without waiting; the next commit carries it."""
@@ -90,7 +61,7 @@ class AsyncWriter:
         return await self._log.run(self._core.commit())
 
 
-class AsyncLog:
+class AsyncLog(LogBase):
     """The :class:`~s3log.Log` verbs, awaited, over an async store."""
 
     def __init__(
@@ -105,15 +76,6 @@ class AsyncLog:
         self._core = LogCore(store, prefix, config, reducer)
         self._driver = AsyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
 
-    @property
-    def prefix(self) -> str:
-        """The key prefix sessions live under."""
-        return self._core.layout.prefix
-
-    @property
-    def config(self) -> LogConfig:
-        """This log's tunables."""
-        return self._core.config
 
     async def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 from .codec import Entry, Head
 from .drive import SyncDriver
 from .ops import Proc
-from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, LineageStep, LogConfig, OnConflict, list_session_ids
 from .reducer import Reducer
 from .store.base import ObjectStore
-from .writer import ForkListener, LogCore, SessionInfo, SessionView, VerifyReport, WriterCore
+from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
 
 T = TypeVar("T")
 
@@ -20,7 +20,7 @@ T = TypeVar("T")
 LIST_PAGE = 100
 
 
-class Writer:
+class Writer(WriterBase):
     """Appends to one session. ``append`` queues; ``commit`` makes durable.
 
     Safe to share between threads: appends from many threads are carried by the
@@ -32,35 +32,6 @@ class Writer:
         self._log = log
         self._core = core
         self._commit_lock = threading.Lock()
-
-    @property
-    def session_id(self) -> str:
-        """The session this writer appends to now."""
-        return self._core.session_id
-
-    @property
-    def head(self) -> Head:
-        """The last head this writer committed or loaded."""
-        return self._core.ws.head
-
-    @property
-    def state(self) -> Any:
-        """The reducer state of the committed chain."""
-        return self._core.state
-
-    @property
-    def forks(self) -> list[ForkInfo]:
-        """Every fork this writer made, oldest first."""
-        return list(self._core.forks)
-
-    @property
-    def pending(self) -> int:
-        """How many entries wait for a commit."""
-        return self._core.pending_count
-
-    def on_fork(self, listener: ForkListener) -> None:
-        """Call ``listener`` whenever a conflict makes this writer fork."""
-        self._core.add_fork_listener(listener)
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
         """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once."""
@@ -97,7 +68,7 @@ class Writer:
             self.commit()
 
 
-class Log:
+class Log(LogBase):
     """Sessions under one store prefix: create, open, read, fork, list, verify, delete."""
 
     def __init__(
@@ -113,15 +84,6 @@ class Log:
         self._driver = SyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
         self._tickets: dict[int, Entry] = {}
 
-    @property
-    def prefix(self) -> str:
-        """The key prefix sessions live under."""
-        return self._core.layout.prefix
-
-    @property
-    def config(self) -> LogConfig:
-        """This log's tunables."""
-        return self._core.config
 
     def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""

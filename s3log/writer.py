@@ -302,3 +302,54 @@ class LogCore:
 def _ws_of(proc: Proc[CommitResult]) -> Proc[WriterState]:
     result = yield from proc
     return result.ws
+
+
+class WriterBase:
+    """What :class:`~s3log.Writer` and :class:`~s3log.AsyncWriter` expose alike."""
+
+    _core: WriterCore
+
+    @property
+    def session_id(self) -> str:
+        """The session this writer appends to now (changes when it forks)."""
+        return self._core.session_id
+
+    @property
+    def head(self) -> Head:
+        """The last head this writer committed or loaded."""
+        return self._core.ws.head
+
+    @property
+    def state(self) -> Any:
+        """The reducer state of the committed chain."""
+        return self._core.state
+
+    @property
+    def forks(self) -> list[ForkInfo]:
+        """Every fork this writer made, oldest first."""
+        return list(self._core.forks)
+
+    @property
+    def pending(self) -> int:
+        """How many entries wait for a commit."""
+        return self._core.pending_count
+
+    def on_fork(self, listener: ForkListener) -> None:
+        """Call ``listener`` with a :class:`ForkInfo` whenever a conflict makes this writer fork."""
+        self._core.add_fork_listener(listener)
+
+
+class LogBase:
+    """What :class:`~s3log.Log` and :class:`~s3log.AsyncLog` expose alike."""
+
+    _core: LogCore
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix sessions live under."""
+        return self._core.layout.prefix
+
+    @property
+    def config(self) -> LogConfig:
+        """This log's tunables."""
+        return self._core.config

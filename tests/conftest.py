@@ -77,7 +77,7 @@ class Backend:
     log: Any
     put_raw: Callable[[str, bytes], None]
     get_raw: Callable[[str], bytes]
-    keys: Callable[[], list[str]]
+    list_keys: Callable[[], Any]
 
     @property
     def requests(self) -> s3log.store.RequestCounter:
@@ -108,7 +108,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     kind = request.param
     if kind in ("memory", "async-memory"):
         mem = s3log.MemoryStore()
-        raw = (mem.put_raw, lambda k: mem.get(k).body, mem.keys)
+        raw = (mem.put_raw, lambda k: mem.get(k).body, mem.all_keys)
         if kind == "memory":
             log: Any = s3log.Log(mem)
             yield Backend(kind, log, *raw)

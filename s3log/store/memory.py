@@ -101,7 +101,7 @@ class MemoryStore:
             self._objects[key] = (bytes(body), etag, _now_ms() if mtime_ms is None else mtime_ms)
         return etag
 
-    def keys(self) -> Sequence[str]:
+    def all_keys(self) -> Sequence[str]:
         """Every key, sorted."""
         with self._lock:
             return sorted(self._objects)
