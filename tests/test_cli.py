@@ -133,3 +133,33 @@ def test_demo_finishes_and_reports_zero_loss(env: dict[str, str]) -> None:
     assert report.ok, (report.missing, report.duplicated, report.corrupt)
     assert report.acked == 3 * 4 * 3
     assert report.commits == 12
+
+
+def test_demo_command_through_the_runner(env: dict[str, str]) -> None:
+    code, out = _invoke(env, "demo", "--workers", "2", "--turns", "2", "--sessions", "1")
+    assert code == 0, out
+    assert "lost: 0; duplicated: 0" in out and "every chain verified: yes" in out
+
+
+def test_local_s3_serves_until_interrupted() -> None:
+    import signal
+
+    import boto3
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3log.cli", "local-s3"], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        endpoint = line.strip().rsplit(" ", 1)[-1]
+        assert endpoint.startswith("http://127.0.0.1:")
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="x", aws_secret_access_key="x",
+                              region_name="us-east-1")
+        client.create_bucket(Bucket="from-cli")
+        assert [b["Name"] for b in client.list_buckets()["Buckets"]] == ["from-cli"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
