@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from .codec import Entry, Head
 from .drive import AsyncDriver
 from .ops import Proc
-from .protocol import CommitResult, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
 from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
@@ -154,6 +154,10 @@ class AsyncLog(LogBase):
         for i in range(0, len(ids), LIST_PAGE):
             for info in await self.run(self._core.session_infos(ids[i : i + LIST_PAGE])):
                 yield info
+
+    async def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
+        """Delete segments no head references (and dangling fork markers) older than the grace period."""
+        return await self.run(self._core.gc(older_than_ms, dry_run))
 
     async def delete(self, session_id: str) -> int:
         """Delete a session (head first)."""

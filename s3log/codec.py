@@ -9,7 +9,7 @@ same content always gives the same bytes (and so the same key gives the same bod
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,8 +313,3 @@ def decode_head(body: bytes, key: str) -> Head:
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
     )
-
-
-def encoded_size(entries: Iterable[Entry]) -> int:
-    """Bytes the entries take inside a head's tail or a segment."""
-    return sum(len(dumps(e.to_map())) for e in entries)

@@ -28,7 +28,6 @@ from .codec import (
     dumps,
     encode_head,
     encode_segment,
-    loads,
     normalize_data,
 )
 from .errors import (
@@ -221,6 +220,8 @@ def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[S
     the chain is verified up to there.
     """
     head, etag = yield from read_head(layout, session)
+    if upto_seq is not None and not -1 <= upto_seq <= head.seq:
+        raise EntryNotFound(session, f"seq {upto_seq} (the session ends at seq {head.seq})")
     head_key = layout.head(session)
     keys = list(head.segments) if upto_seq is None else segments_for_range(head, 0, upto_seq)
     segs = yield from fetch_segments(layout, session, keys)
@@ -614,10 +615,7 @@ def fork_at(
             at_hash = bytes.fromhex(at_hash)
         except ValueError:
             raise EntryNotFound(session, f"hash {at_hash!r} is not hex") from None
-    head, _ = yield from read_head(layout, session)
-    if at_seq is not None and not -1 <= at_seq <= head.seq:
-        raise EntryNotFound(session, f"seq {at_seq} (the session ends at seq {head.seq})")
-    data = yield from load(layout, session, upto_seq=at_seq if at_seq is not None else None)
+    data = yield from load(layout, session, upto_seq=at_seq)
     entries = data.entries
     if at_hash is not None:
         idx = next((i for i, e in enumerate(entries) if e.hash == at_hash), None)
@@ -652,17 +650,6 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
             if isinstance(res, BaseException):
                 raise res
     return 1 + len(objects)
-
-
-def decode_marker(body: bytes, key: str) -> dict[str, Any]:
-    """Decode a fork marker object."""
-    try:
-        obj = loads(body)
-    except Exception as exc:
-        raise CorruptionError(key, f"fork marker is not valid CBOR: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise CorruptionError(key, "fork marker is not a map")
-    return obj
 
 
 @dataclass(frozen=True, slots=True)

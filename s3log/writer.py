@@ -294,6 +294,10 @@ class LogCore:
         """Delete a session and everything under it."""
         return protocol.delete_session(self.layout, validate_session_id(session_id))
 
+    def gc(self, older_than_ms: int, dry_run: bool) -> Proc[protocol.GcReport]:
+        """Collect unreferenced segments and dangling fork markers older than the grace period."""
+        return protocol.gc(self.layout, older_than_ms=older_than_ms, now=protocol.now_ms(), dry_run=dry_run)
+
     def head(self, session_id: str) -> Proc[tuple[Head, str]]:
         """A session's head and ETag."""
         return protocol.read_head(self.layout, validate_session_id(session_id))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,11 +100,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
-
-
-def env_flag(name: str) -> bool:
-    """Whether an environment variable is set to a true value."""
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
 
 
 from . import maintenance, sessions  # noqa: E402,F401  (registers the commands)

@@ -7,8 +7,6 @@ import time
 
 import typer
 
-from ..protocol import gc as gc_proc
-from ..protocol import now_ms
 from .app import app, console, emit_json, fail, handle_errors, open_log, settings
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
@@ -50,9 +48,7 @@ def gc(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Delete segments no head references (orphans of lost races and merges)."""
-    log = open_log()
-    report = log.run(gc_proc(log._core.layout, older_than_ms=parse_duration(older_than), now=now_ms(),
-                             dry_run=dry_run))
+    report = open_log().gc(older_than_ms=parse_duration(older_than), dry_run=dry_run)
     if as_json:
         emit_json({"sessions": report.sessions, "unreferenced": report.unreferenced, "deleted": report.deleted,
                    "kept_young": report.kept_young})
@@ -106,5 +102,3 @@ def demo(
             console.print(f"[red]{line}[/red]")
         fail("the demo found lost, duplicated or corrupt entries")
 
-
-_ = emit_json
