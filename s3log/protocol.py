@@ -578,6 +578,10 @@ def create_fork(
     its parent (a marker whose head never landed is skipped by readers).
     """
     fork_pending = PendingEntry(FORK_KIND, now_ms(), normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
+    # A reducer may say what a fork's header records (an agent session: parent, seed length).
+    fork_meta = getattr(reducer, "fork_meta", None)
+    if fork_meta is not None:
+        meta = normalize_data("meta", fork_meta(dict(meta or {}), parent, seed))
     for attempt in range(4):
         sid = child or uuid7()
         ws = new_writer_state(sid, reducer, meta, parent)

@@ -34,6 +34,11 @@ class Reducer(Protocol[S]):
         ...
 
 
+# A reducer may also define ``fork_meta(meta, parent, seed) -> meta``: the header of a
+# fork made from its state, given the parent's header and the ParentRef. Without it a
+# fork keeps its parent's header unchanged.
+
+
 class EntriesReducer:
     """The default reducer: the state is the logical history, entry maps in order.
 

@@ -338,6 +338,17 @@ class WriterBase:
         """How many entries wait for a commit."""
         return self._core.pending_count
 
+    @property
+    def on_conflict(self) -> OnConflict:
+        """What a conflict does: ``"fork"`` or ``"raise"``."""
+        return self._core.on_conflict
+
+    @on_conflict.setter
+    def on_conflict(self, value: OnConflict) -> None:
+        if value not in ("fork", "raise"):
+            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {value!r}")
+        self._core.on_conflict = value
+
     def on_fork(self, listener: ForkListener) -> None:
         """Call ``listener`` with a :class:`ForkInfo` whenever a conflict makes this writer fork."""
         self._core.add_fork_listener(listener)
