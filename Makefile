@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench checkov clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,5 +27,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 
+# checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
+CHECKOV_VENV := .venv-checkov
+$(CHECKOV_VENV)/.installed:
+	$(PY) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q "checkov==3.3.30"
+	touch $@
+
+checkov: $(CHECKOV_VENV)/.installed
+	$(CHECKOV_VENV)/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
