@@ -30,6 +30,7 @@ from .writer import SessionInfo, SessionView, VerifyReport
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter
     from .store.aio_s3 import AsyncS3Store
+    from .store.fast import AsyncObstoreStore, ObstoreStore
     from .store.s3 import S3Store
 
 __version__ = "0.1.0"
@@ -40,6 +41,8 @@ _LAZY = {
     "AsyncS3Store": ("s3log.store.aio_s3", "AsyncS3Store"),
     "AsyncLog": ("s3log.aio", "AsyncLog"),
     "AsyncWriter": ("s3log.aio", "AsyncWriter"),
+    "ObstoreStore": ("s3log.store.fast", "ObstoreStore"),
+    "AsyncObstoreStore": ("s3log.store.fast", "AsyncObstoreStore"),
 }
 
 
@@ -53,9 +56,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AsyncLog", "AsyncMemoryStore", "AsyncS3Store", "AsyncWriter", "CommitResult", "ConflictError",
+    "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store", "AsyncWriter", "CommitResult", "ConflictError",
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "InvalidEntryError", "InvalidSessionIdError", "LineageStep", "Log", "LogConfig", "MemoryStore",
-    "NullReducer", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
+    "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
 ]

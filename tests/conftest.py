@@ -84,7 +84,7 @@ class Backend:
         return self.log.store.requests  # type: ignore[no-any-return]
 
 
-BACKENDS = ["memory", "mock_aws", "server", "async-memory", "async-server"]
+BACKENDS = ["memory", "mock_aws", "server", "async-memory", "async-server", "obstore", "async-obstore"]
 
 
 def _client_raw(client: Any, bucket: str) -> tuple[Any, Any, Any]:
@@ -133,6 +133,15 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     raw2 = _client_raw(server.client(), bucket)
     if kind == "server":
         yield Backend(kind, s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url)), *raw2)
+        return
+    if kind == "obstore":
+        yield Backend(kind, s3log.Log(s3log.S3Store.fast(bucket, endpoint_url=server.endpoint_url)), *raw2)
+        return
+    if kind == "async-obstore":
+        loop = asyncio.new_event_loop()
+        fast = s3log.AsyncS3Store.fast(bucket, endpoint_url=server.endpoint_url)
+        yield Backend(kind, AsyncFacade(s3log.AsyncLog(fast), loop), *raw2)
+        loop.close()
         return
     loop = asyncio.new_event_loop()
     astore = s3log.AsyncS3Store(bucket, endpoint_url=server.endpoint_url)
