@@ -44,6 +44,9 @@ class Entry:
     ts: int
     data: Any
     hash: bytes
+    #: The entry's deterministic encoding when it was built here (empty when decoded):
+    #: segments and heads splice it instead of encoding the entry again.
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def hash_hex(self) -> str:
@@ -62,10 +65,58 @@ class Entry:
         }
 
 
+# A CBOR map and an array of the same items differ only in the first byte (major type
+# 5 vs 4, same length): encoding the key/value sequence as one canonical array in one
+# C call, then swapping the header, gives the deterministic map with keys already in
+# canonical order ("ts", "seq", "data", "hash", "kind", "prev": shorter keys first,
+# then bytewise), without building and sorting a dict per entry.
+
+
+_K_HASH = dumps("hash")
+
+
 def entry_hash(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> bytes:
-    """SHA-256 of the deterministic CBOR map ``{seq, prev, kind, ts, data}``."""
-    body = dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data})
-    return hashlib.sha256(body).digest()
+    """SHA-256 of the deterministic CBOR map ``{seq, prev, kind, ts, data}``.
+
+    Equal to hashing ``dumps({...})`` (``test_spliced_hash_equals_the_canonical_map``).
+    """
+    body = dumps(["ts", ts, "seq", seq, "data", data, "kind", kind, "prev", prev])
+    return hashlib.sha256(b"\xa5" + body[1:]).digest()
+
+
+def entry_bytes(e: Entry) -> bytes:
+    """The deterministic encoding of an entry's full map (with ``hash``)."""
+    if e.raw:
+        return e.raw
+    body = dumps(["ts", e.ts, "seq", e.seq, "data", e.data, "hash", e.hash, "kind", e.kind, "prev", e.prev])
+    return b"\xa6" + body[1:]
+
+
+def _array_head(n: int) -> bytes:
+    """The header of a CBOR array of ``n`` items (major type 4, shortest length form)."""
+    if n < 24:
+        return bytes([0x80 | n])
+    if n < 0x100:
+        return b"\x98" + n.to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\x99" + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return b"\x9a" + n.to_bytes(4, "big")
+    return b"\x9b" + n.to_bytes(8, "big")
+
+
+def _entries_array(entries: Sequence[Entry]) -> bytes:
+    return _array_head(len(entries)) + b"".join(entry_bytes(e) for e in entries)
+
+
+def _map_with_raw(fields: Mapping[str, Any], raw: Mapping[str, bytes]) -> bytes:
+    """A deterministic CBOR map of ``fields`` plus already-encoded values ``raw``."""
+    items = [(dumps(k), dumps(v)) for k, v in fields.items()]
+    items += [(dumps(k), v) for k, v in raw.items()]
+    items.sort(key=lambda kv: kv[0])
+    n = len(items)
+    head = bytes([0xA0 | n]) if n < 24 else b"\xb8" + n.to_bytes(1, "big")
+    return head + b"".join(k + v for k, v in items)
 
 
 def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
@@ -95,8 +146,12 @@ def normalize_data(kind: str, data: Any, *, session: str | None = None) -> Any:
 
 
 def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> Entry:
-    """Build an entry with its hash. ``data`` must already be normalized."""
-    return Entry(seq, prev, kind, ts, data, entry_hash(seq, prev, kind, ts, data))
+    """Build an entry with its hash and encoding. ``data`` must already be normalized."""
+    # The hashed map and the stored map share every item but "hash": encode them once.
+    front = dumps(["ts", ts, "seq", seq, "data", data])[1:]
+    back = dumps(["kind", kind, "prev", prev])[1:]
+    h = hashlib.sha256(b"\xa5" + front + back).digest()
+    return Entry(seq, prev, kind, ts, data, h, b"\xa6" + front + _K_HASH + dumps(h) + back)
 
 
 def _entry_from_map(obj: Any, key: str) -> Entry:
@@ -151,7 +206,7 @@ class Segment:
 
 def encode_segment(session: str, entries: Sequence[Entry]) -> bytes:
     """The bytes of a segment object."""
-    return dumps({"v": FORMAT_VERSION, "session": session, "entries": [e.to_map() for e in entries]})
+    return _map_with_raw({"v": FORMAT_VERSION, "session": session}, {"entries": _entries_array(entries)})
 
 
 def decode_segment(body: bytes, key: str) -> Segment:
@@ -262,8 +317,10 @@ class Head:
 
 
 def encode_head(head: Head) -> bytes:
-    """The bytes of a head object."""
-    return dumps(head.to_map())
+    """The bytes of a head object (equal to ``dumps(head.to_map())``)."""
+    fields = head.to_map()
+    del fields["tail"]
+    return _map_with_raw(fields, {"tail": _entries_array(head.tail)})
 
 
 _HEAD_FIELDS = frozenset(

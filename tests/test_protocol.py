@@ -6,6 +6,8 @@ import asyncio
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import s3log
 from s3log.manifest import max_manifest_length, plan_merge
@@ -117,3 +119,45 @@ def test_ts_must_be_integer_milliseconds() -> None:
     w = s3log.Log(s3log.MemoryStore()).create()
     with pytest.raises(s3log.InvalidEntryError, match="ts"):
         w.append("k", 1, ts=1.5)  # type: ignore[arg-type]
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    st.integers(0, 2**40), st.one_of(st.none(), st.binary(min_size=32, max_size=32)), st.text(min_size=1),
+    st.integers(0, 2**50), json_like,
+)
+def test_spliced_hash_equals_the_canonical_map(seq: int, prev: bytes | None, kind: str, ts: int, data: object) -> None:
+    import hashlib
+
+    import cbor2
+
+    from s3log.codec import entry_hash
+
+    body = cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
+    assert entry_hash(seq, prev, kind, ts, data) == hashlib.sha256(body).digest()
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=8), json_like), min_size=1, max_size=30), st.booleans())
+def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
+    items: list[tuple[str, object]], fork: bool
+) -> None:
+    import cbor2
+
+    from s3log.chain import PendingEntry, build_chain
+    from s3log.codec import ParentRef, decode_segment, encode_head, encode_segment
+    from s3log.protocol import empty_head
+
+    entries = build_chain([PendingEntry(k, 5, d) for k, d in items], after_seq=-1, after_hash=None)
+    seg = encode_segment("s", entries)
+    assert seg == cbor2.dumps({"v": 1, "session": "s", "entries": [e.to_map() for e in entries]}, canonical=True)
+    assert list(decode_segment(seg, "k").entries) == entries
+    parent = ParentRef("p", 3, b"\1" * 32, "conflict") if fork else None
+    head = empty_head("s", {"labels": {"a": 1}}, parent)
+    head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries)})
+    assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
