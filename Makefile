@@ -25,6 +25,7 @@ demo: $(STAMP)
 	$(BIN)/s3log demo
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python scripts/bench.py
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.

@@ -31,7 +31,10 @@ class Writer(WriterBase):
     def __init__(self, log: Log, core: WriterCore) -> None:
         self._log = log
         self._core = core
-        self._commit_lock = threading.Lock()
+        # Group commit: one thread at a time leads a commit carrying everything queued;
+        # the others wait on the condition and find their entries durable when it ends.
+        self._cond = threading.Condition()
+        self._committing = False
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
         """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once."""
@@ -39,23 +42,39 @@ class Writer(WriterBase):
 
     def commit(self) -> CommitResult:
         """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
-        with self._commit_lock:
+        with self._cond:
+            while self._committing:
+                self._cond.wait()
+            self._committing = True
+        return self._lead()
+
+    def _lead(self) -> CommitResult:
+        try:
             return self._log.run(self._core.commit())
+        finally:
+            with self._cond:
+                self._committing = False
+                self._cond.notify_all()
 
     def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
         """Append one entry and return it once committed.
 
-        Threads calling this at once share commits: whoever holds the commit lock
-        commits everything queued, and the others find their entries already durable.
+        Threads calling this at once share commits: one leads a commit of everything
+        queued while the others wait, and they find their entries durable when it ends.
         """
         ticket = self._core.add(kind, data, ts, wait=True)
         try:
             while True:
-                with self._commit_lock:
-                    entry = self._core.claim(ticket)
-                    if entry is not None:
-                        return entry
-                    self._log.run(self._core.commit())
+                with self._cond:
+                    while True:
+                        entry = self._core.claim(ticket)
+                        if entry is not None:
+                            return entry
+                        if not self._committing:
+                            self._committing = True
+                            break
+                        self._cond.wait()
+                self._lead()
         except BaseException:
             self._core.forget(ticket)
             raise

@@ -80,7 +80,7 @@ class LogConfig:
     need no GET.
     """
 
-    tail_max_bytes: int = 16 * 1024
+    tail_max_bytes: int = 8 * 1024
     fanout: int = 4
     max_parallel: int = 16
     cache_levels: int = 3
