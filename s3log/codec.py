@@ -271,6 +271,10 @@ class Head:
     created_at: int
     updated_at: int
     writer: str
+    #: The smallest and largest entry ``ts`` of the session (None while empty), so a
+    #: scan over a time window can skip a session from its head alone.
+    ts_min: int | None = None
+    ts_max: int | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -311,6 +315,8 @@ class Head:
                 "created_at": self.created_at,
                 "updated_at": self.updated_at,
                 "writer": self.writer,
+                "ts_min": self.ts_min,
+                "ts_max": self.ts_max,
             }
         )
         return out
@@ -325,8 +331,16 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max"}
 )
+
+
+def _opt_int(value: Any, key: str, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise CorruptionError(key, f"head field {name!r} is {value!r}")
+    return value
 
 
 def decode_head(body: bytes, key: str) -> Head:
@@ -367,6 +381,8 @@ def decode_head(body: bytes, key: str) -> Head:
         created_at=need("created_at", int),
         updated_at=need("updated_at", int),
         writer=need("writer", str),
+        ts_min=_opt_int(obj.get("ts_min"), key, "ts_min"),
+        ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
     )

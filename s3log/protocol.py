@@ -220,6 +220,12 @@ def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[S
     the chain is verified up to there.
     """
     head, etag = yield from read_head(layout, session)
+    return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
+
+
+def load_from_head(layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None) -> Proc[SessionData]:
+    """:func:`load` for a head already read: its segments in parallel, then verify."""
+    session = head.session
     if upto_seq is not None and not -1 <= upto_seq <= head.seq:
         raise EntryNotFound(session, f"seq {upto_seq} (the session ends at seq {head.seq})")
     head_key = layout.head(session)
@@ -386,8 +392,13 @@ def _plan_head(
     h = ws.head
     t = now_ms()
     last = entries[-1] if entries else None
+    stamps = [e.ts for e in entries]
+    if h.ts_min is not None:
+        stamps += [h.ts_min, h.ts_max or h.ts_min]
     base = replace(
         h,
+        ts_min=min(stamps) if stamps else None,
+        ts_max=max(stamps) if stamps else None,
         version=h.version + 1,
         seq=last.seq if last else h.seq,
         hash=last.hash if last else h.hash,

@@ -365,6 +365,11 @@ class LogBase:
         return self._core.layout.prefix
 
     @property
+    def layout(self) -> Layout:
+        """The key layout of this log (for running protocol procedures directly)."""
+        return self._core.layout
+
+    @property
     def config(self) -> LogConfig:
         """This log's tunables."""
         return self._core.config

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -163,3 +164,24 @@ def test_local_s3_serves_until_interrupted() -> None:
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
+
+
+def test_export_and_query(env: dict[str, str], tmp_path: Any) -> None:
+    log = _log(env)
+    for _ in range(3):
+        w = log.create()
+        for i in range(4):
+            w.append("tool_call" if i % 2 else "message", {"i": i, "ok": i != 3}, ts=1_767_225_600_000 + i)
+        w.commit()
+    for fmt in ("parquet", "jsonl", "csv"):
+        code, out = _invoke(env, "export", "--format", fmt, "--out", str(tmp_path / fmt))
+        assert code == 0 and "exported 12 entries" in out, out
+    assert (tmp_path / "parquet" / "date=2026-01-01").is_dir()
+    lines = (tmp_path / "jsonl" / "entries.jsonl").read_text().splitlines()
+    assert len(lines) == 12 and {json.loads(x)["data"]["i"] for x in lines} == {0, 1, 2, 3}
+    code, out = _invoke(env, "export", "--format", "jsonl", "--out", str(tmp_path / "k"), "--kind", "tool_call")
+    assert "exported 6 entries" in out
+    code, out = _invoke(env, "query", "SELECT kind, count(*) AS n FROM entries GROUP BY kind ORDER BY kind", "--json")
+    assert code == 0 and json.loads(out) == [{"kind": "message", "n": 6}, {"kind": "tool_call", "n": 6}]
+    code, out = _invoke(env, "query", "SELECT nope FROM entries")
+    assert code == 1 and "Traceback" not in out

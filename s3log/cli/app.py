@@ -102,4 +102,4 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-from . import maintenance, sessions  # noqa: E402,F401  (registers the commands)
+from . import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)
