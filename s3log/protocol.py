@@ -315,6 +315,13 @@ def list_session_ids(layout: Layout) -> Proc[list[str]]:
     return sorted((i for i in ids if i), reverse=True)
 
 
+def list_session_ids_with_prefix(layout: Layout, id_prefix: str) -> Proc[list[str]]:
+    """The session ids starting with ``id_prefix`` (one LIST per 1,000), sorted."""
+    base = layout.sessions_prefix
+    _, prefixes = yield from list_all(base + id_prefix, delimiter="/")
+    return sorted(p[len(base):].rstrip("/") for p in prefixes)
+
+
 def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
     """The heads of ``sessions``, fetched concurrently; None for a missing or unreadable one."""
     if not sessions:

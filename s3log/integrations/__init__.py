@@ -1,0 +1,1 @@
+"""Drop-in persistence for agent frameworks (LangGraph, OpenAI Agents SDK)."""
