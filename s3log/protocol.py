@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -247,6 +247,36 @@ def load_from_head(layout: Layout, head: Head, etag: str, *, upto_seq: int | Non
     if upto_seq is not None:
         entries = entries[: upto_seq + 1]
     return SessionData(session, head, etag, entries, by_key)
+
+
+def load_suffix(
+    layout: Layout, session: str, enough: Callable[[Sequence[Entry]], bool]
+) -> Proc[tuple[Head, list[Entry]]]:
+    """The newest entries of a session, read backwards until ``enough(entries)`` holds.
+
+    The head's tail first, then one segment at a time from the end: a reader that
+    needs the latest N items does not replay the whole log. The suffix read is
+    verified (seqs, links, hashes, keys, and the head against its last entry).
+    """
+    head, _ = yield from read_head(layout, session)
+    entries = list(head.tail)
+    read: list[tuple[str, Segment]] = []
+    remaining = list(head.segments)
+    while remaining and (not entries or not enough(entries)):
+        key = remaining.pop()
+        segs = yield from fetch_segments(layout, session, [key])
+        read.insert(0, (key, segs[key]))
+        entries = list(segs[key].entries) + entries
+    head_key = layout.head(session)
+    if entries:
+        verifier = ChainVerifier(session, start_seq=entries[0].seq, start_hash=entries[0].prev)
+        for key, seg in read:
+            verifier.feed_segment(key, seg)
+        verifier.feed(head_key, head.tail)
+        verifier.finish(head_key, head)
+        if entries[0].seq == 0:
+            check_fork_origin(head_key, head, entries[0])
+    return head, entries
 
 
 def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
