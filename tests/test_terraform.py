@@ -208,9 +208,20 @@ def _actions(used: set[str]) -> set[str]:
     return set().union(*(per[m] for m in used))
 
 
-def _policy_actions(name: str) -> set[str]:
-    doc = _blocks("data", "aws_iam_policy_document")[name]
-    return {a for s in _statements(doc) for a in s["actions"] if a.startswith("s3:")}
+def _locals() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for block in _load(MODULE / "iam.tf")["locals"]:
+        out.update(block)
+    return out
+
+
+def _policy_actions(role: str) -> set[str]:
+    doc = _blocks("data", "aws_iam_policy_document")["role"]
+    actions = set(_locals()["role_object_actions"][role])
+    for s in _statements(doc):
+        if s["actions"] != "${each.value}":
+            actions |= {a for a in s["actions"] if a.startswith("s3:")}
+    return actions
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +247,17 @@ def test_policy_grants_exactly_the_s3_calls_the_code_makes(role: str, derived: d
 
 def test_writer_cannot_delete_and_policies_stay_inside_the_prefix(derived: dict[str, set[str]]) -> None:
     assert "s3:DeleteObject" not in derived["writer"]
-    for role in ("writer", "reader", "gc"):
-        for s in _statements(_blocks("data", "aws_iam_policy_document")[role]):
-            for r in s["resources"]:
-                assert r != "*"
-            if any(a.startswith("s3:") for a in s["actions"]):
-                if s["actions"] == ["s3:ListBucket"]:
-                    assert s["resources"] == ["${aws_s3_bucket.this.arn}"]
-                    assert s["condition"][0]["variable"] == "s3:prefix"
-                    assert s["condition"][0]["values"] == ["${local.list_prefix}"]
-                else:
-                    assert s["resources"] == ["${local.objects_arn}"]
+    doc = _blocks("data", "aws_iam_policy_document")["role"]
+    assert doc["for_each"] == "${local.role_object_actions}"
+    for s in _statements(doc):
+        for r in s["resources"]:
+            assert r != "*"
+        if s["actions"] == ["s3:ListBucket"]:
+            assert s["resources"] == ["${aws_s3_bucket.this.arn}"]
+            assert s["condition"][0]["variable"] == "s3:prefix"
+            assert s["condition"][0]["values"] == ["${local.list_prefix}"]
+        elif s["actions"] == "${each.value}":
+            assert s["resources"] == ["${local.objects_arn}"]
+        else:
+            assert s["sid"] == "UseKey" and s["resources"] == ["${var.kms_key_arn}"]
+    assert _locals()["objects_arn"] == "${aws_s3_bucket.this.arn}/${var.prefix}/*"

@@ -15,8 +15,8 @@ from . import _obstore_common as common
 from .base import RequestCounter
 
 
-class ObstoreStore:
-    """S3 (or any S3-compatible store) through obstore, blocking."""
+class _ObstoreBase:
+    """The client, prefix and request counter both obstore stores hold."""
 
     def __init__(
         self,
@@ -33,7 +33,11 @@ class ObstoreStore:
         self.requests = RequestCounter()
 
     def __repr__(self) -> str:
-        return f"ObstoreStore(bucket={self.bucket!r}, prefix={self.prefix!r})"
+        return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+
+class ObstoreStore(_ObstoreBase):
+    """S3 (or any S3-compatible store) through obstore, blocking."""
 
     def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""
@@ -92,25 +96,8 @@ class ObstoreStore:
             raise common.map_error(exc, key) from exc
 
 
-class AsyncObstoreStore:
+class AsyncObstoreStore(_ObstoreBase):
     """S3 (or any S3-compatible store) through obstore, awaited."""
-
-    def __init__(
-        self,
-        bucket: str,
-        prefix: str = DEFAULT_PREFIX,
-        *,
-        endpoint_url: str | None = None,
-        region_name: str | None = None,
-        client: Any = None,
-    ) -> None:
-        self.bucket = bucket
-        self.prefix = prefix
-        self.client = client if client is not None else common.make_client(bucket, endpoint_url, region_name)
-        self.requests = RequestCounter()
-
-    def __repr__(self) -> str:
-        return f"AsyncObstoreStore(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
     async def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""

@@ -15,15 +15,15 @@ output "prefix" {
 
 output "reader_policy_arn" {
   description = "Policy for readers (get + list)."
-  value       = aws_iam_policy.reader.arn
+  value       = aws_iam_policy.role["reader"].arn
 }
 
 output "writer_policy_arn" {
   description = "Policy for writers (get, put, list; no delete)."
-  value       = aws_iam_policy.writer.arn
+  value       = aws_iam_policy.role["writer"].arn
 }
 
 output "gc_policy_arn" {
   description = "Policy for gc and rm (adds delete)."
-  value       = aws_iam_policy.gc.arn
+  value       = aws_iam_policy.role["gc"].arn
 }
