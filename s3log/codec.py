@@ -155,26 +155,38 @@ def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> E
 
 
 def _entry_from_map(obj: Any, key: str) -> Entry:
+    # The hot path of every read: exact type checks (cbor2 decodes maps to dict, ints
+    # to int), one branch for the common shape, the detailed diagnosis only on failure.
+    if type(obj) is dict:
+        seq, prev, kind, ts, h = obj.get("seq"), obj.get("prev"), obj.get("kind"), obj.get("ts"), obj.get("hash")
+        if (
+            type(seq) is int and seq >= 0 and type(ts) is int and type(kind) is str
+            and type(h) is bytes and len(h) == HASH_LEN
+            and (prev is None or (type(prev) is bytes and len(prev) == HASH_LEN))
+            and "data" in obj
+        ):
+            return Entry(seq, prev, kind, ts, obj["data"], h)
+    raise _entry_error(obj, key)
+
+
+def _entry_error(obj: Any, key: str) -> CorruptionError:
     if not isinstance(obj, Mapping):
-        raise CorruptionError(key, f"entry is a {type(obj).__name__}, expected a map")
+        return CorruptionError(key, f"entry is a {type(obj).__name__}, expected a map")
     seq = obj.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise CorruptionError(key, f"entry seq is {seq!r}, expected an integer >= 0")
+        return CorruptionError(key, f"entry seq is {seq!r}, expected an integer >= 0")
     prev = obj.get("prev")
-    kind = obj.get("kind")
-    ts = obj.get("ts")
-    h = obj.get("hash")
     if prev is not None and not (isinstance(prev, bytes) and len(prev) == HASH_LEN):
-        raise CorruptionError(key, "entry prev is not null or a 32-byte hash", seq=seq)
-    if not isinstance(kind, str):
-        raise CorruptionError(key, "entry kind is not a string", seq=seq)
+        return CorruptionError(key, "entry prev is not null or a 32-byte hash", seq=seq)
+    if not isinstance(obj.get("kind"), str):
+        return CorruptionError(key, "entry kind is not a string", seq=seq)
+    ts = obj.get("ts")
     if not isinstance(ts, int) or isinstance(ts, bool):
-        raise CorruptionError(key, "entry ts is not an integer", seq=seq)
+        return CorruptionError(key, "entry ts is not an integer", seq=seq)
+    h = obj.get("hash")
     if not (isinstance(h, bytes) and len(h) == HASH_LEN):
-        raise CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
-    if "data" not in obj:
-        raise CorruptionError(key, "entry has no data field", seq=seq)
-    return Entry(seq, prev, kind, ts, obj["data"], h)
+        return CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
+    return CorruptionError(key, "entry has no data field", seq=seq)
 
 
 def _check_version(obj: Any, key: str, what: str) -> Mapping[str, Any]:

@@ -171,3 +171,25 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     head = empty_head("s", {"labels": {"a": 1}}, parent)
     head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries)})
     assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"seq": -1}, "seq"), ({"seq": True}, "seq"), ({"prev": b"short"}, "prev"), ({"kind": 5}, "kind"),
+        ({"ts": "now"}, "ts"), ({"hash": b"x"}, "hash"), ({"data": None, "__drop__": "data"}, "data"),
+    ],
+)
+def test_malformed_entries_are_corruption_naming_what_is_wrong(change: dict[str, object], reason: str) -> None:
+    import cbor2
+
+    from s3log.codec import decode_segment
+
+    entry: dict[str, object] = {"seq": 0, "prev": None, "kind": "k", "ts": 1, "data": 1, "hash": bytes(32)}
+    drop = change.pop("__drop__", None)
+    entry.update(change)
+    if drop:
+        del entry[str(drop)]
+    body = cbor2.dumps({"v": 1, "session": "s", "entries": [entry]})
+    with pytest.raises(s3log.CorruptionError, match=reason):
+        decode_segment(body, "seg-key")
