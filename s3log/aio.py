@@ -74,7 +74,9 @@ class AsyncLog(LogBase):
     ) -> None:
         self.store = store
         self._core = LogCore(store, prefix, config, reducer)
-        self._driver = AsyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
+        self._driver = AsyncDriver(
+            store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
+        )
 
 
     async def run(self, proc: Proc[T]) -> T:

@@ -125,23 +125,70 @@ def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
         raise InvalidEntryError(kind, "kind must be a non-empty string")
     if len(kind) > 256:
         raise InvalidEntryError(kind, "kind is longer than 256 characters")
+    _check_text(kind, kind, None)
     if not allow_reserved and kind.startswith(RESERVED_KIND_PREFIX):
         raise InvalidEntryError(kind, f"kinds starting with {RESERVED_KIND_PREFIX!r} are reserved")
     return kind
 
 
+#: How deep entry data may nest. Stored objects wrap data in a few more levels (the
+#: entry map, the entries array, the segment or head map) and the decoder must read
+#: them back (cbor2 stops at 400 levels), so the bound leaves room for that; it also keeps
+#: the C encoder far from the stack depth at which it crashes the process.
+MAX_DATA_DEPTH = 256
+#: The range of ``ts`` (ms since the epoch): a signed 64-bit integer, as every reader
+#: (Arrow timestamp[ms], Parquet INT64) stores it.
+MAX_TS = 2**63 - 1
+
+
+def _check_tree(kind: str, data: Any, session: str | None) -> None:
+    """Refuse data that would not read back: too deep, or strings that are not UTF-8.
+
+    Iterative (an explicit stack), so hostile depth cannot exhaust Python's stack either.
+    """
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            _check_text(kind, value, session)
+            continue
+        if isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_DATA_DEPTH:
+                raise InvalidEntryError(
+                    kind, f"data nests deeper than {MAX_DATA_DEPTH} levels", session=session
+                )
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    stack.append((k, depth + 1))
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in value)
+
+
+def _check_text(kind: str, text: str, session: str | None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEntryError(
+            kind, f"a string is not valid Unicode (lone surrogate at index {exc.start})", session=session
+        ) from None
+
+
 def normalize_data(kind: str, data: Any, *, session: str | None = None) -> Any:
     """Return ``data`` as a reader will see it after a round trip through CBOR.
 
-    Raises :class:`InvalidEntryError` naming the kind when CBOR cannot encode it, so
-    bad input is refused at ``append`` time, before anything is written. The
-    round trip also makes the writer's in-memory entries equal to what readers decode
-    (a tuple becomes a list, for instance), so a hash is computed over exactly what is
-    stored.
+    Raises :class:`InvalidEntryError` naming the kind when CBOR cannot encode it, when
+    it nests deeper than :data:`MAX_DATA_DEPTH` or holds a string that is not valid
+    Unicode, so bad input is refused at ``append`` time, before anything is written,
+    and never poisons a later commit. The round trip also makes the writer's in-memory
+    entries equal to what readers decode (a tuple becomes a list, for instance), so a
+    hash is computed over exactly what is stored.
     """
+    _check_tree(kind, data, session)
     try:
         return loads(dumps(data))
-    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError) as exc:
+    except (cbor2.CBOREncodeError, cbor2.CBORDecodeError, TypeError, ValueError, OverflowError,
+            RecursionError) as exc:
         raise InvalidEntryError(kind, f"data cannot be encoded as CBOR: {exc}", session=session) from exc
 
 
@@ -287,6 +334,10 @@ class Head:
     #: scan over a time window can skip a session from its head alone.
     ts_min: int | None = None
     ts_max: int | None = None
+    #: When a commit last removed segments from the manifest (a merge), in ms: gc keeps
+    #: unreferenced segments of a session until this is older than its grace period,
+    #: so a reader holding the previous head can still read them.
+    retired_at: int | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -331,6 +382,8 @@ class Head:
                 "ts_max": self.ts_max,
             }
         )
+        if self.retired_at is not None:
+            out["retired_at"] = self.retired_at
         return out
 
 
@@ -343,7 +396,7 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at"}
 )
 
 
@@ -395,6 +448,7 @@ def decode_head(body: bytes, key: str) -> Head:
         writer=need("writer", str),
         ts_min=_opt_int(obj.get("ts_min"), key, "ts_min"),
         ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),
+        retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
     )

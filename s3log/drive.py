@@ -12,16 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from tenacity import (
-    AsyncRetrying,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
-
-from .errors import StoreError, TransientStoreError
+from . import decide
+from .env import DEFAULT_ENV, Env
+from .errors import StoreError
 from .ops import Op, Parallel, Proc, Sleep, is_retryable, store_call
 from .protocol import RetryPolicy
 from .store.base import AsyncObjectStore, ObjectStore
@@ -29,13 +22,13 @@ from .store.base import AsyncObjectStore, ObjectStore
 T = TypeVar("T")
 
 
-def _retry_kwargs(policy: RetryPolicy) -> dict[str, Any]:
-    return {
-        "stop": stop_after_attempt(policy.attempts) | stop_after_delay(policy.max_time),
-        "wait": wait_random_exponential(multiplier=policy.initial, max=policy.max_backoff),
-        "retry": retry_if_exception_type(TransientStoreError),
-        "reraise": True,
-    }
+def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, started_ms: int) -> float | None:
+    """Seconds to wait before repeating an idempotent request that failed, or None to raise."""
+    if not decide.may_retry_read(decide.classify(exc)) or attempt >= policy.attempts:
+        return None
+    if env.now_ms() - started_ms >= policy.max_time * 1000:
+        return None
+    return policy.backoff(attempt, env.rng)
 
 
 def _step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
@@ -49,9 +42,10 @@ def _step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | 
 class SyncDriver:
     """Runs procedures on a blocking store; ``Parallel`` ops use a thread pool."""
 
-    def __init__(self, store: ObjectStore, retry: RetryPolicy, max_parallel: int) -> None:
+    def __init__(self, store: ObjectStore, retry: RetryPolicy, max_parallel: int, env: Env = DEFAULT_ENV) -> None:
         self.store = store
         self.retry = retry
+        self.env = env
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="s3log")
 
     def close(self) -> None:
@@ -82,7 +76,16 @@ class SyncDriver:
         method = getattr(self.store, name)
         if not is_retryable(op):
             return method(*args, **kwargs)
-        return Retrying(**_retry_kwargs(self.retry))(method, *args, **kwargs)
+        started, attempt = self.env.now_ms(), 0
+        while True:
+            attempt += 1
+            try:
+                return method(*args, **kwargs)
+            except StoreError as exc:
+                delay = _retry_delay(self.retry, self.env, exc, attempt, started)
+                if delay is None:
+                    raise
+            time.sleep(delay)
 
     def _capture(self, op: Op) -> Any:
         try:
@@ -94,9 +97,12 @@ class SyncDriver:
 class AsyncDriver:
     """Runs procedures on an async store; ``Parallel`` ops are gathered under a semaphore."""
 
-    def __init__(self, store: AsyncObjectStore, retry: RetryPolicy, max_parallel: int) -> None:
+    def __init__(
+        self, store: AsyncObjectStore, retry: RetryPolicy, max_parallel: int, env: Env = DEFAULT_ENV
+    ) -> None:
         self.store = store
         self.retry = retry
+        self.env = env
         self._max_parallel = max_parallel
         self._sem: asyncio.Semaphore | None = None
 
@@ -126,7 +132,16 @@ class AsyncDriver:
         method = getattr(self.store, name)
         if not is_retryable(op):
             return await method(*args, **kwargs)
-        return await AsyncRetrying(**_retry_kwargs(self.retry))(method, *args, **kwargs)
+        started, attempt = self.env.now_ms(), 0
+        while True:
+            attempt += 1
+            try:
+                return await method(*args, **kwargs)
+            except StoreError as exc:
+                delay = _retry_delay(self.retry, self.env, exc, attempt, started)
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
 
     async def _capture(self, op: Op) -> Any:
         assert self._sem is not None

@@ -22,6 +22,36 @@ class InvalidSessionIdError(S3LogError, ValueError):
         super().__init__(f"invalid session id {session_id!r}: {reason}")
 
 
+class InvalidPrefixError(S3LogError, ValueError):
+    """A key prefix cannot be used (``..`` parts, empty parts, unsafe characters)."""
+
+    def __init__(self, prefix: object, reason: str) -> None:
+        self.prefix = prefix
+        super().__init__(f"invalid key prefix {prefix!r}: {reason}")
+
+
+class InvalidArgumentError(S3LogError, ValueError):
+    """An argument of an s3log call has the wrong type or value (named in the message)."""
+
+    def __init__(self, argument: str, reason: str, *, session: str | None = None) -> None:
+        self.argument = argument
+        self.session = session
+        where = f" (session {session})" if session else ""
+        super().__init__(f"invalid argument {argument}{where}: {reason}")
+
+
+class PreconditionsIgnoredError(S3LogError):
+    """The store ignored a conditional-write header: none of s3log's guarantees hold on it."""
+
+    def __init__(self, bucket: str, detail: str) -> None:
+        self.bucket = bucket
+        self.detail = detail
+        super().__init__(
+            f"the store behind bucket {bucket!r} ignores conditional writes: {detail}. "
+            "s3log needs If-None-Match and If-Match on PUT (S3 and most S3-compatible stores honour them)."
+        )
+
+
 class InvalidEntryError(S3LogError, ValueError):
     """An entry cannot be appended (bad kind, data CBOR cannot encode, bad ts)."""
 

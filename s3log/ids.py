@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import time
@@ -18,16 +19,22 @@ _last_ms = 0
 _counter = 0
 
 
-def uuid7() -> str:
+def uuid7(now_ms: int | None = None, rng: random.Random | None = None) -> str:
     """Return a new UUIDv7 (RFC 9562) as a string.
 
     Ids made in the same millisecond by this process stay ordered: the 12-bit
     ``rand_a`` field is a counter seeded randomly each millisecond, so sorting ids
     sorts sessions by creation time, which is what "newest first" listing relies on.
+    ``now_ms`` and ``rng`` let a caller (the deterministic simulator, through
+    :class:`s3log.env.Env`) fix the clock and the random bits.
     """
+    if rng is not None:
+        # Deterministic ids: no process-wide counter, everything from the given source.
+        ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        return _assemble(ms, rng.getrandbits(12), rng.getrandbits(62))
     global _last_ms, _counter
     with _lock:
-        ms = time.time_ns() // 1_000_000
+        ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
         if ms <= _last_ms:
             ms = _last_ms
             _counter += 1
@@ -38,7 +45,10 @@ def uuid7() -> str:
             _counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
         _last_ms = ms
         rand_a = _counter
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    return _assemble(ms, rand_a, int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1))
+
+
+def _assemble(ms: int, rand_a: int, rand_b: int) -> str:
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= rand_a << 64

@@ -3,8 +3,13 @@
 Under a prefix ``P`` (default ``s3log``)::
 
     P/sessions/{sid}/head
-    P/sessions/{sid}/seg/{first_seq:012d}-{last_hash_hex}.cbor
+    P/sessions/{sid}/seg/{first_seq:012d}-{last_hash_hex}-{nonce}.cbor
     P/sessions/{sid}/forks/{child_sid}
+
+Segments written before the nonce was added (``{first_seq:012d}-{last_hash_hex}.cbor``)
+stay readable. The nonce makes every segment write a new key: a commit never finds
+"its" segment already there from an earlier attempt, so it never references an
+object whose age it does not know (see docs/design.md, gc).
 """
 
 from __future__ import annotations
@@ -12,16 +17,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .errors import InvalidPrefixError
 from .ids import validate_session_id
 
 DEFAULT_PREFIX = "s3log"
+#: Segments the head of a session may list: a levelled manifest holds a few dozen at
+#: most, so a head naming more is hostile or corrupt, and is refused before any GET.
+MAX_SEGMENTS = 4096
 
-_SEGMENT_NAME = re.compile(r"(\d{12})-([0-9a-f]{64})\.cbor")
+_SEGMENT_NAME = re.compile(r"(\d{12})-([0-9a-f]{64})(?:-([0-9a-f]{16}))?\.cbor")
+_PREFIX_PART = re.compile(r"[A-Za-z0-9!_.*'()=+,;:@ -]+")
 
 
-def normalize_prefix(prefix: str) -> str:
-    """Strip slashes at both ends; an empty prefix is allowed (keys start at the root)."""
-    return prefix.strip("/")
+def normalize_prefix(prefix: object) -> str:
+    """Validate a key prefix and strip slashes at both ends.
+
+    An empty prefix is allowed (keys start at the root). Parts are separated by single
+    slashes; ``.`` and ``..`` parts, empty parts (``a//b``) and characters outside
+    S3's safe set are refused with :class:`~s3log.errors.InvalidPrefixError`.
+    """
+    if not isinstance(prefix, str):
+        raise InvalidPrefixError(prefix, "must be a string")
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    if len(stripped) > 512:
+        raise InvalidPrefixError(prefix, "longer than 512 characters")
+    for part in stripped.split("/"):
+        if not part:
+            raise InvalidPrefixError(prefix, "has an empty part ('//')")
+        if part in (".", ".."):
+            raise InvalidPrefixError(prefix, f"has a {part!r} part")
+        if not _PREFIX_PART.fullmatch(part):
+            raise InvalidPrefixError(prefix, f"part {part!r} has characters outside A-Z a-z 0-9 !_.*'()=+,;:@ -")
+    return stripped
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +79,19 @@ class Layout:
         """The prefix of a session's segment objects."""
         return self.session_dir(session) + "seg/"
 
-    def segment(self, session: str, first_seq: int, last_hash: bytes) -> str:
-        """The key of a segment starting at ``first_seq`` and ending with ``last_hash``."""
-        return f"{self.segment_dir(session)}{first_seq:012d}-{last_hash.hex()}.cbor"
+    def segment(self, session: str, first_seq: int, last_hash: bytes, nonce: str | None = None) -> str:
+        """The key of a segment starting at ``first_seq`` and ending with ``last_hash``.
+
+        ``nonce`` (16 hex digits) makes the key unique to one write; None gives the
+        form of segments written before nonces existed.
+        """
+        tail = f"-{nonce}" if nonce else ""
+        return f"{self.segment_dir(session)}{first_seq:012d}-{last_hash.hex()}{tail}.cbor"
+
+    def is_segment_of(self, session: str, key: str) -> bool:
+        """Whether ``key`` is a well-formed segment key inside ``session``'s folder."""
+        base = self.segment_dir(session)
+        return key.startswith(base) and _SEGMENT_NAME.fullmatch(key[len(base):]) is not None
 
     def forks_dir(self, session: str) -> str:
         """The prefix of a session's fork markers."""

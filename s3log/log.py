@@ -100,7 +100,9 @@ class Log(LogBase):
     ) -> None:
         self.store = store
         self._core = LogCore(store, prefix, config, reducer)
-        self._driver = SyncDriver(store, self._core.config.retry, self._core.config.max_parallel)
+        self._driver = SyncDriver(
+            store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
+        )
         self._tickets: dict[int, Entry] = {}
 
 

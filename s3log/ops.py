@@ -52,14 +52,12 @@ class Get:
 class PutIfAbsent:
     """PUT with ``If-None-Match: *``. Result: the new ETag; raises PreconditionFailed.
 
-    ``retry`` lets the driver repeat it on a transient error: right for content-addressed
-    objects (a repeat that finds the object means the first attempt landed), wrong for
-    a head, whose outcome the core must resolve by reading it back.
+    Never retried by a driver: what a failed create-only PUT means is decided by the
+    procedure (:func:`s3log.protocol.put_immutable`, :mod:`s3log.decide`).
     """
 
     key: str
     body: bytes
-    retry: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +106,8 @@ Proc = Generator[Op, Any, T]
 
 
 def is_retryable(op: Op) -> bool:
-    """Whether a driver may repeat ``op`` by itself after a transient error."""
-    if isinstance(op, PutIfAbsent):
-        return op.retry
+    """Whether a driver may repeat ``op`` by itself after a transient error: only reads,
+    listings and deletes, which are idempotent. Writes are decided by the procedure."""
     return isinstance(op, (Get, ListKeys, Delete))
 
 

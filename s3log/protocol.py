@@ -9,13 +9,13 @@ are reviewed and tested in one place.
 
 from __future__ import annotations
 
+import logging
 import random
-import secrets
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from . import decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
@@ -30,23 +30,26 @@ from .codec import (
     encode_segment,
     normalize_data,
 )
+from .env import DEFAULT_ENV, Env, wall_clock_ms
 from .errors import (
-    ConditionalRequestConflict,
     ConflictError,
     CorruptionError,
     EntryNotFound,
+    FormatVersionError,
+    InvalidArgumentError,
+    InvalidSessionIdError,
     ObjectNotFound,
-    PreconditionFailed,
     SessionExists,
     SessionNotFound,
     StoreError,
-    TransientStoreError,
 )
-from .ids import uuid7
-from .layout import Layout
+from .ids import validate_session_id
+from .layout import MAX_SEGMENTS, Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
 from .reducer import Reducer, fold, replay
+
+log = logging.getLogger("s3log")
 
 OnConflict = Literal["fork", "raise"]
 #: An ETag no object has: a writer holding it meets a 412 on its next commit.
@@ -63,9 +66,10 @@ class RetryPolicy:
     max_backoff: float = 1.0
     max_time: float = 30.0
 
-    def backoff(self, attempt: int) -> float:
-        """Seconds to wait before attempt ``attempt + 1`` (full jitter)."""
-        return random.uniform(0, min(self.max_backoff, self.initial * (2 ** (attempt - 1))))
+    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (full jitter from ``rng``)."""
+        upper = min(self.max_backoff, self.initial * (2 ** (attempt - 1)))
+        return (rng or DEFAULT_ENV.rng).uniform(0, upper)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,10 @@ class LogConfig:
     ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
     bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
     entries of segments below this level in memory, so the merges it will do soon
-    need no GET.
+    need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
+    this long after it wrote a segment gives up (nothing acknowledged; the next commit
+    writes a new segment), so gc may treat an unreferenced segment older than this as
+    garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     """
 
     tail_max_bytes: int = 8 * 1024
@@ -85,11 +92,13 @@ class LogConfig:
     max_parallel: int = 16
     cache_levels: int = 3
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    commit_deadline_ms: int = 10 * 60 * 1000
+    env: Env = DEFAULT_ENV
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
+    """Wall-clock milliseconds since the epoch (procedures use their config's ``env``)."""
+    return wall_clock_ms()
 
 
 # ------------------------------------------------------------------------------ results
@@ -168,6 +177,18 @@ class _HeadOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class HeadRow:
+    """A session's head as listed: the head, or None with ``error`` when it is unreadable.
+
+    A listing reports a broken session and goes on: one bad object never hides the rest.
+    """
+
+    session: str
+    head: Head | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LineageStep:
     """One session of a lineage and where it forked from (None for the root)."""
 
@@ -186,9 +207,23 @@ def read_head(layout: Layout, session: str) -> Proc[tuple[Head, str]]:
     except ObjectNotFound:
         raise SessionNotFound(session) from None
     head = decode_head(blob.body, key)
+    check_head(layout, head, session, key)
+    return head, blob.etag
+
+
+def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
+    """Refuse a head that names another session or segments outside its own folder.
+
+    Runs before any segment is fetched, so a hostile head cannot make a reader GET
+    an arbitrary key (or thousands of them).
+    """
     if head.session != session:
         raise CorruptionError(key, f"head belongs to session {head.session}, expected {session}")
-    return head, blob.etag
+    if len(head.segments) > MAX_SEGMENTS:
+        raise CorruptionError(key, f"head lists {len(head.segments)} segments (at most {MAX_SEGMENTS})")
+    for seg in head.segments:
+        if not layout.is_segment_of(session, seg):
+            raise CorruptionError(key, f"head lists {seg!r}, which is not a segment key of session {session}")
 
 
 def _read_head_or_none(layout: Layout, session: str) -> Proc[tuple[Head, str] | None]:
@@ -297,7 +332,7 @@ def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     return None
 
 
-def _landed_prefix(layout: Layout, head: Head, entries: Sequence[Entry]) -> Proc[int]:
+def landed_prefix(layout: Layout, head: Head, entries: Sequence[Entry]) -> Proc[int]:
     """How many of ``entries`` (a commit's chain) are part of the chain ``head`` describes.
 
     A write whose response was lost may have landed and then been built on by
@@ -338,34 +373,69 @@ def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[Ob
             return objects, prefixes
 
 
+def _session_ids(layout: Layout, prefixes: Sequence[str]) -> list[str]:
+    # A folder whose name is not a valid session id is not a session: skip it (and
+    # say so) instead of failing every listing of the bucket.
+    base = layout.sessions_prefix
+    out: list[str] = []
+    for p in prefixes:
+        sid = p[len(base):].rstrip("/")
+        if not sid:
+            continue
+        try:
+            validate_session_id(sid)
+        except InvalidSessionIdError:
+            log.warning("skipping %r under %s: not a valid session id", sid, base)
+            continue
+        out.append(sid)
+    return out
+
+
 def list_session_ids(layout: Layout) -> Proc[list[str]]:
     """Every session id under the layout's prefix, newest first (UUIDv7 ids sort by time)."""
     _, prefixes = yield from list_all(layout.sessions_prefix, delimiter="/")
-    ids = [p[len(layout.sessions_prefix):].rstrip("/") for p in prefixes]
-    return sorted((i for i in ids if i), reverse=True)
+    return sorted(_session_ids(layout, prefixes), reverse=True)
 
 
 def list_session_ids_with_prefix(layout: Layout, id_prefix: str) -> Proc[list[str]]:
     """The session ids starting with ``id_prefix`` (one LIST per 1,000), sorted."""
-    base = layout.sessions_prefix
-    _, prefixes = yield from list_all(base + id_prefix, delimiter="/")
-    return sorted(p[len(base):].rstrip("/") for p in prefixes)
+    _, prefixes = yield from list_all(layout.sessions_prefix + id_prefix, delimiter="/")
+    return sorted(_session_ids(layout, prefixes))
 
 
-def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
-    """The heads of ``sessions``, fetched concurrently; None for a missing or unreadable one."""
+def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow]]:
+    """The heads of ``sessions``, fetched concurrently.
+
+    A session whose head is missing (deleted meanwhile, or a folder left without a
+    head by a failed create) is left out; one whose head cannot be read or decoded
+    (corrupt, a future format version) is a row with ``error`` set.
+    """
     if not sessions:
         return []
     results: list[Any] = yield Parallel(tuple(Get(layout.head(s)) for s in sessions))
-    out: list[tuple[str, Head | None]] = []
+    out: list[HeadRow] = []
     for sid, res in zip(sessions, results, strict=True):
+        key = layout.head(sid)
         if isinstance(res, ObjectNotFound):
-            out.append((sid, None))
-        elif isinstance(res, BaseException):
-            raise res
-        else:
-            out.append((sid, decode_head(res.body, layout.head(sid))))
+            continue
+        if isinstance(res, BaseException):
+            out.append(HeadRow(sid, None, str(res)))
+            continue
+        try:
+            head = decode_head(res.body, key)
+            check_head(layout, head, sid, key)
+        except (CorruptionError, FormatVersionError) as exc:
+            log.warning("session %s has an unreadable head: %s", sid, exc)
+            out.append(HeadRow(sid, None, str(exc)))
+            continue
+        out.append(HeadRow(sid, head))
     return out
+
+
+def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
+    """The readable heads of ``sessions`` as (id, head) pairs (see :func:`list_head_rows`)."""
+    rows = yield from list_head_rows(layout, sessions)
+    return [(r.session, r.head) for r in rows if r.head is not None]
 
 
 def children(layout: Layout, session: str) -> Proc[list[str]]:
@@ -400,9 +470,11 @@ def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
 # ---------------------------------------------------------------------------- writing
 
 
-def empty_head(session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None) -> Head:
+def empty_head(
+    session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None, now: int | None = None
+) -> Head:
     """The head of a session before its first write (version 0: not stored)."""
-    t = now_ms()
+    t = now_ms() if now is None else now
     return Head(
         session=session, version=0, seq=-1, hash=None, segments=(), levels=(), tail=(),
         parent=parent, meta=dict(meta or {}), created_at=t, updated_at=t, writer="",
@@ -410,10 +482,14 @@ def empty_head(session: str, meta: Mapping[str, Any] | None, parent: ParentRef |
 
 
 def new_writer_state(
-    session: str, reducer: Reducer[Any], meta: Mapping[str, Any] | None = None, parent: ParentRef | None = None
+    session: str,
+    reducer: Reducer[Any],
+    meta: Mapping[str, Any] | None = None,
+    parent: ParentRef | None = None,
+    now: int | None = None,
 ) -> WriterState:
     """The state of a writer of a session that is not stored yet."""
-    return WriterState(session, empty_head(session, meta, parent), None, reducer.initial(), {})
+    return WriterState(session, empty_head(session, meta, parent, now), None, reducer.initial(), {})
 
 
 def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) -> WriterState:
@@ -427,7 +503,7 @@ def _plan_head(
     layout: Layout, cfg: LogConfig, ws: WriterState, entries: Sequence[Entry], nonce: str
 ) -> Proc[_HeadPlan]:
     h = ws.head
-    t = now_ms()
+    t = cfg.env.now_ms()
     last = entries[-1] if entries else None
     stamps = [e.ts for e in entries]
     if h.ts_min is not None:
@@ -463,60 +539,109 @@ def _plan_head(
     # Entries re-read for a merge are checked before they are rewritten.
     verifier = ChainVerifier(ws.session, start_seq=run[0].seq, start_hash=run[0].prev)
     verifier.feed(merged_keys[0] if merged_keys else layout.head(ws.session), run)
-    seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash)
+    # The nonce makes the key new to this write: see s3log.layout.
+    seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
     head = replace(
         base,
         segments=(*h.segments[:keep], seg_key),
         levels=(*h.levels[:keep], plan.level),
         tail=(),
+        # Segments merged away stop being referenced now: gc counts its grace from here.
+        retired_at=t if merged_keys else h.retired_at,
     )
     return _HeadPlan(head, encode_head(head), seg_key, encode_segment(ws.session, run), tuple(run), plan.level)
 
 
-def _etag_eq(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and a.strip('"') == b.strip('"')
+def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:
+    """Create immutable objects (segments, fork markers) with create-only PUTs, in parallel.
+
+    Each key ends :attr:`~decide.Confirmed.OURS` (stored, byte for byte what we wrote)
+    or :attr:`~decide.Confirmed.TAKEN` (another object holds the key); nothing else
+    returns. An "already exists" reply is confirmed by a GET before it is trusted, and
+    409s, throttling and unknown outcomes are retried here (see :mod:`s3log.decide`).
+    """
+    out: dict[str, decide.Confirmed] = {}
+    todo = list(puts)
+    attempt = 0
+    while todo:
+        attempt += 1
+        results: list[Any] = yield Parallel(tuple(todo))
+        confirm: list[PutIfAbsent] = []
+        again: list[PutIfAbsent] = []
+        for op, res in zip(todo, results, strict=True):
+            step = decide.after_create(decide.classify(res))
+            if step is decide.CreateStep.DONE:
+                out[op.key] = decide.Confirmed.OURS
+            elif step is decide.CreateStep.CONFIRM:
+                confirm.append(op)
+            elif step is decide.CreateStep.RETRY:
+                again.append(op)
+            else:
+                raise res
+        if confirm:
+            got: list[Any] = yield Parallel(tuple(Get(op.key) for op in confirm))
+            for op, res in zip(confirm, got, strict=True):
+                stored = None if isinstance(res, BaseException) else res.body
+                verdict = decide.after_confirm(decide.classify(res), stored, op.body)
+                if verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
+                    out[op.key] = verdict
+                else:
+                    again.append(op)
+        if again:
+            if attempt >= cfg.retry.attempts:
+                raise StoreError(f"could not create {again[0].key} after {attempt} attempts", key=again[0].key)
+            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+        todo = again
+    return out
 
 
 def _put_head(
-    layout: Layout, cfg: LogConfig, ws: WriterState, plan: _HeadPlan
+    layout: Layout, cfg: LogConfig, ws: WriterState, plan: _HeadPlan, deadline_ms: int | None
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
-    The decision table: 200 committed; 404 on If-Match the session was deleted;
-    412, 409 and every unknown outcome (timeout, 5xx, reset) re-read the head. If the
-    stored head carries this commit's writer nonce, it committed. If the stored ETag is
-    still the one expected, nothing happened: retry after a backoff. Otherwise another
-    writer got there: a conflict (the caller then checks whether some of its entries
-    landed underneath, see :func:`_landed_prefix`).
+    The decisions are :func:`s3log.decide.after_head_put` and
+    :func:`s3log.decide.after_reread`. ``deadline_ms``: past it (a segment written for
+    this commit could be collected by gc as garbage) no further attempt is made.
     """
     key = layout.head(ws.session)
     expected = ws.etag
+    creating = expected is None
     attempt = 0
     while True:
         attempt += 1
+        if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
+            raise StoreError(f"commit to session {ws.session} passed its deadline undecided; nothing acknowledged",
+                             key=key)
+        result: Any
         try:
             if expected is None:
-                etag: str = yield PutIfAbsent(key, plan.body, retry=False)
+                result = yield PutIfAbsent(key, plan.body)
             else:
-                etag = yield PutIfMatch(key, plan.body, expected)
-            return _HeadOutcome("committed", etag, None)
-        except ObjectNotFound:
-            raise SessionNotFound(ws.session, "it was deleted while this writer held it") from None
-        except (PreconditionFailed, ConditionalRequestConflict, TransientStoreError):
-            pass
+                result = yield PutIfMatch(key, plan.body, expected)
+        except StoreError as exc:
+            result = exc
+        step = decide.after_head_put(decide.classify(result), None if isinstance(result, BaseException) else result,
+                                     creating=creating)
+        if isinstance(step, decide.Committed):
+            return _HeadOutcome("committed", step.etag, None)
+        if isinstance(step, decide.SessionGone):
+            raise SessionNotFound(ws.session, "it was deleted while this writer held it")
+        if isinstance(step, decide.Fatal):
+            raise result
         current = yield from _read_head_or_none(layout, ws.session)
-        if current is None:
-            if expected is not None:
-                raise SessionNotFound(ws.session, "it was deleted while this writer held it")
-        else:
-            cur_head, cur_etag = current
-            if cur_head.writer == plan.head.writer:
-                return _HeadOutcome("committed", cur_etag, None)
-            if not _etag_eq(cur_etag, expected):
-                return _HeadOutcome("conflict", None, current)
-        if attempt >= cfg.retry.attempts:
+        stored = decide.StoredHead(current[0].writer, current[1]) if current else None
+        verdict = decide.after_reread(stored, expected_etag=expected, nonce=plan.head.writer, attempt=attempt,
+                                      max_attempts=cfg.retry.attempts)
+        if isinstance(verdict, decide.Committed):
+            return _HeadOutcome("committed", verdict.etag, None)
+        if isinstance(verdict, decide.Lost):
+            return _HeadOutcome("conflict", None, current)
+        if isinstance(verdict, decide.SessionGone):
+            raise SessionNotFound(ws.session, "it was deleted while this writer held it")
+        if isinstance(verdict, decide.GiveUp):
             raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
-        yield Sleep(cfg.retry.backoff(attempt))
+        yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
 
 
 def _write(
@@ -526,20 +651,27 @@ def _write(
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
-) -> Proc[tuple[_HeadPlan, _HeadOutcome]]:
-    """Write a segment if the plan needs one (with ``before_head`` alongside), then the head."""
-    plan = yield from _plan_head(layout, cfg, ws, entries, secrets.token_hex(8))
+) -> Proc[tuple[_HeadPlan, _HeadOutcome, dict[str, decide.Confirmed]]]:
+    """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
+
+    The head is written only once every object it depends on is confirmed stored as
+    ours; a segment key found taken by something else is never referenced.
+    """
+    plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce())
     puts = list(before_head)
     if plan.segment_key is not None and plan.segment_body is not None:
         puts.append(PutIfAbsent(plan.segment_key, plan.segment_body))
+    deadline = None
+    confirmed: dict[str, decide.Confirmed] = {}
     if puts:
-        results: list[Any] = yield Parallel(tuple(puts))
-        for res in results:
-            # 412 on a create-only PUT of a content-addressed object: it is already there.
-            if isinstance(res, BaseException) and not isinstance(res, PreconditionFailed):
-                raise res
-    outcome = yield from _put_head(layout, cfg, ws, plan)
-    return plan, outcome
+        deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
+        confirmed = yield from put_immutable(cfg, puts)
+        if plan.segment_key is not None and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
+            raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
+        if any(v is not decide.Confirmed.OURS for v in confirmed.values()):
+            return plan, _HeadOutcome("conflict", None, None), confirmed
+    outcome = yield from _put_head(layout, cfg, ws, plan, deadline)
+    return plan, outcome, confirmed
 
 
 def _advance(cfg: LogConfig, ws: WriterState, plan: _HeadPlan, etag: str, state: Any) -> WriterState:
@@ -548,6 +680,12 @@ def _advance(cfg: LogConfig, ws: WriterState, plan: _HeadPlan, etag: str, state:
     if plan.segment_key is not None and plan.segment_level < cfg.cache_levels:
         cache[plan.segment_key] = plan.segment_entries
     return WriterState(ws.session, plan.head, etag, state, cache)
+
+
+def _adopt(ws: WriterState, head: Head, etag: str, state: Any) -> WriterState:
+    """Continue from a stored head that ends with our own entries (no competitor)."""
+    live = set(head.segments)
+    return WriterState(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
 
 
 def commit(
@@ -562,51 +700,68 @@ def commit(
 
     A commit with nothing pending writes nothing, except for a session not yet stored,
     which it creates. ``CommitResult.acked`` holds the committed form of each pending
-    entry, in order, wherever it landed.
+    entry, in order, wherever it landed. The decisions after a lost race are
+    :func:`s3log.decide.after_lost`.
     """
     if not pending and ws.etag is not None:
         return CommitResult(ws, [], [])
-    entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
-    plan, outcome = yield from _write(layout, cfg, ws, entries)
-    if outcome.kind == "committed" and outcome.etag is not None:
-        state = fold(reducer, ws.state, entries)
-        return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), entries, entries)
-    assert outcome.found is not None
-    found_head, found_etag = outcome.found
-    if ws.etag is None:
-        raise SessionExists(ws.session)
-    landed = yield from _landed_prefix(layout, found_head, entries)
-    # Entries that landed are durable where they are: they are acknowledged there and
-    # never written again. The writer's view moves past them, with a stale ETag, so the
-    # rest meets the conflict.
-    done = entries[:landed]
-    state = fold(reducer, ws.state, done)
-    if done:
-        known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
-        ws = WriterState(ws.session, known, STALE_ETAG, state, {})
-        if landed == len(entries):
-            return CommitResult(ws, done, done)
-    found = dict(found_head.summary(), etag=found_etag)
-    if on_conflict == "raise":
-        raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=done)
-    parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
-    fork_ws, fork_entries = yield from create_fork(
-        layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:]
-    )
-    # fork_entries[0] is the fork entry; the rest of the batch follows it.
-    return CommitResult(fork_ws, done + fork_entries, done + fork_entries[1:], ForkInfo(parent, fork_ws.session, found))
+    acked: list[Entry] = []
+    for _ in range(cfg.retry.attempts):
+        entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
+        plan, outcome, _ = yield from _write(layout, cfg, ws, entries)
+        if outcome.kind == "committed" and outcome.etag is not None:
+            state = fold(reducer, ws.state, entries)
+            return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), acked + entries, acked + entries)
+        if outcome.found is None:
+            raise StoreError(f"commit to session {ws.session} lost its head without finding another")
+        found_head, found_etag = outcome.found
+        landed = yield from landed_prefix(layout, found_head, entries)
+        done = entries[:landed]
+        ends_at = done[-1].hash if done else ws.head.hash
+        step = decide.after_lost(
+            creating=ws.etag is None,
+            batch=len(entries),
+            landed=landed,
+            stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
+            and found_head.hash == ends_at,
+            on_conflict=on_conflict,
+        )
+        if isinstance(step, decide.IdTaken):
+            raise SessionExists(ws.session)
+        state = fold(reducer, ws.state, done)
+        acked += done
+        if isinstance(step, decide.AckAll):
+            if step.adopt:
+                return CommitResult(_adopt(ws, found_head, found_etag, state), acked, acked)
+            # Someone built on our entries: they are durable, but this writer's view is
+            # behind; its next commit meets the other writer and forks.
+            return CommitResult(_stale(ws, done, state), acked, acked)
+        if isinstance(step, decide.AdoptAndRetry):
+            log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
+            ws = _adopt(ws, found_head, found_etag, state)
+            pending = pending[landed:]
+            continue
+        ws = _stale(ws, done, state) if done else ws
+        found = dict(found_head.summary(), etag=found_etag)
+        if isinstance(step, decide.RaiseConflict):
+            raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=acked)
+        parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
+        log.warning("session %s: lost a race to writer %s; forking", ws.session, found_head.writer)
+        fork_ws, fork_entries = yield from create_fork(
+            layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:]
+        )
+        # fork_entries[0] is the fork entry; the rest of the batch follows it.
+        return CommitResult(
+            fork_ws, acked + fork_entries, acked + fork_entries[1:], ForkInfo(parent, fork_ws.session, found)
+        )
+    raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
-def create_session(
-    layout: Layout,
-    cfg: LogConfig,
-    session: str,
-    reducer: Reducer[Any],
-    meta: Mapping[str, Any] | None = None,
-) -> Proc[WriterState]:
-    """Store an empty head for a new session (``If-None-Match: *``)."""
-    result = yield from commit(layout, cfg, new_writer_state(session, reducer, meta), [], reducer)
-    return result.ws
+def _stale(ws: WriterState, done: Sequence[Entry], state: Any) -> WriterState:
+    if not done:
+        return replace(ws, etag=STALE_ETAG)
+    known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
+    return WriterState(ws.session, known, STALE_ETAG, state, {})
 
 
 def create_fork(
@@ -623,28 +778,49 @@ def create_fork(
     followed by ``pending``; mark it under the parent.
 
     The marker is written before the head, so any fork that exists can be found from
-    its parent (a marker whose head never landed is skipped by readers).
+    its parent (a marker whose head never landed is skipped by readers). An explicit
+    ``child`` id that is taken raises :class:`SessionExists` before anything is written.
     """
-    fork_pending = PendingEntry(FORK_KIND, now_ms(), normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
+    if child is not None:
+        if child == parent.session:
+            raise InvalidArgumentError("child_id", f"a session cannot fork into itself ({child})")
+        if (yield from _read_head_or_none(layout, child)) is not None:
+            raise SessionExists(child)
+    now = cfg.env.now_ms()
+    fork_pending = PendingEntry(FORK_KIND, now, normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
     # A reducer may say what a fork's header records (an agent session: parent, seed length).
     fork_meta = getattr(reducer, "fork_meta", None)
     if fork_meta is not None:
         meta = normalize_data("meta", fork_meta(dict(meta or {}), parent, seed))
     for attempt in range(4):
-        sid = child or uuid7()
-        ws = new_writer_state(sid, reducer, meta, parent)
+        sid = child or cfg.env.new_id()
+        ws = new_writer_state(sid, reducer, meta, parent, now)
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
         marker = PutIfAbsent(
             layout.fork_marker(parent.session, sid),
-            dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now_ms()}),
+            dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
         )
-        plan, outcome = yield from _write(layout, cfg, ws, entries, before_head=[marker])
-        if outcome.kind != "conflict":
+        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, before_head=[marker])
+        if outcome.kind == "committed" and outcome.etag is not None:
             state = fold(reducer, ws.state, entries)
-            return _advance(cfg, ws, plan, outcome.etag or STALE_ETAG, state), entries
+            return _advance(cfg, ws, plan, outcome.etag, state), entries
+        if outcome.found is not None:
+            # Lost the create of a head at a fresh id: a landed first attempt carries
+            # our nonce and was recognised as committed, so the id is someone else's.
+            landed = yield from landed_prefix(layout, outcome.found[0], entries)
+            if landed == len(entries) and outcome.found[0].hash == entries[-1].hash:
+                return _adopt(ws, outcome.found[0], outcome.found[1], fold(reducer, ws.state, entries)), entries
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")
+
+
+def _check_at_seq(session: str, at_seq: object) -> int | None:
+    if at_seq is None:
+        return None
+    if not isinstance(at_seq, int) or isinstance(at_seq, bool):
+        raise InvalidArgumentError("at_seq", f"must be an integer, not {at_seq!r}", session=session)
+    return at_seq
 
 
 def fork_at(
@@ -661,7 +837,12 @@ def fork_at(
 ) -> Proc[tuple[WriterState, list[Entry]]]:
     """Fork ``session`` at a committed entry (the latest when neither point is given)."""
     if at_seq is not None and at_hash is not None:
-        raise ValueError("give at_seq or at_hash, not both")
+        raise InvalidArgumentError("at_seq/at_hash", "give at_seq or at_hash, not both", session=session)
+    at_seq = _check_at_seq(session, at_seq)
+    if child is not None and child == session:
+        raise InvalidArgumentError("child_id", f"a session cannot fork into itself ({child})", session=session)
+    if at_hash is not None and not isinstance(at_hash, (bytes, str)):
+        raise InvalidArgumentError("at_hash", f"must be bytes or a hex string, not {at_hash!r}", session=session)
     if isinstance(at_hash, str):
         try:
             at_hash = bytes.fromhex(at_hash)
@@ -706,43 +887,70 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
-    """What garbage collection found (and deleted unless it was a dry run)."""
+    """What garbage collection found (and deleted unless it was a dry run).
+
+    ``broken``: sessions whose head could not be read; their objects were left alone.
+    """
 
     sessions: int
     unreferenced: list[str]
     deleted: list[str]
     kept_young: int
+    broken: list[str] = field(default_factory=list)
 
 
-def gc(layout: Layout, *, older_than_ms: int, now: int, dry_run: bool) -> Proc[GcReport]:
-    """Delete segments no head references and dangling fork markers, once old enough.
+def gc(
+    layout: Layout, *, older_than_ms: int, now: int, dry_run: bool, commit_deadline_ms: int = 0
+) -> Proc[GcReport]:
+    """Delete segments no head references, and dangling fork markers, once safely unused.
 
-    An object younger than ``older_than_ms`` is never deleted: it may belong to a commit
-    whose head PUT is still in flight, or be read by someone holding an older head.
+    An unreferenced segment is deleted only when both hold:
+
+    - it is older than ``older_than_ms`` and than ``commit_deadline_ms``: no commit in
+      flight can still reference it (a commit gives up at its deadline, and every
+      segment write uses a new key, so an old unreferenced segment stays unreferenced);
+    - its session's head last retired segments (``retired_at``) longer than
+      ``older_than_ms`` ago: a reader holding an earlier head, which may still list it,
+      had the whole grace period to read it.
+
+    A session whose head cannot be read is reported in ``broken`` and left alone.
     """
+    grace = max(older_than_ms, commit_deadline_ms)
     objects, _ = yield from list_all(layout.sessions_prefix)
     by_session: dict[str, list[ObjectInfo]] = {}
     for o in objects:
         sid = layout.session_of(o.key)
-        if sid is not None:
-            by_session.setdefault(sid, []).append(o)
-    heads = yield from list_heads(layout, sorted(by_session))
-    live = {sid for sid, h in heads if h is not None}
-    referenced = {k for _, h in heads if h is not None for k in h.segments}
+        if sid is None:
+            continue
+        try:
+            validate_session_id(sid)
+        except InvalidSessionIdError:
+            continue  # not a session folder: not ours to collect
+        by_session.setdefault(sid, []).append(o)
+    rows = yield from list_head_rows(layout, sorted(by_session))
+    heads = {r.session: r.head for r in rows if r.head is not None}
+    broken = sorted(r.session for r in rows if r.head is None)
+    referenced = {k for h in heads.values() for k in h.segments}
     doomed: list[str] = []
     young = 0
     for sid, objs in by_session.items():
+        if sid in broken:
+            continue
+        head = heads.get(sid)
+        retired_recently = head is not None and head.retired_at is not None and now - head.retired_at < older_than_ms
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if rest.startswith("seg/"):
                 garbage = o.key not in referenced
+                recent = retired_recently
             elif rest.startswith("forks/"):
-                garbage = rest[len("forks/"):] not in live
+                garbage = rest[len("forks/"):] not in heads
+                recent = False
             else:
                 continue
             if not garbage:
                 continue
-            if now - o.last_modified_ms < older_than_ms:
+            if recent or now - o.last_modified_ms < grace:
                 young += 1
             else:
                 doomed.append(o.key)
@@ -750,4 +958,6 @@ def gc(layout: Layout, *, older_than_ms: int, now: int, dry_run: bool) -> Proc[G
     if doomed and not dry_run:
         results: list[Any] = yield Parallel(tuple(Delete(k) for k in doomed))
         deleted = [k for k, r in zip(doomed, results, strict=True) if not isinstance(r, BaseException)]
-    return GcReport(len(live), doomed, deleted, young)
+        for k in deleted:
+            log.info("gc deleted %s", k)
+    return GcReport(len(heads), doomed, deleted, young, broken)

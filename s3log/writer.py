@@ -14,9 +14,9 @@ from typing import Any
 
 from . import protocol
 from .chain import PendingEntry
-from .codec import FORK_KIND, Entry, Head, ParentRef, check_kind, normalize_data
-from .errors import ConflictError, InvalidEntryError
-from .ids import uuid7, validate_session_id
+from .codec import FORK_KIND, MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data
+from .errors import ConflictError, InvalidArgumentError, InvalidEntryError
+from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import Proc
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, SessionData, WriterState
@@ -149,9 +149,11 @@ class WriterCore:
         """
         check_kind(kind)
         if ts is None:
-            ts = protocol.now_ms()
-        elif not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
-            raise InvalidEntryError(kind, f"ts must be a non-negative integer of milliseconds, not {ts!r}")
+            ts = self.config.env.now_ms()
+        elif not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
+            raise InvalidEntryError(
+                kind, f"ts must be an integer of milliseconds in [0, 2**63), not {ts!r}", session=self.ws.session
+            )
         entry = PendingEntry(kind, ts, normalize_data(kind, data, session=self.ws.session))
         with self._lock:
             ticket = self._next_ticket
@@ -236,9 +238,9 @@ class LogCore:
         self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None
     ) -> WriterState:
         """The writer state of a session not stored yet (validates the id and meta)."""
-        sid = validate_session_id(session_id) if session_id is not None else uuid7()
-        meta = normalize_data("meta", dict(meta or {}), session=sid)
-        return protocol.new_writer_state(sid, reducer or self.reducer, meta)
+        sid = validate_session_id(session_id) if session_id is not None else self.config.env.new_id()
+        meta = check_meta(meta, sid)
+        return protocol.new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms())
 
     def create(self, ws: WriterState, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Store the empty head of ``ws``."""
@@ -272,7 +274,7 @@ class LogCore:
         ws, _ = yield from protocol.fork_at(
             self.layout, self.config, validate_session_id(session_id), reducer or self.reducer,
             at_seq=at_seq, at_hash=at_hash,
-            meta=None if meta is None else normalize_data("meta", dict(meta)),
+            meta=None if meta is None else check_meta(meta, session_id),
             child=None if child is None else validate_session_id(child),
         )
         return ws.session
@@ -296,11 +298,30 @@ class LogCore:
 
     def gc(self, older_than_ms: int, dry_run: bool) -> Proc[protocol.GcReport]:
         """Collect unreferenced segments and dangling fork markers older than the grace period."""
-        return protocol.gc(self.layout, older_than_ms=older_than_ms, now=protocol.now_ms(), dry_run=dry_run)
+        if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool) or older_than_ms < 0:
+            raise InvalidArgumentError("older_than_ms", f"must be a non-negative integer, not {older_than_ms!r}")
+        return protocol.gc(
+            self.layout, older_than_ms=older_than_ms, now=self.config.env.now_ms(), dry_run=dry_run,
+            commit_deadline_ms=self.config.commit_deadline_ms,
+        )
 
     def head(self, session_id: str) -> Proc[tuple[Head, str]]:
         """A session's head and ETag."""
         return protocol.read_head(self.layout, validate_session_id(session_id))
+
+
+def check_meta(meta: object, session: str | None) -> dict[str, Any]:
+    """Validate a session header: a map with string keys that CBOR can store."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise InvalidArgumentError("meta", f"must be a mapping, not {type(meta).__name__}", session=session)
+    bad = [k for k in meta if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgumentError("meta", f"keys must be strings, found {bad[0]!r}", session=session)
+    normalized = normalize_data("meta", dict(meta), session=session)
+    assert isinstance(normalized, dict)
+    return normalized
 
 
 def _ws_of(proc: Proc[CommitResult]) -> Proc[WriterState]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 
 import cbor2
@@ -51,7 +53,8 @@ def test_large_commit_is_a_segment_then_the_head(backend: Backend) -> None:
     assert backend.requests.snapshot() == {"GET": 0, "PUT": 2, "LIST": 0, "DELETE": 0}
     head = backend.log.head(w.session_id)
     assert len(head.segments) == 1 and head.tail == ()
-    assert head.segments[0].endswith(f"/seg/000000000000-{head.hash.hex()}.cbor")
+    # {first seq}-{last hash}-{nonce of this write}.cbor
+    assert re.search(rf"/seg/000000000000-{head.hash.hex()}-[0-9a-f]{{16}}\.cbor$", head.segments[0])
     assert len(backend.log.read(w.session_id)) == 4
 
 

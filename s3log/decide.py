@@ -1,0 +1,296 @@
+"""The commit decision table: every reply a commit can meet, and what s3log does.
+
+Pure functions over typed replies and typed outcomes; no I/O, no clock. The
+procedures of :mod:`s3log.protocol` ask these functions what to do and do it, so the
+whole commit protocol can be read (and is tested, row by row, in
+``tests/test_decide.py``) here, top to bottom.
+
+A commit is: (1) create-only PUTs of immutable objects (a segment, a fork marker),
+then (2) one conditional PUT of the head, then (3) if the head PUT met another
+writer, the log-level decision (acknowledge what landed, adopt, fork or raise).
+
+Replies are classified once (:func:`classify`):
+
+=================  ==================================================================
+``OK``             2xx: the request took effect
+``NOT_FOUND``      404
+``PRECONDITION``   412: If-Match did not match, or If-None-Match found an object
+``CONFLICT``       409: a concurrent conditional write; nothing was written
+``UNKNOWN``        5xx, throttling, timeout, reset: the write may or may not have landed
+``FATAL``          anything else (access denied, no such bucket...): raise it
+=================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .errors import (
+    ConditionalRequestConflict,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
+
+
+class Reply(Enum):
+    """What a store said to one request, as far as the protocol cares."""
+
+    OK = "ok"
+    NOT_FOUND = "404"
+    PRECONDITION = "412"
+    CONFLICT = "409"
+    UNKNOWN = "unknown"
+    FATAL = "fatal"
+
+
+def classify(result: object) -> Reply:
+    """The :class:`Reply` of a request's result (a value) or error (a StoreError)."""
+    if not isinstance(result, BaseException):
+        return Reply.OK
+    if isinstance(result, ObjectNotFound):
+        return Reply.NOT_FOUND
+    if isinstance(result, PreconditionFailed):
+        return Reply.PRECONDITION
+    if isinstance(result, ConditionalRequestConflict):
+        return Reply.CONFLICT
+    if isinstance(result, TransientStoreError):
+        return Reply.UNKNOWN
+    return Reply.FATAL
+
+
+# ------------------------------------------------------- 1. create-only PUT (immutable)
+
+
+class CreateStep(Enum):
+    """Next step after a create-only PUT of an immutable object (segment, fork marker)."""
+
+    DONE = "done"          # it is stored, as we wrote it
+    CONFIRM = "confirm"    # something is there: GET it and compare before trusting it
+    RETRY = "retry"        # nothing (known to be) written: PUT again after a backoff
+    FAIL = "fail"          # raise the store's error
+
+
+#: Row by row. A 412 is never trusted on its own: a store may report a 409 as
+#: "already exists" (obstore does), and an object at that key may not be ours. Only
+#: a GET showing our exact bytes lets the head reference it.
+CREATE_TABLE: dict[Reply, CreateStep] = {
+    Reply.OK: CreateStep.DONE,
+    Reply.PRECONDITION: CreateStep.CONFIRM,
+    # 409 on a unique key is transient: another request for it was in flight (ours).
+    Reply.CONFLICT: CreateStep.RETRY,
+    # The PUT may have landed: PUT again; if it had, the repeat meets 412 and confirms.
+    Reply.UNKNOWN: CreateStep.RETRY,
+    Reply.NOT_FOUND: CreateStep.FAIL,
+    Reply.FATAL: CreateStep.FAIL,
+}
+
+
+def after_create(reply: Reply) -> CreateStep:
+    """What to do after a create-only PUT replied ``reply``."""
+    return CREATE_TABLE[reply]
+
+
+class Confirmed(Enum):
+    """What a GET of an object our create-only PUT found already there showed."""
+
+    OURS = "ours"          # byte for byte what we meant to write: safe to reference
+    ABSENT = "absent"      # not there after all (the 412 was not an "exists"): PUT again
+    TAKEN = "taken"        # another object holds the key: never reference it
+    UNKNOWN = "unknown"    # the GET failed transiently: ask again
+
+
+def after_confirm(reply: Reply, stored: bytes | None, ours: bytes) -> Confirmed:
+    """Judge the GET that confirms an "already exists" reply."""
+    if reply is Reply.OK:
+        return Confirmed.OURS if stored == ours else Confirmed.TAKEN
+    if reply is Reply.NOT_FOUND:
+        return Confirmed.ABSENT
+    if reply in (Reply.UNKNOWN, Reply.CONFLICT):
+        return Confirmed.UNKNOWN
+    return Confirmed.TAKEN if reply is Reply.PRECONDITION else Confirmed.UNKNOWN
+
+
+# ------------------------------------------------------------ 2. the head's conditional PUT
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The head PUT took effect; ``etag`` is the new head's ETag."""
+
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reread:
+    """The outcome is unknown or lost to another writer: read the head to find out."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionGone:
+    """The session was deleted while this writer held it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Nothing happened (the stored head is the one expected): PUT again after a backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Another writer's head is stored: a conflict (check what of ours landed under it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Out of attempts with the outcome still undecided: raise; nothing is acknowledged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fatal:
+    """The store refused in a way no retry fixes: raise its error."""
+
+
+HeadPutStep = Committed | Reread | SessionGone | Fatal
+
+
+def after_head_put(reply: Reply, etag: str | None, *, creating: bool) -> HeadPutStep:
+    """What a reply to the head PUT means.
+
+    ``creating``: the PUT was ``If-None-Match: *`` (a session's first head).
+    """
+    if reply is Reply.OK and etag is not None:
+        return Committed(etag)
+    if reply is Reply.NOT_FOUND:
+        # If-Match on a key that is gone: deleted under us. (A create never gets 404.)
+        return Reread() if creating else SessionGone()
+    if reply in (Reply.PRECONDITION, Reply.CONFLICT, Reply.UNKNOWN):
+        return Reread()
+    return Fatal()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHead:
+    """What re-reading the head found: its writer nonce and ETag."""
+
+    writer: str
+    etag: str
+
+
+RereadStep = Committed | Retry | Lost | SessionGone | GiveUp
+
+
+def etags_equal(a: str | None, b: str | None) -> bool:
+    """ETags compare without their quotes (some stores drop them)."""
+    return a is not None and b is not None and a.strip('"') == b.strip('"')
+
+
+def after_reread(
+    found: StoredHead | None, *, expected_etag: str | None, nonce: str, attempt: int, max_attempts: int
+) -> RereadStep:
+    """Decide from the head as re-read after an unresolved head PUT.
+
+    ==========================================  ==========================
+    stored head                                 decision
+    ==========================================  ==========================
+    carries this commit's writer nonce          committed (response lost)
+    none, and we were replacing one             the session was deleted
+    none, and we were creating it               retry (or give up)
+    the ETag we expected                        retry (or give up)
+    anything else                               lost to another writer
+    ==========================================  ==========================
+    """
+    if found is not None and found.writer == nonce:
+        return Committed(found.etag)
+    if found is None:
+        if expected_etag is not None:
+            return SessionGone()
+    elif not etags_equal(found.etag, expected_etag):
+        return Lost()
+    return GiveUp() if attempt >= max_attempts else Retry()
+
+
+# --------------------------------------------------- 3. the log's decision after a lost race
+
+
+@dataclass(frozen=True, slots=True)
+class AckAll:
+    """Every entry of the batch is in the stored chain: acknowledge them all.
+
+    ``adopt``: the stored head ends with our last entry, so no other writer came
+    after us and the writer continues from that head (no fork, no stale view).
+    """
+
+    adopt: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptAndRetry:
+    """The stored head ends exactly at our ``landed`` entries (or where we started):
+    there is no competitor, only our own earlier attempt. Acknowledge the landed ones,
+    adopt that head, and commit the rest on it."""
+
+    landed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForkRest:
+    """Another writer advanced the session: acknowledge ``landed``, fork with the rest."""
+
+    landed: int
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseConflict:
+    """Another writer advanced the session and the writer was told to raise."""
+
+    landed: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdTaken:
+    """Creating a session: its id belongs to someone else (no entry of ours is there)."""
+
+
+ConflictStep = AckAll | AdoptAndRetry | ForkRest | RaiseConflict | IdTaken
+
+
+def after_lost(
+    *,
+    creating: bool,
+    batch: int,
+    landed: int,
+    stored_ends_at_ours: bool,
+    on_conflict: str,
+) -> ConflictStep:
+    """Decide after the head PUT lost to a stored head.
+
+    ``landed``: how many entries of the batch the stored chain holds (a prefix, found
+    by :func:`s3log.protocol.landed_prefix`). ``stored_ends_at_ours``: the stored
+    head's last hash is the hash of our last landed entry (or, with nothing landed,
+    the hash our batch was chained after), i.e. nobody wrote after us.
+    """
+    if creating and landed == 0:
+        return IdTaken()
+    if landed == batch:
+        return AckAll(adopt=stored_ends_at_ours)
+    if stored_ends_at_ours:
+        return AdoptAndRetry(landed)
+    if on_conflict == "raise":
+        return RaiseConflict(landed)
+    return ForkRest(landed)
+
+
+# ------------------------------------------------------------------ retries of reads
+
+
+def may_retry_read(reply: Reply) -> bool:
+    """Whether a driver may repeat an idempotent request (GET, LIST, DELETE) by itself."""
+    return reply in (Reply.UNKNOWN, Reply.CONFLICT)
+
+
+def store_error(result: object) -> StoreError | None:
+    """``result`` if it is a store error, else None."""
+    return result if isinstance(result, StoreError) else None
