@@ -19,6 +19,7 @@ from . import decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
+    MAX_INTERNAL_DEPTH,
     Entry,
     Head,
     ParentRef,
@@ -698,12 +699,13 @@ def commit(
 ) -> Proc[CommitResult]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
-    A commit with nothing pending writes nothing, except for a session not yet stored,
-    which it creates. ``CommitResult.acked`` holds the committed form of each pending
+    A commit with nothing pending writes nothing, not even the head of a session not
+    stored yet (a lazily created session stays unstored until it has an entry; use
+    :func:`create_session` to store an empty one). ``CommitResult.acked`` holds the committed form of each pending
     entry, in order, wherever it landed. The decisions after a lost race are
     :func:`s3log.decide.after_lost`.
     """
-    if not pending and ws.etag is not None:
+    if not pending:
         return CommitResult(ws, [], [])
     acked: list[Entry] = []
     for _ in range(cfg.retry.attempts):
@@ -757,6 +759,14 @@ def commit(
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
+def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[WriterState]:
+    """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
+    plan, outcome, _ = yield from _write(layout, cfg, ws, [])
+    if outcome.kind == "committed" and outcome.etag is not None:
+        return _advance(cfg, ws, plan, outcome.etag, ws.state)
+    raise SessionExists(ws.session)
+
+
 def _stale(ws: WriterState, done: Sequence[Entry], state: Any) -> WriterState:
     if not done:
         return replace(ws, etag=STALE_ETAG)
@@ -787,7 +797,8 @@ def create_fork(
         if (yield from _read_head_or_none(layout, child)) is not None:
             raise SessionExists(child)
     now = cfg.env.now_ms()
-    fork_pending = PendingEntry(FORK_KIND, now, normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
+    fork_data = normalize_data(FORK_KIND, fork_entry_data(parent, seed), max_depth=MAX_INTERNAL_DEPTH)
+    fork_pending = PendingEntry(FORK_KIND, now, fork_data)
     # A reducer may say what a fork's header records (an agent session: parent, seed length).
     fork_meta = getattr(reducer, "fork_meta", None)
     if fork_meta is not None:

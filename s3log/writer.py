@@ -71,6 +71,19 @@ class SessionInfo:
     updated_at: int
     parent: ParentRef | None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Why the session's head could not be read (None for a healthy session): a
+    #: listing reports a broken session as a row and goes on.
+    error: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """Whether the head of this session could not be read."""
+        return self.error is not None
+
+    @staticmethod
+    def broken_row(session_id: str, error: str) -> SessionInfo:
+        """The row of a session whose head is unreadable."""
+        return SessionInfo(session_id, 0, 0, 0, 0, None, {}, error)
 
     @staticmethod
     def from_head(head: Head) -> SessionInfo:
@@ -244,7 +257,7 @@ class LogCore:
 
     def create(self, ws: WriterState, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Store the empty head of ``ws``."""
-        return _ws_of(protocol.commit(self.layout, self.config, ws, [], reducer or self.reducer))
+        return protocol.create_session(self.layout, self.config, ws)
 
     def open(self, session_id: str, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Load and verify a session, and replay it into a writer state."""
@@ -281,8 +294,11 @@ class LogCore:
 
     def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
         """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
-        heads = yield from protocol.list_heads(self.layout, ids)
-        return [SessionInfo.from_head(h) for _, h in heads if h is not None]
+        rows = yield from protocol.list_head_rows(self.layout, ids)
+        return [
+            SessionInfo.from_head(r.head) if r.head is not None else SessionInfo.broken_row(r.session, r.error or "")
+            for r in rows
+        ]
 
     def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
         """``session_id`` and its ancestors."""
@@ -319,8 +335,7 @@ def check_meta(meta: object, session: str | None) -> dict[str, Any]:
     bad = [k for k in meta if not isinstance(k, str)]
     if bad:
         raise InvalidArgumentError("meta", f"keys must be strings, found {bad[0]!r}", session=session)
-    normalized = normalize_data("meta", dict(meta), session=session)
-    assert isinstance(normalized, dict)
+    normalized: dict[str, Any] = normalize_data("meta", dict(meta), session=session)
     return normalized
 
 
