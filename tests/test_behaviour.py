@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import hashlib
+import re
 
 import cbor2
 import pytest

@@ -76,7 +76,7 @@ def test_409_on_segment_and_marker_puts_is_retried_inside_s3log() -> None:
     store = Conflict409OnSegments()
     log = s3log.Log(store, config=FAST)
     w = log.create()
-    for i in range(20):
+    for _ in range(20):
         w.append("k", "y" * 200)
     w.commit()
     child = log.fork(w.session_id)
