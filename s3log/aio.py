@@ -8,11 +8,22 @@ from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import AsyncDriver
+from .errors import InvalidArgumentError
 from .ops import Proc
 from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
-from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
+from .writer import (
+    ForkListener,
+    LogBase,
+    LogCore,
+    SessionInfo,
+    SessionView,
+    TicketStatus,
+    VerifyReport,
+    WriterBase,
+    WriterCore,
+)
 
 T = TypeVar("T")
 LIST_PAGE = 100
@@ -24,6 +35,12 @@ class AsyncWriter(WriterBase):
     ``await append(...)`` returns once the entry is durable. Many tasks appending at
     once share commits (group commit): while one commit is in flight the others'
     entries queue, and the next commit carries them all.
+
+    Cancellation: a commit runs in a task of its own, shielded, so cancelling or
+    timing out a caller never abandons a commit half way. A cancelled ``append``
+    withdraws its entry if no commit had taken it yet (it will never be stored);
+    otherwise the entry's fate is that commit's. To retry without duplicates, use
+    :meth:`submit`, :meth:`wait` and :meth:`status` (see docs/design.md).
     """
 
     def __init__(self, log: AsyncLog, core: WriterCore) -> None:
@@ -35,30 +52,68 @@ class AsyncWriter(WriterBase):
         """Queue an entry without waiting; the next commit carries it."""
         return self._core.add(kind, data, ts)
 
+    def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
+        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
+        return self._core.add(kind, data, ts, wait=True)
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where a submitted entry stands: pending, committing, uncertain, committed, withdrawn."""
+        return self._core.status(ticket)
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take back a submitted entry no commit has carried yet; True if it was."""
+        return self._core.withdraw(ticket)
+
+    async def wait(self, ticket: int) -> Entry:
+        """Commit (sharing commits with other tasks) until the ticket's entry is durable.
+
+        Cancelling ``wait`` changes nothing about the entry: it stays queued (or in
+        its commit) and :meth:`status` tells what became of it.
+        """
+        # Let every task that is ready to append queue its entry first, so one
+        # commit carries them all even when the store never suspends.
+        await asyncio.sleep(0)
+        while True:
+            entry = self._core.claim(ticket)
+            if entry is not None:
+                return entry
+            if self._core.status(ticket) == "withdrawn":
+                raise InvalidArgumentError("ticket", f"entry {ticket} was withdrawn", session=self.session_id)
+            await self.commit()
+
     async def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
-        """Append an entry and return it once committed."""
+        """Append an entry and return it once committed.
+
+        If this call is cancelled before a commit took the entry, the entry is
+        withdrawn and never stored; after, it is stored or not as that commit goes.
+        """
         ticket = self._core.add(kind, data, ts, wait=True)
         try:
-            # Let every task that is ready to append queue its entry first, so one
-            # commit carries them all even when the store never suspends.
-            await asyncio.sleep(0)
-            while True:
-                async with self._lock:
-                    entry = self._core.claim(ticket)
-                    if entry is not None:
-                        return entry
-                    await self._commit_locked()
+            return await self.wait(ticket)
         except BaseException:
+            self._core.withdraw(ticket)
             self._core.forget(ticket)
             raise
 
     async def commit(self) -> CommitResult:
-        """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
-        async with self._lock:
-            return await self._commit_locked()
+        """Make every queued entry durable; fork (or raise ConflictError) on conflict.
 
-    async def _commit_locked(self) -> CommitResult:
-        return await self._log.run(self._core.commit())
+        The commit runs in its own task: cancelling the caller does not cancel it.
+        """
+        task = asyncio.ensure_future(self._commit_task())
+        # Nobody may be left to await it (its caller was cancelled): its error is then
+        # retrieved here, and the entries it carried stay queued as "uncertain".
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _commit_task(self) -> CommitResult:
+        async with self._lock:
+            return await self._log.run(self._core.commit())
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class AsyncLog(LogBase):

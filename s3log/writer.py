@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import protocol
 from .chain import PendingEntry
@@ -106,6 +106,13 @@ class VerifyReport:
 
 ForkListener = Callable[[ForkInfo], None]
 
+#: Where an appended entry stands: queued and withdrawable (``pending``), carried by
+#: the commit in flight (``committing``), queued after a commit whose outcome is
+#: unknown (``uncertain``: the next commit finds it landed or writes it), durable
+#: (``committed``), taken back before any commit carried it (``withdrawn``), or not
+#: tracked (``unknown``).
+TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]
+
 
 class WriterCore:
     """Pending entries and chain position of one writer. Thread-safe."""
@@ -134,6 +141,12 @@ class WriterCore:
         # Entries of tickets someone waits for, filled in by whichever commit carried them.
         self._waiting: set[int] = set()
         self._done: dict[int, Entry] = {}
+        # Tickets carried by the commit in flight, and tickets of a commit that failed
+        # with its outcome unknown (its head may have landed): neither may be withdrawn.
+        self._inflight: set[int] = set()
+        self._uncertain: set[int] = set()
+        self._withdrawn: set[int] = set()
+        self._claimed: set[int] = set()
 
     @property
     def session_id(self) -> str:
@@ -182,7 +195,38 @@ class WriterCore:
             entry = self._done.pop(ticket, None)
             if entry is not None:
                 self._waiting.discard(ticket)
+                self._claimed.add(ticket)
             return entry
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
+        with self._lock:
+            if ticket in self._done or ticket in self._claimed:
+                return "committed"
+            if ticket in self._withdrawn:
+                return "withdrawn"
+            if ticket in self._inflight:
+                return "committing"
+            if any(t == ticket for t, _ in self._pending):
+                return "uncertain" if ticket in self._uncertain else "pending"
+            return "unknown"
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take a queued entry back; True if it was, so it will never be stored.
+
+        Refused (False) once a commit carries it, or after a commit that carried it
+        failed with an unknown outcome: its fate is then that of the commits.
+        """
+        with self._lock:
+            if ticket in self._inflight or ticket in self._uncertain:
+                return False
+            for i, (t, _) in enumerate(self._pending):
+                if t == ticket:
+                    del self._pending[i]
+                    self._withdrawn.add(ticket)
+                    self._waiting.discard(ticket)
+                    return True
+            return False
 
     def forget(self, ticket: int) -> None:
         """Stop keeping the entry of ``ticket`` (its waiter gave up)."""
@@ -198,6 +242,7 @@ class WriterCore:
         with self._lock:
             batch = list(self._pending)
             ws = self.ws
+            self._inflight = {t for t, _ in batch}
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict
@@ -205,6 +250,15 @@ class WriterCore:
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
             self._settle(batch[: len(err.landed)], err.landed, ws)
+            raise
+        except BaseException:
+            # Failed or abandoned (an async cancellation, a crash of the caller): the
+            # head may have landed. These entries stay queued for the next commit,
+            # which finds them landed (and adopts the head) or writes them; they can
+            # no longer be withdrawn.
+            with self._lock:
+                self._uncertain |= self._inflight
+                self._inflight = set()
             raise
         self._settle(batch, result.acked, result.ws)
         if result.fork is not None:
@@ -218,6 +272,9 @@ class WriterCore:
             n = len(acked)
             self._pending = self._pending[n:]
             self.ws = ws
+            self._inflight = set()
+            for ticket, _ in batch[:n]:
+                self._uncertain.discard(ticket)
             for (ticket, _), entry in zip(batch[:n], acked, strict=True):
                 if ticket in self._waiting:
                     self._done[ticket] = entry
