@@ -7,6 +7,7 @@ caller who retried stored it twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import s3log
 from s3log.ops import ListPage
@@ -94,10 +95,8 @@ async def test_timeout_before_commit_withdraws() -> None:
     store.gate.clear()
     blocker = asyncio.create_task(w.append("k", "a"))
     await store.entered.wait()
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(w.append("k", "late"), timeout=0.01)
-    except TimeoutError:
-        pass
     store.gate.set()
     await blocker
     await w.commit()
