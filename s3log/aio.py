@@ -10,7 +10,7 @@ from .codec import Entry, Head
 from .drive import AsyncDriver
 from .errors import InvalidArgumentError
 from .ops import Proc
-from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
 from .writer import (
@@ -108,7 +108,7 @@ class AsyncWriter(WriterBase):
 
     async def _commit_task(self) -> CommitResult:
         async with self._lock:
-            return await self._log.run(self._core.commit())
+            return await self._log.run(self._log._core.writing(self._core.commit()))
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -151,7 +151,7 @@ class AsyncLog(LogBase):
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = await self.run(self._core.create(ws, reducer))
+            ws = await self.run(self._core.writing(self._core.create(ws, reducer)))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def open(
@@ -189,7 +189,9 @@ class AsyncLog(LogBase):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        return await self.run(
+            self._core.writing(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        )
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -215,6 +217,13 @@ class AsyncLog(LogBase):
     async def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
         return await self.run(self._core.gc(older_than_ms, dry_run))
+
+    async def check_store(self) -> ProbeReport:
+        """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
+
+        Costs two or three PUTs of a small probe object under ``{prefix}/sessions/_probe/``.
+        """
+        return await self.run(self._core.probe())
 
     async def delete(self, session_id: str) -> int:
         """Delete a session (head first)."""

@@ -7,15 +7,18 @@ results; :class:`LogCore` builds the procedures behind each :class:`~s3log.Log` 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from . import protocol
 from .chain import PendingEntry
 from .codec import FORK_KIND, MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data
-from .errors import ConflictError, InvalidArgumentError, InvalidEntryError
+from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import Proc
@@ -105,6 +108,7 @@ class VerifyReport:
 
 
 ForkListener = Callable[[ForkInfo], None]
+T = TypeVar("T")
 
 #: Where an appended entry stands: queued and withdrawable (``pending``), carried by
 #: the commit in flight (``committing``), queued after a commit whose outcome is
@@ -280,6 +284,11 @@ class WriterCore:
                     self._done[ticket] = entry
 
 
+#: Stores the precondition probe has passed in this process.
+_PROBED: weakref.WeakSet[object] = weakref.WeakSet()
+_log = logging.getLogger("s3log")
+
+
 class LogCore:
     """The procedures behind each verb of :class:`~s3log.Log` and :class:`~s3log.AsyncLog`."""
 
@@ -293,6 +302,32 @@ class LogCore:
         self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
         self.config = config or LogConfig()
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
+        self.store = store
+        # Stores that are known to honour conditional writes (the in-memory ones say so)
+        # are never probed; the others once per store object and process.
+        self._verified = not self.config.verify_preconditions or bool(getattr(store, "honours_preconditions", False))
+
+    def writing(self, proc: Proc[T]) -> Proc[T]:
+        """``proc``, preceded the first time by the precondition probe of this store.
+
+        Raises :class:`~s3log.errors.PreconditionsIgnoredError` before anything of
+        ``proc`` is written if the store ignores ``If-None-Match`` or ``If-Match``.
+        """
+        if not self._verified and self.store not in _PROBED:
+            report = yield from protocol.probe_preconditions(self.layout, self.config)
+            if not report.ok:
+                raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
+                                                report.detail)
+            if report.if_none_match is None or report.if_match is None:
+                _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
+            with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
+                _PROBED.add(self.store)
+        self._verified = True
+        return (yield from proc)
+
+    def probe(self) -> Proc[protocol.ProbeReport]:
+        """Run the precondition probe now, whatever was found before."""
+        return protocol.probe_preconditions(self.layout, self.config)
 
     def writer(
         self,
