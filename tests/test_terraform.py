@@ -539,8 +539,13 @@ def test_lambda_package_is_built_by_archive_file_with_core_dependencies_only() -
     assert "--no-deps" in installs[0] and installs[0].rstrip().endswith("'${local.repo_root}'")
     assert installs[1].rstrip().endswith("/.wheel/s3log-*.whl")
     assert "[" not in installs[1].split("--only-binary=:all:")[1]
-    for flag in ("--platform ${local.wheel_platform}", "--python-version ${local.wheel_python}", "--only-binary=:all:"):
+    for flag in ("${local.wheel_platforms}", "--python-version ${local.wheel_python}", "--only-binary=:all:"):
         assert flag in installs[1]
+    platforms = _locals(LAMBDA / "main.tf")["wheel_platforms"]
+    # cbor2 ships manylinux_2_28 wheels only: without that tag the install finds nothing.
+    assert "manylinux_2_28" in platforms and "--platform" in platforms
+    runtime = _variables(LAMBDA)["runtime"]
+    assert runtime["default"] == "python3.12" and "1[2-9]" in runtime["validation"][0]["condition"]
     assert "cp ${join(" in command
     functions = _example("resource", "aws_lambda_function")
     for fn in functions.values():

@@ -60,10 +60,11 @@ variable "sweep_function_name" {
 variable "runtime" {
   description = "Lambda Python runtime; the package's wheels are fetched for this version."
   type        = string
-  default     = "python3.11"
+  default     = "python3.12"
+  # python3.11 runs on Amazon Linux 2 (glibc 2.26): cbor2's wheels need glibc 2.28.
   validation {
-    condition     = can(regex("^python3\\.1[1-9]$", var.runtime))
-    error_message = "runtime must be python3.11 or later (s3log needs Python >= 3.11)."
+    condition     = can(regex("^python3\\.1[2-9]$", var.runtime))
+    error_message = "runtime must be python3.12 or later (an Amazon Linux 2023 runtime: s3log's cbor2 wheels need glibc >= 2.28)."
   }
 }
 
@@ -161,9 +162,12 @@ locals {
     [for f in sort(fileset(local.repo_root, "s3log/**/*.py")) : filesha256("${local.repo_root}/${f}")],
     [for h in local.handlers : filesha256("${local.repo_root}/scripts/${h}")],
   )))
-  wheel_platform = var.architecture == "arm64" ? "manylinux2014_aarch64" : "manylinux2014_x86_64"
-  wheel_python   = trimprefix(var.runtime, "python")
-  iam_managed    = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
+  wheel_arch = var.architecture == "arm64" ? "aarch64" : "x86_64"
+  # pip does not widen a perennial manylinux tag to older ones: name each glibc level
+  # Amazon Linux 2023 (glibc 2.34) can load.
+  wheel_platforms = join(" ", [for tag in ["manylinux_2_34", "manylinux_2_28", "manylinux2014"] : "--platform ${tag}_${local.wheel_arch}"])
+  wheel_python    = trimprefix(var.runtime, "python")
+  iam_managed     = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
 }
 
 # s3log is built into a wheel and installed without extras, so only its core
@@ -181,7 +185,7 @@ resource "terraform_data" "package" {
       rm -rf '${local.build_dir}'
       mkdir -p '${local.build_dir}/.wheel'
       ${var.python} -m pip wheel --quiet --no-deps --wheel-dir '${local.build_dir}/.wheel' '${local.repo_root}'
-      ${var.python} -m pip install --quiet --no-compile --target '${local.build_dir}' --platform ${local.wheel_platform} --implementation cp --python-version ${local.wheel_python} --only-binary=:all: '${local.build_dir}'/.wheel/s3log-*.whl
+      ${var.python} -m pip install --quiet --no-compile --target '${local.build_dir}' ${local.wheel_platforms} --implementation cp --python-version ${local.wheel_python} --only-binary=:all: '${local.build_dir}'/.wheel/s3log-*.whl
       rm -rf '${local.build_dir}/.wheel'
       cp ${join(" ", [for h in local.handlers : "'${local.repo_root}/scripts/${h}'"])} '${local.build_dir}/'
     EOT
