@@ -231,7 +231,8 @@ def test_failed_commit_keeps_the_batch_and_raises_on_the_next_flush() -> None:
     log = s3log.Log(FaultyStore(mem, plan), config=s3log.LogConfig(
         retry=s3log.RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002)))
     s = AgentSession.create(log, max_buffer_entries=1)
-    s.flush()
+    s.user_input("first")  # over the bound: committed at once
+    assert s.buffered == 0
     failing["on"] = True
     s.user_input("a")  # hits the size bound: the automatic commit fails, quietly
     assert s.last_error is not None and s.buffered == 1
@@ -239,7 +240,7 @@ def test_failed_commit_keeps_the_batch_and_raises_on_the_next_flush() -> None:
         s.flush()
     failing["on"] = False
     s.flush()
-    assert [h["content"] for h in AgentSession.restore(s3log.Log(mem), s.session_id).state.history] == ["a"]
+    assert [h["content"] for h in AgentSession.restore(s3log.Log(mem), s.session_id).state.history] == ["first", "a"]
 
 
 def test_write_behind_commits_when_the_buffer_is_full(log: s3log.Log) -> None:
@@ -292,6 +293,7 @@ def test_racing_example_workers_keep_every_turn(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
     log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
     first = AgentSession.create(log, system_prompt="sys")
+    first.config_changed({"model": "fake-1"})  # a real record: a session holding only its start is not stored
     first.flush()
     sid = first.session_id
     with ProcessPoolExecutor(max_workers=4, mp_context=get_context("spawn")) as pool:
