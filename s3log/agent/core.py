@@ -257,24 +257,31 @@ def create_proc(session_id: str | None, meta: dict[str, Any]) -> Proc[WriterBase
 
 
 def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[str]:
-    """The session ``follow_forks`` continues: from ``session_id``, step to its newest fork
-    (greatest ``created_at``, then greatest id: UUIDv7 ids sort by creation) until a
-    session with no fork in scope. Forks whose head never landed are skipped."""
-    current = session_id
-    seen = {current}
-    while True:
-        kids = [k for k in (yield Children(current)) if k not in seen]
-        if not kids:
-            return current
-        heads: list[Head | None] = yield ReadHeads(tuple(kids))
-        candidates = [
-            (h.created_at, sid) for sid, h in zip(kids, heads, strict=True)
-            if h is not None and h.parent is not None and h.parent.session == current and in_scope(h.meta, labels)
-        ]
-        if not candidates:
-            return current
-        current = max(candidates)[1]
-        seen.add(current)
+    """The session ``follow_forks`` continues: the deepest descendant of ``session_id``
+    in its fork tree (every session at the deepest level is a leaf), and among those the
+    newest (greatest ``created_at``, then greatest id: UUIDv7 ids sort by creation).
+
+    The tree is walked a level at a time: one LIST per session and one parallel read of
+    its forks' heads. Forks whose head never landed, and forks out of scope, are skipped.
+    """
+    level = [session_id]
+    seen = {session_id}
+    best = session_id
+    while level:
+        found: list[tuple[int, str]] = []
+        for parent in level:
+            kids = [k for k in (yield Children(parent)) if k not in seen]
+            if not kids:
+                continue
+            heads: list[Head | None] = yield ReadHeads(tuple(kids))
+            for sid, h in zip(kids, heads, strict=True):
+                if h is not None and h.parent is not None and h.parent.session == parent and in_scope(h.meta, labels):
+                    found.append((h.created_at, sid))
+                    seen.add(sid)
+        if found:
+            best = max(found)[1]
+        level = [sid for _, sid in found]
+    return best
 
 
 def restore_proc(session_id: str, labels: Mapping[str, Any] | None, follow_forks: bool) -> Proc[WriterBase]:
