@@ -156,15 +156,14 @@ def test_auto_fork_on_conflict_keeps_both_workers_entries(log: s3log.Log) -> Non
     assert log.head(worker.session_id).meta["parent"] == original
 
 
-def test_lazy_creation_and_abandonment_leave_nothing(log: s3log.Log) -> None:
+def test_lazy_creation_stores_nothing_until_the_first_commit(log: s3log.Log) -> None:
     store = log.store
     assert isinstance(store, s3log.MemoryStore)
     s = AgentSession.create(log, system_prompt="sys", session_id="agent-1")
     s.user_input("hi")  # buffered only
     assert store.all_keys() == []
-    del s
-    again = AgentSession.create(log, system_prompt="sys", session_id="agent-1")  # id is free
-    _turn(again, "hi")
+    s.assistant_items([{"role": "assistant", "content": "hello"}])
+    s.turn_end()
     assert len(store.all_keys()) == 1
 
 
@@ -173,6 +172,10 @@ def test_id_collision_is_rejected(log: s3log.Log) -> None:
     s = AgentSession.create(log, session_id="taken")
     with pytest.raises(s3log.SessionExists):
         _turn(s, "y")
+    assert s.discard() == 4  # knowingly dropped: exit does not try (nor warn) again
+    assert s.unsaved() == 0
+    with pytest.raises(s3log.S3LogError, match="discarded"):
+        s.user_input("z")
 
 
 def test_open_turn_left_by_a_crash_is_closed_once_as_interrupted(log: s3log.Log) -> None:

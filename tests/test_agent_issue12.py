@@ -118,6 +118,24 @@ def test_agent_close_drains_every_session_of_the_log(s3log_log: s3log.Log) -> No
     assert a.buffered == 0 and b.buffered == 0 and c.buffered == 2  # only this log's sessions
     assert _kinds(other, a.session_id) == ["agent.session_start", "agent.user_input"]
     assert _kinds(other, b.session_id) == ["agent.session_start", "agent.user_input"]
+    s3log.agent.close(other)
+    assert c.buffered == 0
+
+
+def test_a_session_dropped_undrained_is_kept_until_the_log_is_closed(s3log_log: s3log.Log) -> None:
+    import gc
+
+    log = s3log_log
+
+    def handler() -> str:
+        s = AgentSession.create(log)
+        s.user_input("the handler forgot to close")
+        return s.session_id
+
+    sid = handler()
+    gc.collect()
+    s3log.agent.close(log)
+    assert _kinds(s3log.Log(log.store), sid) == ["agent.session_start", "agent.user_input"]
 
 
 class _HookedLog(s3log.Log):
@@ -150,7 +168,8 @@ def test_a_failed_drain_names_every_failed_session_and_keeps_the_records() -> No
     from s3log.faults import FaultyStore
 
     mem = s3log.MemoryStore()
-    log = s3log.Log(FaultyStore(mem, lambda method, key: "503" if method.startswith("put") else None),
+    failing = {"on": True}
+    log = s3log.Log(FaultyStore(mem, lambda method, key: "503" if failing["on"] and method.startswith("put") else None),
                     config=s3log.LogConfig(retry=s3log.RetryPolicy(attempts=1, initial=0.0001, max_backoff=0.0002)))
     a = AgentSession.create(log)
     a.user_input("a")
@@ -161,6 +180,9 @@ def test_a_failed_drain_names_every_failed_session_and_keeps_the_records() -> No
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert (a.session_id in notes) != (b.session_id in notes)  # the other one is noted
     assert a.buffered == 2 and b.buffered == 2
+    failing["on"] = False
+    s3log.agent.close(log)  # the records were kept: the next drain commits them
+    assert a.buffered == 0 and b.buffered == 0
 
 
 # --------------------------------------------------------------------- 5. scoping

@@ -243,7 +243,7 @@ async def aclose(log: AsyncLog) -> None:
     """
     errors: builtins.list[tuple[str, BaseException]] = []
     for session in core.live_sessions(log):
-        if isinstance(session, AsyncAgentSession):
+        if isinstance(session, AsyncAgentSession) and session.unsaved():
             try:
                 await session.flush()
             except S3LogError as exc:

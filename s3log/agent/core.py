@@ -383,6 +383,7 @@ class SessionCore(ABC):
         # True while the only record is the session start of a session not stored yet:
         # such a session is abandoned if nothing follows, and must not take its id.
         self._start_only = False
+        self._discarded = False
         # The writer must not keep the session alive (a dropped session is collected at
         # once, so the exit hook never sees it), hence a weak reference.
         ref = weakref.ref(self)
@@ -429,11 +430,32 @@ class SessionCore(ABC):
 
     def unsaved(self) -> int:
         """Records that would be lost if the process ended now (a lone session start is not one)."""
-        return 0 if self._start_only else self._writer.pending
+        return 0 if self._start_only or self._discarded else self._writer.pending
+
+    def discard(self) -> int:
+        """Give up this session: its buffered records are dropped, knowingly (closing the log
+        and exiting no longer try to commit them), and every later verb raises. For a session
+        whose commit cannot succeed, such as one whose id turned out to be taken. Returns how
+        many records were dropped."""
+        dropped = self.unsaved()
+        self._discarded = True
+        _track(self)
+        return dropped
+
+    def _check_usable(self) -> None:
+        if self._discarded:
+            raise S3LogError(f"agent session {self.session_id} was discarded")
 
     # ---------------------------------------------------------------- procedures
 
     def _p_record(self, kind: str, data: dict[str, Any]) -> Proc[None]:
+        try:
+            yield from self._p_buffer(kind, data)
+        finally:
+            _track(self)
+
+    def _p_buffer(self, kind: str, data: dict[str, Any]) -> Proc[None]:
+        self._check_usable()
         yield Append(self._writer, kind, data)
         self._pending_state = self._reducer.apply(self._pending_state, _provisional(kind, data))
         self._start_only = kind == SESSION_START and self._writer.head.version == 0
@@ -454,6 +476,13 @@ class SessionCore(ABC):
                 self.last_error = exc  # kept: the next flush retries and raises
 
     def _p_flush(self, *, force: bool = False) -> Proc[None]:
+        try:
+            yield from self._p_commit(force)
+        finally:
+            _track(self)
+
+    def _p_commit(self, force: bool) -> Proc[None]:
+        self._check_usable()
         w = self._writer
         if w.pending == 0 and w.head.version > 0:
             self.last_error = None
@@ -545,7 +574,18 @@ def _provisional(kind: str, data: Any) -> Entry:
 
 _LOCK = threading.Lock()
 _LIVE: weakref.WeakKeyDictionary[Any, weakref.WeakSet[SessionCore]] = weakref.WeakKeyDictionary()
+# Sessions holding records not yet committed, held strongly: a session dropped before
+# its buffer was drained is kept until close(log) or exit commits it, never lost quietly.
+_UNSAVED: set[SessionCore] = set()
 _EXIT_HOOKED = False
+
+
+def _track(session: SessionCore) -> None:
+    with _LOCK:
+        if session.unsaved():
+            _UNSAVED.add(session)
+        else:
+            _UNSAVED.discard(session)
 
 
 def _register(session: SessionCore) -> None:

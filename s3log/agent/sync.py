@@ -259,7 +259,7 @@ def drain(log: Log) -> None:
     """
     errors: builtins.list[tuple[str, BaseException]] = []
     for session in core.live_sessions(log):
-        if isinstance(session, AgentSession):
+        if isinstance(session, AgentSession) and session.unsaved():
             try:
                 session.flush()
             except S3LogError as exc:
