@@ -271,7 +271,7 @@ def test_group_items_splits_a_turn_by_kind() -> None:
 
 def test_restore_of_a_session_written_by_another_process(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
-    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket}
+    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket, "PYTHONPATH": ROOT}  # this checkout's s3log
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "agent_worker.py"), "--prompt", "hello"],
                          env=env, capture_output=True, text=True, timeout=120, check=True)
     sid = json.loads(out.stdout)["session"]

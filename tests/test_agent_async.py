@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +25,8 @@ from s3log.agent import (
     collect_state,
 )
 from s3log.testing import LocalS3
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 async def _turn(s: AsyncAgentSession, text: str) -> None:
@@ -153,4 +159,27 @@ async def test_sync_and_async_sessions_read_each_other(s3log_server: LocalS3, s3
     sync.turn_end()
     back = await AsyncAgentSession.restore(alog, s.session_id)
     assert [h["content"] for h in back.state.history] == ["async", "re: async", "sync"]
+    log.close()
+
+
+def test_the_async_example_worker(s3log_server: LocalS3) -> None:
+    bucket = s3log_server.create_bucket()
+    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket, "PYTHONPATH": ROOT}
+    script = os.path.join(ROOT, "scripts", "agent_worker_async.py")
+
+    def invoke(*args: str) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True,
+                             timeout=120, check=True)
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    sid = invoke("--prompt", "hello")["session"]
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    fork = AgentSession.fork_at(log, sid, at_seq=0)  # someone branched off: the worker can follow it
+    again = invoke("--session", sid, "--follow-forks", "--prompt", "again")
+    assert again["session"] == fork.session_id and again["turns"] == 1
+    st = AgentSession.restore(log, fork.session_id).state
+    assert [h.get("type") or h.get("role") for h in st.history] == [
+        "user", "function_call", "function_call_output", "assistant"]
+    assert st.history[0]["content"] == "again" and st.system_prompt == "You are a helpful agent."
+    assert AgentSession.restore(log, sid).state.turn_count == 1
     log.close()
