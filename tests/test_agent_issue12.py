@@ -339,3 +339,14 @@ def test_follow_forks_follows_automatic_forks_and_repairs_the_leaf(s3log_log: s3
     r = AgentSession.restore(log, s.session_id, follow_forks=True)
     assert r.session_id == loser.session_id
     assert r.state.last_run_interrupted and not r.state.turn_open
+
+
+def test_an_unknown_option_is_refused_before_a_restore_repairs(s3log_log: s3log.Log) -> None:
+    log = s3log_log
+    s = AgentSession.create(log)
+    s.user_input("crashed mid-turn")
+    s.flush()
+    version = log.head(s.session_id).version
+    with pytest.raises(s3log.agent.AgentArgumentError, match="max_buffer_entrys"):
+        AgentSession.restore(log, s.session_id, max_buffer_entrys=3)
+    assert log.head(s.session_id).version == version

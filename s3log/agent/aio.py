@@ -104,6 +104,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Start a session lazily (see :meth:`s3log.agent.AgentSession.create`)."""
+        core.options_arg(options)
         head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         writer = await run(log, core.create_proc(session_id, head))
         assert isinstance(writer, AsyncWriter)
@@ -122,6 +123,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
+        core.options_arg(options)
         writer = await run(log, core.restore_proc(session_id, labels, follow_forks))
         assert isinstance(writer, AsyncWriter)
         return cls(log, writer, **options)
@@ -138,6 +140,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """A new session holding a stored point's state (see :meth:`s3log.agent.AgentSession.fork_at`)."""
+        core.options_arg(options)
         writer = await run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
         assert isinstance(writer, AsyncWriter)
         return cls(log, writer, **options)
@@ -151,6 +154,7 @@ class AsyncAgentSession(SessionCore):
 
     async def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AsyncAgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
+        core.options_arg(options)
         writer = await self._run(self._p_fork(labels))
         assert isinstance(writer, AsyncWriter)
         return AsyncAgentSession(self.log, writer, **options)

@@ -198,6 +198,16 @@ def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
     return out
 
 
+SESSION_OPTIONS = frozenset({"max_buffer_entries", "max_buffer_bytes", "max_delay", "on_fork"})
+
+
+def options_arg(options: Mapping[str, Any]) -> None:
+    """Refuse unknown session options before anything is read or written (a restore may repair)."""
+    unknown = sorted(set(options) - SESSION_OPTIONS)
+    if unknown:
+        raise AgentArgumentError(f"unknown agent session option(s) {unknown}; known: {sorted(SESSION_OPTIONS)}")
+
+
 def labels_arg(labels: Any) -> dict[str, Any] | None:
     """A ``labels`` scope argument: None (no scope) or a mapping of label names to values."""
     if labels is None:

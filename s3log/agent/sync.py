@@ -107,6 +107,7 @@ class AgentSession(SessionCore):
     ) -> AgentSession:
         """Start a session lazily: nothing is stored (and the id is not taken) until a
         record after the session start is committed."""
+        core.options_arg(options)
         head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         writer = run(log, core.create_proc(session_id, head))
         assert isinstance(writer, Writer)
@@ -130,6 +131,7 @@ class AgentSession(SessionCore):
         header labels differ. ``follow_forks``: open the newest descendant instead (the
         newest fork at each level, down to a session with no forks).
         """
+        core.options_arg(options)
         writer = run(log, core.restore_proc(session_id, labels, follow_forks))
         assert isinstance(writer, Writer)
         return cls(log, writer, **options)
@@ -147,6 +149,7 @@ class AgentSession(SessionCore):
     ) -> AgentSession:
         """A new session holding ``session_id``'s state at a stored point, exactly as
         replayed (an open turn stays open; an unknown point is an error)."""
+        core.options_arg(options)
         writer = run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
         assert isinstance(writer, Writer)
         return cls(log, writer, **options)
@@ -160,6 +163,7 @@ class AgentSession(SessionCore):
 
     def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
+        core.options_arg(options)
         writer = self._run(self._p_fork(labels))
         assert isinstance(writer, Writer)
         return AgentSession(self.log, writer, **options)
