@@ -394,8 +394,9 @@ class SessionCore(ABC):
         # such a session is abandoned if nothing follows, and must not take its id.
         self._start_only = False
         self._discarded = False
-        # The writer must not keep the session alive (a dropped session is collected at
-        # once, so the exit hook never sees it), hence a weak reference.
+        # The writer must not keep the session alive: a dropped session with nothing
+        # unsaved is simply collected (one with unsaved records is held by the registry
+        # until drained), hence a weak reference.
         ref = weakref.ref(self)
 
         def forked(info: ForkInfo) -> None:
