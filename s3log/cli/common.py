@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -105,7 +105,7 @@ def open_log(ctx: typer.Context | None = None) -> Any:
     ctx = ctx or current_context()
     s = settings(ctx)
     if not s.bucket:
-        raise typer.BadParameter("no bucket: pass --bucket or set S3LOG_BUCKET")
+        fail("no bucket: pass --bucket NAME or set S3LOG_BUCKET", 2)
     client = _s3_client(s)
     s.resolved_endpoint = str(client.meta.endpoint_url)
     log = Log(S3Store(s.bucket, s.prefix, client=client), config=LogConfig(retry=CLI_RETRY))
@@ -204,7 +204,7 @@ def one_line(message: str) -> str:
     return " ".join(message.split())
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print one clear line to stderr and exit non-zero."""
     echo(styled(("error:", "bold red"), " ", one_line(message)), err=True)
     raise typer.Exit(code)

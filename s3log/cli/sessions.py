@@ -80,6 +80,9 @@ def ls(
         _plain_table(header, rows)
         return
     table = Table(*header)
+    for col in (0, 4):  # ids are copied from here: never cut them
+        table.columns[col].no_wrap = True
+        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
     for r in rows:
         table.add_row(*(Text(c) for c in r))
     console.print(table)
