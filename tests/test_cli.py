@@ -185,3 +185,9 @@ def test_export_and_query(env: dict[str, str], tmp_path: Any) -> None:
     assert code == 0 and json.loads(out) == [{"kind": "message", "n": 6}, {"kind": "tool_call", "n": 6}]
     code, out = _invoke(env, "query", "SELECT nope FROM entries")
     assert code == 1 and "Traceback" not in out
+
+
+def test_demo_json_report(env: dict[str, str]) -> None:
+    code, out = _invoke(env, "demo", "--workers", "1", "--turns", "1", "--sessions", "1", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True and report["missing"] == [] and report["commits"] == 1

@@ -372,3 +372,29 @@ def test_every_command_closes_its_log(env: dict[str, str], monkeypatch: pytest.M
         result = runner.invoke(app, args, env=env)
         assert result.exit_code in (0, 1), (args, result.output)
         assert len(opened) == before + 1 and opened[-1] in closed, args
+
+
+def test_a_404_listing_names_bucket_and_endpoint(env: dict[str, str]) -> None:
+    """An endpoint that is not S3 (or not this bucket's) answers a LIST with a bare 404."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotS3(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"Not Found")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotS3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        p = cli(env, "--endpoint-url", url, "--bucket", "b1", "ls")
+    finally:
+        server.shutdown()
+    assert p.returncode == 1 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith(f"error: bucket b1 not found at {url} (HTTP 404")

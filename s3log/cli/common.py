@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar, cast
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ..errors import S3LogError, StoreError
@@ -60,13 +61,19 @@ class Settings:
     resolved_endpoint: str | None = None
 
 
-def current_context() -> typer.Context:
-    """The context of the command being run."""
+def active_context() -> typer.Context | None:
+    """The context of the command being run, or None outside a command."""
     # typer 0.29 vendors click: its context stack is reached through typer.main.
     ctx = typer.main.get_current_context(silent=True)  # type: ignore[attr-defined]
+    return cast("typer.Context | None", ctx)
+
+
+def current_context() -> typer.Context:
+    """The context of the command being run."""
+    ctx = active_context()
     if ctx is None:
         raise RuntimeError("no s3log command is running")
-    return ctx  # type: ignore[return-value]
+    return ctx
 
 
 def settings(ctx: typer.Context | None = None) -> Settings:
@@ -150,6 +157,25 @@ def echo(text: str | Text = "", *, err: bool = False) -> None:
     stream.flush()
 
 
+def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = ()) -> None:
+    """A table: boxed on a terminal; piped, columns padded to the widest cell, two spaces apart, nothing cut.
+
+    ``keep_whole`` columns are never wrapped or shortened on a terminal either.
+    """
+    if not is_tty():
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        return
+    table = Table(*header)
+    for col in keep_whole:
+        table.columns[col].no_wrap = True
+        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
+    for r in rows:
+        table.add_row(*(Text(c) for c in r))  # Text: a cell is never markup
+    console.print(table)
+
+
 def styled(*parts: str | tuple[str, str]) -> Text:
     """A line from literal strings and ``(text, style)`` pairs; nothing is parsed as markup."""
     return Text.assemble(*parts)
@@ -228,6 +254,10 @@ def explain(exc: BaseException, s: Settings) -> str:
         if isinstance(cause, StoreError) and cause.code == "NoSuchBucket":
             return (f"bucket {s.bucket} does not exist at {endpoint} "
                     f"(create it, or run a local S3 with: s3log local-s3 --bucket {s.bucket})")
+        if (isinstance(cause, StoreError) and cause.status == 404 and cause.code != "NoSuchKey"
+                and (cause.key or "").endswith("/")):
+            # A LIST answered 404 without NoSuchBucket: not S3's bucket, or not S3 at all.
+            return f"bucket {s.bucket} not found at {endpoint} (HTTP 404 listing {cause.key}): check the endpoint"
         if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
             # botocore's text repeats a long request URL; the endpoint is what to check.
             return (f"could not reach the S3 endpoint {endpoint} ({type(cause).__name__}): "
@@ -250,7 +280,8 @@ def handle_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise
         except Exception as exc:  # botocore credential/config errors and the like too
-            s = settings()
+            ctx = active_context()
+            s = settings(ctx) if ctx is not None else Settings()
             if s.debug:
                 raise
             fail(explain(exc, s))

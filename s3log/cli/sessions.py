@@ -10,7 +10,6 @@ from typing import Any
 
 import typer
 from rich.progress import track
-from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
@@ -28,6 +27,7 @@ from .common import (
     fail,
     handle_errors,
     is_tty,
+    print_table,
     styled,
     when,
 )
@@ -46,13 +46,6 @@ def _entry_line(e: Any, *, tty: bool) -> Text:
     if tty and len(data) > TTY_DATA_CHARS:
         data = data[: TTY_DATA_CHARS - 1] + "…"
     return styled(f"{e.seq:>6}  {when(e.ts)}  ", (e.kind, "cyan"), "  ", data)
-
-
-def _plain_table(header: list[str], rows: list[list[str]]) -> None:
-    """Columns padded to their widest cell, two spaces apart, nothing cut."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 @app.command("ls")
@@ -76,16 +69,7 @@ def ls(
     header = ["session", "entries", "created", "updated", "parent"]
     rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
              i.parent.session if i.parent else ""] for i in infos]
-    if not is_tty():
-        _plain_table(header, rows)
-        return
-    table = Table(*header)
-    for col in (0, 4):  # ids are copied from here: never cut them
-        table.columns[col].no_wrap = True
-        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
-    for r in rows:
-        table.add_row(*(Text(c) for c in r))
-    console.print(table)
+    print_table(header, rows, keep_whole=(0, 4))  # ids are copied from here: never cut them
 
 
 @app.command()
