@@ -46,7 +46,7 @@ def test_ls_show_tail_fork_lineage_rm(env: dict[str, str]) -> None:
     code, out = _invoke(env, "show", sid, "--json")
     assert code == 0 and [e["data"]["i"] for e in json.loads(out)["entries"]] == [0, 1, 2]
     code, out = _invoke(env, "tail", sid, "-n", "1")
-    assert code == 0 and "'i': 2" in out
+    assert code == 0 and '"i": 2' in out
     code, out = _invoke(env, "fork", sid, "--at-seq", "1")
     child = out.strip()
     assert code == 0 and log.read(child).parent.seq == 1  # type: ignore[union-attr]
@@ -54,7 +54,7 @@ def test_ls_show_tail_fork_lineage_rm(env: dict[str, str]) -> None:
     assert code == 0 and "-->" in out and child in out
     code, out = _invoke(env, "lineage", child)
     assert code == 0 and sid in out and child in out
-    code, out = _invoke(env, "rm", child)
+    code, out = _invoke(env, "rm", child, "--yes")
     assert code == 0
     assert log.children(sid) == []
 
@@ -185,3 +185,9 @@ def test_export_and_query(env: dict[str, str], tmp_path: Any) -> None:
     assert code == 0 and json.loads(out) == [{"kind": "message", "n": 6}, {"kind": "tool_call", "n": 6}]
     code, out = _invoke(env, "query", "SELECT nope FROM entries")
     assert code == 1 and "Traceback" not in out
+
+
+def test_demo_json_report(env: dict[str, str]) -> None:
+    code, out = _invoke(env, "demo", "--workers", "1", "--turns", "1", "--sessions", "1", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True and report["missing"] == [] and report["commits"] == 1
