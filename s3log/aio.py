@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
@@ -132,7 +133,35 @@ class AsyncLog(LogBase):
         self._driver = AsyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
+        self._close_hooks: list[Callable[[], Awaitable[None] | None]] = []
 
+
+    def add_close_hook(self, hook: Callable[[], Awaitable[None] | None]) -> None:
+        """Call (and await) ``hook`` when this log closes, before its store is closed."""
+        self._close_hooks.append(hook)
+
+    async def aclose(self) -> None:
+        """Run the close hooks (draining live agent sessions), then close the store's client."""
+        hooks, self._close_hooks = self._close_hooks, []
+        first: BaseException | None = None
+        for hook in hooks:
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # every hook must get its chance
+                first = first or exc
+        closer = getattr(self.store, "aclose", None)
+        if closer is not None:
+            await closer()
+        if first is not None:
+            raise first
+
+    async def __aenter__(self) -> AsyncLog:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.aclose()
 
     async def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
@@ -103,16 +103,41 @@ class Log(LogBase):
         self._driver = SyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
-        self._tickets: dict[int, Entry] = {}
+        self._close_hooks: list[Callable[[], None]] = []
 
 
     def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""
         return self._driver.run(proc)
 
+    def add_close_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when this log closes, before its resources are released.
+
+        Agent sessions use it to drain their write-behind buffers (docs/agent.md).
+        """
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
-        """Release the thread pool."""
+        """Run the close hooks (draining live agent sessions), then release the thread pool.
+
+        Every hook runs; the first error is raised after the pool is released.
+        """
+        hooks, self._close_hooks = self._close_hooks, []
+        first: BaseException | None = None
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:  # every hook must get its chance
+                first = first or exc
         self._driver.close()
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
 
     def create(
         self,

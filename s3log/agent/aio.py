@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -229,8 +230,18 @@ class AsyncAgentSession(SessionCore):
             await self.close()
 
     def _hook_log_close(self) -> None:
-        # AsyncLog has no close of its own to hook: aclose(log) is how its sessions are drained.
-        return
+        # AsyncLog.aclose() awaits its hooks: closing the log drains its sessions.
+        add = getattr(self.log, "add_close_hook", None)
+        if add is None:
+            return
+        ref = weakref.ref(self.log)
+
+        async def drain_on_close() -> None:
+            log = ref()
+            if log is not None:
+                await aclose(log)
+
+        add(drain_on_close)
 
     def _flush_at_exit(self) -> None:
         # Its store's connections belong to an event loop that has ended by now.

@@ -70,11 +70,13 @@ def gc(
         report = log.gc(older_than_ms=grace, dry_run=dry_run)
     if as_json:
         emit_json({"sessions": report.sessions, "unreferenced": report.unreferenced, "deleted": report.deleted,
-                   "kept_young": report.kept_young})
+                   "kept_young": report.kept_young, "broken": report.broken})
         return
     verb = "would delete" if dry_run else "deleted"
     echo(f"{report.sessions} sessions; {verb} {len(report.unreferenced if dry_run else report.deleted)} "
          f"unreferenced objects; kept {report.kept_young} inside the grace period")
+    for sid in report.broken:
+        echo(f"broken: session {sid} has an unreadable head; its objects were left alone")
 
 
 @app.command()
