@@ -604,6 +604,52 @@ def test_a_stalled_put_times_out_as_a_transient_error(
             close()
 
 
+COMMIT_FAULTS: list[tuple[str, str, Action]] = [
+    ("segment-409", "put_if_absent", Status(409, "ConditionalRequestConflict")),
+    ("segment-503", "put_if_absent", Status(503, "SlowDown")),
+    ("segment-landed-then-lost", "put_if_absent", LandedThenLost()),
+    ("head-409", "put_if_match", Status(409, "ConditionalRequestConflict")),
+    ("head-409-aborted", "put_if_match", Status(409, "OperationAborted")),
+    ("head-reset", "put_if_match", Reset()),
+    ("head-landed-then-lost", "put_if_match", LandedThenLost()),
+]
+FAST = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=6, initial=0.001, max_backoff=0.005))
+
+
+@pytest.mark.parametrize(("name", "where", "action"), COMMIT_FAULTS, ids=[f[0] for f in COMMIT_FAULTS])
+def test_a_commit_through_real_http_faults_is_acknowledged_exactly_once(
+    http_subject: Subject, name: str, where: str, action: Action
+) -> None:
+    """End to end: the log on each HTTP store commits once whatever the wire did."""
+    prefix = http_subject.base.rstrip("/")
+    big = "x" * 30000  # larger than the head's tail: the commit writes a segment first
+    assert http_subject.proxy is not None
+    plan = http_subject.proxy.plan
+    s = http_subject.store
+    if isinstance(s, Blocking):
+        async def scenario() -> list[Any]:
+            alog = s3log.AsyncLog(s.inner, prefix=prefix, config=FAST)
+            w = await alog.create()
+            plan.add(where, action)
+            await w.append("big", big)
+            await w.append("k", "after")
+            return [e.data for e in (await alog.read(w.session_id)).entries]
+
+        entries = s.loop.run_until_complete(scenario())
+    else:
+        log = s3log.Log(s, prefix=prefix, config=FAST)
+        w = log.create()
+        plan.add(where, action)
+        w.append("big", big)
+        w.commit()
+        w.append("k", "after")
+        w.commit()
+        entries = [e.data for e in log.read(w.session_id).entries]
+        log.close()
+    assert entries == [big, "after"]
+    assert any(a == action for _, _, a in plan.seen), "the fault was not met"
+
+
 # ------------------------------------------- the fault wrappers speak the same language
 
 #: FaultyStore faults and the error each must raise, and whether the write took effect.

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from ..errors import S3LogError
+from ..layout import DEFAULT_PREFIX
 
 app = typer.Typer(help="Durable, hash-chained session logs on S3.", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -31,13 +32,13 @@ class Settings:
     debug: bool
 
 
-_settings = Settings(None, "s3log", None, False)
+_settings = Settings(None, DEFAULT_PREFIX, None, False)
 
 
 @app.callback()
 def _main(
     bucket: str = typer.Option(None, "--bucket", envvar="S3LOG_BUCKET", help="Bucket holding the sessions."),
-    prefix: str = typer.Option("s3log", "--prefix", envvar="S3LOG_PREFIX", help="Key prefix of the sessions."),
+    prefix: str = typer.Option(DEFAULT_PREFIX, "--prefix", envvar="S3LOG_PREFIX", help="Key prefix of the sessions."),
     endpoint_url: str = typer.Option(
         None, "--endpoint-url", envvar="AWS_ENDPOINT_URL", help="S3-compatible endpoint (moto, MinIO...)."
     ),
@@ -61,7 +62,7 @@ def open_log() -> Any:
 
     if not _settings.bucket:
         raise typer.BadParameter("no bucket: pass --bucket or set S3LOG_BUCKET")
-    return Log(S3Store(_settings.bucket, _settings.prefix, endpoint_url=_settings.endpoint_url))
+    return Log(S3Store(_settings.bucket, endpoint_url=_settings.endpoint_url), prefix=_settings.prefix)
 
 
 def fail(message: str, code: int = 1) -> None:
