@@ -374,6 +374,20 @@ def test_list_prefix_is_a_string_prefix_not_a_folder(subject: Subject) -> None:
     assert page.prefixes == [b + "a/", b + "ab/"]
 
 
+def test_sessions_are_found_by_id_prefix_on_every_store(subject: Subject) -> None:
+    """What the LangGraph saver does to find a thread's sessions (found nothing on obstore)."""
+    from s3log.protocol import list_session_ids_with_prefix
+
+    if isinstance(subject.store, Blocking):
+        pytest.skip("the listing itself is covered above; this drives the blocking Log")
+    log = s3log.Log(subject.store, prefix=subject.base.rstrip("/"))
+    for sid in ("lg-a-1", "lg-a-2", "lg-b-1", "other"):
+        log.create(session_id=sid)
+    assert log.run(list_session_ids_with_prefix(log.layout, "lg-a-")) == ["lg-a-1", "lg-a-2"]
+    assert log.run(list_session_ids_with_prefix(log.layout, "lg-")) == ["lg-a-1", "lg-a-2", "lg-b-1"]
+    log.close()
+
+
 def test_more_than_one_s3_page_is_listed_and_counted(subject: Subject) -> None:
     """1,001 entries: two S3 pages, with and without a delimiter (counted as sent)."""
     s, b = subject.store, subject.base
@@ -738,3 +752,14 @@ def test_a_store_prefix_still_works_for_one_release_with_a_deprecation_warning(
         log = s3log.Log(store)
         sid = log.create().session_id
         assert any(o.key.startswith(f"{name}/sessions/{sid}/") for o in store.list(f"{name}/").objects)
+
+
+def test_the_snippets_of_the_store_guide_run() -> None:
+    import pathlib
+    import re
+
+    guide = pathlib.Path(__file__).parent.parent / "docs" / "stores.md"
+    snippets = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
+    assert len(snippets) == 2
+    for code in snippets:
+        exec(compile(code, str(guide), "exec"), {})
