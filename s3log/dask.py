@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from . import analytics
+from .layout import DEFAULT_PREFIX
 
 
 def _partition(
@@ -21,9 +22,9 @@ def _partition(
 ) -> pd.DataFrame:
     from .store.s3 import S3Store
 
-    store: Any = S3Store.fast(bucket, prefix, endpoint_url=endpoint_url) if fast else \
-        S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    return analytics.to_arrow(store, list(ids), **options).to_pandas(types_mapper=pd.ArrowDtype)
+    store: Any = S3Store.fast(bucket, endpoint_url=endpoint_url) if fast else \
+        S3Store(bucket, endpoint_url=endpoint_url)
+    return analytics.to_arrow(store, list(ids), prefix=prefix, **options).to_pandas(types_mapper=pd.ArrowDtype)
 
 
 def _meta() -> pd.DataFrame:
@@ -33,7 +34,7 @@ def _meta() -> pd.DataFrame:
 
 def read_entries(
     bucket: str,
-    prefix: str = "s3log",
+    prefix: str = DEFAULT_PREFIX,
     *,
     endpoint_url: str | None = None,
     sessions: Sequence[str] | None = None,
@@ -52,7 +53,7 @@ def read_entries(
     from .store.s3 import S3Store
 
     if sessions is None:
-        lister = Log(S3Store(bucket, prefix, endpoint_url=endpoint_url))
+        lister = Log(S3Store(bucket, endpoint_url=endpoint_url), prefix=prefix)
         try:
             sessions = lister.list_session_ids()
         finally:
