@@ -158,7 +158,8 @@ if _orjson is not None:
 
     def _json(value: Any) -> str | None:
         try:
-            return _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTS).decode()
+            text: str = _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTS).decode()
+            return text
         except (TypeError, ValueError):  # ints over 64 bits and the like: the json module copes
             return _json_std(value)
 else:  # pragma: no cover - depends on the environment
