@@ -657,20 +657,23 @@ def duckdb_parquet(
     """The views of :func:`duckdb` over a local export written by :func:`to_parquet`.
 
     The filters become a ``WHERE`` that DuckDB pushes into the files: a time window
-    prunes ``date=`` directories before any file is opened, and Parquet statistics
-    skip row groups. The ``sessions`` view reads ``_sessions*.parquet``.
+    selects ``date=`` directories before any file is opened, and DuckDB skips row
+    groups by their statistics. The ``sessions`` view reads ``_sessions*.parquet``.
     """
     for name in (view, sessions_view):
         if name is not None and not name.isidentifier():
             raise ValueError(f"view name {name!r} must be an identifier")
+    import glob
+    import os
+
     lo, hi = _ms(since), _ms(until)
+    lo_day = None if lo is None else datetime.fromtimestamp(lo / 1000, UTC).strftime("%Y-%m-%d")
+    hi_day = None if hi is None else datetime.fromtimestamp((hi - 1) / 1000, UTC).strftime("%Y-%m-%d")
     where: list[str] = []
     if lo is not None:
-        day = datetime.fromtimestamp(lo / 1000, UTC).strftime("%Y-%m-%d")
-        where.append(f"date >= {_sql_str(day)} AND ts >= to_timestamp({lo} / 1000.0)")
+        where.append(f"ts >= to_timestamp({lo} / 1000.0)")
     if hi is not None:
-        day = datetime.fromtimestamp(hi / 1000, UTC).strftime("%Y-%m-%d")
-        where.append(f"date <= {_sql_str(day)} AND ts < to_timestamp({hi} / 1000.0)")
+        where.append(f"ts < to_timestamp({hi} / 1000.0)")
     if kinds is not None:
         if isinstance(kinds, str):
             raise ValueError("kinds must be a list of kinds, not one string")
@@ -682,11 +685,19 @@ def duckdb_parquet(
         where.append(f"session IN {_sql_list(ids)}" if ids else "false")
     clause = (" WHERE " + " AND ".join(where)) if where else ""
     root = directory.rstrip("/")
-    files = f"{root}/date=*/*.parquet"
+    # The time window picks date= directories here, so files of other days are never
+    # opened (not even to bind the view's schema).
+    days = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(root), "date=*"))):
+        day = os.path.basename(path)[len("date="):]
+        if (lo_day is None or day >= lo_day) and (hi_day is None or day <= hi_day) and glob.glob(
+                os.path.join(glob.escape(path), "*.parquet")):
+            days.append(os.path.join(path, "*.parquet"))
     columns = ", ".join(f'"{c}"' for c in SCHEMA.names)
-    if connection.execute(f"SELECT count(*) FROM glob({_sql_str(files)})").fetchone()[0]:
-        source = f"read_parquet({_sql_str(files)}, hive_partitioning = true, hive_types = {{'date': 'VARCHAR'}})"
-    else:  # an export of nothing: an empty view of the same columns
+    if days:
+        files = "[" + ", ".join(_sql_str(d) for d in days) + "]"
+        source = f"read_parquet({files}, hive_partitioning = true, hive_types = {{'date': 'VARCHAR'}})"
+    else:  # nothing exported in the window: an empty view of the same columns
         connection.register(f"{view}__empty", SCHEMA.empty_table())
         source = f'"{view}__empty"'
     connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT {columns} FROM {source}{clause}')
