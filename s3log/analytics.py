@@ -92,7 +92,7 @@ class OutputExistsError(S3LogError, FileExistsError):
     def __init__(self, target: str) -> None:
         self.target = target
         super().__init__(
-            f"{target} is not empty: pass mode='overwrite' (replace it) or mode='append' (add files)"
+            f"{target} is not empty: use mode overwrite (replace what it holds) or append (add files)"
         )
 
 
