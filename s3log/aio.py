@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
@@ -33,12 +34,14 @@ LIST_PAGE = 100
 class AsyncWriter(WriterBase):
     """Appends to one session from asyncio code.
 
-    ``await append(...)`` returns once the entry is durable. Many tasks appending at
+    The verbs of :class:`~s3log.Writer`, awaited where they do I/O: ``append`` queues
+    (returns a ticket), ``await commit()`` makes what is queued durable, ``await
+    append_durable(...)`` returns once the entry is durable. Many tasks appending at
     once share commits (group commit): while one commit is in flight the others'
     entries queue, and the next commit carries them all.
 
     Cancellation: a commit runs in a task of its own, shielded, so cancelling or
-    timing out a caller never abandons a commit half way. A cancelled ``append``
+    timing out a caller never abandons a commit half way. A cancelled ``append_durable``
     withdraws its entry if no commit had taken it yet (it will never be stored);
     otherwise the entry's fate is that commit's. To retry without duplicates, use
     :meth:`submit`, :meth:`wait` and :meth:`status` (see docs/design.md).
@@ -49,9 +52,20 @@ class AsyncWriter(WriterBase):
         self._core = core
         self._lock = asyncio.Lock()
 
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
+        """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
+        :meth:`wait`) makes it durable. The same verb as :meth:`s3log.Writer.append`.
+
+        Bad input raises InvalidEntryError at once. (Awaiting the ticket, the form of
+        s3log 0.1, still waits for durability, with a DeprecationWarning.)
+        """
+        return Ticket(self._core.add(kind, data, ts), self)
+
     def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Queue an entry without waiting; the next commit carries it."""
-        return self._core.add(kind, data, ts)
+        """Deprecated alias of :meth:`append` (which now only queues)."""
+        warnings.warn("AsyncWriter.append_nowait is deprecated: use append (it only queues now)",
+                      DeprecationWarning, stacklevel=2)
+        return int(self._core.add(kind, data, ts))
 
     def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
         """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
@@ -78,17 +92,20 @@ class AsyncWriter(WriterBase):
             entry = self._core.claim(ticket)
             if entry is not None:
                 return entry
-            if self._core.status(ticket) == "withdrawn":
-                raise InvalidArgumentError("ticket", f"entry {ticket} was withdrawn", session=self.session_id)
+            if self._core.status(ticket) in ("withdrawn", "unknown"):
+                raise InvalidArgumentError("ticket", f"entry {ticket} is not waiting for a commit "
+                                           f"({self._core.status(ticket)})", session=self.session_id)
             await self.commit()
 
-    async def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
-        """Append an entry and return it once committed.
+    async def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+        """Append an entry and return it once committed (tasks appending at once share commits).
 
         If this call is cancelled before a commit took the entry, the entry is
         withdrawn and never stored; after, it is stored or not as that commit goes.
         """
-        ticket = self._core.add(kind, data, ts, wait=True)
+        return await self._durable(self._core.add(kind, data, ts, wait=True))
+
+    async def _durable(self, ticket: int) -> Entry:
         try:
             return await self.wait(ticket)
         except BaseException:
@@ -110,6 +127,27 @@ class AsyncWriter(WriterBase):
     async def _commit_task(self) -> CommitResult:
         async with self._lock:
             return await self._log.run(self._log._core.writing(self._core.commit()))
+
+
+class Ticket(int):
+    """The ticket of a queued entry (an int). Awaiting it is the deprecated 0.1 form of
+    :meth:`AsyncWriter.append_durable`."""
+
+    _writer: AsyncWriter
+
+    def __new__(cls, value: int, writer: AsyncWriter) -> Ticket:
+        ticket = super().__new__(cls, value)
+        ticket._writer = writer
+        return ticket
+
+    def __await__(self) -> Generator[Any, None, Entry]:
+        warnings.warn("`await writer.append(...)` is deprecated: append only queues now; "
+                      "use `await writer.append_durable(...)`", DeprecationWarning, stacklevel=2)
+        writer = self._writer
+        if not writer._core.watch(int(self)):
+            raise InvalidArgumentError("ticket", f"entry {int(self)} was already committed or withdrawn",
+                                       session=writer.session_id)
+        return writer._durable(int(self)).__await__()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

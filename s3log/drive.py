@@ -15,7 +15,21 @@ from typing import Any, TypeVar
 from . import decide
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
-from .ops import Op, Parallel, Proc, Sleep, is_retryable, store_call
+from .ops import (
+    Blob,
+    Delete,
+    Get,
+    ListKeys,
+    ListPage,
+    Op,
+    Parallel,
+    Proc,
+    PutIfAbsent,
+    PutIfMatch,
+    Sleep,
+    StoreOp,
+    is_retryable,
+)
 from .protocol import RetryPolicy
 from .store.base import AsyncObjectStore, ObjectStore
 
@@ -76,20 +90,33 @@ class SyncDriver:
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
-        name, args, kwargs = store_call(op)
-        method = getattr(self.store, name)
         if not is_retryable(op):
-            return method(*args, **kwargs)
+            return self._call(op)
         started, attempt = self.env.now_ms(), 0
         while True:
             attempt += 1
             try:
-                return method(*args, **kwargs)
+                return self._call(op)
             except StoreError as exc:
                 delay = _retry_delay(self.retry, self.env, exc, attempt, started)
                 if delay is None:
                     raise
             time.sleep(delay)
+
+    def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
+        store = self.store
+        match op:
+            case Get(key):
+                return store.get(key)
+            case PutIfAbsent(key, body):
+                return store.put_if_absent(key, body)
+            case PutIfMatch(key, body, etag):
+                return store.put_if_match(key, body, etag)
+            case ListKeys(prefix, delimiter, token, max_keys):
+                return store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+            case Delete(key):
+                store.delete(key)
+                return None
 
     def _capture(self, op: Op) -> Any:
         try:
@@ -136,20 +163,33 @@ class AsyncDriver:
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
-        name, args, kwargs = store_call(op)
-        method = getattr(self.store, name)
         if not is_retryable(op):
-            return await method(*args, **kwargs)
+            return await self._call(op)
         started, attempt = self.env.now_ms(), 0
         while True:
             attempt += 1
             try:
-                return await method(*args, **kwargs)
+                return await self._call(op)
             except StoreError as exc:
                 delay = _retry_delay(self.retry, self.env, exc, attempt, started)
                 if delay is None:
                     raise
             await asyncio.sleep(delay)
+
+    async def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
+        store = self.store
+        match op:
+            case Get(key):
+                return await store.get(key)
+            case PutIfAbsent(key, body):
+                return await store.put_if_absent(key, body)
+            case PutIfMatch(key, body, etag):
+                return await store.put_if_match(key, body, etag)
+            case ListKeys(prefix, delimiter, token, max_keys):
+                return await store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+            case Delete(key):
+                await store.delete(key)
+                return None
 
     async def _capture(self, op: Op) -> Any:
         assert self._sem is not None

@@ -8,11 +8,22 @@ from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import SyncDriver
+from .errors import InvalidArgumentError
 from .ops import Proc
 from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import ObjectStore
-from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
+from .writer import (
+    ForkListener,
+    LogBase,
+    LogCore,
+    SessionInfo,
+    SessionView,
+    TicketStatus,
+    VerifyReport,
+    WriterBase,
+    WriterCore,
+)
 
 T = TypeVar("T")
 
@@ -56,6 +67,35 @@ class Writer(WriterBase):
                 self._committing = False
                 self._cond.notify_all()
 
+    def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
+        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
+        return self._core.add(kind, data, ts, wait=True)
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where a submitted entry stands: pending, committing, uncertain, committed, withdrawn."""
+        return self._core.status(ticket)
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take back a submitted entry no commit has carried yet; True if it was."""
+        return self._core.withdraw(ticket)
+
+    def wait(self, ticket: int) -> Entry:
+        """Commit (sharing commits with other threads) until the ticket's entry is durable."""
+        while True:
+            with self._cond:
+                while True:
+                    entry = self._core.claim(ticket)
+                    if entry is not None:
+                        return entry
+                    if self._core.status(ticket) in ("withdrawn", "unknown"):
+                        raise InvalidArgumentError("ticket", f"entry {ticket} is not waiting for a commit "
+                                                   f"({self._core.status(ticket)})", session=self.session_id)
+                    if not self._committing:
+                        self._committing = True
+                        break
+                    self._cond.wait()
+            self._lead()
+
     def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
         """Append one entry and return it once committed.
 
@@ -64,18 +104,9 @@ class Writer(WriterBase):
         """
         ticket = self._core.add(kind, data, ts, wait=True)
         try:
-            while True:
-                with self._cond:
-                    while True:
-                        entry = self._core.claim(ticket)
-                        if entry is not None:
-                            return entry
-                        if not self._committing:
-                            self._committing = True
-                            break
-                        self._cond.wait()
-                self._lead()
+            return self.wait(ticket)
         except BaseException:
+            self._core.withdraw(ticket)
             self._core.forget(ticket)
             raise
 

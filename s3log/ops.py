@@ -100,7 +100,9 @@ class Parallel:
     ops: tuple[Op, ...]
 
 
-Op = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete | Sleep | Parallel
+#: The ops a store performs (the drivers match on them, one store method each).
+StoreOp = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete
+Op = StoreOp | Sleep | Parallel
 #: A protocol procedure returning ``T``.
 Proc = Generator[Op, Any, T]
 
@@ -109,16 +111,3 @@ def is_retryable(op: Op) -> bool:
     """Whether a driver may repeat ``op`` by itself after a transient error: only reads,
     listings and deletes, which are idempotent. Writes are decided by the procedure."""
     return isinstance(op, (Get, ListKeys, Delete))
-
-
-def store_call(op: Get | PutIfAbsent | PutIfMatch | ListKeys | Delete) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
-    """The store method, positional and keyword arguments that perform ``op``."""
-    if isinstance(op, Get):
-        return "get", (op.key,), {}
-    if isinstance(op, PutIfAbsent):
-        return "put_if_absent", (op.key, op.body), {}
-    if isinstance(op, PutIfMatch):
-        return "put_if_match", (op.key, op.body, op.etag), {}
-    if isinstance(op, ListKeys):
-        return "list", (op.prefix,), {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
-    return "delete", (op.key,), {}

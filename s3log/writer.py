@@ -232,6 +232,17 @@ class WriterCore:
                     return True
             return False
 
+    def watch(self, ticket: int) -> bool:
+        """Start keeping the committed entry of a queued ticket for :meth:`claim`.
+
+        False if the ticket is no longer queued (committed or withdrawn already).
+        """
+        with self._lock:
+            if ticket in self._inflight or any(t == ticket for t, _ in self._pending):
+                self._waiting.add(ticket)
+                return True
+            return False
+
     def forget(self, ticket: int) -> None:
         """Stop keeping the entry of ``ticket`` (its waiter gave up)."""
         with self._lock:
@@ -429,11 +440,6 @@ def check_meta(meta: object, session: str | None) -> dict[str, Any]:
         raise InvalidArgumentError("meta", f"keys must be strings, found {bad[0]!r}", session=session)
     normalized: dict[str, Any] = normalize_data("meta", dict(meta), session=session)
     return normalized
-
-
-def _ws_of(proc: Proc[CommitResult]) -> Proc[WriterState]:
-    result = yield from proc
-    return result.ws
 
 
 class WriterBase:

@@ -91,12 +91,12 @@ def s3log_sync(store: Any, n: int) -> dict[str, Any]:
 async def _s3log_async(store: Any, n: int) -> dict[str, Any]:
     alog = s3log.AsyncLog(store)
     w = await alog.create()
-    await w.append("warm", 0)
+    await w.append_durable("warm", 0)
     store.requests.reset()
     samples = []
     for _ in range(n):
         t = time.perf_counter()
-        await w.append("event", PAYLOAD)
+        await w.append_durable("event", PAYLOAD)
         samples.append(time.perf_counter() - t)
     req = store.requests.snapshot()
     return {"ms_per_append": _ms(samples), "requests_per_append": {k: v / n for k, v in req.items() if v}}
@@ -109,7 +109,7 @@ async def _concurrent(store: Any, appenders: int, per: int) -> dict[str, Any]:
 
     async def appender(a: int) -> None:
         for i in range(per):
-            await w.append("event", {"a": a, "i": i, **PAYLOAD})
+            await w.append_durable("event", {"a": a, "i": i, **PAYLOAD})
 
     t = time.perf_counter()
     await asyncio.gather(*(appender(a) for a in range(appenders)))

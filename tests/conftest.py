@@ -27,7 +27,7 @@ class AsyncWriterFacade:
         self._w = writer
 
     def append(self, kind: str, data: Any = None, **kw: Any) -> int:
-        return int(self._w.append_nowait(kind, data, **kw))
+        return int(self._w.append(kind, data, **kw))
 
     def commit(self) -> Any:
         return self._f.run(self._w.commit())

@@ -40,9 +40,9 @@ async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
-    first = asyncio.create_task(w.append("k", "a"))
+    first = asyncio.create_task(w.append_durable("k", "a"))
     await store.entered.wait()                     # "a" is in a commit, blocked on its head PUT
-    second = asyncio.create_task(w.append("k", "b"))
+    second = asyncio.create_task(w.append_durable("k", "b"))
     await asyncio.sleep(0.01)                      # "b" waits for the next commit
     second.cancel()
     store.gate.set()
@@ -77,13 +77,13 @@ async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fo
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
-    task = asyncio.create_task(w.append("k", "y"))
+    task = asyncio.create_task(w.append_durable("k", "y"))
     await store.entered.wait()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     store.gate.set()
     await asyncio.sleep(0.01)
-    await w.append("k", "z")
+    await w.append_durable("k", "z")
     assert await _entries(log, w.session_id) == ["y", "z"]
     assert w.forks == [] and (await log.list_session_ids()) == [w.session_id]
 
@@ -93,10 +93,10 @@ async def test_timeout_before_commit_withdraws() -> None:
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
-    blocker = asyncio.create_task(w.append("k", "a"))
+    blocker = asyncio.create_task(w.append_durable("k", "a"))
     await store.entered.wait()
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(w.append("k", "late"), timeout=0.01)
+        await asyncio.wait_for(w.append_durable("k", "late"), timeout=0.01)
     store.gate.set()
     await blocker
     await w.commit()

@@ -186,12 +186,12 @@ async def test_async_head_put_failure_is_resolved_without_loss_or_repeat(fault: 
     sid = log.create().session_id
     store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_match", 1): fault}))
     w = await s3log.AsyncLog(store, config=FAST).open(sid)
-    w.append_nowait("k", "only-once")
+    w.append("k", "only-once")
     result = await w.commit()
     assert result.fork is None and result.session_id == sid
     assert [e.data for e in log.read(sid).entries] == ["only-once"]
     assert store.injected == [("put_if_match", f"s3log/sessions/{sid}/head", fault)]
-    await w.append("k", "next")
+    await w.append_durable("k", "next")
     assert [e.data for e in log.read(sid).entries] == ["only-once", "next"]
 
 
@@ -202,7 +202,7 @@ async def test_async_segment_put_failure_is_resolved_without_loss_or_repeat(faul
     sid = log.create().session_id
     store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_absent", 1): fault}))
     w = await s3log.AsyncLog(store, config=FAST).open(sid)
-    await w.append("big", "x" * 30000)  # too big for the head's tail: a segment is written
+    await w.append_durable("big", "x" * 30000)  # too big for the head's tail: a segment is written
     assert [m for m, _, _ in store.injected] == ["put_if_absent"]
     assert [e.data for e in log.read(sid).entries] == ["x" * 30000]
     assert len([k for k in mem.all_keys() if "/seg/" in k]) == 1
@@ -214,7 +214,7 @@ async def test_async_crash_propagates_and_leaves_the_session_intact() -> None:
     sid = log.create().session_id
     store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_match", 1): "crash"}))
     w = await s3log.AsyncLog(store, config=FAST).open(sid)
-    w.append_nowait("k", "lost-with-the-process")
+    w.append("k", "lost-with-the-process")
     with pytest.raises(Crash):
         await w.commit()
     assert log.read(sid).entries == []

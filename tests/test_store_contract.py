@@ -645,8 +645,8 @@ def test_a_commit_through_real_http_faults_is_acknowledged_exactly_once(
             alog = s3log.AsyncLog(s.inner, prefix=prefix, config=FAST)
             w = await alog.create()
             plan.add(where, action)
-            await w.append("big", big)
-            await w.append("k", "after")
+            await w.append_durable("big", big)
+            await w.append_durable("k", "after")
             return [e.data for e in (await alog.read(w.session_id)).entries]
 
         entries = s.loop.run_until_complete(scenario())

@@ -69,7 +69,7 @@ def soak(endpoint: str, bucket: str, kind: str, shared: str, own: str, worker: i
                         try:
                             w = await alog.open(sid)
                             for part in range(2):
-                                w.append_nowait("soak", payload(turn, "own" if mine else "shared", part))
+                                w.append("soak", payload(turn, "own" if mine else "shared", part))
                             record(await w.commit(), mine)
                         except s3log.S3LogError as exc:
                             out["errors"].append(f"{type(exc).__name__}: {exc}")

@@ -23,7 +23,7 @@ Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
 async def _perform(log: AsyncLog, op: Op) -> Any:
     if isinstance(op, core.Append):
         assert isinstance(op.writer, AsyncWriter)
-        return op.writer.append_nowait(op.kind, op.data)
+        return op.writer.append(op.kind, op.data)
     if isinstance(op, core.Commit):
         assert isinstance(op.writer, AsyncWriter)
         return await op.writer.commit()

@@ -640,7 +640,7 @@ class AsyncS3LogSaver(_SaverBase):
         async with self._lock(sid):
             while True:
                 writer = await self._writer(sid, thread_id, ns)
-                writer.append_nowait(kind, data)
+                writer.append(kind, data)
                 try:
                     await writer.commit()
                     return

@@ -147,7 +147,7 @@ class S3LogSession(SessionABC):
     @staticmethod
     async def _commit(writer: Writer | AsyncWriter, kind: str, data: Any) -> None:
         if isinstance(writer, AsyncWriter):
-            writer.append_nowait(kind, data)
+            writer.append(kind, data)
             await writer.commit()
         else:
             writer.append(kind, data)
