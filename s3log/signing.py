@@ -160,17 +160,21 @@ def head_payload(head: Head, alg: str, key_id: str) -> bytes:
     algorithm and key id themselves (so neither can be swapped after signing). The
     last hash commits to every entry, so the signature covers the whole chain.
     """
-    return dumps({
-        "purpose": HEAD_PURPOSE,
-        "v": head.v,
-        "session": head.session,
-        "seq": head.seq,
-        "hash": head.hash,
-        "parent": head.parent.to_map() if head.parent is not None else None,
-        "meta_digest": _meta_digest(head.meta),
-        "alg": alg,
-        "key_id": key_id,
-    })
+    # Runs on every commit: the nine pairs in canonical key order (shorter keys first,
+    # then bytewise) encoded as one array whose header is swapped for the map's, as in
+    # s3log.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
+    body = dumps([
+        "v", head.v,
+        "alg", alg,
+        "seq", head.seq,
+        "hash", head.hash,
+        "key_id", key_id,
+        "parent", head.parent.to_map() if head.parent is not None else None,
+        "purpose", HEAD_PURPOSE,
+        "session", head.session,
+        "meta_digest", _meta_digest(head.meta),
+    ])
+    return b"\xa9" + body[1:]
 
 
 def sign_head(signer: Signer | None, head: Head) -> Head:
