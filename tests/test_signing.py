@@ -453,3 +453,29 @@ def test_cli_verify_refuses_an_unreadable_key_file(cli_env: dict[str, str], tmp_
     junk.write_text("not a key")
     proc = _cli(cli_env, "--all", "--public-key", str(junk))
     assert proc.returncode != 0 and "not a PEM public key" in (proc.stdout + proc.stderr)
+
+
+# ----------------------------------------------------------------------------- docs
+
+
+def _doc_snippets() -> list[str]:
+    text = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    section = text.split("## Signed heads and checkpoints", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_operations_doc_snippets_run(s3log_server: LocalS3, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    snippets = _doc_snippets()
+    assert len(snippets) == 3
+    # The KMS snippet uses the default client: point it at the local server's KMS.
+    for k, v in s3log_server.env().items():
+        monkeypatch.setenv(k, v)
+    kms = _kms(s3log_server)
+    aliases = {a["AliasName"] for a in kms.list_aliases()["Aliases"]}
+    if "alias/s3log-heads" not in aliases:
+        kms.create_alias(AliasName="alias/s3log-heads", TargetKeyId=_kms_key(s3log_server))
+    for code in snippets:
+        exec(compile(code, "docs/operations.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(" None") and out[1].startswith("arn:aws:kms:") and "checkpoints=1" in out[2]
