@@ -479,3 +479,24 @@ def test_operations_doc_snippets_run(s3log_server: LocalS3, monkeypatch: pytest.
         exec(compile(code, "docs/operations.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith(" None") and out[1].startswith("arn:aws:kms:") and "checkpoints=1" in out[2]
+
+
+def test_keys_load_from_pem_files_and_bad_keys_are_refused(tmp_path: Path, ed_key: Ed25519PrivateKey) -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = tmp_path / "heads.pem"
+    path.write_bytes(ed_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.BestAvailableEncryption(b"pw")))
+    signer = Ed25519Signer.from_pem(str(path), password=b"pw")
+    assert signer.key_id == key_id_for(ed_key.public_key())
+    with pytest.raises(s3log.S3LogError, match="cannot read"):
+        Ed25519Signer.from_pem(str(tmp_path / "missing.pem"))
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    with pytest.raises(ValueError, match="Ed25519PrivateKey"):
+        Ed25519Signer(ec_key)  # type: ignore[arg-type]
+    # A P-256 public key verifies ECDSA_SHA_256 only: a head claiming Ed25519 under its id is refused.
+    v = PublicKeyVerifier({"p256": ec_key.public_key()})
+    with pytest.raises(s3log.S3LogError, match="is for ECDSA_SHA_256"):
+        v.verify(b"payload", Signature(ED25519, "p256", b"\0" * 64))
+    v.verify(b"payload", Signature("ECDSA_SHA_256", "p256", ec_key.sign(b"payload", ec.ECDSA(hashes.SHA256()))))
