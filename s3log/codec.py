@@ -310,6 +310,29 @@ class ParentRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Signature:
+    """A head's signature (see docs/format.md, "Signed heads" and :mod:`s3log.signing`)."""
+
+    alg: str
+    key_id: str
+    value: bytes
+
+    def to_map(self) -> dict[str, Any]:
+        """The signature as stored in the head's ``sig`` field."""
+        return {"alg": self.alg, "key_id": self.key_id, "value": self.value}
+
+    @staticmethod
+    def from_map(obj: Any, key: str) -> Signature:
+        """Decode a stored signature (shape only: :mod:`s3log.signing` checks it)."""
+        if not isinstance(obj, Mapping):
+            raise CorruptionError(key, "head sig is not a map")
+        alg, key_id, value = obj.get("alg"), obj.get("key_id"), obj.get("value")
+        if not isinstance(alg, str) or not isinstance(key_id, str) or not isinstance(value, bytes):
+            raise CorruptionError(key, "head sig must hold alg and key_id strings and a value byte string")
+        return Signature(alg, key_id, value)
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """A session's head: its manifest and commit point.
 
@@ -340,6 +363,8 @@ class Head:
     retired_at: int | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The writer's signature over the head's identity (see :mod:`s3log.signing`); None unsigned.
+    sig: Signature | None = None
 
     @property
     def entry_count(self) -> int:
@@ -384,6 +409,8 @@ class Head:
         )
         if self.retired_at is not None:
             out["retired_at"] = self.retired_at
+        if self.sig is not None:
+            out["sig"] = self.sig.to_map()
         return out
 
 
@@ -396,7 +423,7 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "sig"}
 )
 
 
@@ -451,4 +478,5 @@ def decode_head(body: bytes, key: str) -> Head:
         retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
+        sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,
     )

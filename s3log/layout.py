@@ -15,10 +15,14 @@ object whose age it does not know (see docs/design.md, gc).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import InvalidPrefixError
 from .ids import validate_session_id
+
+if TYPE_CHECKING:
+    from .signing import Verifier
 
 DEFAULT_PREFIX = "s3log"
 #: Segments the head of a session may list: a levelled manifest holds a few dozen at
@@ -55,9 +59,15 @@ def normalize_prefix(prefix: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Computes the keys of one store prefix."""
+    """Computes the keys of one store prefix.
+
+    ``verifier``: when set, every head read through this layout must be signed by a
+    key it trusts (:mod:`s3log.signing`). It rides on the layout because every
+    procedure that reads a head takes the layout; it is not part of a layout's identity.
+    """
 
     prefix: str = DEFAULT_PREFIX
+    verifier: Verifier | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))

@@ -49,6 +49,7 @@ from .layout import MAX_SEGMENTS, Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
 from .reducer import Reducer, fold, replay
+from .signing import Signer, Verifier, sign_head, verify_head
 
 log = logging.getLogger("s3log")
 
@@ -98,6 +99,10 @@ class LogConfig:
     commit_deadline_ms: int = 10 * 60 * 1000
     env: Env = DEFAULT_ENV
     verify_preconditions: bool = True
+    #: Signs every head this log writes (:mod:`s3log.signing`); None: heads are unsigned.
+    signer: Signer | None = None
+    #: Every head this log reads must be signed by a key it trusts; None: not checked.
+    verifier: Verifier | None = None
 
 
 def now_ms() -> int:
@@ -228,6 +233,7 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
     for seg in head.segments:
         if not layout.is_segment_of(session, seg):
             raise CorruptionError(key, f"head lists {seg!r}, which is not a segment key of session {session}")
+    verify_head(layout.verifier, head, key)  # signed heads: every read path comes through here
 
 
 def _read_head_or_none(layout: Layout, session: str) -> Proc[tuple[Head, str] | None]:
@@ -523,6 +529,7 @@ def _plan_head(
         created_at=h.created_at if ws.etag is not None else t,
         writer=nonce,
     )
+    base = sign_head(cfg.signer, base)  # the payload is the same whether or not the tail is flushed
     inline = replace(base, tail=h.tail + tuple(entries))
     body = encode_head(inline)
     if len(body) <= cfg.tail_max_bytes or not inline.tail:

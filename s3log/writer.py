@@ -310,8 +310,9 @@ class LogCore:
         config: LogConfig | None,
         reducer: Reducer[Any] | None,
     ) -> None:
-        self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
         self.config = config or LogConfig()
+        self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX),
+                             verifier=self.config.verifier)
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
         self.store = store
         # Stores that are known to honour conditional writes (the in-memory ones say so)

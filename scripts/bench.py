@@ -149,6 +149,31 @@ def cpu(n: int = 100_000) -> dict[str, Any]:
     return {"entries_per_s": n / best}
 
 
+def signing_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
+    """Median per small commit on MemoryStore, without and with an Ed25519 signer.
+
+    MemoryStore makes a commit pure CPU, so this is the worst case: against S3 the
+    same microseconds sit beside a PUT of tens of milliseconds. The two writers take
+    turns, ``rounds`` times, so the machine's noise falls on both alike.
+    """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer
+
+    def writer(signer: Any) -> Any:
+        log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(signer=signer))
+        return log.create(meta={"user": "bench"})
+
+    writers = {"plain": writer(None), "signed": writer(Ed25519Signer(Ed25519PrivateKey.generate()))}
+    samples: dict[str, list[float]] = {name: [] for name in writers}
+    for _ in range(rounds):
+        for name, w in writers.items():
+            samples[name] += timed(n // rounds, lambda i, w=w: (w.append("event", {"i": i}), w.commit()))
+    plain, signed = _ms(samples["plain"]), _ms(samples["signed"])
+    return {"plain_ms_per_commit": plain, "signed_ms_per_commit": signed, "ratio": signed / plain,
+            "added_us_per_commit": (signed - plain) * 1000}
+
+
 # ------------------------------------------------------------------------------ peers
 
 
@@ -263,6 +288,7 @@ def main() -> None:
         conc["ratio"] = conc["entries_per_s"] / single
         results["concurrent"] = conc
     results["cpu"] = cpu()
+    results["signing"] = signing_overhead()
     _report(results)
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
@@ -307,6 +333,10 @@ def _report(r: dict[str, Any]) -> None:
     print(f"  {c['entries']} entries from 64 concurrent appenders: {c['entries_per_s']:.0f}/s in {c['puts']} PUTs, "
           f"{c['ratio']:.1f}x one-commit-per-entry (target >= 20)")
     print(f"  encode+hash: {r['cpu']['entries_per_s']:.0f} entries/s on one core (target >= 100,000)")
+    g = r["signing"]
+    print(f"  signing overhead (Ed25519, MemoryStore): {g['plain_ms_per_commit'] * 1000:.0f} -> "
+          f"{g['signed_ms_per_commit'] * 1000:.0f} us per small commit, {g['ratio']:.2f}x "
+          f"(+{g['added_us_per_commit']:.0f} us; target <= 1.10)")
 
 
 if __name__ == "__main__":

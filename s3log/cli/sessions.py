@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -15,7 +17,9 @@ from rich.tree import Tree
 
 from ..errors import CorruptionError, S3LogError
 from ..layout import Layout
+from ..log import Log
 from ..protocol import list_all
+from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier, Verifier
 from .app import app
 from .common import (
     TTY_DATA_CHARS,
@@ -28,6 +32,7 @@ from .common import (
     handle_errors,
     is_tty,
     print_table,
+    settings,
     styled,
     when,
 )
@@ -133,12 +138,20 @@ def verify(
     ctx: typer.Context,
     session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False),
     all_: bool = typer.Option(False, "--all", help="Verify every session."),
+    public_keys: list[str] = typer.Option(
+        None, "--public-key", metavar="FILE|KEY_ID=FILE",
+        help="Require heads signed by this PEM public key (repeatable; KEY_ID= for a key exported from KMS)."),
+    kms_key_ids: list[str] = typer.Option(
+        None, "--kms-key-id", metavar="ID", help="Require heads signed by this KMS key (repeatable; kms:Verify)."),
     as_json: bool = _JSON,
 ) -> None:
-    """Verify chains: hashes, links, seqs and heads. Exits 1 on any broken chain."""
+    """Verify chains: hashes, links, seqs and heads (and head signatures). Exits 1 on any broken chain."""
     if not session and not all_:
         fail("give a SESSION or --all", 2)
-    with command_log(ctx) as log:
+    verifier = _verifier(ctx, public_keys or [], kms_key_ids or [])
+    with command_log(ctx) as plain:
+        log = plain if verifier is None else Log(plain.store, prefix=plain.prefix,
+                                                 config=replace(plain.config, verifier=verifier))
         ids = log.list_session_ids() if all_ else [session]
         bad: list[dict[str, Any]] = []
         good = 0
@@ -151,6 +164,8 @@ def verify(
                 bad.append({"session": sid, "key": exc.key, "seq": exc.seq, "error": str(exc)})
             except S3LogError as exc:
                 bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
+        if log is not plain:
+            log.close()
     if as_json:
         emit_json({"verified": good, "broken": bad})
     else:
@@ -159,6 +174,28 @@ def verify(
         echo(f"{good} verified, {len(bad)} broken")
     if bad:
         raise typer.Exit(1)
+
+
+def _verifier(ctx: typer.Context, public_keys: list[str], kms_key_ids: list[str]) -> Verifier | None:
+    """The verifier ``verify``'s key options ask for (None: signatures are not checked)."""
+    verifiers: list[Verifier] = []
+    if public_keys:
+        sources: list[str | tuple[str, str]] = []
+        for arg in public_keys:
+            # KEY_ID=FILE binds a key to the id heads name it by (a KMS key's ARN has no '=').
+            key_id, sep, path = arg.partition("=")
+            sources.append((key_id, path) if sep and not os.path.exists(arg) else arg)
+        verifiers.append(PublicKeyVerifier.from_pem(*sources))
+    if kms_key_ids:
+        import boto3
+
+        s = settings(ctx)
+        # No endpoint of its own: AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_KMS apply, --endpoint-url is S3's.
+        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
+        verifiers.append(KmsVerifier(client, kms_key_ids))
+    if not verifiers:
+        return None
+    return verifiers[0] if len(verifiers) == 1 else AnyVerifier(*verifiers)
 
 
 @app.command()
