@@ -9,13 +9,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .codec import Entry, Head, ParentRef
+from .env import Env
 from .errors import (
     ConflictError,
     CorruptionError,
     EntryNotFound,
     FormatVersionError,
+    InvalidArgumentError,
     InvalidEntryError,
+    InvalidPrefixError,
     InvalidSessionIdError,
+    PreconditionsIgnoredError,
     S3LogError,
     SessionExists,
     SessionNotFound,
@@ -42,6 +46,7 @@ _LAZY = {
     "AsyncLog": ("s3log.aio", "AsyncLog"),
     "AsyncWriter": ("s3log.aio", "AsyncWriter"),
     "ObstoreStore": ("s3log.store.fast", "ObstoreStore"),
+    "SignatureError": ("s3log.signing", "SignatureError"),
     "AsyncObstoreStore": ("s3log.store.fast", "AsyncObstoreStore"),
 }
 
@@ -58,7 +63,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store", "AsyncWriter", "CommitResult", "ConflictError",
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
-    "InvalidEntryError", "InvalidSessionIdError", "LineageStep", "Log", "LogConfig", "MemoryStore",
+    "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
+    "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
 ]
