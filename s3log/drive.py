@@ -8,6 +8,7 @@ store's error). Every decision belongs to :mod:`s3log.protocol`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from .protocol import RetryPolicy
 from .store.base import AsyncObjectStore, ObjectStore
 
 T = TypeVar("T")
+log = logging.getLogger("s3log")
 
 
 def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, started_ms: int) -> float | None:
@@ -42,7 +44,9 @@ def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, s
         return None
     if env.now_ms() - started_ms >= policy.max_time * 1000:
         return None
-    return policy.backoff(attempt, env.rng)
+    delay = policy.backoff(attempt, env.rng)
+    log.debug("retrying after %s (attempt %d, waiting %.3fs)", exc, attempt, delay)
+    return delay
 
 
 def _step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:

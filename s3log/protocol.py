@@ -147,6 +147,11 @@ class ForkInfo:
     child: str
     found: dict[str, Any] | None
 
+    def __repr__(self) -> str:
+        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
+        return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
+                f"reason={self.parent.reason!r})")
+
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
@@ -157,7 +162,8 @@ class CommitResult:
     writer forked to, if it had to.
     """
 
-    ws: WriterState
+    #: The writer's state after the commit (internal: use ``head`` / ``etag``).
+    ws: WriterState = field(repr=False)
     entries: list[Entry]
     acked: list[Entry]
     fork: ForkInfo | None = None
@@ -166,6 +172,22 @@ class CommitResult:
     def session_id(self) -> str:
         """The session the entries were committed to."""
         return self.ws.session
+
+    @property
+    def head(self) -> Head:
+        """The head this commit wrote (or found its entries under)."""
+        return self.ws.head
+
+    @property
+    def etag(self) -> str | None:
+        """The ETag of that head."""
+        return self.ws.etag
+
+    def __repr__(self) -> str:
+        seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
+        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
+        return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
+                f"version={self.ws.head.version}, fork={self.fork!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,6 +621,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
                 else:
                     again.append(op)
         if again:
+            log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:
                 raise StoreError(f"could not create {again[0].key} after {attempt} attempts", key=again[0].key)
             yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
@@ -652,6 +675,7 @@ def _put_head(
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(verdict, decide.GiveUp):
             raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
+        log.info("session %s: head PUT undecided (%s); the head is unchanged, retrying", ws.session, result)
         yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
 
 

@@ -15,6 +15,7 @@ interpreter exiting) drains what is still buffered.
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 import time
 import warnings
@@ -45,6 +46,7 @@ from .state import (
 )
 
 T = TypeVar("T")
+_log = logging.getLogger("s3log")
 
 
 class SessionScopeError(S3LogError):
@@ -315,6 +317,7 @@ def restore_proc(session_id: str, labels: Mapping[str, Any] | None, follow_forks
         fixes = repair_records(writer.state)
         if not fixes:
             break
+        _log.info("session %s: repairing a turn a stopped worker left open (%d records)", writer.session_id, len(fixes))
         for kind, data in fixes:
             yield Append(writer, kind, data)
         try:
