@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import AsyncDriver
 from .errors import InvalidArgumentError
 from .ops import Proc
-from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
+from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
 from .writer import (
@@ -240,6 +240,41 @@ class AsyncLog(LogBase):
     async def head(self, session_id: str) -> Head:
         """A session's head (one GET)."""
         return (await self.run(self._core.head(session_id)))[0]
+
+    async def append_latest(
+        self,
+        session_id: str,
+        entries: Sequence[tuple[str, Any]],
+        *,
+        create_meta: Mapping[str, Any] | None = None,
+        after: CommitResult | None = None,
+    ) -> CommitResult:
+        """Append ``(kind, data)`` entries at the session's end whatever other writers did.
+
+        Never forks: on a conflict the head is read again and the entries go on top.
+        For entries that do not depend on what precedes them (checkpoints, chat items).
+        The session is created with ``create_meta`` if it does not exist (without it:
+        SessionNotFound). Pass the previous result as ``after`` to save the head GET.
+        """
+        return await self.run(self._core.writing(self._core.append_latest(session_id, entries, create_meta, after)))
+
+    async def read_suffix(
+        self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
+    ) -> tuple[Head, list[Entry]]:
+        """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
+        return await self.run(self._core.read_suffix(session_id, enough))
+
+    async def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
+        """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
+        return await self.run(self._core.heads(session_ids))
+
+    async def find_session_ids(self, id_prefix: str) -> list[str]:
+        """The session ids starting with ``id_prefix``, sorted (one LIST per 1,000)."""
+        return await self.run(self._core.find_session_ids(id_prefix))
+
+    async def object_keys(self, session_id: str) -> list[str]:
+        """Every key stored under a session's folder."""
+        return await self.run(self._core.object_keys(session_id))
 
     async def verify(self, session_id: str) -> VerifyReport:
         """Verify a session's whole chain."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import SyncDriver
 from .errors import InvalidArgumentError
 from .ops import Proc
-from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
+from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import ObjectStore
 from .writer import (
@@ -209,6 +209,41 @@ class Log(LogBase):
     def head(self, session_id: str) -> Head:
         """A session's head (one GET, not verified against the chain)."""
         return self.run(self._core.head(session_id))[0]
+
+    def append_latest(
+        self,
+        session_id: str,
+        entries: Sequence[tuple[str, Any]],
+        *,
+        create_meta: Mapping[str, Any] | None = None,
+        after: CommitResult | None = None,
+    ) -> CommitResult:
+        """Append ``(kind, data)`` entries at the session's end whatever other writers did.
+
+        Never forks: on a conflict the head is read again and the entries go on top.
+        For entries that do not depend on what precedes them (checkpoints, chat items).
+        The session is created with ``create_meta`` if it does not exist (without it:
+        SessionNotFound). Pass the previous result as ``after`` to save the head GET.
+        """
+        return self.run(self._core.writing(self._core.append_latest(session_id, entries, create_meta, after)))
+
+    def read_suffix(
+        self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
+    ) -> tuple[Head, list[Entry]]:
+        """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
+        return self.run(self._core.read_suffix(session_id, enough))
+
+    def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
+        """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
+        return self.run(self._core.heads(session_ids))
+
+    def find_session_ids(self, id_prefix: str) -> list[str]:
+        """The session ids starting with ``id_prefix``, sorted (one LIST per 1,000)."""
+        return self.run(self._core.find_session_ids(id_prefix))
+
+    def object_keys(self, session_id: str) -> list[str]:
+        """Every key stored under a session's folder."""
+        return self.run(self._core.object_keys(session_id))
 
     def verify(self, session_id: str) -> VerifyReport:
         """Verify a session's whole chain; CorruptionError names the key and seq at fault."""

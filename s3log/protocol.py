@@ -1082,3 +1082,52 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
         if attempt < cfg.retry.attempts and not (created and none_match is None):
             yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
     return ProbeReport(none_match, match, "; ".join(details) or "conditional writes are honoured")
+
+
+# -------------------------------------------------------------- appending at the latest head
+
+
+def append_latest(
+    layout: Layout,
+    cfg: LogConfig,
+    session: str,
+    pending: Sequence[PendingEntry],
+    reducer: Reducer[Any],
+    *,
+    create_meta: Mapping[str, Any] | None = None,
+    hint: WriterState | None = None,
+) -> Proc[CommitResult]:
+    """Append ``pending`` at the end of ``session`` whatever other writers did: never fork.
+
+    For entries that do not depend on what precedes them (a checkpoint, a message):
+    starting from ``hint`` (the state a previous call returned: one PUT when nobody
+    else wrote) or the head as read now, commit; on a conflict, acknowledge what
+    landed, re-read the head and commit the rest on top. A missing session is created
+    with ``create_meta`` (or is :class:`SessionNotFound` without it). The state in the
+    result is only good as the next ``hint``: it does not fold other writers' entries.
+    """
+    acked: list[Entry] = []
+    ws = hint
+    for _ in range(cfg.retry.attempts):
+        if ws is None:
+            current = yield from _read_head_or_none(layout, session)
+            if current is None:
+                if create_meta is None:
+                    raise SessionNotFound(session)
+                ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms())
+            else:
+                ws = WriterState(session, current[0], current[1], reducer.initial(), {})
+        try:
+            result = yield from commit(layout, cfg, ws, pending, reducer, "raise")
+        except ConflictError as err:
+            acked += err.landed
+            pending = pending[len(err.landed):]
+            ws = None
+            if pending:
+                continue
+            return CommitResult(new_writer_state(session, reducer), acked, acked)
+        except SessionExists:
+            ws = None  # created by someone else meanwhile: append on top of theirs
+            continue
+        return CommitResult(result.ws, acked + result.entries, acked + result.acked)
+    raise StoreError(f"could not append to session {session}: the head kept changing")

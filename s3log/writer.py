@@ -21,9 +21,9 @@ from .codec import FORK_KIND, MAX_TS, Entry, Head, ParentRef, check_kind, normal
 from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
-from .ops import Proc
+from .ops import ObjectInfo, Proc
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, OnConflict, SessionData, WriterState
-from .reducer import EntriesReducer, Reducer, replay
+from .reducer import EntriesReducer, NullReducer, Reducer, replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,9 +425,50 @@ class LogCore:
             commit_deadline_ms=self.config.commit_deadline_ms,
         )
 
+    def append_latest(
+        self,
+        session_id: str,
+        entries: Sequence[tuple[str, Any]],
+        create_meta: Mapping[str, Any] | None,
+        after: CommitResult | None,
+    ) -> Proc[CommitResult]:
+        """Validate ``(kind, data)`` pairs and append them at the session's latest head."""
+        sid = validate_session_id(session_id)
+        now = self.config.env.now_ms()
+        pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        meta = None if create_meta is None else check_meta(create_meta, sid)
+        hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
+        return protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(), create_meta=meta,
+                                      hint=hint)
+
+    def read_suffix(
+        self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
+    ) -> Proc[tuple[Head, list[Entry]]]:
+        """The newest entries of a session, read backwards until ``enough(entries)``."""
+        return protocol.load_suffix(self.layout, validate_session_id(session_id), enough)
+
+    def heads(self, session_ids: Sequence[str]) -> Proc[list[protocol.HeadRow]]:
+        """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
+        return protocol.list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
+
+    def find_session_ids(self, id_prefix: str) -> Proc[list[str]]:
+        """The session ids starting with ``id_prefix``, sorted."""
+        if not isinstance(id_prefix, str):
+            raise InvalidArgumentError("id_prefix", f"must be a string, not {id_prefix!r}")
+        return protocol.list_session_ids_with_prefix(self.layout, id_prefix)
+
+    def object_keys(self, session_id: str) -> Proc[list[str]]:
+        """Every key stored under a session's folder (head, segments, fork markers)."""
+        return _keys_of(protocol.list_all(self.layout.session_dir(validate_session_id(session_id))))
+
     def head(self, session_id: str) -> Proc[tuple[Head, str]]:
         """A session's head and ETag."""
         return protocol.read_head(self.layout, validate_session_id(session_id))
+
+
+def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:
+    objects, _ = yield from proc
+    return [o.key for o in objects]
 
 
 def check_meta(meta: object, session: str | None) -> dict[str, Any]:

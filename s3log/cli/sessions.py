@@ -18,7 +18,6 @@ from rich.tree import Tree
 from ..errors import CorruptionError, S3LogError
 from ..layout import Layout
 from ..log import Log
-from ..protocol import list_all
 from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier, Verifier
 from .app import app
 from .common import (
@@ -306,8 +305,7 @@ def rm(
     with command_log(ctx) as log:
         head = log.head(session)  # SessionNotFound before anything is asked or deleted
         layout = Layout(log.prefix)
-        objects, _ = log.run(list_all(layout.session_dir(session)))
-        keys = [o.key for o in objects]
+        keys = log.object_keys(session)
         if head.parent is not None:
             keys.append(layout.fork_marker(head.parent.session, session))
         children = log.children(session)

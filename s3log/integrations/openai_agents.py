@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from agents.memory import SessionABC, SessionSettings
 
@@ -24,11 +24,8 @@ from ..codec import FORK_KIND, Entry
 from ..errors import ConflictError, SessionExists, SessionNotFound
 from ..ids import validate_session_id
 from ..log import Log, Writer
-from ..ops import Proc
-from ..protocol import load_suffix
 from . import IntegrationError, _log_from_url
 
-T = TypeVar("T")
 # What an append step decides: (kind, data) to append, or kind None for nothing; and
 # the value to return once it is durable.
 _Step = tuple[str | None, Any, Any]
@@ -122,11 +119,6 @@ class S3LogSession(SessionABC):
 
     # ------------------------------------------------------------------ log access
 
-    async def _run(self, proc: Proc[T]) -> T:
-        if isinstance(self.log, AsyncLog):
-            return await self.log.run(proc)
-        return await asyncio.to_thread(self.log.run, proc)
-
     async def _open(self) -> Writer | AsyncWriter:
         meta = {"openai_agents": {"session_id": self.session_id}}
         if isinstance(self.log, AsyncLog):
@@ -159,9 +151,11 @@ class S3LogSession(SessionABC):
         if limit is not None and limit <= 0:
             return []
         try:
-            _, entries = await self._run(
-                load_suffix(self.log.layout, self.sid, lambda es: latest_items(es, limit)[1])
-            )
+            if isinstance(self.log, AsyncLog):
+                _, entries = await self.log.read_suffix(self.sid, lambda es: latest_items(es, limit)[1])
+            else:
+                _, entries = await asyncio.to_thread(
+                    self.log.read_suffix, self.sid, lambda es: latest_items(es, limit)[1])
         except SessionNotFound:
             return []
         return latest_items(entries, limit)[0]

@@ -1,0 +1,62 @@
+"""The Log verbs upper layers use instead of running core procedures themselves (issue 16)."""
+
+from __future__ import annotations
+
+import pytest
+
+import s3log
+
+
+def test_append_latest_creates_then_appends_on_top_of_others_without_forking() -> None:
+    store = s3log.MemoryStore()
+    a, b = s3log.Log(store), s3log.Log(store)
+    with pytest.raises(s3log.SessionNotFound):
+        a.append_latest("thread-1", [("k", 0)])
+    ra = a.append_latest("thread-1", [("k", 1)], create_meta={"who": "a"})
+    rb = b.append_latest("thread-1", [("k", 2)], create_meta={"who": "b"})  # exists: appended on top
+    store.requests.reset()
+    ra = a.append_latest("thread-1", [("k", 3), ("k", 4)], after=ra)  # stale hint: conflict, re-read, on top
+    assert [e.data for e in ra.acked] == [3, 4] and ra.fork is None
+    rb = b.append_latest("thread-1", [("k", 5)], after=rb)
+    view = a.read("thread-1")
+    assert [e.data for e in view.entries] == [1, 2, 3, 4, 5] and view.meta == {"who": "a"}
+    assert a.list_session_ids() == ["thread-1"]
+    store.requests.reset()
+    a.append_latest("thread-1", [("k", 6)], after=a.append_latest("thread-1", [("k", 6.5)]))
+    assert store.requests["GET"] == 1  # only the first call read the head: the hint saved the second
+
+
+def test_append_latest_validates_before_writing() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    with pytest.raises(s3log.InvalidEntryError):
+        log.append_latest("t", [("s3log.fork", 1)], create_meta={})
+    with pytest.raises(s3log.InvalidArgumentError):
+        log.append_latest("t", [("k", 1)], create_meta=[1])  # type: ignore[arg-type]
+    assert store.all_keys() == []
+
+
+def test_read_suffix_heads_find_and_keys() -> None:
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(tail_max_bytes=600))
+    w = log.create("conv-1")
+    for i in range(20):
+        w.append("k", "x" * 100 + str(i))
+        w.commit()
+    head, entries = log.read_suffix("conv-1", lambda es: len(es) >= 3)
+    assert head.seq == 19 and entries[-1].data.endswith("19") and len(entries) >= 3
+    log.create("conv-2")
+    assert log.find_session_ids("conv-") == ["conv-1", "conv-2"]
+    rows = log.heads(["conv-1", "conv-2", "missing"])
+    assert [r.session for r in rows] == ["conv-1", "conv-2"] and rows[0].head is not None
+    keys = log.object_keys("conv-1")
+    assert keys[-1].endswith("/head") or any(k.endswith("/head") for k in keys)
+    assert all("/conv-1/" in k for k in keys) and any("/seg/" in k for k in keys)
+
+
+async def test_async_verbs_match() -> None:
+    alog = s3log.AsyncLog(s3log.AsyncMemoryStore())
+    r = await alog.append_latest("t", [("k", 1)], create_meta={})
+    await alog.append_latest("t", [("k", 2)], after=r)
+    _, entries = await alog.read_suffix("t", lambda es: True)
+    assert [e.data for e in entries] == [1, 2]
+    assert await alog.find_session_ids("t") == ["t"]
