@@ -382,7 +382,11 @@ class WriterActor(Actor):
             return
         if isinstance(exc, SessionExists):
             if sim.scenario.solo:
-                raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
+                stored = sim.stored_head(self.sid)
+                if stored is not None and stored.seq == -1:
+                    sim.known("empty-create-taken", self, f"{self.name}: {exc}")
+                else:
+                    raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
             sim.note(self, f"session taken: {exc}; reopening")
             self.core = None
             return
@@ -390,6 +394,12 @@ class WriterActor(Actor):
             # Gave up undecided: the pending entries stay queued; the next commit retries them.
             sim.note(self, f"commit failed: {type(exc).__name__}: {exc}")
             return
+        if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is not None:
+            ended = sim.head_ended(self.core.ws.head)
+            if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
+                sim.known("stale-writer-merge", self, f"{self.name} (its head retired {sim.now - ended}ms ago): {exc}")
+                self.core = None  # the application reopens the session
+                return
         raise Violation("writer", f"{self.name} raised {type(exc).__name__}: {exc}")
 
 
@@ -496,6 +506,7 @@ class Outcome:
     forks: int
     faults: int
     trace: list[str]
+    known: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
@@ -504,6 +515,7 @@ class Simulation:
     def __init__(self, scenario: Scenario, *, trace: bool = False, known_bugs: frozenset[str] = frozenset()) -> None:
         self.scenario = scenario
         self.known_bugs = known_bugs
+        self.known_hits: Counter[str] = Counter()
         self.rng = random.Random(f"sim-{scenario.seed}")
         self.now = EPOCH_MS
         self.layout = Layout("sim")
@@ -610,7 +622,7 @@ class Simulation:
             violation = v
             self.note(None, f"VIOLATION {v}")
         return Outcome(self.scenario, violation, self.step_no, self.requests, len(self.acked), self.forks,
-                       self.injected, self.lines)
+                       self.injected, self.lines, dict(self.known_hits))
 
     def _events(self) -> None:
         """Crashes, cancellations, ghost requests landing, appends during a commit."""
@@ -788,6 +800,21 @@ class Simulation:
         """Sessions with a head stored now, in order of first creation."""
         return [s for s, lives in self.store.heads.items() if lives]
 
+    def known(self, name: str, actor: Actor, detail: str) -> None:
+        """A known protocol bug struck: a violation if asked to replay it, else counted."""
+        if name in self.known_bugs:
+            raise Violation(name, f"{KNOWN_BUGS[name]}: {detail}")
+        self.known_hits[name] += 1
+        self.note(actor, f"KNOWN BUG {name}: {detail}")
+
+    def stored_head(self, sid: str) -> Head | None:
+        """The head stored now (read with no fault), or None."""
+        try:
+            head: Head = run_direct(self.store, protocol.read_head(self.layout, sid))[0]
+        except SessionNotFound:
+            return None
+        return head
+
     def head_ended(self, head: Head) -> int | None:
         """When the head whose segments ``head`` lists stopped being current (None if it still is)."""
         lives = self.store.heads.get(head.session, [])
@@ -905,6 +932,12 @@ def _payload(e: Entry) -> str:
 KNOWN_BUGS: dict[str, str] = {
     "fork-before-fork-entry": "fork_at(at_seq=-1) of a session that is itself a fork raises CorruptionError "
                               "('head has a parent but the session has no fork entry') on a healthy session",
+    "empty-create-taken": "a writer whose own empty create landed unacknowledged (cancelled, or it raised) "
+                          "gets SessionExists from every later commit: after_lost says IdTaken before "
+                          "checking that the stored empty head is where its batch starts",
+    "stale-writer-merge": "a writer whose commit landed unacknowledged (cancelled, or it raised) keeps the "
+                          "old head; once gc collects the segments that head listed, its next flush "
+                          "fetches them to merge and raises CorruptionError (missing segment) forever",
 }
 
 
@@ -926,6 +959,8 @@ class Campaign:
     faults: int = 0
     seconds: float = 0.0
     failures: list[Outcome] = field(default_factory=list)
+    #: known bug -> seeds it struck in (steered around, not failures)
+    known: dict[str, list[int]] = field(default_factory=dict)
 
 
 def campaign(seeds: Iterator[int] | range) -> Campaign:
@@ -942,5 +977,7 @@ def campaign(seeds: Iterator[int] | range) -> Campaign:
         out.faults += o.faults
         if o.violation is not None:
             out.failures.append(o)
+        for name in o.known:
+            out.known.setdefault(name, []).append(seed)
     out.seconds = time.perf_counter() - start
     return out

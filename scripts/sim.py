@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace:
             print("\n".join(o.trace))
         status = "OK" if o.violation is None else f"FAIL {o.violation}"
+        if o.known:
+            status += f" (known bugs struck: {o.known})"
         print(f"seed {args.seed}: {status} ({o.steps} steps, {o.requests} requests, {o.acked} acked, "
               f"{o.forks} forks, {o.faults} faults)")
         return 0 if o.violation is None else 1
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL seed {o.scenario.seed} at step {o.steps}: {o.violation}")
     for inv, seeds in sorted(by_invariant.items()):
         print(f"invariant {inv}: {len(seeds)} seeds, e.g. {seeds[:10]}")
+    for name, seeds in sorted(c.known.items()):
+        print(f"known bug {name}: struck in {len(seeds)} seeds, e.g. {seeds[:10]} (replay with --bug {name})")
     if c.failures:
         print(f"replay one with: python scripts/sim.py --seed {c.failures[0].scenario.seed} --trace")
     return 1 if c.failures else 0
