@@ -461,8 +461,8 @@ class GcActor(Actor):
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         self.wake_at = sim.now + sim.rng.randint(0, sim.scenario.grace_ms)
         return "gc", protocol.gc(
-            sim.layout, older_than_ms=sim.scenario.grace_ms, now=sim.now, dry_run=False,
-            commit_deadline_ms=sim.config.commit_deadline_ms,
+            sim.layout, older_than_ms=sim.gc_older_than_ms, now=sim.now, dry_run=False,
+            commit_deadline_ms=sim.gc_commit_deadline_ms,
         )
 
     def done(self, sim: Simulation, value: Any) -> None:
@@ -552,6 +552,10 @@ class Simulation:
             env=self.env,
         )
         self.core = LogCore(self.store, "sim", self.config, None)
+        # What gc is told (the invariants hold it to scenario.grace_ms): tests shorten
+        # these to check that invariant 5 catches a gc that deletes too early.
+        self.gc_older_than_ms = scenario.grace_ms
+        self.gc_commit_deadline_ms = scenario.commit_deadline_ms
         self.tracing = trace
         self.lines: list[str] = []
         self.names: dict[str, str] = {}
