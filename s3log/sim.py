@@ -65,6 +65,10 @@ from .writer import LogCore, WriterCore
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000
 KIND = "k"
+#: How long a request of a cancelled procedure may stay on its way before it lands (or
+#: never does): well under every scenario's commit deadline, as a real request's
+#: lifetime (client and server timeouts) is well under the default 10 minutes.
+GHOST_LIFETIME_MS = 500
 #: Steps the writers get to commit what they hold once the faults stop.
 DRAIN_STEPS = 400
 
@@ -157,7 +161,8 @@ class Scenario:
         ws = " ".join(f"w{i}:S{s}/{style}/{oc}" for i, (s, style, oc) in enumerate(self.writers))
         return (
             f"seed={self.seed} {'solo' if self.solo else 'contended'} sessions={self.sessions} [{ws}] "
-            f"readers={self.readers} gc={self.gc} forker={self.forker} faults={self.fault_rate}:{','.join(self.faults)} "
+            f"readers={self.readers} gc={self.gc} forker={self.forker} "
+            f"faults={self.fault_rate}:{','.join(self.faults)} "
             f"crash={self.crash_rate} cancel={self.cancel_rate} ghosts={self.ghosts} tail={self.tail_max_bytes} "
             f"fanout={self.fanout} cache={self.cache_levels} attempts={self.attempts} "
             f"deadline={self.commit_deadline_ms}ms grace={self.grace_ms}ms steps={self.steps} "
@@ -568,7 +573,8 @@ class Simulation:
         self.acked: dict[str, tuple[str, int, bytes]] = {}
         self.acked_by_session: dict[str, list[str]] = {}
         self.chains: dict[str, list[Entry]] = {}
-        self.ghosts: list[tuple[str, Op]] = []
+        # Requests of abandoned procedures still on their way: (actor, op, latest landing).
+        self.ghosts: list[tuple[str, Op, int]] = []
         sids = [self.env.new_id() for _ in range(scenario.sessions)]
         for i, sid in enumerate(sids):
             self.names[sid] = f"S{i}"
@@ -634,7 +640,8 @@ class Simulation:
         violation: Violation | None = None
         self.note(None, self.scenario.describe())
         try:
-            for self.step_no in range(1, self.scenario.steps + 1):
+            for step in range(1, self.scenario.steps + 1):
+                self.step_no = step
                 self._tick(self.actors)
             self.check(full=True)
             self._drain()
@@ -661,7 +668,7 @@ class Simulation:
         self.calm = True
         self.note(None, "calm: no more faults, crashes, cancellations or appends; writers drain")
         while self.ghosts:
-            who, op = self.ghosts.pop(0)
+            who, op, _ = self.ghosts.pop(0)
             if self.rng.random() < 0.5:
                 self._land(who, op, "ghost lands")
         writers = [a for a in self.actors if isinstance(a, WriterActor)]
@@ -681,8 +688,12 @@ class Simulation:
         if self.calm:
             return
         writers = [a for a in self.actors if isinstance(a, WriterActor) and not a.dead]
+        for ghost in [g for g in self.ghosts if g[2] < self.now]:
+            # A request lives a bounded time: one not arrived by then never will.
+            self.ghosts.remove(ghost)
+            self.note(None, f"ghost expires ({ghost[0]}): {self._describe(ghost[1])} never lands")
         if self.ghosts and r.random() < 0.1:
-            who, op = self.ghosts.pop(r.randrange(len(self.ghosts)))
+            who, op, _ = self.ghosts.pop(r.randrange(len(self.ghosts)))
             self._land(who, op, "ghost lands")
         if writers and sc.crash_rate and r.random() < sc.crash_rate:
             self._crash(r.choice(writers))
@@ -703,7 +714,7 @@ class Simulation:
             if fate == "landed":
                 self._land(actor.name, req.op, f"{why}: in-flight request lands")
             elif fate == "ghost":
-                self.ghosts.append((actor.name, req.op))
+                self.ghosts.append((actor.name, req.op, self.now + GHOST_LIFETIME_MS))
                 self.note(actor, f"{why}: in-flight {self._describe(req.op)} will land later")
             else:
                 self.note(actor, f"{why}: in-flight {self._describe(req.op)} dropped")
