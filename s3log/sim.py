@@ -329,6 +329,8 @@ class WriterActor(Actor):
         self.style = style
         self.on_conflict = on_conflict
         self.core: WriterCore | None = None
+        #: Payloads queued in the current core and not acked yet, in order.
+        self.queued: list[str] = []
         self.dead = False
         self.incarnation = 0
         self.count = 0
@@ -356,6 +358,14 @@ class WriterActor(Actor):
         self.commits += 1
         return f"commit#{self.commits}", self.core.commit()
 
+    def drop(self, sim: Simulation, why: str) -> None:
+        """The core goes away (crash, or the application reopens): what it queued is dropped."""
+        sim.dropped.update(self.queued)
+        if self.queued:
+            sim.note(self, f"{why}: drops unacked {' '.join(self.queued)}")
+        self.queued = []
+        self.core = None
+
     def drained(self) -> bool:
         """Nothing left to commit and no procedure running."""
         return self.proc is None and not self.dead and self.core is not None and self.core.pending_count == 0
@@ -369,6 +379,7 @@ class WriterActor(Actor):
             payload = f"{self.name}.{self.incarnation}.{self.count}"
             pad = "x" * sim.rng.randint(0, 120)
             self.core.add(KIND, {"p": payload, "pad": pad}, None)
+            self.queued.append(payload)
             sim.appended.add(payload)
             names.append(payload)
         sim.note(self, f"append {' '.join(names)} (pending {self.core.pending_count})")
@@ -397,7 +408,7 @@ class WriterActor(Actor):
             if sim.scenario.solo:
                 raise Violation("4", f"{self.name} met a conflict with no competitor: {exc}")
             sim.settle_conflict(self, exc)
-            self.core = None  # an application told to raise reopens, dropping what was not acked
+            self.drop(sim, "conflict")  # an application told to raise reopens, dropping what was not acked
             return
         if isinstance(exc, SessionExists):
             if sim.scenario.solo:
@@ -406,8 +417,7 @@ class WriterActor(Actor):
                     sim.known("empty-create-taken", self, f"{self.name}: {exc}")
                 else:
                     raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
-            sim.note(self, f"session taken: {exc}; reopening")
-            self.core = None
+            self.drop(sim, "session taken; reopening")
             return
         if isinstance(exc, StoreError):
             # Gave up undecided: the pending entries stay queued; the next commit retries them.
@@ -417,7 +427,7 @@ class WriterActor(Actor):
             ended = sim.head_ended(self.core.ws.head)
             if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
                 sim.known("stale-writer-merge", self, f"{self.name} (its head retired {sim.now - ended}ms ago): {exc}")
-                self.core = None  # the application reopens the session
+                self.drop(sim, "reopening")
                 return
         raise Violation("writer", f"{self.name} raised {type(exc).__name__}: {exc}")
 
@@ -569,6 +579,7 @@ class Simulation:
         self.injected = 0
         self.forks = 0
         self.appended: set[str] = set()
+        self.dropped: set[str] = set()
         # payload -> (session, seq, hash) where it was acknowledged
         self.acked: dict[str, tuple[str, int, bytes]] = {}
         self.acked_by_session: dict[str, list[str]] = {}
@@ -674,6 +685,9 @@ class Simulation:
         writers = [a for a in self.actors if isinstance(a, WriterActor)]
         for _ in range(DRAIN_STEPS):
             if all(w.drained() for w in writers):
+                lost = sorted(self.appended - set(self.acked) - self.dropped)
+                if lost:
+                    raise Violation("2", f"appended, never acked nor dropped, with every writer drained: {lost[:5]}")
                 return
             self.step_no += 1
             self._tick(writers)  # type: ignore[arg-type]
@@ -736,7 +750,7 @@ class Simulation:
         # are decided before it comes back (in solo scenarios this keeps the promise's
         # premise, "no competitor"; a later zombie write is a competitor).
         self._abandon(w, "crash", ghosts=False)
-        w.core = None
+        w.drop(self, "crash")
         w.dead = True
         w.wake_at = self.now + self.rng.randint(1, 500)
 
@@ -919,6 +933,10 @@ class Simulation:
         self.refresh(sid)
         self._check_acked(sid, [_payload(e) for e in acked])
         self.note(w, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
+        done = [_payload(e) for e in acked]
+        if w.queued[: len(done)] != done:
+            raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
+        del w.queued[: len(done)]
 
     def settle_conflict(self, w: WriterActor, err: ConflictError) -> None:
         """A ConflictError's ``landed`` entries are acknowledged in the writer's session."""
@@ -1025,9 +1043,11 @@ KNOWN_BUGS: dict[str, str] = {
     "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
                             "when its commit was planned; the head lands later (segment write, retries), "
                             "so a reader of the previous head gets less than the grace period",
-    "stale-writer-merge": "a writer whose commit landed unacknowledged (cancelled, or it raised) keeps the "
-                          "old head; once gc collects the segments that head listed, its next flush "
-                          "fetches them to merge and raises CorruptionError (missing segment) forever",
+    "stale-writer-merge": "a writer whose view of the head is stale (its commit landed unacknowledged: "
+                          "cancelled, or it raised; or another writer moved on) plans its next flush from "
+                          "the old head; once gc collected the segments that head listed, the merge's GET "
+                          "raises CorruptionError (missing segment) before the head PUT could tell it to "
+                          "adopt or fork, and so does every later commit",
 }
 
 

@@ -27,7 +27,7 @@ from s3log.reducer import EntriesReducer
 from s3log.sim import KNOWN_BUGS, Scenario, SimStore, Simulation, run_seed
 
 #: Seeds run by `make test` (scripts/sim.py runs thousands).
-SEEDS = 240
+SEEDS = 200
 CHUNK = 20
 
 
