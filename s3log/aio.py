@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import AsyncDriver
+from .errors import InvalidArgumentError
 from .ops import Proc
-from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import AsyncObjectStore
-from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
+from .writer import (
+    ForkListener,
+    LogBase,
+    LogCore,
+    SessionInfo,
+    SessionView,
+    TicketStatus,
+    VerifyReport,
+    WriterBase,
+    WriterCore,
+)
 
 T = TypeVar("T")
 LIST_PAGE = 100
@@ -24,6 +36,12 @@ class AsyncWriter(WriterBase):
     ``await append(...)`` returns once the entry is durable. Many tasks appending at
     once share commits (group commit): while one commit is in flight the others'
     entries queue, and the next commit carries them all.
+
+    Cancellation: a commit runs in a task of its own, shielded, so cancelling or
+    timing out a caller never abandons a commit half way. A cancelled ``append``
+    withdraws its entry if no commit had taken it yet (it will never be stored);
+    otherwise the entry's fate is that commit's. To retry without duplicates, use
+    :meth:`submit`, :meth:`wait` and :meth:`status` (see docs/design.md).
     """
 
     def __init__(self, log: AsyncLog, core: WriterCore) -> None:
@@ -35,30 +53,68 @@ class AsyncWriter(WriterBase):
         """Queue an entry without waiting; the next commit carries it."""
         return self._core.add(kind, data, ts)
 
+    def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
+        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
+        return self._core.add(kind, data, ts, wait=True)
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where a submitted entry stands: pending, committing, uncertain, committed, withdrawn."""
+        return self._core.status(ticket)
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take back a submitted entry no commit has carried yet; True if it was."""
+        return self._core.withdraw(ticket)
+
+    async def wait(self, ticket: int) -> Entry:
+        """Commit (sharing commits with other tasks) until the ticket's entry is durable.
+
+        Cancelling ``wait`` changes nothing about the entry: it stays queued (or in
+        its commit) and :meth:`status` tells what became of it.
+        """
+        # Let every task that is ready to append queue its entry first, so one
+        # commit carries them all even when the store never suspends.
+        await asyncio.sleep(0)
+        while True:
+            entry = self._core.claim(ticket)
+            if entry is not None:
+                return entry
+            if self._core.status(ticket) == "withdrawn":
+                raise InvalidArgumentError("ticket", f"entry {ticket} was withdrawn", session=self.session_id)
+            await self.commit()
+
     async def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
-        """Append an entry and return it once committed."""
+        """Append an entry and return it once committed.
+
+        If this call is cancelled before a commit took the entry, the entry is
+        withdrawn and never stored; after, it is stored or not as that commit goes.
+        """
         ticket = self._core.add(kind, data, ts, wait=True)
         try:
-            # Let every task that is ready to append queue its entry first, so one
-            # commit carries them all even when the store never suspends.
-            await asyncio.sleep(0)
-            while True:
-                async with self._lock:
-                    entry = self._core.claim(ticket)
-                    if entry is not None:
-                        return entry
-                    await self._commit_locked()
+            return await self.wait(ticket)
         except BaseException:
+            self._core.withdraw(ticket)
             self._core.forget(ticket)
             raise
 
     async def commit(self) -> CommitResult:
-        """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
-        async with self._lock:
-            return await self._commit_locked()
+        """Make every queued entry durable; fork (or raise ConflictError) on conflict.
 
-    async def _commit_locked(self) -> CommitResult:
-        return await self._log.run(self._core.commit())
+        The commit runs in its own task: cancelling the caller does not cancel it.
+        """
+        task = asyncio.ensure_future(self._commit_task())
+        # Nobody may be left to await it (its caller was cancelled): its error is then
+        # retrieved here, and the entries it carried stay queued as "uncertain".
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _commit_task(self) -> CommitResult:
+        async with self._lock:
+            return await self._log.run(self._log._core.writing(self._core.commit()))
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class AsyncLog(LogBase):
@@ -77,7 +133,35 @@ class AsyncLog(LogBase):
         self._driver = AsyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
+        self._close_hooks: list[Callable[[], Awaitable[None] | None]] = []
 
+
+    def add_close_hook(self, hook: Callable[[], Awaitable[None] | None]) -> None:
+        """Call (and await) ``hook`` when this log closes, before its store is closed."""
+        self._close_hooks.append(hook)
+
+    async def aclose(self) -> None:
+        """Run the close hooks (draining live agent sessions), then close the store's client."""
+        hooks, self._close_hooks = self._close_hooks, []
+        first: BaseException | None = None
+        for hook in hooks:
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # every hook must get its chance
+                first = first or exc
+        closer = getattr(self.store, "aclose", None)
+        if closer is not None:
+            await closer()
+        if first is not None:
+            raise first
+
+    async def __aenter__(self) -> AsyncLog:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.aclose()
 
     async def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""
@@ -96,7 +180,7 @@ class AsyncLog(LogBase):
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = await self.run(self._core.create(ws, reducer))
+            ws = await self.run(self._core.writing(self._core.create(ws, reducer)))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def open(
@@ -134,7 +218,9 @@ class AsyncLog(LogBase):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        return await self.run(
+            self._core.writing(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        )
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -160,6 +246,13 @@ class AsyncLog(LogBase):
     async def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
         return await self.run(self._core.gc(older_than_ms, dry_run))
+
+    async def check_store(self) -> ProbeReport:
+        """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
+
+        Costs two or three PUTs of a small probe object under ``{prefix}/sessions/_probe/``.
+        """
+        return await self.run(self._core.probe())
 
     async def delete(self, session_id: str) -> int:
         """Delete a session (head first)."""

@@ -136,12 +136,14 @@ def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
 #: them back (cbor2 stops at 400 levels), so the bound leaves room for that; it also keeps
 #: the C encoder far from the stack depth at which it crashes the process.
 MAX_DATA_DEPTH = 256
+#: What s3log's own entries may nest: a fork's seed wraps user data in a few levels.
+MAX_INTERNAL_DEPTH = MAX_DATA_DEPTH + 16
 #: The range of ``ts`` (ms since the epoch): a signed 64-bit integer, as every reader
 #: (Arrow timestamp[ms], Parquet INT64) stores it.
 MAX_TS = 2**63 - 1
 
 
-def _check_tree(kind: str, data: Any, session: str | None) -> None:
+def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> None:
     """Refuse data that would not read back: too deep, or strings that are not UTF-8.
 
     Iterative (an explicit stack), so hostile depth cannot exhaust Python's stack either.
@@ -153,10 +155,8 @@ def _check_tree(kind: str, data: Any, session: str | None) -> None:
             _check_text(kind, value, session)
             continue
         if isinstance(value, (dict, list, tuple)):
-            if depth >= MAX_DATA_DEPTH:
-                raise InvalidEntryError(
-                    kind, f"data nests deeper than {MAX_DATA_DEPTH} levels", session=session
-                )
+            if depth >= max_depth:
+                raise InvalidEntryError(kind, f"data nests deeper than {max_depth} levels", session=session)
             if isinstance(value, dict):
                 for k, v in value.items():
                     stack.append((k, depth + 1))
@@ -174,7 +174,7 @@ def _check_text(kind: str, text: str, session: str | None) -> None:
         ) from None
 
 
-def normalize_data(kind: str, data: Any, *, session: str | None = None) -> Any:
+def normalize_data(kind: str, data: Any, *, session: str | None = None, max_depth: int = MAX_DATA_DEPTH) -> Any:
     """Return ``data`` as a reader will see it after a round trip through CBOR.
 
     Raises :class:`InvalidEntryError` naming the kind when CBOR cannot encode it, when
@@ -184,7 +184,7 @@ def normalize_data(kind: str, data: Any, *, session: str | None = None) -> Any:
     entries equal to what readers decode (a tuple becomes a list, for instance), so a
     hash is computed over exactly what is stored.
     """
-    _check_tree(kind, data, session)
+    _check_tree(kind, data, session, max_depth)
     try:
         return loads(dumps(data))
     except (cbor2.CBOREncodeError, cbor2.CBORDecodeError, TypeError, ValueError, OverflowError,

@@ -56,15 +56,19 @@ class SyncDriver:
         """Drive ``proc`` to completion and return its value."""
         value: Any = None
         error: BaseException | None = None
-        while True:
-            op, result = _step(proc, value, error)
-            if op is None:
-                return result  # type: ignore[return-value]
-            value, error = None, None
-            try:
-                value = self._perform(op)
-            except StoreError as exc:
-                error = exc
+        try:
+            while True:
+                op, result = _step(proc, value, error)
+                if op is None:
+                    return result  # type: ignore[return-value]
+                value, error = None, None
+                try:
+                    value = self._perform(op)
+                except StoreError as exc:
+                    error = exc
+        finally:
+            # Abandoned mid-way (an interrupt): let the procedure's cleanup run now.
+            proc.close()
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
@@ -110,15 +114,19 @@ class AsyncDriver:
         """Drive ``proc`` to completion and return its value."""
         value: Any = None
         error: BaseException | None = None
-        while True:
-            op, result = _step(proc, value, error)
-            if op is None:
-                return result  # type: ignore[return-value]
-            value, error = None, None
-            try:
-                value = await self._perform(op)
-            except StoreError as exc:
-                error = exc
+        try:
+            while True:
+                op, result = _step(proc, value, error)
+                if op is None:
+                    return result  # type: ignore[return-value]
+                value, error = None, None
+                try:
+                    value = await self._perform(op)
+                except StoreError as exc:
+                    error = exc
+        finally:
+            # Abandoned mid-way (a cancellation): let the procedure's cleanup run now.
+            proc.close()
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):

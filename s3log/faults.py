@@ -37,6 +37,8 @@ class FaultyStore:
         self.plan = plan
         self.prefix = getattr(inner, "prefix", "s3log")
         self.requests: RequestCounter = inner.requests
+        # A wrapper is as trustworthy as what it wraps: the precondition probe asks the inner store.
+        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
         self.injected: list[tuple[str, str, Fault]] = []
         self._lock = threading.Lock()
 

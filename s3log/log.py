@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import SyncDriver
 from .ops import Proc
-from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, list_session_ids
+from .protocol import CommitResult, GcReport, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
 from .store.base import ObjectStore
 from .writer import ForkListener, LogBase, LogCore, SessionInfo, SessionView, VerifyReport, WriterBase, WriterCore
@@ -50,7 +50,7 @@ class Writer(WriterBase):
 
     def _lead(self) -> CommitResult:
         try:
-            return self._log.run(self._core.commit())
+            return self._log.run(self._log._core.writing(self._core.commit()))
         finally:
             with self._cond:
                 self._committing = False
@@ -103,16 +103,41 @@ class Log(LogBase):
         self._driver = SyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
-        self._tickets: dict[int, Entry] = {}
+        self._close_hooks: list[Callable[[], None]] = []
 
 
     def run(self, proc: Proc[T]) -> T:
         """Run a protocol procedure against this log's store."""
         return self._driver.run(proc)
 
+    def add_close_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when this log closes, before its resources are released.
+
+        Agent sessions use it to drain their write-behind buffers (docs/agent.md).
+        """
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
-        """Release the thread pool."""
+        """Run the close hooks (draining live agent sessions), then release the thread pool.
+
+        Every hook runs; the first error is raised after the pool is released.
+        """
+        hooks, self._close_hooks = self._close_hooks, []
+        first: BaseException | None = None
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:  # every hook must get its chance
+                first = first or exc
         self._driver.close()
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
 
     def create(
         self,
@@ -131,7 +156,7 @@ class Log(LogBase):
         """
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = self.run(self._core.create(ws, reducer))
+            ws = self.run(self._core.writing(self._core.create(ws, reducer)))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     def open(
@@ -169,7 +194,9 @@ class Log(LogBase):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
-        return self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        return self.run(
+            self._core.writing(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        )
 
     def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -194,6 +221,13 @@ class Log(LogBase):
     def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
         return self.run(self._core.gc(older_than_ms, dry_run))
+
+    def check_store(self) -> ProbeReport:
+        """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
+
+        Costs two or three PUTs of a small probe object under ``{prefix}/sessions/_probe/``.
+        """
+        return self.run(self._core.probe())
 
     def delete(self, session_id: str) -> int:
         """Delete a session (head first); return how many objects were removed."""

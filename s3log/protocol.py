@@ -19,6 +19,7 @@ from . import decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
+    MAX_INTERNAL_DEPTH,
     Entry,
     Head,
     ParentRef,
@@ -85,6 +86,8 @@ class LogConfig:
     this long after it wrote a segment gives up (nothing acknowledged; the next commit
     writes a new segment), so gc may treat an unreferenced segment older than this as
     garbage no commit will ever reference. ``env``: clock, randomness and new ids.
+    ``verify_preconditions``: probe, before the first write to a store, that it
+    honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
     """
 
     tail_max_bytes: int = 8 * 1024
@@ -94,6 +97,7 @@ class LogConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     commit_deadline_ms: int = 10 * 60 * 1000
     env: Env = DEFAULT_ENV
+    verify_preconditions: bool = True
 
 
 def now_ms() -> int:
@@ -380,7 +384,7 @@ def _session_ids(layout: Layout, prefixes: Sequence[str]) -> list[str]:
     out: list[str] = []
     for p in prefixes:
         sid = p[len(base):].rstrip("/")
-        if not sid:
+        if not sid or p.endswith("/" + PROBE_DIR):
             continue
         try:
             validate_session_id(sid)
@@ -698,12 +702,13 @@ def commit(
 ) -> Proc[CommitResult]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
-    A commit with nothing pending writes nothing, except for a session not yet stored,
-    which it creates. ``CommitResult.acked`` holds the committed form of each pending
+    A commit with nothing pending writes nothing, not even the head of a session not
+    stored yet (a lazily created session stays unstored until it has an entry; use
+    :func:`create_session` to store an empty one). ``CommitResult.acked`` holds the committed form of each pending
     entry, in order, wherever it landed. The decisions after a lost race are
     :func:`s3log.decide.after_lost`.
     """
-    if not pending and ws.etag is not None:
+    if not pending:
         return CommitResult(ws, [], [])
     acked: list[Entry] = []
     for _ in range(cfg.retry.attempts):
@@ -757,6 +762,14 @@ def commit(
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
+def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[WriterState]:
+    """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
+    plan, outcome, _ = yield from _write(layout, cfg, ws, [])
+    if outcome.kind == "committed" and outcome.etag is not None:
+        return _advance(cfg, ws, plan, outcome.etag, ws.state)
+    raise SessionExists(ws.session)
+
+
 def _stale(ws: WriterState, done: Sequence[Entry], state: Any) -> WriterState:
     if not done:
         return replace(ws, etag=STALE_ETAG)
@@ -787,7 +800,8 @@ def create_fork(
         if (yield from _read_head_or_none(layout, child)) is not None:
             raise SessionExists(child)
     now = cfg.env.now_ms()
-    fork_pending = PendingEntry(FORK_KIND, now, normalize_data(FORK_KIND, fork_entry_data(parent, seed)))
+    fork_data = normalize_data(FORK_KIND, fork_entry_data(parent, seed), max_depth=MAX_INTERNAL_DEPTH)
+    fork_pending = PendingEntry(FORK_KIND, now, fork_data)
     # A reducer may say what a fork's header records (an agent session: parent, seed length).
     fork_meta = getattr(reducer, "fork_meta", None)
     if fork_meta is not None:
@@ -961,3 +975,79 @@ def gc(
         for k in deleted:
             log.info("gc deleted %s", k)
     return GcReport(len(heads), doomed, deleted, young, broken)
+
+
+# ------------------------------------------------------------------- precondition probe
+
+#: A folder no session id can name (ids start with a letter or digit): listings and gc skip it.
+PROBE_DIR = "_probe/"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    """What the precondition probe saw: whether the store honours each conditional PUT.
+
+    ``None`` for a header the probe could not test (access denied, persistent faults).
+    """
+
+    if_none_match: bool | None
+    if_match: bool | None
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        """Neither header was seen ignored."""
+        return self.if_none_match is not False and self.if_match is not False
+
+
+def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
+    """Check that the store honours ``If-None-Match: *`` and ``If-Match``; write nothing lasting.
+
+    Two requests in one round trip once the probe object exists: a create-only PUT of
+    ``{P}/sessions/_probe/head`` (must meet 412) and an ``If-Match`` PUT of
+    ``{P}/sessions/_probe/missing`` with an ETag no object has (must meet 404 or 412).
+    The first probe of a bucket creates the probe object, then repeats its PUT.
+    """
+    base = layout.sessions_prefix + PROBE_DIR
+    exists_key, missing_key = base + "head", base + "missing"
+    body = dumps({"v": 1, "probe": "s3log"})
+    none_match: bool | None = None
+    match: bool | None = None
+    details: list[str] = []
+    created = False
+    for attempt in range(1, cfg.retry.attempts + 1):
+        ops: list[PutIfAbsent | PutIfMatch] = []
+        if none_match is None:
+            ops.append(PutIfAbsent(exists_key, body))
+        if match is None:
+            ops.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
+        if not ops:
+            break
+        results: list[Any] = yield Parallel(tuple(ops))
+        for op, res in zip(ops, results, strict=True):
+            reply = decide.classify(res)
+            if isinstance(op, PutIfAbsent):
+                if reply is decide.Reply.PRECONDITION:
+                    none_match = True
+                elif reply is decide.Reply.OK:
+                    if created:
+                        none_match = False
+                        details.append(f"a create-only PUT (If-None-Match: *) replaced {exists_key}")
+                    created = True  # first probe of this bucket: PUT it again
+                elif reply is decide.Reply.FATAL:
+                    details.append(f"could not test If-None-Match: {res}")
+            else:
+                if reply in (decide.Reply.NOT_FOUND, decide.Reply.PRECONDITION):
+                    match = True
+                elif reply is decide.Reply.OK:
+                    match = False
+                    details.append(f"a PUT with If-Match on a missing object created {missing_key}")
+                elif reply is decide.Reply.FATAL:
+                    details.append(f"could not test If-Match: {res}")
+        if any("could not test" in d for d in details):
+            break
+        if none_match is not None and match is not None:
+            break
+        if attempt < cfg.retry.attempts and not (created and none_match is None):
+            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+    return ProbeReport(none_match, match, "; ".join(details) or "conditional writes are honoured")

@@ -7,15 +7,18 @@ results; :class:`LogCore` builds the procedures behind each :class:`~s3log.Log` 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from . import protocol
 from .chain import PendingEntry
 from .codec import FORK_KIND, MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data
-from .errors import ConflictError, InvalidArgumentError, InvalidEntryError
+from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import Proc
@@ -71,6 +74,19 @@ class SessionInfo:
     updated_at: int
     parent: ParentRef | None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Why the session's head could not be read (None for a healthy session): a
+    #: listing reports a broken session as a row and goes on.
+    error: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """Whether the head of this session could not be read."""
+        return self.error is not None
+
+    @staticmethod
+    def broken_row(session_id: str, error: str) -> SessionInfo:
+        """The row of a session whose head is unreadable."""
+        return SessionInfo(session_id, 0, 0, 0, 0, None, {}, error)
 
     @staticmethod
     def from_head(head: Head) -> SessionInfo:
@@ -92,6 +108,14 @@ class VerifyReport:
 
 
 ForkListener = Callable[[ForkInfo], None]
+T = TypeVar("T")
+
+#: Where an appended entry stands: queued and withdrawable (``pending``), carried by
+#: the commit in flight (``committing``), queued after a commit whose outcome is
+#: unknown (``uncertain``: the next commit finds it landed or writes it), durable
+#: (``committed``), taken back before any commit carried it (``withdrawn``), or not
+#: tracked (``unknown``).
+TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]
 
 
 class WriterCore:
@@ -121,6 +145,12 @@ class WriterCore:
         # Entries of tickets someone waits for, filled in by whichever commit carried them.
         self._waiting: set[int] = set()
         self._done: dict[int, Entry] = {}
+        # Tickets carried by the commit in flight, and tickets of a commit that failed
+        # with its outcome unknown (its head may have landed): neither may be withdrawn.
+        self._inflight: set[int] = set()
+        self._uncertain: set[int] = set()
+        self._withdrawn: set[int] = set()
+        self._claimed: set[int] = set()
 
     @property
     def session_id(self) -> str:
@@ -169,7 +199,38 @@ class WriterCore:
             entry = self._done.pop(ticket, None)
             if entry is not None:
                 self._waiting.discard(ticket)
+                self._claimed.add(ticket)
             return entry
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
+        with self._lock:
+            if ticket in self._done or ticket in self._claimed:
+                return "committed"
+            if ticket in self._withdrawn:
+                return "withdrawn"
+            if ticket in self._inflight:
+                return "committing"
+            if any(t == ticket for t, _ in self._pending):
+                return "uncertain" if ticket in self._uncertain else "pending"
+            return "unknown"
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take a queued entry back; True if it was, so it will never be stored.
+
+        Refused (False) once a commit carries it, or after a commit that carried it
+        failed with an unknown outcome: its fate is then that of the commits.
+        """
+        with self._lock:
+            if ticket in self._inflight or ticket in self._uncertain:
+                return False
+            for i, (t, _) in enumerate(self._pending):
+                if t == ticket:
+                    del self._pending[i]
+                    self._withdrawn.add(ticket)
+                    self._waiting.discard(ticket)
+                    return True
+            return False
 
     def forget(self, ticket: int) -> None:
         """Stop keeping the entry of ``ticket`` (its waiter gave up)."""
@@ -185,6 +246,7 @@ class WriterCore:
         with self._lock:
             batch = list(self._pending)
             ws = self.ws
+            self._inflight = {t for t, _ in batch}
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict
@@ -192,6 +254,15 @@ class WriterCore:
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
             self._settle(batch[: len(err.landed)], err.landed, ws)
+            raise
+        except BaseException:
+            # Failed or abandoned (an async cancellation, a crash of the caller): the
+            # head may have landed. These entries stay queued for the next commit,
+            # which finds them landed (and adopts the head) or writes them; they can
+            # no longer be withdrawn.
+            with self._lock:
+                self._uncertain |= self._inflight
+                self._inflight = set()
             raise
         self._settle(batch, result.acked, result.ws)
         if result.fork is not None:
@@ -205,9 +276,17 @@ class WriterCore:
             n = len(acked)
             self._pending = self._pending[n:]
             self.ws = ws
+            self._inflight = set()
+            for ticket, _ in batch[:n]:
+                self._uncertain.discard(ticket)
             for (ticket, _), entry in zip(batch[:n], acked, strict=True):
                 if ticket in self._waiting:
                     self._done[ticket] = entry
+
+
+#: Stores the precondition probe has passed in this process.
+_PROBED: weakref.WeakSet[object] = weakref.WeakSet()
+_log = logging.getLogger("s3log")
 
 
 class LogCore:
@@ -223,6 +302,32 @@ class LogCore:
         self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
         self.config = config or LogConfig()
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
+        self.store = store
+        # Stores that are known to honour conditional writes (the in-memory ones say so)
+        # are never probed; the others once per store object and process.
+        self._verified = not self.config.verify_preconditions or bool(getattr(store, "honours_preconditions", False))
+
+    def writing(self, proc: Proc[T]) -> Proc[T]:
+        """``proc``, preceded the first time by the precondition probe of this store.
+
+        Raises :class:`~s3log.errors.PreconditionsIgnoredError` before anything of
+        ``proc`` is written if the store ignores ``If-None-Match`` or ``If-Match``.
+        """
+        if not self._verified and self.store not in _PROBED:
+            report = yield from protocol.probe_preconditions(self.layout, self.config)
+            if not report.ok:
+                raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
+                                                report.detail)
+            if report.if_none_match is None or report.if_match is None:
+                _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
+            with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
+                _PROBED.add(self.store)
+        self._verified = True
+        return (yield from proc)
+
+    def probe(self) -> Proc[protocol.ProbeReport]:
+        """Run the precondition probe now, whatever was found before."""
+        return protocol.probe_preconditions(self.layout, self.config)
 
     def writer(
         self,
@@ -244,7 +349,7 @@ class LogCore:
 
     def create(self, ws: WriterState, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Store the empty head of ``ws``."""
-        return _ws_of(protocol.commit(self.layout, self.config, ws, [], reducer or self.reducer))
+        return protocol.create_session(self.layout, self.config, ws)
 
     def open(self, session_id: str, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Load and verify a session, and replay it into a writer state."""
@@ -281,8 +386,11 @@ class LogCore:
 
     def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
         """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
-        heads = yield from protocol.list_heads(self.layout, ids)
-        return [SessionInfo.from_head(h) for _, h in heads if h is not None]
+        rows = yield from protocol.list_head_rows(self.layout, ids)
+        return [
+            SessionInfo.from_head(r.head) if r.head is not None else SessionInfo.broken_row(r.session, r.error or "")
+            for r in rows
+        ]
 
     def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
         """``session_id`` and its ancestors."""
@@ -319,8 +427,7 @@ def check_meta(meta: object, session: str | None) -> dict[str, Any]:
     bad = [k for k in meta if not isinstance(k, str)]
     if bad:
         raise InvalidArgumentError("meta", f"keys must be strings, found {bad[0]!r}", session=session)
-    normalized = normalize_data("meta", dict(meta), session=session)
-    assert isinstance(normalized, dict)
+    normalized: dict[str, Any] = normalize_data("meta", dict(meta), session=session)
     return normalized
 
 

@@ -156,15 +156,14 @@ def test_auto_fork_on_conflict_keeps_both_workers_entries(log: s3log.Log) -> Non
     assert log.head(worker.session_id).meta["parent"] == original
 
 
-def test_lazy_creation_and_abandonment_leave_nothing(log: s3log.Log) -> None:
+def test_lazy_creation_stores_nothing_until_the_first_commit(log: s3log.Log) -> None:
     store = log.store
     assert isinstance(store, s3log.MemoryStore)
     s = AgentSession.create(log, system_prompt="sys", session_id="agent-1")
     s.user_input("hi")  # buffered only
     assert store.all_keys() == []
-    del s
-    again = AgentSession.create(log, system_prompt="sys", session_id="agent-1")  # id is free
-    _turn(again, "hi")
+    s.assistant_items([{"role": "assistant", "content": "hello"}])
+    s.turn_end()
     assert len(store.all_keys()) == 1
 
 
@@ -173,6 +172,10 @@ def test_id_collision_is_rejected(log: s3log.Log) -> None:
     s = AgentSession.create(log, session_id="taken")
     with pytest.raises(s3log.SessionExists):
         _turn(s, "y")
+    assert s.discard() == 4  # knowingly dropped: exit does not try (nor warn) again
+    assert s.unsaved() == 0
+    with pytest.raises(s3log.S3LogError, match="discarded"):
+        s.user_input("z")
 
 
 def test_open_turn_left_by_a_crash_is_closed_once_as_interrupted(log: s3log.Log) -> None:
@@ -231,7 +234,8 @@ def test_failed_commit_keeps_the_batch_and_raises_on_the_next_flush() -> None:
     log = s3log.Log(FaultyStore(mem, plan), config=s3log.LogConfig(
         retry=s3log.RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002)))
     s = AgentSession.create(log, max_buffer_entries=1)
-    s.flush()
+    s.user_input("first")  # over the bound: committed at once
+    assert s.buffered == 0
     failing["on"] = True
     s.user_input("a")  # hits the size bound: the automatic commit fails, quietly
     assert s.last_error is not None and s.buffered == 1
@@ -239,7 +243,7 @@ def test_failed_commit_keeps_the_batch_and_raises_on_the_next_flush() -> None:
         s.flush()
     failing["on"] = False
     s.flush()
-    assert [h["content"] for h in AgentSession.restore(s3log.Log(mem), s.session_id).state.history] == ["a"]
+    assert [h["content"] for h in AgentSession.restore(s3log.Log(mem), s.session_id).state.history] == ["first", "a"]
 
 
 def test_write_behind_commits_when_the_buffer_is_full(log: s3log.Log) -> None:
@@ -267,7 +271,7 @@ def test_group_items_splits_a_turn_by_kind() -> None:
 
 def test_restore_of_a_session_written_by_another_process(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
-    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket}
+    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket, "PYTHONPATH": ROOT}  # this checkout's s3log
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "agent_worker.py"), "--prompt", "hello"],
                          env=env, capture_output=True, text=True, timeout=120, check=True)
     sid = json.loads(out.stdout)["session"]
@@ -292,6 +296,7 @@ def test_racing_example_workers_keep_every_turn(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
     log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
     first = AgentSession.create(log, system_prompt="sys")
+    first.config_changed({"model": "fake-1"})  # a real record: a session holding only its start is not stored
     first.flush()
     sid = first.session_id
     with ProcessPoolExecutor(max_workers=4, mp_context=get_context("spawn")) as pool:

@@ -10,13 +10,16 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from agents import Agent, Runner, set_tracing_disabled
 from agents.items import ModelResponse
+from agents.memory import SessionABC
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 import s3log
+from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession
 from s3log.protocol import LogConfig
 from s3log.testing import LocalS3
@@ -28,25 +31,35 @@ def _msg(role: str, text: str) -> dict[str, Any]:
     return {"role": role, "content": text}
 
 
-def test_session_protocol_semantics() -> None:
-    log = s3log.Log(s3log.MemoryStore())
-    s = S3LogSession("user/42 chat", log)  # any id works
-    assert asyncio.run(s.get_items()) == []
-    assert asyncio.run(s.pop_item()) is None
-    asyncio.run(s.add_items([_msg("user", "a"), _msg("assistant", "b")]))
-    asyncio.run(s.add_items([_msg("user", "c")]))
-    assert [i["content"] for i in asyncio.run(s.get_items())] == ["a", "b", "c"]
-    assert [i["content"] for i in asyncio.run(s.get_items(limit=2))] == ["b", "c"]
-    assert asyncio.run(s.get_items(limit=0)) == []
-    assert asyncio.run(s.pop_item())["content"] == "c"
-    assert [i["content"] for i in asyncio.run(s.get_items())] == ["a", "b"]
-    asyncio.run(s.clear_session())
-    assert asyncio.run(s.get_items()) == []
-    asyncio.run(s.add_items([_msg("user", "d")]))
-    assert [i["content"] for i in asyncio.run(s.get_items())] == ["d"]
-    kinds = [e.kind for e in log.read(s.sid).entries]
-    assert kinds == ["oa.items", "oa.items", "oa.pop", "oa.clear", "oa.items"]  # nothing deleted
-    log.verify(s.sid)
+@pytest.mark.parametrize("kind", ["Log", "AsyncLog"])
+def test_session_protocol_semantics(kind: str) -> None:
+    async def main() -> None:
+        log = s3log.Log(s3log.MemoryStore()) if kind == "Log" else s3log.AsyncLog(s3log.AsyncMemoryStore())
+        s = S3LogSession("user/42 chat", log)  # any id works
+        assert isinstance(s, SessionABC)
+        assert await s.get_items() == []
+        assert await s.pop_item() is None
+        await s.add_items([_msg("user", "a"), _msg("assistant", "b")])
+        await s.add_items([_msg("user", "c")])
+        assert [i["content"] for i in await s.get_items()] == ["a", "b", "c"]
+        assert [i["content"] for i in await s.get_items(limit=2)] == ["b", "c"]
+        assert await s.get_items(limit=0) == []
+        assert (await s.pop_item())["content"] == "c"
+        assert [i["content"] for i in await s.get_items()] == ["a", "b"]
+        await s.clear_session()
+        assert await s.get_items() == []
+        await s.add_items([_msg("user", "d")])
+        assert [i["content"] for i in await s.get_items()] == ["d"]
+        if isinstance(log, s3log.AsyncLog):
+            entries = (await log.read(s.sid)).entries
+            await log.verify(s.sid)
+        else:
+            entries = log.read(s.sid).entries
+            log.verify(s.sid)
+        kinds = [e.kind for e in entries]
+        assert kinds == ["oa.items", "oa.items", "oa.pop", "oa.clear", "oa.items"]  # nothing deleted
+
+    asyncio.run(main())
 
 
 def test_bounded_get_items_does_not_replay_the_whole_log() -> None:
@@ -133,3 +146,73 @@ def test_runner_turns_then_restore_in_a_fresh_process(s3log_server: LocalS3) -> 
     texts = [i["content"] if isinstance(i["content"], str) else i["content"][0]["text"] for i in items]
     assert texts == ["hi", "reply 1 (saw 1 items)", "how are you", "reply 2 (saw 3 items)", "bye",
                      "reply 3 (saw 5 items)"]
+
+
+def test_refuses_what_is_not_a_log() -> None:
+    with pytest.raises(IntegrationError, match="S3LogSession"):
+        S3LogSession("x", s3log.MemoryStore())  # type: ignore[arg-type]
+
+
+def test_over_an_async_log_no_worker_threads_and_concurrent_writers(s3log_server: LocalS3,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    bucket = s3log_server.create_bucket()
+
+    def no_threads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an AsyncLog session ran something in a thread")
+
+    async def main() -> None:
+        stores = [s3log.AsyncS3Store(bucket, endpoint_url=s3log_server.endpoint_url) for _ in range(4)]
+        sessions = [S3LogSession("shared", s3log.AsyncLog(st)) for st in stores]
+        try:
+            monkeypatch.setattr(asyncio, "to_thread", no_threads)
+            monkeypatch.setattr(asyncio.get_running_loop(), "run_in_executor", no_threads)
+            # Four writers on one session: commits meet each other's and retry.
+            await asyncio.gather(*(s.add_items([_msg("user", f"{n}-{i}")]) for n, s in enumerate(sessions)
+                                   for i in range(3)))
+            items = await sessions[0].get_items()
+            assert sorted(i["content"] for i in items) == sorted(f"{n}-{i}" for n in range(4) for i in range(3))
+            assert all(st.requests["PUT"] > 0 for st in stores)
+            popped = await asyncio.gather(*(s.pop_item() for s in sessions))
+            assert len({p["content"] for p in popped}) == 4  # each pop removed a different item
+            assert len(await sessions[1].get_items()) == 8
+            branch = await sessions[0].afork_at(at_seq=0, session_id="branch")
+            assert len(await branch.get_items()) == 1
+            with pytest.raises(IntegrationError, match="afork_at"):
+                sessions[0].fork()
+        finally:
+            monkeypatch.undo()
+            for st in stores:
+                await st.aclose()
+
+    asyncio.run(main())
+
+
+def test_from_url_runner_turns_then_a_new_session_reads_them(s3log_server: LocalS3,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    bucket = s3log_server.create_bucket()
+    url = f"s3://{bucket}/agents?endpoint={s3log_server.endpoint_url}"
+
+    async def main() -> None:
+        agent = Agent(name="helper", instructions="Be brief.", model=ScriptedModel())
+        session = S3LogSession.from_url("conversation-1", url=url)
+        assert isinstance(session.log, s3log.AsyncLog)
+        try:
+            for prompt in ["hi", "bye"]:
+                await Runner.run(agent, prompt, session=session)
+            fork = await session.afork(session_id="conversation-1-branch")
+            await fork.add_items([_msg("user", "only in the branch")])
+        finally:
+            await session.close()
+        assert session.log.store._client is None  # type: ignore[attr-defined]  # closed
+        # The endpoint from the environment instead of the URL.
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3log_server.endpoint_url)
+        again = S3LogSession.from_url("conversation-1", url=f"s3://{bucket}/agents")
+        try:
+            items = await again.get_items()
+            branch = await S3LogSession("conversation-1-branch", again.log).get_items()
+        finally:
+            await again.close()
+        assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+        assert items[0]["content"] == "hi" and len(branch) == 5
+
+    asyncio.run(main())

@@ -3,15 +3,22 @@
 The IAM test derives the S3 actions each role needs from s3log's own code: which store
 methods each workflow calls (recorded on a real run), and which S3 API calls each
 method of :class:`~s3log.S3Store` makes (read from its source), so the policies and
-the code cannot drift apart.
+the code cannot drift apart. The bucket policy is checked the same way: every write the
+code makes must pass it, and every blind overwrite of those keys must be denied.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import inspect
 import re
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import hcl2
@@ -19,15 +26,18 @@ import pytest
 
 import s3log
 from s3log.agent import AgentSession
+from s3log.ids import uuid7
 from s3log.store import s3 as s3_module
 
-TF = Path(__file__).resolve().parent.parent / "terraform"
+ROOT = Path(__file__).resolve().parent.parent
+TF = ROOT / "terraform"
 MODULE = TF / "modules" / "s3log-bucket"
+LAMBDA = TF / "examples" / "lambda-worker"
 
 
 def _clean(value: Any) -> Any:
     if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items() if k != "__is_block__"}
+        return {_clean(k): _clean(v) for k, v in value.items() if not str(k).startswith("__")}
     if isinstance(value, list):
         return [_clean(v) for v in value]
     if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
@@ -35,14 +45,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
+@functools.cache  # parsing is slow; the tests only read the result
 def _load(path: Path) -> dict[str, Any]:
     with path.open() as f:
         return _clean(hcl2.load(f))  # type: ignore[no-any-return]
 
 
-def _blocks(kind: str, type_: str) -> dict[str, dict[str, Any]]:
+def _blocks(kind: str, type_: str, where: Path = MODULE) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for path in MODULE.glob("*.tf"):
+    for path in where.glob("*.tf"):
         for block in _load(path).get(kind, []):
             for name, body in block.get(type_, {}).items():
                 out[name] = body
@@ -87,7 +98,7 @@ def test_bucket_policy_denies_non_tls_and_unconditional_head_writes() -> None:
     assert tls["condition"][0] == {"test": "Bool", "variable": "aws:SecureTransport", "values": ["false"]}
     head = next(s for s in stmts if s.get("sid") == "DenyUnconditionalHeadWrites")
     assert head["effect"] == "Deny" and head["actions"] == ["s3:PutObject"]
-    assert head["resources"] == ["${aws_s3_bucket.this.arn}/${var.prefix}/sessions/*/head"]
+    assert head["resources"] == ["${local.bucket_arn}/${var.prefix}/sessions/*/head"]
     conds = {(c["test"], c["variable"], tuple(c["values"])) for c in head["condition"]}
     assert conds == {("Null", "s3:if-match", ("true",)), ("Null", "s3:if-none-match", ("true",))}
 
@@ -97,7 +108,9 @@ def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions() ->
     assert rules["abort-incomplete-multipart-uploads"]["status"] == "Enabled"
     assert "abort_incomplete_multipart_upload" in rules["abort-incomplete-multipart-uploads"]
     nv = rules["expire-noncurrent-versions"]
-    assert "var.versioning" in nv["status"] and "noncurrent_version_expiration" in nv
+    assert "local.versioning" in nv["status"] and "noncurrent_version_expiration" in nv
+    # gc and rm leave delete markers in a versioned bucket: they must not pile up either.
+    assert nv["expiration"][0]["expired_object_delete_marker"] is True
 
 
 def test_prefix_variable_is_validated_and_nothing_is_hard_coded() -> None:
@@ -145,30 +158,34 @@ def _s3_actions_per_store_method() -> dict[str, set[str]]:
 
 
 class Recording(s3log.MemoryStore):
-    """A MemoryStore that remembers which store methods were called."""
+    """A MemoryStore that remembers every store call (method, key) made through it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.used: set[str] = set()
+        self.calls: list[tuple[str, str]] = []
+
+    @property
+    def used(self) -> set[str]:
+        return {m for m, _ in self.calls}
 
     def get(self, key: str) -> Any:
-        self.used.add("get")
+        self.calls.append(("get", key))
         return super().get(key)
 
     def put_if_absent(self, key: str, body: bytes) -> str:
-        self.used.add("put_if_absent")
+        self.calls.append(("put_if_absent", key))
         return super().put_if_absent(key, body)
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.used.add("put_if_match")
+        self.calls.append(("put_if_match", key))
         return super().put_if_match(key, body, etag)
 
     def list(self, prefix: str, **kw: Any) -> Any:
-        self.used.add("list")
+        self.calls.append(("list", prefix))
         return super().list(prefix, **kw)
 
     def delete(self, key: str) -> None:
-        self.used.add("delete")
+        self.calls.append(("delete", key))
         super().delete(key)
 
 
@@ -203,14 +220,51 @@ def _reader_flows(log: s3log.Log, sid: str) -> None:
     log.lineage(sid)
 
 
+def _gc_flows(log: s3log.Log, store: Recording, sid: str) -> None:
+    """What the gc role and the retention sweep run: rm, expire (where it exists), gc."""
+    # Old garbage of both kinds gc collects, planted behind the recorder's back.
+    orphan_seg = f"s3log/sessions/{sid}/seg/000000000999-{'0' * 64}.cbor"
+    orphan_marker = f"s3log/sessions/{sid}/forks/{uuid7()}"  # a child that does not exist
+    store.put_raw(orphan_seg, b"x", mtime_ms=0)
+    store.put_raw(orphan_marker, b"", mtime_ms=0)
+    victim = next(s.session_id for s in log.list_sessions() if s.session_id != sid)
+    log.delete(victim)
+    expire = getattr(log, "expire", None)
+    if expire is not None:
+        expire(idle_for=timedelta(microseconds=1))
+    report = log.gc(older_than_ms=0)
+    # The delete path must really have run, or "gc needs no PUT" would prove nothing.
+    assert {orphan_seg, orphan_marker} <= set(report.deleted)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, list[tuple[str, str]]]:
+    """Every store call of each role's workflows, on one log."""
+    store = Recording()
+    log = s3log.Log(store)
+    sid = _writer_flows(log)
+    writer = list(store.calls)
+    store.calls.clear()
+    _reader_flows(log, sid)
+    reader = list(store.calls)
+    store.calls.clear()
+    _gc_flows(log, store, sid)
+    return {"writer": writer, "reader": reader, "gc": list(store.calls)}
+
+
 def _actions(used: set[str]) -> set[str]:
     per = _s3_actions_per_store_method()
     return set().union(*(per[m] for m in used))
 
 
-def _locals() -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def derived(recorded: dict[str, list[tuple[str, str]]]) -> dict[str, set[str]]:
+    return {role: _actions({m for m, _ in calls}) for role, calls in recorded.items()}
+
+
+def _locals(path: Path = MODULE / "iam.tf") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for block in _load(MODULE / "iam.tf")["locals"]:
+    for block in _load(path)["locals"]:
         out.update(block)
     return out
 
@@ -224,25 +278,16 @@ def _policy_actions(role: str) -> set[str]:
     return actions
 
 
-@pytest.fixture(scope="module")
-def derived() -> dict[str, set[str]]:
-    store = Recording()
-    log = s3log.Log(store)
-    sid = _writer_flows(log)
-    writer = _actions(store.used)
-    store.used.clear()
-    _reader_flows(log, sid)
-    reader = _actions(store.used)
-    store.used.clear()
-    log.delete(sid)
-    log.gc(older_than_ms=0)
-    gc = writer | _actions(store.used)
-    return {"writer": writer, "reader": reader, "gc": gc}
-
-
 @pytest.mark.parametrize("role", ["writer", "reader", "gc"])
 def test_policy_grants_exactly_the_s3_calls_the_code_makes(role: str, derived: dict[str, set[str]]) -> None:
     assert _policy_actions(role) == derived[role]
+
+
+def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
+    # gc and rm only list, read heads and delete: a gc credential must not rewrite history.
+    assert "s3:PutObject" not in derived["gc"]
+    assert "s3:PutObject" not in _policy_actions("gc")
+    assert _locals()["role_object_actions"]["gc"] == ["s3:GetObject", "s3:DeleteObject"]
 
 
 def test_writer_cannot_delete_and_policies_stay_inside_the_prefix(derived: dict[str, set[str]]) -> None:
@@ -253,11 +298,439 @@ def test_writer_cannot_delete_and_policies_stay_inside_the_prefix(derived: dict[
         for r in s["resources"]:
             assert r != "*"
         if s["actions"] == ["s3:ListBucket"]:
-            assert s["resources"] == ["${aws_s3_bucket.this.arn}"]
+            assert s["resources"] == ["${local.bucket_arn}"]
             assert s["condition"][0]["variable"] == "s3:prefix"
             assert s["condition"][0]["values"] == ["${local.list_prefix}"]
         elif s["actions"] == "${each.value}":
             assert s["resources"] == ["${local.objects_arn}"]
         else:
             assert s["sid"] == "UseKey" and s["resources"] == ["${var.kms_key_arn}"]
-    assert _locals()["objects_arn"] == "${aws_s3_bucket.this.arn}/${var.prefix}/*"
+    assert _locals()["objects_arn"] == "${local.bucket_arn}/${var.prefix}/*"
+
+
+# --------------------------------------------------- bucket policy against the code's writes
+
+BUCKET_ARN = "arn:aws:s3:::b"
+SUBSTITUTE = {
+    "${local.bucket_arn}": BUCKET_ARN,
+    "${var.prefix}": "s3log",
+    "${module.s3log.bucket_arn}": BUCKET_ARN,
+    "${module.s3log.prefix}": "s3log",
+}
+HEADER_KEYS = {"s3:if-match": "if-match", "s3:if-none-match": "if-none-match"}
+
+
+def _resolve(text: str) -> str:
+    for ref, value in SUBSTITUTE.items():
+        text = text.replace(ref, value)
+    assert "${" not in text, f"unresolved reference in {text!r}"
+    return text
+
+
+def _iam_match(pattern: str, value: str) -> bool:
+    """IAM wildcard matching: '*' matches any run of characters, '/' included."""
+    return re.fullmatch(".*".join(re.escape(p) for p in _resolve(pattern).split("*")), value) is not None
+
+
+def _condition_holds(cond: dict[str, Any], headers: set[str]) -> bool:
+    if cond["test"] == "Null":
+        absent = HEADER_KEYS[cond["variable"]] not in headers
+        return absent == (list(cond["values"]) == ["true"])
+    if cond["test"] == "Bool" and cond["variable"] == "aws:SecureTransport":
+        return list(cond["values"]) == ["true"]  # every request here goes over TLS
+    raise AssertionError(f"the test does not evaluate condition {cond}")
+
+
+def _denials(key: str, headers: set[str]) -> list[str]:
+    """The sids of the bucket policy's Deny statements that refuse PutObject of ``key``."""
+    doc = _blocks("data", "aws_iam_policy_document")["bucket"]
+    out = []
+    for s in _statements(doc):
+        if s["effect"] != "Deny" or not {"s3:PutObject", "s3:*"} & set(s["actions"]):
+            continue
+        if not any(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in s["resources"]):
+            continue
+        if all(_condition_holds(c, headers) for c in s.get("condition", [])):
+            out.append(s["sid"])
+    return out
+
+
+WRITE_HEADERS = {"put_if_absent": {"if-none-match"}, "put_if_match": {"if-match"}}
+
+
+def _writes(recorded: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    return [(m, k) for calls in recorded.values() for m, k in calls if m in WRITE_HEADERS]
+
+
+def test_bucket_policy_denies_overwriting_segments_and_fork_markers() -> None:
+    doc = _blocks("data", "aws_iam_policy_document")["bucket"]
+    stmt = next(s for s in _statements(doc) if s.get("sid") == "DenyOverwritingHistory")
+    assert stmt["effect"] == "Deny" and stmt["actions"] == ["s3:PutObject"]
+    assert stmt["principals"] == [{"type": "*", "identifiers": ["*"]}]
+    assert stmt["resources"] == [
+        "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
+        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
+    ]
+    assert stmt["condition"] == [{"test": "Null", "variable": "s3:if-none-match", "values": ["true"]}]
+    dyn = next(d["statement"] for d in doc["dynamic"] if d["statement"]["content"][0] is stmt)
+    assert dyn["for_each"] == "${var.enforce_create_only_history ? [1] : []}"
+    assert _variables()["enforce_create_only_history"]["default"] is True
+
+
+def test_bucket_policy_admits_every_write_s3log_makes(recorded: dict[str, list[tuple[str, str]]]) -> None:
+    writes = _writes(recorded)
+    assert {m for m, _ in writes} == set(WRITE_HEADERS)
+    for method, key in writes:
+        assert _denials(key, WRITE_HEADERS[method]) == [], f"{method} {key} would be denied"
+
+
+def test_bucket_policy_denies_blind_overwrites_of_every_object_s3log_writes(
+    recorded: dict[str, list[tuple[str, str]]],
+) -> None:
+    keys = {k for _, k in _writes(recorded)}
+    kinds = {k.split("/")[3] for k in keys}
+    assert kinds == {"head", "seg", "forks"}, "the flows must write every kind of object"
+    fired: set[str] = set()
+    for key in keys:
+        blind = _denials(key, set())
+        assert blind, f"an unconditional PUT could overwrite {key}"
+        fired.update(blind)
+        if not key.endswith("/head"):
+            # If-Match replaces an existing object: history is create-only.
+            assert _denials(key, {"if-match"}), f"an If-Match PUT could overwrite {key}"
+    assert fired == {"DenyUnconditionalHeadWrites", "DenyOverwritingHistory"}
+
+
+# ------------------------------------------------------------ which resources each mode gets
+
+
+def _variables(where: Path = MODULE) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in where.glob("*.tf"):
+        for block in _load(path).get("variable", []):
+            out.update(block)
+    return out
+
+
+def _eval(expr: Any, variables: dict[str, Any], local_exprs: dict[str, Any]) -> Any:
+    """Evaluate the small boolean/conditional HCL expressions count and locals use here."""
+    if not isinstance(expr, str):
+        return expr
+    e = expr[2:-1] if expr.startswith("${") and expr.endswith("}") else expr
+    m = re.fullmatch(r"(.+?)\?(.+?):(.+)", e)
+    if m:
+        branch = m[2] if _eval(m[1].strip(), variables, local_exprs) else m[3]
+        return _eval(branch.strip(), variables, local_exprs)
+    py = re.sub(r"\bvar\.(\w+)", lambda v: f"({variables[v[1]]!r})", e)
+    py = re.sub(r"\blocal\.(\w+)", lambda v: f"({_eval(local_exprs[v[1]], variables, local_exprs)!r})", py)
+    py = py.replace("&&", " and ").replace("||", " or ")
+    py = re.sub(r"!(?!=)", " not ", py)
+    py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", py)))
+    return eval(py, {"__builtins__": {}}, {})  # our own .tf files, small expressions
+
+
+def _counts(overrides: dict[str, Any]) -> dict[str, int]:
+    variables = {name: body.get("default") for name, body in _variables().items()} | overrides
+    local_exprs = _locals(MODULE / "main.tf")
+    out = {}
+    for kind in ("resource", "data"):
+        for path in MODULE.glob("*.tf"):
+            for block in _load(path).get(kind, []):
+                for type_, named in block.items():
+                    for name, body in named.items():
+                        count = body.get("count", 1)
+                        out[f"{'data.' if kind == 'data' else ''}{type_}.{name}"] = _eval(count, variables, local_exprs)
+    return out
+
+
+BUCKET_SETTINGS = [
+    "aws_s3_bucket.this",
+    "aws_s3_bucket_public_access_block.this",
+    "aws_s3_bucket_ownership_controls.this",
+    "aws_s3_bucket_server_side_encryption_configuration.this",
+    "aws_s3_bucket_lifecycle_configuration.this",
+    "aws_s3_bucket_policy.this",
+]
+
+
+@pytest.mark.parametrize("create", [True, False])
+@pytest.mark.parametrize("versioning", [True, False])
+@pytest.mark.parametrize("lock", [True, False])
+def test_resources_exist_only_in_the_mode_that_needs_them(create: bool, versioning: bool, lock: bool) -> None:
+    overrides = {"create_bucket": create, "versioning": versioning, "object_lock_enabled": lock}
+    variables = {name: body.get("default") for name, body in _variables().items()} | overrides
+    counts = _counts(overrides)
+    assert counts["data.aws_s3_bucket.existing"] == int(not create)
+    if not create:
+        # The existing bucket's precondition refuses settings the module would not apply.
+        existing = _blocks("data", "aws_s3_bucket")["existing"]
+        precondition = existing["lifecycle"][0]["precondition"][0]["condition"]
+        assert _eval(precondition, variables, {}) is (not (versioning or lock))
+    for name in BUCKET_SETTINGS:
+        assert counts[name] == int(create), name
+    assert counts["aws_s3_bucket_versioning.this"] == int(create and (versioning or lock))
+    assert counts["aws_s3_bucket_object_lock_configuration.this"] == int(create and lock)
+    # Every bucket-level resource is accounted for above: a new one must choose its mode.
+    assert {n for n in counts if n.startswith("aws_s3_bucket")} == set(BUCKET_SETTINGS) | {
+        "aws_s3_bucket_versioning.this",
+        "aws_s3_bucket_object_lock_configuration.this",
+    }
+    assert counts["aws_iam_policy.role"] == 1  # for_each over the roles, in both modes
+
+
+def test_defaults_create_a_bucket_without_versioning_or_object_lock() -> None:
+    counts = _counts({})
+    assert counts["aws_s3_bucket.this"] == 1
+    assert counts["aws_s3_bucket_versioning.this"] == 0
+    assert counts["aws_s3_bucket_object_lock_configuration.this"] == 0
+
+
+def test_object_lock_uses_the_chosen_mode_and_retention() -> None:
+    lock = _blocks("resource", "aws_s3_bucket_object_lock_configuration")["this"]
+    retention = lock["rule"][0]["default_retention"][0]
+    assert retention == {"mode": "${var.object_lock_mode}", "days": "${var.object_lock_retention_days}"}
+    assert lock["depends_on"] == ["${aws_s3_bucket_versioning.this}"]
+    variables = _variables()
+    assert variables["object_lock_enabled"]["default"] is False
+    assert variables["object_lock_mode"]["default"] == "GOVERNANCE"
+    condition = variables["object_lock_mode"]["validation"][0]["condition"]
+    assert "GOVERNANCE" in condition and "COMPLIANCE" in condition
+    assert "validation" in variables["object_lock_retention_days"]
+
+
+def test_outputs_work_with_an_existing_bucket() -> None:
+    outputs: dict[str, Any] = {}
+    for block in _load(MODULE / "outputs.tf")["output"]:
+        outputs.update(block)
+    for name, body in outputs.items():
+        # aws_s3_bucket.this has no instance with create_bucket = false.
+        assert "aws_s3_bucket." not in body["value"], name
+    assert outputs["bucket_region"]["value"] == "${local.bucket_region}"
+    assert outputs["bucket_policy_json"]["value"] == "${data.aws_iam_policy_document.bucket.json}"
+    local_exprs = _locals(MODULE / "main.tf")
+    assert "aws_s3_bucket.this[0].region" in local_exprs["bucket_region"]
+    assert "data.aws_s3_bucket.existing[0].region" in local_exprs["bucket_region"]
+
+
+def test_state_of_earlier_versions_moves_instead_of_being_recreated() -> None:
+    moved = {(m["from"], m["to"]) for m in _load(MODULE / "main.tf")["moved"]}
+    for name in [*BUCKET_SETTINGS, "aws_s3_bucket_versioning.this"]:
+        assert (f"${{{name}}}", f"${{{name}[0]}}") in moved, name
+
+
+# ------------------------------------------------------------------ the Lambda example
+
+
+def _example(kind: str, type_: str) -> dict[str, dict[str, Any]]:
+    return _blocks(kind, type_, LAMBDA)
+
+
+def test_lambda_package_is_built_by_archive_file_with_core_dependencies_only() -> None:
+    archive = _example("data", "archive_file")["package"]
+    assert archive["type"] == "zip"
+    assert archive["source_dir"] == "${local.build_dir}"
+    assert archive["depends_on"] == ["${terraform_data.package}"]
+    build = _example("resource", "terraform_data")["package"]
+    command = build["provisioner"][0]["local-exec"]["command"]
+    installs = [line for line in command.splitlines() if " pip " in line]
+    assert len(installs) == 2
+    # s3log is turned into a wheel alone, then installed from that wheel without extras:
+    # only [project].dependencies come along, all as binary wheels for Lambda's platform.
+    assert "--no-deps" in installs[0] and installs[0].rstrip().endswith("'${local.repo_root}'")
+    assert installs[1].rstrip().endswith("/.wheel/s3log-*.whl")
+    assert "[" not in installs[1].split("--only-binary=:all:")[1]
+    for flag in ("${local.wheel_platforms}", "--python-version ${local.wheel_python}", "--only-binary=:all:"):
+        assert flag in installs[1]
+    platforms = _locals(LAMBDA / "main.tf")["wheel_platforms"]
+    # cbor2 ships manylinux_2_28 wheels only: without that tag the install finds nothing.
+    assert "manylinux_2_28" in platforms and "--platform" in platforms
+    runtime = _variables(LAMBDA)["runtime"]
+    assert runtime["default"] == "python3.12" and "1[2-9]" in runtime["validation"][0]["condition"]
+    assert "cp ${join(" in command
+    functions = _example("resource", "aws_lambda_function")
+    for fn in functions.values():
+        assert fn["filename"] == "${data.archive_file.package.output_path}"
+        assert fn["source_code_hash"] == "${data.archive_file.package.output_base64sha256}"
+
+
+def test_every_lambda_handler_is_packaged_and_exists() -> None:
+    handlers = _locals(LAMBDA / "main.tf")["handlers"]
+    for fn in _example("resource", "aws_lambda_function").values():
+        module, func = fn["handler"].split(".")
+        assert f"{module}.py" in handlers
+        tree = ast.parse((ROOT / "scripts" / f"{module}.py").read_text())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == func for n in tree.body), fn["handler"]
+    inputs = _locals(LAMBDA / "main.tf")["package_inputs"]
+    assert "pyproject.toml" in inputs and "s3log/**/*.py" in inputs and "scripts/${h}" in inputs
+
+
+def test_worker_reserves_no_concurrency_by_default() -> None:
+    assert _variables(LAMBDA)["reserved_concurrency"]["default"] is None
+    worker = _example("resource", "aws_lambda_function")["worker"]
+    assert worker["reserved_concurrent_executions"] == "${var.reserved_concurrency}"
+    assert "reserved_concurrent_executions" not in _example("resource", "aws_lambda_function")["sweep"]
+
+
+def test_traced_functions_may_send_traces() -> None:
+    attachments = _example("resource", "aws_iam_role_policy_attachment").values()
+    functions = _example("resource", "aws_lambda_function")
+    for fn in functions.values():
+        assert fn["tracing_config"][0]["mode"] == "Active"
+        role = fn["role"].removeprefix("${").removesuffix(".arn}")
+        xray = [a for a in attachments if a["policy_arn"].endswith("/AWSXRayDaemonWriteAccess")]
+        assert any(a["role"] == f"${{{role}.name}}" for a in xray), role
+
+
+def test_sweep_runs_on_a_schedule() -> None:
+    rule = _example("resource", "aws_cloudwatch_event_rule")["sweep"]
+    assert rule["schedule_expression"] == "${var.sweep_schedule}"
+    target = _example("resource", "aws_cloudwatch_event_target")["sweep"]
+    assert target == {"rule": "${aws_cloudwatch_event_rule.sweep.name}", "arn": "${aws_lambda_function.sweep.arn}"}
+    permission = _example("resource", "aws_lambda_permission")["sweep"]
+    assert permission["principal"] == "events.amazonaws.com"
+    assert permission["action"] == "lambda:InvokeFunction"
+    assert permission["function_name"] == "${aws_lambda_function.sweep.function_name}"
+    assert permission["source_arn"] == "${aws_cloudwatch_event_rule.sweep.arn}"
+    sweep = _example("resource", "aws_lambda_function")["sweep"]
+    assert sweep["handler"] == "sweep_lambda.handler"
+    env = sweep["environment"][0]["variables"]
+    assert env["S3LOG_IDLE_DAYS"] == "${tostring(var.idle_days)}"
+    assert env["S3LOG_GC_OLDER_THAN_MINUTES"] == "${tostring(var.gc_older_than_minutes)}"
+
+
+def test_sweep_policy_allows_exactly_what_expire_and_gc_do(recorded: dict[str, list[tuple[str, str]]]) -> None:
+    doc = _example("data", "aws_iam_policy_document")["sweep"]
+    by_sid = {s["sid"]: s for s in _statements(doc)}
+    s3_actions = {a for s in by_sid.values() for a in s["actions"] if a.startswith("s3:")}
+    calls = recorded["gc"]
+    assert s3_actions == _actions({m for m, _ in calls})
+    assert not any(m in WRITE_HEADERS for m, _ in calls)
+    for method, key in calls:
+        if method == "get":
+            # Heads only: the sweep never reads (or decrypts) a segment.
+            assert by_sid["ReadHeads"]["actions"] == ["s3:GetObject"]
+            assert all(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in by_sid["ReadHeads"]["resources"]), key
+        elif method == "delete":
+            assert by_sid["DeleteUnderPrefix"]["actions"] == ["s3:DeleteObject"]
+            assert any(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in by_sid["DeleteUnderPrefix"]["resources"]), key
+        else:
+            cond = by_sid["ListPrefix"]["condition"][0]
+            assert cond["test"] == "StringLike" and cond["variable"] == "s3:prefix"
+            assert any(_iam_match(v, key) for v in cond["values"]), key
+    assert by_sid["ListPrefix"]["resources"] == ["${module.s3log.bucket_arn}"]
+    # Deletes stay under <prefix>/sessions/, never the whole bucket.
+    assert not _iam_match(by_sid["DeleteUnderPrefix"]["resources"][0], f"{BUCKET_ARN}/other/sessions/x/head")
+    assert not _iam_match(by_sid["ReadHeads"]["resources"][0], f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor")
+    assert by_sid["OwnLogs"]["resources"] == ["${aws_cloudwatch_log_group.sweep.arn}:*"]
+    assert set(by_sid) == {"ReadHeads", "DeleteUnderPrefix", "ListPrefix", "OwnLogs", "DecryptHeads"}
+    assert by_sid["DecryptHeads"]["actions"] == ["kms:Decrypt"]
+
+
+# ------------------------------------------------------------ scripts/sweep_lambda.py
+
+
+@pytest.fixture
+def sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """A fresh import of scripts/sweep_lambda.py (a fresh "container")."""
+    spec = importlib.util.spec_from_file_location("sweep_lambda", ROOT / "scripts" / "sweep_lambda.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "sweep_lambda", module)
+    spec.loader.exec_module(module)
+    yield module
+    if module._LOG is not None:
+        module._LOG.close()
+
+
+class _Spy:
+    """Counts the stores built and the expire/gc calls made through a patched s3log."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, with_expire: bool) -> None:
+        self.stores = 0
+        self.expire_calls: list[dict[str, Any]] = []
+        self.gc_calls: list[dict[str, Any]] = []
+        spy = self
+
+        def make_store(**kw: Any) -> s3log.MemoryStore:
+            spy.stores += 1
+            return s3log.MemoryStore()
+
+        class SpyLog(s3log.Log):
+            def gc(self, **kw: Any) -> Any:
+                spy.gc_calls.append(kw)
+                return super().gc(**kw)
+
+        if with_expire:
+
+            def expire(self: Any, **kw: Any) -> dict[str, int]:
+                spy.expire_calls.append(kw)
+                return {"expired": 0}
+
+            SpyLog.expire = expire  # type: ignore[attr-defined]
+        else:
+            # An s3log from before Log.expire, whatever the installed one has.
+            def no_expire(self: Any) -> Any:
+                raise AttributeError("expire")
+
+            SpyLog.expire = property(no_expire)  # type: ignore[attr-defined]
+        monkeypatch.setattr(s3log, "S3Store", make_store)
+        monkeypatch.setattr(s3log, "Log", SpyLog)
+
+
+@pytest.mark.parametrize("with_expire", [True, False])
+def test_sweep_handler_builds_the_client_once_and_passes_its_settings(
+    sweep: ModuleType, monkeypatch: pytest.MonkeyPatch, with_expire: bool
+) -> None:
+    spy = _Spy(monkeypatch, with_expire=with_expire)
+    monkeypatch.setenv("S3LOG_BUCKET", "b")
+    monkeypatch.setenv("S3LOG_IDLE_DAYS", "7")
+    monkeypatch.setenv("S3LOG_GC_OLDER_THAN_MINUTES", "90")
+    first = sweep.handler({}, None)
+    second = sweep.handler({}, None)
+    assert spy.stores == 1, "one client per container, not per invocation"
+    assert spy.gc_calls == [{"older_than_ms": 90 * 60_000, "dry_run": False}] * 2
+    if with_expire:
+        assert spy.expire_calls == [{"idle_for": timedelta(days=7), "dry_run": False}] * 2
+        assert first["expire"] == {"expired": 0}
+    else:
+        assert first["expire"] is None
+    assert first == second
+    assert first["gc"] == {"sessions": 0, "unreferenced": 0, "deleted": 0, "kept_young": 0}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("S3LOG_IDLE_DAYS", "0"),
+        ("S3LOG_IDLE_DAYS", "a week"),
+        ("S3LOG_GC_OLDER_THAN_MINUTES", "-5"),
+        ("S3LOG_DRY_RUN", "yes"),
+    ],
+)
+def test_sweep_handler_rejects_bad_settings_before_touching_the_store(
+    sweep: ModuleType, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    spy = _Spy(monkeypatch, with_expire=True)
+    monkeypatch.setenv("S3LOG_BUCKET", "b")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(sweep.SweepConfigError, match=name) as info:
+        sweep.handler({}, None)
+    assert isinstance(info.value, s3log.S3LogError) and isinstance(info.value, ValueError)
+    assert spy.stores == 0 and spy.gc_calls == [] and spy.expire_calls == []
+
+
+def test_sweep_handler_against_s3(sweep: ModuleType, monkeypatch: pytest.MonkeyPatch, s3log_server: Any) -> None:
+    bucket = s3log_server.create_bucket()
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    # Garbage younger than the grace period: found, kept.
+    log.store.put_if_absent(f"s3log/sessions/{w.session_id}/seg/000000000999-{'0' * 64}.cbor", b"x")
+    log.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3log_server.endpoint_url)
+    monkeypatch.setenv("S3LOG_BUCKET", bucket)
+    monkeypatch.setenv("S3LOG_DRY_RUN", "1")
+    out = sweep.handler({}, None)
+    assert out["dry_run"] is True
+    assert out["gc"] == {"sessions": 1, "unreferenced": 0, "deleted": 0, "kept_young": 1}

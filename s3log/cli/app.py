@@ -1,105 +1,119 @@
-"""The ``s3log`` command: shared options, error handling, and the command groups."""
+"""The ``s3log`` command: global options, help layout, and the command groups."""
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
-from rich.console import Console
+from typer.core import TyperGroup, TyperOption
 
-from ..errors import S3LogError
+from .. import __version__
+from .common import (
+    Settings,
+    command_log,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    handle_errors,
+    open_log,
+    settings,
+)
 
-app = typer.Typer(help="Durable, hash-chained session logs on S3.", no_args_is_help=True, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
+__all__ = [
+    "Settings", "app", "command_log", "console", "emit_json", "err_console", "fail", "handle_errors", "open_log",
+    "settings",
+]
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: Help panels, in the order ``s3log --help`` shows them, and the commands in each.
+PANELS: dict[str, tuple[str, ...]] = {
+    "Read sessions": ("ls", "show", "tail", "lineage"),
+    "Change sessions": ("fork", "rm"),
+    "Check and clean up": ("verify", "gc"),
+    "Analytics": ("export", "query"),
+    "Try it locally": ("local-s3", "demo"),
+}
+_PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+_ORDER = [name for names in PANELS.values() for name in names]
 
 
-@dataclass
-class Settings:
-    """Where the sessions are: from options or S3LOG_* / AWS_* environment variables."""
+def _tidy(cmd: Any, ctx: Any) -> None:
+    """Help that reads well: flags without a ``<bool>`` type, RST literals as plain quotes."""
+    for param in [*cmd.params, cmd.get_help_option(ctx)]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""  # a flag takes no value: show none
+    if cmd.help:
+        # Docstrings mark literals the RST way for the API docs; help is not RST.
+        cmd.help = cmd.help.replace("``", "'")
 
-    bucket: str | None
-    prefix: str
-    endpoint_url: str | None
-    debug: bool
+
+class S3logGroup(TyperGroup):
+    """The root group: commands in panels, in panel order, with tidy help."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command, placed in its help panel."""
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and not getattr(cmd, "_s3log_tidy", False):
+            # An unset panel is typer's falsy DefaultPlaceholder, not None.
+            if not isinstance(getattr(cmd, "rich_help_panel", None), str) and cmd_name in _PANEL_OF:
+                cmd.rich_help_panel = _PANEL_OF[cmd_name]  # type: ignore[attr-defined]
+            _tidy(cmd, ctx)
+            cmd._s3log_tidy = True  # type: ignore[attr-defined]
+        return cmd
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Commands in panel order (unknown ones last)."""
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The root help, its own flags tidied first."""
+        if not getattr(self, "_s3log_tidy", False):
+            _tidy(self, ctx)
+            self._s3log_tidy = True
+        super().format_help(ctx, formatter)
 
 
-_settings = Settings(None, "s3log", None, False)
+app = typer.Typer(
+    cls=S3logGroup,
+    help="Durable, hash-chained session logs on S3.",
+    no_args_is_help=True,
+    add_completion=False,
+    # Errors are one line (handle_errors); --debug re-raises for a plain traceback.
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"s3log {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _main(
-    bucket: str = typer.Option(None, "--bucket", envvar="S3LOG_BUCKET", help="Bucket holding the sessions."),
-    prefix: str = typer.Option("s3log", "--prefix", envvar="S3LOG_PREFIX", help="Key prefix of the sessions."),
-    endpoint_url: str = typer.Option(
-        None, "--endpoint-url", envvar="AWS_ENDPOINT_URL", help="S3-compatible endpoint (moto, MinIO...)."
+    ctx: typer.Context,
+    bucket: str = typer.Option(
+        None, "--bucket", envvar="S3LOG_BUCKET", metavar="NAME", help="Bucket holding the sessions."
     ),
+    prefix: str = typer.Option(
+        "s3log", "--prefix", envvar="S3LOG_PREFIX", metavar="PREFIX", help="Key prefix of the sessions."
+    ),
+    endpoint_url: str = typer.Option(
+        None, "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
+        help="S3-compatible endpoint (moto, MinIO, LocalStack).",
+    ),
+    profile: str = typer.Option(
+        None, "--profile", metavar="NAME", help="AWS profile for credentials and region (default: AWS_PROFILE)."
+    ),
+    region: str = typer.Option(None, "--region", metavar="REGION", help="AWS region (default: from the profile)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, expose_value=False, help="Print the version."
+    ),
 ) -> None:
-    _settings.bucket = bucket
-    _settings.prefix = prefix
-    _settings.endpoint_url = endpoint_url
-    _settings.debug = debug
-
-
-def settings() -> Settings:
-    """The options of this invocation."""
-    return _settings
-
-
-def open_log() -> Any:
-    """A Log over S3Store for the configured bucket/prefix/endpoint."""
-    from ..log import Log
-    from ..store.s3 import S3Store
-
-    if not _settings.bucket:
-        raise typer.BadParameter("no bucket: pass --bucket or set S3LOG_BUCKET")
-    return Log(S3Store(_settings.bucket, _settings.prefix, endpoint_url=_settings.endpoint_url))
-
-
-def fail(message: str, code: int = 1) -> None:
-    """Print one clear line to stderr and exit non-zero."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-def handle_errors(fn: F) -> F:
-    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, typer.BadParameter):
-            raise
-        except (S3LogError, OSError, ValueError) as exc:
-            if _settings.debug:
-                raise
-            fail(str(exc))
-        except Exception as exc:  # botocore credential/config errors and the like
-            if _settings.debug:
-                raise
-            fail(f"{type(exc).__name__}: {exc}")
-
-    return wrapper  # type: ignore[return-value]
-
-
-def emit_json(obj: Any) -> None:
-    """Print JSON for scripts."""
-    sys.stdout.write(json.dumps(obj, default=_jsonable, indent=2) + "\n")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+    ctx.obj = Settings(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, profile=profile, region=region,
+                       debug=debug)
 
 
 from . import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
 import typer
 
-from .app import app, console, emit_json, fail, handle_errors, open_log, settings
+from .app import app
+from .common import command_log, echo, emit_json, fail, handle_errors, settings, styled
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -23,19 +25,32 @@ def parse_duration(text: str) -> int:
 
 @app.command("local-s3")
 @handle_errors
-def local_s3(port: int = typer.Option(0, "--port", help="Port on 127.0.0.1 (0: a free one).")) -> None:
+def local_s3(
+    ctx: typer.Context,
+    port: int = typer.Option(0, "--port", metavar="PORT", help="Port on 127.0.0.1 (0: a free one)."),
+    bucket: str | None = typer.Option(
+        None, "--bucket", metavar="NAME",
+        help="Create this bucket and print S3LOG_BUCKET for it (default: the global --bucket / S3LOG_BUCKET).",
+    ),
+) -> None:
     """Run the embedded local S3 (moto, with atomic conditional PUTs) until Ctrl-C."""
     from ..localserver import LocalS3
 
+    bucket = bucket or settings(ctx).bucket
     server = LocalS3(port=port).start()
-    console.print(f"local S3 listening on {server.endpoint_url}")
-    for k, v in server.env().items():
-        console.print(f"export {k}={v}", highlight=False)
     try:
+        echo(f"local S3 listening on {server.endpoint_url}")
+        env = server.env()
+        if bucket:
+            env["S3LOG_BUCKET"] = server.create_bucket(bucket)
+        for k, v in env.items():
+            echo(f"export {k}={v}")
+        if not bucket:
+            echo("# no bucket yet: pass --bucket NAME to create one", err=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        console.print("stopping")
+        echo("stopping", err=True)
     finally:
         server.stop()
 
@@ -43,32 +58,40 @@ def local_s3(port: int = typer.Option(0, "--port", help="Port on 127.0.0.1 (0: a
 @app.command()
 @handle_errors
 def gc(
-    older_than: str = typer.Option("1h", "--older-than", help="Grace period: younger objects are kept."),
+    ctx: typer.Context,
+    older_than: str = typer.Option("1h", "--older-than", metavar="DURATION",
+                                   help="Grace period: younger objects are kept (90s, 15m, 1h, 2d)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only report."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Delete segments no head references (orphans of lost races and merges)."""
-    report = open_log().gc(older_than_ms=parse_duration(older_than), dry_run=dry_run)
+    grace = parse_duration(older_than)
+    with command_log(ctx) as log:
+        report = log.gc(older_than_ms=grace, dry_run=dry_run)
     if as_json:
         emit_json({"sessions": report.sessions, "unreferenced": report.unreferenced, "deleted": report.deleted,
-                   "kept_young": report.kept_young})
+                   "kept_young": report.kept_young, "broken": report.broken})
         return
     verb = "would delete" if dry_run else "deleted"
-    console.print(f"{report.sessions} sessions; {verb} {len(report.unreferenced if dry_run else report.deleted)} "
-                  f"unreferenced objects; kept {report.kept_young} inside the grace period")
+    echo(f"{report.sessions} sessions; {verb} {len(report.unreferenced if dry_run else report.deleted)} "
+         f"unreferenced objects; kept {report.kept_young} inside the grace period")
+    for sid in report.broken:
+        echo(f"broken: session {sid} has an unreadable head; its objects were left alone")
 
 
 @app.command()
 @handle_errors
 def demo(
-    workers: int = typer.Option(6, "--workers", help="Worker processes."),
-    turns: int = typer.Option(8, "--turns", help="Invocations per worker."),
-    sessions: int = typer.Option(3, "--sessions", help="Shared sessions they race on."),
+    ctx: typer.Context,
+    workers: int = typer.Option(6, "--workers", metavar="N", help="Worker processes."),
+    turns: int = typer.Option(8, "--turns", metavar="N", help="Invocations per worker."),
+    sessions: int = typer.Option(3, "--sessions", metavar="N", help="Shared sessions they race on."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Race serverless agent workers on shared sessions, then check nothing was lost."""
     from ..demo import run_demo
 
-    s = settings()
+    s = settings(ctx)
     server = None
     bucket, endpoint = s.bucket, s.endpoint_url
     if bucket is None:
@@ -80,25 +103,32 @@ def demo(
         os.environ.update(server.env())
         endpoint = server.endpoint_url
         bucket = server.create_bucket("s3log-demo")
-        console.print(f"embedded local S3 on {endpoint}, bucket {bucket}")
+        if not as_json:
+            echo(f"embedded local S3 on {endpoint}, bucket {bucket}")
     try:
-        console.print(f"{workers} workers x {turns} turns racing on {sessions} sessions...")
+        if not as_json:
+            echo(f"{workers} workers x {turns} turns racing on {sessions} sessions...")
         r = run_demo(bucket=bucket, endpoint=endpoint, workers=workers, turns=turns, sessions=sessions)
     finally:
         if server is not None:
             server.stop()
-    console.print(f"sessions: {r.sessions} ({r.roots} shared roots, {r.sessions - r.roots} forks)")
-    console.print(f"commits: {r.commits}, conflicts resolved by forking: {r.conflicts}")
-    console.print(f"entries stored: {r.entries}, acknowledged: {r.acked}")
+    if as_json:
+        emit_json({**dataclasses.asdict(r), "ok": r.ok})
+        if not r.ok:
+            raise typer.Exit(1)
+        return
+    echo(f"sessions: {r.sessions} ({r.roots} shared roots, {r.sessions - r.roots} forks)")
+    echo(f"commits: {r.commits}, conflicts resolved by forking: {r.conflicts}")
+    echo(f"entries stored: {r.entries}, acknowledged: {r.acked}")
     per = ", ".join(f"{k} {v:.2f}" for k, v in r.requests_per_commit.items() if v)
-    console.print(f"requests per commit: {per}")
-    console.print("lineage:")
+    echo(f"requests per commit: {per}")
+    echo("lineage:")
     for depth, sid, n in r.tree:
-        console.print(f"  {'  ' * depth}{'└─ ' if depth else ''}{sid} ({n} entries)", highlight=False)
-    console.print(f"every chain verified: {'yes' if not r.corrupt else 'NO'}; "
+        echo(f"  {'  ' * depth}{'└─ ' if depth else ''}{sid} ({n} entries)")
+    echo(f"every chain verified: {'yes' if not r.corrupt else 'NO'}; "
                   f"lost: {len(r.missing)}; duplicated: {len(r.duplicated)}; {r.seconds:.1f}s")
     if not r.ok:
         for line in r.corrupt:
-            console.print(f"[red]{line}[/red]")
+            echo(styled((line, "red")))
         fail("the demo found lost, duplicated or corrupt entries")
 

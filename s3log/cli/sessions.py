@@ -2,118 +2,161 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 import typer
 from rich.progress import track
-from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import CorruptionError, S3LogError
-from .app import app, console, emit_json, fail, handle_errors, open_log
+from ..layout import Layout
+from ..protocol import list_all
+from .app import app
+from .common import (
+    TTY_DATA_CHARS,
+    command_log,
+    console,
+    dumps,
+    echo,
+    emit_json,
+    fail,
+    handle_errors,
+    is_tty,
+    print_table,
+    styled,
+    when,
+)
 
-
-def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+_SESSION = typer.Argument(..., metavar="SESSION", help="The session id.", show_default=False)
+_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _entry_row(e: Any) -> dict[str, Any]:
-    return {"seq": e.seq, "kind": e.kind, "ts": e.ts, "hash": e.hash.hex(), "data": e.data}
+    return {"seq": e.seq, "kind": e.kind, "ts": e.ts, "time": when(e.ts), "hash": e.hash.hex(), "data": e.data}
+
+
+def _entry_line(e: Any, *, tty: bool) -> Text:
+    """``   seq  time  kind  data-as-JSON``; the data is cut only on a terminal."""
+    data = dumps(e.data)
+    if tty and len(data) > TTY_DATA_CHARS:
+        data = data[: TTY_DATA_CHARS - 1] + "…"
+    return styled(f"{e.seq:>6}  {when(e.ts)}  ", (e.kind, "cyan"), "  ", data)
 
 
 @app.command("ls")
 @handle_errors
 def ls(
-    limit: int = typer.Option(50, "--limit", help="Show at most this many sessions (0: all)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ctx: typer.Context,
+    limit: int = typer.Option(50, "--limit", metavar="N", min=0, help="Show at most this many sessions (0: all)."),
+    as_json: bool = _JSON,
 ) -> None:
     """List sessions, newest first."""
-    log = open_log()
-    infos = list(log.list_sessions(limit=limit or None))
+    with command_log(ctx) as log:
+        infos = list(log.list_sessions(limit=limit or None))
     if as_json:
         emit_json([
             {"session": i.session_id, "entries": i.entries, "version": i.version, "created_at": i.created_at,
-             "updated_at": i.updated_at, "parent": i.parent.session if i.parent else None}
+             "updated_at": i.updated_at, "created": when(i.created_at), "updated": when(i.updated_at),
+             "parent": i.parent.session if i.parent else None}
             for i in infos
         ])
         return
-    table = Table("session", "entries", "created", "updated", "parent")
-    for i in infos:
-        table.add_row(i.session_id, str(i.entries), _when(i.created_at), _when(i.updated_at),
-                      i.parent.session if i.parent else "")
-    console.print(table)
+    header = ["session", "entries", "created", "updated", "parent"]
+    rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
+             i.parent.session if i.parent else ""] for i in infos]
+    print_table(header, rows, keep_whole=(0, 4))  # ids are copied from here: never cut them
 
 
 @app.command()
 @handle_errors
-def show(session: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Show a session's verified entries."""
-    view = open_log().read(session)
+def show(ctx: typer.Context, session: str = _SESSION, as_json: bool = _JSON) -> None:
+    """Show a session's verified entries: seq, time, kind and data as JSON."""
+    with command_log(ctx) as log:
+        view = log.read(session)
     if as_json:
         emit_json({"session": view.session_id, "meta": view.meta,
                    "parent": view.parent.to_map() if view.parent else None,
                    "entries": [_entry_row(e) for e in view.entries]})
         return
-    console.print(f"[bold]{view.session_id}[/bold]  entries={len(view)}  version={view.head.version}")
+    echo(styled((view.session_id, "bold"), f"  entries={len(view)}  version={view.head.version}"))
+    if view.meta:
+        echo(f"meta: {dumps(view.meta)}")
     if view.parent:
-        console.print(f"forked from {view.parent.session} at seq {view.parent.seq} ({view.parent.reason})")
+        echo(f"forked from {view.parent.session} at seq {view.parent.seq} ({view.parent.reason})")
+    tty = is_tty()
     for e in view.entries:
-        console.print(f"{e.seq:>6}  {_when(e.ts)}  [cyan]{e.kind}[/cyan]  {e.data!r}"[:400], highlight=False)
+        echo(_entry_line(e, tty=tty))
 
 
 @app.command()
 @handle_errors
 def tail(
-    session: str,
-    n: int = typer.Option(10, "-n", help="How many of the last entries."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new entries."),
-    interval: float = typer.Option(1.0, "--interval", help="Seconds between polls with --follow."),
+    ctx: typer.Context,
+    session: str = _SESSION,
+    n: int = typer.Option(10, "-n", metavar="N", min=0, help="How many of the last entries."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new entries (Ctrl-C stops)."),
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", min=0.05,
+                                   help="Seconds between polls with --follow."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per entry (JSON Lines)."),
 ) -> None:
     """Print the last entries of a session (and follow it)."""
-    log = open_log()
-    view = log.read(session)
-    for e in view.entries[-n:]:
-        console.print(f"{e.seq:>6}  [cyan]{e.kind}[/cyan]  {e.data!r}"[:400], highlight=False)
-    last = view.head.seq
-    while follow:
-        time.sleep(interval)
-        head = log.head(session)
-        if head.seq > last:
-            for e in log.read(session).entries[last + 1 :]:
-                console.print(f"{e.seq:>6}  [cyan]{e.kind}[/cyan]  {e.data!r}"[:400], highlight=False)
-            last = head.seq
+    tty = is_tty()
+
+    def out(e: Any) -> None:
+        echo(dumps(_entry_row(e)) if as_json else _entry_line(e, tty=tty))
+
+    with command_log(ctx) as log:
+        view = log.read(session)
+        for e in view.entries[len(view.entries) - n :]:
+            out(e)
+        last = view.head.seq
+        try:
+            while follow:
+                time.sleep(interval)
+                head = log.head(session)
+                if head.seq > last:
+                    for e in log.read(session).entries[last + 1 :]:
+                        out(e)
+                    last = head.seq
+        except KeyboardInterrupt:
+            return
 
 
 @app.command()
 @handle_errors
 def verify(
-    session: str = typer.Argument(None, help="The session to verify."),
+    ctx: typer.Context,
+    session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False),
     all_: bool = typer.Option(False, "--all", help="Verify every session."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = _JSON,
 ) -> None:
     """Verify chains: hashes, links, seqs and heads. Exits 1 on any broken chain."""
-    log = open_log()
     if not session and not all_:
-        fail("give a SESSION or --all")
-    ids = log.list_session_ids() if all_ else [session]
-    bad: list[dict[str, Any]] = []
-    good = 0
-    for sid in track(ids, description="verifying", console=console, disable=len(ids) < 5 or as_json):
-        try:
-            log.verify(sid)
-            good += 1
-        except CorruptionError as exc:
-            bad.append({"session": sid, "key": exc.key, "seq": exc.seq, "error": str(exc)})
-        except S3LogError as exc:
-            bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
+        fail("give a SESSION or --all", 2)
+    with command_log(ctx) as log:
+        ids = log.list_session_ids() if all_ else [session]
+        bad: list[dict[str, Any]] = []
+        good = 0
+        quiet = len(ids) < 5 or as_json or not is_tty()
+        for sid in track(ids, description="verifying", console=console, disable=quiet, transient=True):
+            try:
+                log.verify(sid)
+                good += 1
+            except CorruptionError as exc:
+                bad.append({"session": sid, "key": exc.key, "seq": exc.seq, "error": str(exc)})
+            except S3LogError as exc:
+                bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
     if as_json:
         emit_json({"verified": good, "broken": bad})
     else:
         for b in bad:
-            console.print(f"[red]BROKEN[/red] {b['error']}", highlight=False)
-        console.print(f"{good} verified, {len(bad)} broken")
+            echo(styled(("BROKEN", "bold red"), f" {b['session']}: {b['error']}"))
+        echo(f"{good} verified, {len(bad)} broken")
     if bad:
         raise typer.Exit(1)
 
@@ -121,56 +164,136 @@ def verify(
 @app.command()
 @handle_errors
 def fork(
-    session: str,
-    at_seq: int = typer.Option(None, "--at-seq", help="Fork after this seq."),
-    at_hash: str = typer.Option(None, "--at-hash", help="Fork after the entry with this hash."),
+    ctx: typer.Context,
+    session: str = _SESSION,
+    at_seq: int = typer.Option(None, "--at-seq", metavar="SEQ", help="Fork after this seq."),
+    at_hash: str = typer.Option(None, "--at-hash", metavar="HASH", help="Fork after the entry with this hash (hex)."),
+    as_json: bool = _JSON,
 ) -> None:
     """Fork a session at a committed entry (the latest by default); prints the new id."""
-    console.print(open_log().fork(session, at_seq=at_seq, at_hash=at_hash))
+    with command_log(ctx) as log:
+        child = log.fork(session, at_seq=at_seq, at_hash=at_hash)
+        if not as_json:
+            echo(child)
+            return
+        parent = log.head(child).parent
+    emit_json({"session": child, "parent": parent.to_map() if parent else None})
+
+
+class LineageFormat(StrEnum):
+    """How ``lineage`` draws the family."""
+
+    tree = "tree"
+    mermaid = "mermaid"
+    dot = "dot"
 
 
 @app.command()
 @handle_errors
 def lineage(
-    session: str,
-    fmt: str = typer.Option("tree", "--format", help="tree, mermaid or dot."),
+    ctx: typer.Context,
+    session: str = _SESSION,
+    fmt: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="How to draw it."),
+    as_json: bool = _JSON,
 ) -> None:
     """Show a session's family: its ancestors and everything forked from them."""
-    log = open_log()
-    steps = log.lineage(session)
-    root = steps[-1].session
-    edges: list[tuple[str, str, str]] = []
+    with command_log(ctx) as log:
+        steps = log.lineage(session)
+        root = steps[-1].session
+        edges: list[tuple[str, str]] = []
 
-    def collect(sid: str) -> None:
-        for child in sorted(log.children(sid)):
-            edges.append((sid, child, ""))
-            collect(child)
+        def collect(sid: str) -> None:
+            for child in sorted(log.children(sid)):
+                edges.append((sid, child))
+                collect(child)
 
-    collect(root)
-    if fmt == "mermaid":
-        console.print("graph TD")
-        for a, b, _ in edges:
-            console.print(f'  s{a.replace("-", "")}["{a}"] --> s{b.replace("-", "")}["{b}"]', highlight=False)
+        collect(root)
+    if as_json:
+        emit_json({
+            "session": session, "root": root,
+            "ancestors": [{"session": s.session, "parent": s.parent.to_map() if s.parent else None} for s in steps],
+            "edges": [{"parent": a, "child": b} for a, b in edges],
+        })
         return
-    if fmt == "dot":
-        console.print("digraph lineage {")
-        for a, b, _ in edges:
-            console.print(f'  "{a}" -> "{b}";', highlight=False)
-        console.print("}")
+    if fmt is LineageFormat.mermaid:
+        echo("graph TD")
+        for a, b in edges:
+            echo(f'  s{a.replace("-", "")}["{a}"] --> s{b.replace("-", "")}["{b}"]')
         return
-    if fmt != "tree":
-        fail(f"unknown format {fmt!r}: use tree, mermaid or dot")
-    tree = Tree(root)
+    if fmt is LineageFormat.dot:
+        echo("digraph lineage {")
+        for a, b in edges:
+            echo(f'  "{a}" -> "{b}";')
+        echo("}")
+        return
+    if not is_tty():
+        # One session per line, indented two spaces a generation; the asked-for one starred.
+        depth = {root: 0}
+        echo(root + (" *" if root == session else ""))
+        for a, b in edges:  # collected depth-first: already in drawing order
+            depth[b] = depth[a] + 1
+            echo("  " * depth[b] + b + (" *" if b == session else ""))
+        return
+    tree = Tree(Text(root, style="bold" if root == session else ""))
     nodes = {root: tree}
-    for a, b, _ in edges:
-        label = f"[bold]{b}[/bold]" if b == session else b
-        nodes[b] = nodes[a].add(label)
+    for a, b in edges:
+        nodes[b] = nodes[a].add(Text(b, style="bold" if b == session else ""))
     console.print(tree)
+
+
+def rm_decision(*, yes: bool, dry_run: bool, stdin_is_tty: bool, ask: Callable[[], bool]) -> str:
+    """Whether ``rm`` may delete: ``"delete"``, ``"dry-run"``, ``"declined"`` or ``"refuse"``.
+
+    Deleting cannot be undone, so it takes ``--yes`` or a "y" typed at a terminal; with
+    no terminal to ask and no ``--yes`` the answer is to refuse.
+    """
+    if dry_run:
+        return "dry-run"
+    if yes:
+        return "delete"
+    if not stdin_is_tty:
+        return "refuse"
+    return "delete" if ask() else "declined"
 
 
 @app.command("rm")
 @handle_errors
-def rm(session: str) -> None:
+def rm(
+    ctx: typer.Context,
+    session: str = _SESSION,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
+    as_json: bool = _JSON,
+) -> None:
     """Delete a session: its head first, then its segments and fork markers."""
-    n = open_log().delete(session)
-    console.print(f"deleted {session} ({n} objects)")
+    with command_log(ctx) as log:
+        head = log.head(session)  # SessionNotFound before anything is asked or deleted
+        layout = Layout(log.prefix)
+        objects, _ = log.run(list_all(layout.session_dir(session)))
+        keys = [o.key for o in objects]
+        if head.parent is not None:
+            keys.append(layout.fork_marker(head.parent.session, session))
+        children = log.children(session)
+
+        def ask() -> bool:
+            forks = f"; {len(children)} forks keep pointing at it" if children else ""
+            return typer.confirm(f"Delete session {session} ({len(keys)} objects{forks})?", default=False,
+                                 err=True)
+
+        decision = rm_decision(yes=yes, dry_run=dry_run, stdin_is_tty=is_tty(sys.stdin), ask=ask)
+        if decision == "refuse":
+            fail(f"not deleting {session}: no terminal to confirm on; pass --yes to delete "
+                 "(or --dry-run to see what would go)", 2)
+        if decision == "declined":
+            echo("nothing deleted", err=True)
+            raise typer.Exit(1)
+        deleted = 0 if decision == "dry-run" else log.delete(session)
+    if as_json:
+        emit_json({"session": session, "dry_run": dry_run, "keys": keys, "deleted": deleted})
+        return
+    if dry_run:
+        for k in keys:
+            echo(k)
+        echo(f"would delete {session} ({len(keys)} objects)")
+    else:
+        echo(f"deleted {session} ({deleted} objects)")

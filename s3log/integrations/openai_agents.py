@@ -1,6 +1,8 @@
 """An OpenAI Agents SDK session on s3log: ``S3LogSession``.
 
-Satisfies the SDK's ``Session`` protocol. Nothing is ever deleted: ``add_items`` is one
+A ``SessionABC`` of the SDK, over an s3log :class:`~s3log.AsyncLog` (awaited directly)
+or :class:`~s3log.Log` (run in a worker thread). Stored items are plain CBOR data
+(dicts, lists, strings, numbers): reading them imports and calls nothing. Nothing is ever deleted: ``add_items`` is one
 ``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed) and
 ``clear_session`` appends ``oa.clear``, so the chain stays verifiable and every past
 state can be forked from. ``get_items(limit)`` reads the session backwards (tail, then
@@ -12,16 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
-from agents.memory import SessionSettings
+from agents.memory import SessionABC, SessionSettings
 
+from ..aio import AsyncLog, AsyncWriter
 from ..codec import FORK_KIND, Entry
 from ..errors import ConflictError, SessionExists, SessionNotFound
 from ..ids import validate_session_id
 from ..log import Log, Writer
+from ..ops import Proc
 from ..protocol import load_suffix
+from . import IntegrationError, _log_from_url
+
+T = TypeVar("T")
+# What an append step decides: (kind, data) to append, or kind None for nothing; and
+# the value to return once it is durable.
+_Step = tuple[str | None, Any, Any]
 
 ITEMS = "oa.items"
 POP = "oa.pop"
@@ -69,28 +79,87 @@ def latest_items(entries: Sequence[Entry], limit: int | None) -> tuple[list[Any]
     return newest_first[::-1], complete
 
 
-class S3LogSession:
+class S3LogSession(SessionABC):
     """Conversation memory for the OpenAI Agents SDK, kept in one s3log session.
 
-    Concurrent writers on one session are safe: a commit that meets another writer's
-    re-reads the head and appends again (a pop recomputes which item it removes).
+    ``log`` is an :class:`~s3log.AsyncLog` (its calls are awaited on the running loop)
+    or a :class:`~s3log.Log` (its calls run in a worker thread). Concurrent writers on
+    one session are safe: a commit that meets another writer's re-reads the head and
+    appends again (a pop recomputes which item it removes).
     """
 
-    def __init__(self, session_id: str, log: Log, *, session_settings: SessionSettings | None = None) -> None:
+    def __init__(
+        self, session_id: str, log: Log | AsyncLog, *, session_settings: SessionSettings | None = None
+    ) -> None:
+        if not isinstance(log, (Log, AsyncLog)):
+            raise IntegrationError(f"S3LogSession needs an s3log.Log or s3log.AsyncLog, got {type(log).__name__}")
         self.session_id = session_id
         self.session_settings = session_settings
         self.log = log
         self.sid = store_id(session_id)
         self._lock = asyncio.Lock()
-        self._writer: Writer | None = None
+        self._writer: Writer | AsyncWriter | None = None
+        self._owns_log = False
+
+    @classmethod
+    def from_url(
+        cls, session_id: str, *, url: str, session_settings: SessionSettings | None = None
+    ) -> S3LogSession:
+        """A session on ``s3://bucket/prefix?endpoint=...&region=...`` over an
+        :class:`~s3log.AsyncLog` it owns (release it with :meth:`close`)."""
+        session = cls(session_id, _log_from_url(url, async_=True), session_settings=session_settings)
+        session._owns_log = True
+        return session
+
+    async def close(self) -> None:
+        """Close the S3 client of a log this session opened (:meth:`from_url`); a log
+        passed in is left to its owner."""
+        if self._owns_log:
+            self._owns_log = False
+            aclose = getattr(self.log.store, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    # ------------------------------------------------------------------ log access
+
+    async def _run(self, proc: Proc[T]) -> T:
+        if isinstance(self.log, AsyncLog):
+            return await self.log.run(proc)
+        return await asyncio.to_thread(self.log.run, proc)
+
+    async def _open(self) -> Writer | AsyncWriter:
+        meta = {"openai_agents": {"session_id": self.session_id}}
+        if isinstance(self.log, AsyncLog):
+            try:
+                return await self.log.open(self.sid, on_conflict="raise")
+            except SessionNotFound:
+                return await self.log.create(self.sid, meta=meta, lazy=True, on_conflict="raise")
+        log = self.log
+
+        def open_sync() -> Writer:
+            try:
+                return log.open(self.sid, on_conflict="raise")
+            except SessionNotFound:
+                return log.create(self.sid, meta=meta, lazy=True, on_conflict="raise")
+
+        return await asyncio.to_thread(open_sync)
+
+    @staticmethod
+    async def _commit(writer: Writer | AsyncWriter, kind: str, data: Any) -> None:
+        if isinstance(writer, AsyncWriter):
+            writer.append_nowait(kind, data)
+            await writer.commit()
+        else:
+            writer.append(kind, data)
+            await asyncio.to_thread(writer.commit)
 
     # ---------------------------------------------------------------------- reads
 
-    def _items(self, limit: int | None) -> list[Any]:
+    async def _items(self, limit: int | None) -> list[Any]:
         if limit is not None and limit <= 0:
             return []
         try:
-            _, entries = self.log.run(
+            _, entries = await self._run(
                 load_suffix(self.log.layout, self.sid, lambda es: latest_items(es, limit)[1])
             )
         except SessionNotFound:
@@ -101,27 +170,20 @@ class S3LogSession:
         """The latest ``limit`` items (all when None), in chronological order."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        return await asyncio.to_thread(self._items, limit)
+        return await self._items(limit)
 
     # --------------------------------------------------------------------- writes
 
-    def _append(self, make: Any) -> Any:
-        """Append what ``make()`` returns (kind, data, result) with retry on conflict."""
+    async def _append(self, make: Callable[[], Awaitable[_Step]]) -> Any:
+        """Append what ``make()`` decides, retrying on conflict (``make`` runs again)."""
         while True:
             if self._writer is None:
-                try:
-                    self._writer = self.log.open(self.sid, on_conflict="raise")
-                except SessionNotFound:
-                    self._writer = self.log.create(
-                        self.sid, meta={"openai_agents": {"session_id": self.session_id}},
-                        lazy=True, on_conflict="raise",
-                    )
-            kind, data, result = make()
+                self._writer = await self._open()
+            kind, data, result = await make()
             if kind is None:
                 return result
-            self._writer.append(kind, data)
             try:
-                self._writer.commit()
+                await self._commit(self._writer, kind, data)
                 return result
             except ConflictError as err:
                 self._writer = None
@@ -135,36 +197,65 @@ class S3LogSession:
         if not items:
             return
         payload = [dict(i) if isinstance(i, dict) else i for i in items]
+
+        async def make() -> _Step:
+            return ITEMS, {"items": payload}, None
+
         async with self._lock:
-            await asyncio.to_thread(self._append, lambda: (ITEMS, {"items": payload}, None))
+            await self._append(make)
 
     async def pop_item(self) -> Any | None:
         """Remove and return the most recent item (None if the session is empty)."""
 
-        def make() -> tuple[str | None, Any, Any]:
-            latest = self._items(1)
+        async def make() -> _Step:
+            latest = await self._items(1)
             if not latest:
                 return None, None, None
             return POP, {"item": latest[0]}, latest[0]
 
         async with self._lock:
-            return await asyncio.to_thread(self._append, make)
+            return await self._append(make)
 
     async def clear_session(self) -> None:
         """Forget every item (appends a clear marker; history stays in the chain)."""
+
+        async def make() -> _Step:
+            return CLEAR, {}, None
+
         async with self._lock:
-            await asyncio.to_thread(self._append, lambda: (CLEAR, {}, None))
+            await self._append(make)
 
     # -------------------------------------------------------------------- branching
 
     def fork(self, session_id: str | None = None) -> S3LogSession:
-        """A new session continuing from this one's current items."""
+        """A new session continuing from this one's current items (over a Log; see :meth:`afork`)."""
         return self.fork_at(session_id=session_id)
 
     def fork_at(
         self, *, at_seq: int | None = None, at_hash: bytes | str | None = None, session_id: str | None = None
     ) -> S3LogSession:
-        """A new session continuing from a stored point of this one (the latest by default)."""
+        """A new session continuing from a stored point of this one (the latest by
+        default); over a Log (see :meth:`afork_at`)."""
+        if isinstance(self.log, AsyncLog):
+            raise IntegrationError("this session is over an s3log.AsyncLog: use await session.afork_at(...)")
         child = self.log.fork(self.sid, at_seq=at_seq, at_hash=at_hash,
                               child_id=store_id(session_id) if session_id else None)
+        return S3LogSession(session_id or child, self.log, session_settings=self.session_settings)
+
+    async def afork(self, session_id: str | None = None) -> S3LogSession:
+        """Async :meth:`fork` (over either kind of log)."""
+        return await self.afork_at(session_id=session_id)
+
+    async def afork_at(
+        self, *, at_seq: int | None = None, at_hash: bytes | str | None = None, session_id: str | None = None
+    ) -> S3LogSession:
+        """Async :meth:`fork_at` (over either kind of log). The new session shares this
+        one's log; :meth:`close` of the new session leaves it open."""
+        child_id = store_id(session_id) if session_id else None
+        if isinstance(self.log, AsyncLog):
+            child = await self.log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id)
+        else:
+            log = self.log
+            child = await asyncio.to_thread(
+                lambda: log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id))
         return S3LogSession(session_id or child, self.log, session_settings=self.session_settings)

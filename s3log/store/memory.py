@@ -20,6 +20,9 @@ def _etag(body: bytes) -> str:
 class MemoryStore:
     """A dict of objects behind one lock: every conditional PUT is a true compare-and-swap."""
 
+    #: Known to honour conditional writes: the precondition probe is skipped.
+    honours_preconditions = True
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[str, tuple[bytes, str, int]] = {}
@@ -109,6 +112,8 @@ class MemoryStore:
 
 class AsyncMemoryStore:
     """A :class:`MemoryStore` behind the async interface (for AsyncLog unit tests)."""
+
+    honours_preconditions = True
 
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.sync = store or MemoryStore()

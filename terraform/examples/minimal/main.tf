@@ -33,6 +33,11 @@ output "bucket_name" {
   value       = module.s3log.bucket_name
 }
 
+output "bucket_region" {
+  description = "The region the bucket lives in."
+  value       = module.s3log.bucket_region
+}
+
 output "writer_policy_arn" {
   description = "Attach to agent workers."
   value       = module.s3log.writer_policy_arn

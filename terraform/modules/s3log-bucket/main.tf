@@ -1,4 +1,28 @@
-# A bucket for s3log: private, encrypted, TLS only, heads written only conditionally.
+# A bucket for s3log: private, encrypted, TLS only, heads written only conditionally,
+# segments and fork markers create-only. With create_bucket = false the module touches
+# no bucket setting: it reads the existing bucket and builds the policies for it.
+
+locals {
+  create_count = var.create_bucket ? 1 : 0
+  # Object Lock needs versioning; otherwise versioning is only what was asked for.
+  versioning = var.versioning || var.object_lock_enabled
+  bucket_id  = var.create_bucket ? aws_s3_bucket.this[0].id : data.aws_s3_bucket.existing[0].id
+  bucket_arn = var.create_bucket ? aws_s3_bucket.this[0].arn : data.aws_s3_bucket.existing[0].arn
+  # Both expose the region the bucket lives in (not necessarily the provider's).
+  bucket_region = var.create_bucket ? aws_s3_bucket.this[0].region : data.aws_s3_bucket.existing[0].region
+}
+
+data "aws_s3_bucket" "existing" {
+  count  = var.create_bucket ? 0 : 1
+  bucket = var.bucket_name
+
+  lifecycle {
+    precondition {
+      condition     = !var.versioning && !var.object_lock_enabled
+      error_message = "versioning and object_lock_enabled configure a bucket this module creates; with create_bucket = false set them on your bucket yourself."
+    }
+  }
+}
 
 resource "aws_s3_bucket" "this" {
   #checkov:skip=CKV_AWS_18:Access logging needs a second, log-receiving bucket; the caller decides where logs go.
@@ -6,13 +30,15 @@ resource "aws_s3_bucket" "this" {
   #checkov:skip=CKV2_AWS_62:s3log reads heads directly; it needs no event notifications.
   #checkov:skip=CKV_AWS_21:Versioning is optional (var.versioning): heads are replaced only by conditional PUT, so overwrite protection does not depend on it.
   #checkov:skip=CKV_AWS_145:SSE-KMS is used when var.kms_key_arn is set; SSE-S3 otherwise, by the operator's choice.
+  count         = local.create_count
   bucket        = var.bucket_name
   force_destroy = var.force_destroy
   tags          = var.tags
 }
 
 resource "aws_s3_bucket_public_access_block" "this" {
-  bucket                  = aws_s3_bucket.this.id
+  count                   = local.create_count
+  bucket                  = aws_s3_bucket.this[0].id
   block_public_acls       = true
   block_public_policy     = true
   ignore_public_acls      = true
@@ -20,14 +46,16 @@ resource "aws_s3_bucket_public_access_block" "this" {
 }
 
 resource "aws_s3_bucket_ownership_controls" "this" {
-  bucket = aws_s3_bucket.this.id
+  count  = local.create_count
+  bucket = aws_s3_bucket.this[0].id
   rule {
     object_ownership = "BucketOwnerEnforced"
   }
 }
 
 resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
-  bucket = aws_s3_bucket.this.id
+  count  = local.create_count
+  bucket = aws_s3_bucket.this[0].id
   rule {
     apply_server_side_encryption_by_default {
       sse_algorithm     = var.kms_key_arn == null ? "AES256" : "aws:kms"
@@ -37,15 +65,35 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
   }
 }
 
+# Only when versioning is asked for (or Object Lock needs it): a "Suspended" resource on
+# a bucket that never had versioning would be a needless API call and state entry.
 resource "aws_s3_bucket_versioning" "this" {
-  bucket = aws_s3_bucket.this.id
+  count  = var.create_bucket && local.versioning ? 1 : 0
+  bucket = aws_s3_bucket.this[0].id
   versioning_configuration {
-    status = var.versioning ? "Enabled" : "Suspended"
+    status = "Enabled"
   }
 }
 
+# Default retention applies to every new object version in the bucket (S3 has no
+# per-prefix default): see terraform/README.md for what that means for heads and gc.
+# Enabling it here (not on aws_s3_bucket) works on a bucket that already exists and
+# does not force the bucket to be replaced.
+resource "aws_s3_bucket_object_lock_configuration" "this" {
+  count  = var.create_bucket && var.object_lock_enabled ? 1 : 0
+  bucket = aws_s3_bucket.this[0].id
+  rule {
+    default_retention {
+      mode = var.object_lock_mode
+      days = var.object_lock_retention_days
+    }
+  }
+  depends_on = [aws_s3_bucket_versioning.this]
+}
+
 resource "aws_s3_bucket_lifecycle_configuration" "this" {
-  bucket = aws_s3_bucket.this.id
+  count  = local.create_count
+  bucket = aws_s3_bucket.this[0].id
 
   rule {
     id     = "abort-incomplete-multipart-uploads"
@@ -56,13 +104,17 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
     }
   }
 
-  # A head is rewritten on every commit: with versioning on, old versions pile up.
+  # A head is rewritten on every commit and gc/rm leave delete markers: with versioning
+  # on, old versions and markers pile up. Locked versions go once their retention ends.
   rule {
     id     = "expire-noncurrent-versions"
-    status = var.versioning ? "Enabled" : "Disabled"
+    status = local.versioning ? "Enabled" : "Disabled"
     filter {}
     noncurrent_version_expiration {
       noncurrent_days = var.noncurrent_version_expiration_days
+    }
+    expiration {
+      expired_object_delete_marker = true
     }
   }
 
@@ -75,8 +127,8 @@ data "aws_iam_policy_document" "bucket" {
     effect  = "Deny"
     actions = ["s3:*"]
     resources = [
-      aws_s3_bucket.this.arn,
-      "${aws_s3_bucket.this.arn}/*",
+      local.bucket_arn,
+      "${local.bucket_arn}/*",
     ]
     principals {
       type        = "*"
@@ -95,7 +147,7 @@ data "aws_iam_policy_document" "bucket" {
       sid       = "DenyUnconditionalHeadWrites"
       effect    = "Deny"
       actions   = ["s3:PutObject"]
-      resources = ["${aws_s3_bucket.this.arn}/${var.prefix}/sessions/*/head"]
+      resources = ["${local.bucket_arn}/${var.prefix}/sessions/*/head"]
       principals {
         type        = "*"
         identifiers = ["*"]
@@ -113,10 +165,72 @@ data "aws_iam_policy_document" "bucket" {
       }
     }
   }
+
+  # Segments and fork markers are written once (If-None-Match: *) and never replaced:
+  # without this, anyone allowed to write heads could overwrite history in place.
+  # If-Match alone is denied too: it replaces an existing object.
+  dynamic "statement" {
+    for_each = var.enforce_create_only_history ? [1] : []
+    content {
+      sid     = "DenyOverwritingHistory"
+      effect  = "Deny"
+      actions = ["s3:PutObject"]
+      resources = [
+        "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
+        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
+      ]
+      principals {
+        type        = "*"
+        identifiers = ["*"]
+      }
+      condition {
+        test     = "Null"
+        variable = "s3:if-none-match"
+        values   = ["true"]
+      }
+    }
+  }
 }
 
 resource "aws_s3_bucket_policy" "this" {
-  bucket     = aws_s3_bucket.this.id
+  count      = local.create_count
+  bucket     = aws_s3_bucket.this[0].id
   policy     = data.aws_iam_policy_document.bucket.json
   depends_on = [aws_s3_bucket_public_access_block.this]
+}
+
+# Earlier versions of this module had no count: keep their state, do not recreate.
+moved {
+  from = aws_s3_bucket.this
+  to   = aws_s3_bucket.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_public_access_block.this
+  to   = aws_s3_bucket_public_access_block.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_ownership_controls.this
+  to   = aws_s3_bucket_ownership_controls.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_server_side_encryption_configuration.this
+  to   = aws_s3_bucket_server_side_encryption_configuration.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_lifecycle_configuration.this
+  to   = aws_s3_bucket_lifecycle_configuration.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_policy.this
+  to   = aws_s3_bucket_policy.this[0]
+}
+
+moved {
+  from = aws_s3_bucket_versioning.this
+  to   = aws_s3_bucket_versioning.this[0]
 }

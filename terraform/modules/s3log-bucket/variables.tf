@@ -17,6 +17,12 @@ variable "prefix" {
   }
 }
 
+variable "create_bucket" {
+  description = "Create and configure the bucket. false: the bucket named bucket_name exists already; only the IAM policies are made (merge output bucket_policy_json into its policy yourself)."
+  type        = bool
+  default     = true
+}
+
 variable "kms_key_arn" {
   description = "KMS key for SSE-KMS; null uses SSE-S3."
   type        = string
@@ -24,7 +30,7 @@ variable "kms_key_arn" {
 }
 
 variable "versioning" {
-  description = "Enable bucket versioning. Not needed by s3log (heads are replaced only conditionally); costs one noncurrent version per commit."
+  description = "Enable bucket versioning. Not needed by s3log (heads are replaced only conditionally); costs one noncurrent version per commit. Object Lock turns it on regardless."
   type        = bool
   default     = false
 }
@@ -53,6 +59,38 @@ variable "enforce_conditional_head_writes" {
   description = "Deny PutObject on */head keys unless it carries If-Match or If-None-Match, so no writer can blindly overwrite a head."
   type        = bool
   default     = true
+}
+
+variable "enforce_create_only_history" {
+  description = "Deny PutObject on segments (sessions/*/seg/*) and fork markers (sessions/*/forks/*) unless it carries If-None-Match, so no writer can overwrite history."
+  type        = bool
+  default     = true
+}
+
+variable "object_lock_enabled" {
+  description = "Enable S3 Object Lock with a default retention on every new object version (turns versioning on). Deleted objects stay as locked noncurrent versions until the retention ends."
+  type        = bool
+  default     = false
+}
+
+variable "object_lock_mode" {
+  description = "Object Lock retention mode: GOVERNANCE (principals with s3:BypassGovernanceRetention may delete early) or COMPLIANCE (nobody may, not even the root user)."
+  type        = string
+  default     = "GOVERNANCE"
+  validation {
+    condition     = contains(["GOVERNANCE", "COMPLIANCE"], var.object_lock_mode)
+    error_message = "object_lock_mode must be GOVERNANCE or COMPLIANCE."
+  }
+}
+
+variable "object_lock_retention_days" {
+  description = "Object Lock default retention in days."
+  type        = number
+  default     = 30
+  validation {
+    condition     = var.object_lock_retention_days >= 1 && floor(var.object_lock_retention_days) == var.object_lock_retention_days
+    error_message = "object_lock_retention_days must be a whole number of days, at least 1."
+  }
 }
 
 variable "force_destroy" {

@@ -1,0 +1,266 @@
+"""The asyncio shell: :class:`AsyncAgentSession` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..aio import AsyncLog, AsyncWriter
+from ..errors import S3LogError
+from ..protocol import ForkInfo, list_heads
+from ..writer import SessionInfo
+from . import core
+from .core import Op, Proc, SessionCore, T
+from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, Status
+
+ForkCallback = Callable[["AsyncAgentSession", ForkInfo], None]
+Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
+
+
+async def _perform(log: AsyncLog, op: Op) -> Any:
+    if isinstance(op, core.Append):
+        assert isinstance(op.writer, AsyncWriter)
+        return op.writer.append_nowait(op.kind, op.data)
+    if isinstance(op, core.Commit):
+        assert isinstance(op.writer, AsyncWriter)
+        return await op.writer.commit()
+    if isinstance(op, core.Open):
+        return await log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
+    if isinstance(op, core.Create):
+        return await log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
+    if isinstance(op, core.ReadHead):
+        return await log.head(op.session_id)
+    if isinstance(op, core.ReadHeads):
+        return [h for _, h in await log.run(list_heads(log.layout, op.ids))]  # no public verb reads many heads
+    if isinstance(op, core.Children):
+        return await log.children(op.session_id)
+    if isinstance(op, core.Fork):
+        return await log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
+                              reducer=AgentReducer())
+    return [row async for row in log.list_sessions(limit=op.limit)]
+
+
+async def run(log: AsyncLog, proc: Proc[T]) -> T:
+    """Run a core procedure against ``log``, awaiting its operations."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        op, result = core.step(proc, value, error)
+        if op is None:
+            return result  # type: ignore[return-value]
+        value, error = None, None
+        try:
+            value = await _perform(log, op)
+        except Exception as exc:  # thrown back into the procedure, which decides
+            error = exc
+
+
+class AsyncAgentSession(SessionCore):
+    """:class:`~s3log.agent.AgentSession` for asyncio code, over an :class:`~s3log.AsyncLog`.
+
+    The same verbs, awaited, with the same semantics: the decisions are the shared
+    core's, only the I/O is awaited. Drain it with ``await session.close()``,
+    ``async with session`` or ``await s3log.agent.aclose(log)``: at interpreter exit
+    there is no event loop left to commit on, so what is still buffered then is
+    reported (a :class:`RecordsLostWarning` naming the session and the count), not saved.
+    """
+
+    log: AsyncLog
+    _writer: AsyncWriter
+
+    def __init__(
+        self,
+        log: AsyncLog,
+        writer: AsyncWriter,
+        *,
+        max_buffer_entries: int = 64,
+        max_buffer_bytes: int = 256 * 1024,
+        max_delay: float = 2.0,
+        on_fork: ForkCallback | None = None,
+    ) -> None:
+        super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
+                         max_delay=max_delay, on_fork=on_fork)
+
+    async def _run(self, proc: Proc[T]) -> T:
+        return await run(self.log, proc)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    async def create(
+        cls,
+        log: AsyncLog,
+        *,
+        system_prompt: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+        meta: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        delegation_depth: int = 0,
+        parent_session: str | None = None,
+        session_id: str | None = None,
+        **options: Any,
+    ) -> AsyncAgentSession:
+        """Start a session lazily (see :meth:`s3log.agent.AgentSession.create`)."""
+        core.options_arg(options)
+        head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
+        writer = await run(log, core.create_proc(session_id, head))
+        assert isinstance(writer, AsyncWriter)
+        session = cls(log, writer, **options)
+        await session._run(session._p_start(system_prompt, config, history))
+        return session
+
+    @classmethod
+    async def restore(
+        cls,
+        log: AsyncLog,
+        session_id: str,
+        *,
+        labels: Mapping[str, Any] | None = None,
+        follow_forks: bool = False,
+        **options: Any,
+    ) -> AsyncAgentSession:
+        """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
+        core.options_arg(options)
+        writer = await run(log, core.restore_proc(session_id, labels, follow_forks))
+        assert isinstance(writer, AsyncWriter)
+        return cls(log, writer, **options)
+
+    @classmethod
+    async def fork_at(
+        cls,
+        log: AsyncLog,
+        session_id: str,
+        *,
+        at_hash: bytes | str | None = None,
+        at_seq: int | None = None,
+        labels: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncAgentSession:
+        """A new session holding a stored point's state (see :meth:`s3log.agent.AgentSession.fork_at`)."""
+        core.options_arg(options)
+        writer = await run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
+        assert isinstance(writer, AsyncWriter)
+        return cls(log, writer, **options)
+
+    @classmethod
+    async def list(
+        cls, log: AsyncLog, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
+    ) -> builtins.list[SessionInfo]:
+        """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
+        return await run(log, core.list_proc(labels, limit))
+
+    async def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AsyncAgentSession:
+        """A new session continuing from this one's current state (buffered records are flushed first)."""
+        core.options_arg(options)
+        writer = await self._run(self._p_fork(labels))
+        assert isinstance(writer, AsyncWriter)
+        return AsyncAgentSession(self.log, writer, **options)
+
+    # -------------------------------------------------------------------- recording
+
+    async def user_input(self, items: str | Items) -> None:
+        """Record user input: a string (one user message), one message dict, or a list of them."""
+        await self._run(self._p_items(USER_INPUT, items, text=True))
+
+    async def assistant_items(self, items: Items) -> None:
+        """Record assistant output (one item or a list): messages, tool calls, reasoning."""
+        await self._run(self._p_items(ASSISTANT_ITEMS, items))
+
+    async def tool_started(self, call_ids: str | Iterable[str]) -> None:
+        """Record that tool calls began executing; commits."""
+        await self._run(self._p_tool_started(call_ids))
+
+    async def tool_results(self, items: Items) -> None:
+        """Record tool results (one item or a list)."""
+        await self._run(self._p_items(TOOL_RESULTS, items))
+
+    async def hook_items(self, items: Items) -> None:
+        """Record items a hook injected into the history (one item or a list)."""
+        await self._run(self._p_items(HOOK_ITEMS, items))
+
+    async def turn_end(self) -> None:
+        """Close the turn and commit."""
+        await self._run(self._p_turn_end())
+
+    async def outcome(self, status: Status, *, message: str | None = None, interrupted: bool = False) -> None:
+        """Record how a run ended (finished, paused, limit_reached, error) and commit."""
+        await self._run(self._p_outcome(status, message, interrupted))
+
+    async def config_changed(self, config: Mapping[str, Any]) -> None:
+        """Record the request config now in force."""
+        await self._run(self._p_config_changed(config))
+
+    async def cache_locked(self, prefix_len: int) -> None:
+        """Record that the first ``prefix_len`` history items are pinned (prompt cache)."""
+        await self._run(self._p_cache_locked(prefix_len))
+
+    async def cache_unlocked(self) -> None:
+        """Record that the prompt-cache prefix is released."""
+        await self._run(self._p_cache_unlocked())
+
+    async def record_turn(
+        self, new_items: Items, *, outcome: Status | None = None, message: str | None = None
+    ) -> None:
+        """Record a whole turn's new history items, grouped by kind, then end the turn."""
+        await self._run(self._p_record_turn(new_items, outcome, message))
+
+    # ------------------------------------------------------------------- committing
+
+    async def flush(self) -> None:
+        """Commit every buffered record. Raises if the commit fails (the batch is kept)."""
+        await self._run(self._p_flush())
+
+    async def close(self) -> None:
+        """Drain the buffer."""
+        await self.flush()
+
+    async def __aenter__(self) -> AsyncAgentSession:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            await self.close()
+            return
+        # The original error matters more; a failed commit leaves the batch in the writer.
+        with contextlib.suppress(S3LogError):
+            await self.close()
+
+    def _hook_log_close(self) -> None:
+        # AsyncLog.aclose() awaits its hooks: closing the log drains its sessions.
+        add = getattr(self.log, "add_close_hook", None)
+        if add is None:
+            return
+        ref = weakref.ref(self.log)
+
+        async def drain_on_close() -> None:
+            log = ref()
+            if log is not None:
+                await aclose(log)
+
+        add(drain_on_close)
+
+    def _flush_at_exit(self) -> None:
+        # Its store's connections belong to an event loop that has ended by now.
+        raise S3LogError("an asyncio session cannot commit after its event loop ended; "
+                         "await session.close() or s3log.agent.aclose(log) before exiting")
+
+
+async def aclose(log: AsyncLog) -> None:
+    """Commit what every live :class:`AsyncAgentSession` opened on ``log`` buffers.
+
+    Every session is tried; the first failure is raised (noting the others), and the
+    failed sessions keep their records for another try. The log's store is the
+    caller's to close.
+    """
+    errors: builtins.list[tuple[str, BaseException]] = []
+    for session in core.live_sessions(log):
+        if isinstance(session, AsyncAgentSession) and session.unsaved():
+            try:
+                await session.flush()
+            except S3LogError as exc:
+                errors.append((session.session_id, exc))
+    core.raise_first(errors)

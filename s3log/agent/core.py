@@ -1,0 +1,665 @@
+"""The sans-IO core of agent sessions, shared by the blocking and the asyncio shells.
+
+Every decision lives here: what a verb records, when the write-behind buffer commits,
+how a crashed turn is repaired, which fork ``follow_forks`` opens, whether a session
+is in scope, what must not be stored (a session holding only its start). Decisions
+are written as generator procedures that yield small operations (:class:`Open`,
+:class:`Commit`, ...) and receive their results; :class:`~s3log.agent.AgentSession`
+performs them against a :class:`~s3log.Log`, :class:`~s3log.agent.AsyncAgentSession`
+awaits them against an :class:`~s3log.AsyncLog`. Nothing else differs between the two.
+
+It also keeps the registry of live sessions per log, so closing a log (or the
+interpreter exiting) drains what is still buffered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import warnings
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..codec import Entry, Head, dumps
+from ..errors import ConflictError, InvalidEntryError, S3LogError
+from ..protocol import ForkInfo
+from ..writer import SessionInfo, WriterBase
+from .state import (
+    CACHE_LOCKED,
+    CACHE_UNLOCKED,
+    CONFIG_CHANGED,
+    OUTCOME,
+    SESSION_START,
+    STATUSES,
+    TOOL_STARTED,
+    TURN_END,
+    AgentReducer,
+    SessionState,
+    freeze,
+    group_items,
+    repair_records,
+)
+
+T = TypeVar("T")
+
+
+class SessionScopeError(S3LogError):
+    """A session's header labels are not the ones the caller is scoped to; nothing was written."""
+
+    def __init__(self, session: str, label: str, expected: Any, found: Any, *, missing: bool = False) -> None:
+        self.session = session
+        self.label = label
+        self.expected = expected
+        self.found = found
+        what = "no such label" if missing else repr(found)
+        super().__init__(
+            f"session {session} is out of scope: label {label!r} expected {expected!r}, found {what}"
+        )
+
+
+class AgentArgumentError(S3LogError, ValueError):
+    """An argument of an agent-session call is of the wrong shape (raised before anything is written)."""
+
+
+class RecordsLostWarning(UserWarning):
+    """Buffered records of an agent session could not be committed before the interpreter exited."""
+
+
+# ----------------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Start a session lazily (nothing stored); result: its writer."""
+
+    session_id: str | None
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    """Load and replay a session with the agent reducer, ``on_conflict="raise"``; result: its writer."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Queue one record on a writer (no I/O in either shell); result: None."""
+
+    writer: WriterBase
+    kind: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Commit a writer's queued records; result: the CommitResult."""
+
+    writer: WriterBase
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHead:
+    """One session's head; result: the Head (SessionNotFound if there is none)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHeads:
+    """Several heads in parallel; result: a list of Head or None (gone), in order."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """The sessions forked from one; result: their ids."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """Fork a stored session at a committed entry with the agent reducer; result: the child's id."""
+
+    session_id: str
+    at_seq: int | None
+    at_hash: bytes | str | None
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ListSessions:
+    """Every session's row, newest first; result: a list of SessionInfo."""
+
+    limit: int | None
+
+
+Op = Create | Open | Append | Commit | ReadHead | ReadHeads | Children | Fork | ListSessions
+Proc = Generator[Op, Any, T]
+
+
+def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
+    """Advance ``proc`` with the last result (or throw the last error into it)."""
+    try:
+        op = proc.throw(error) if error is not None else proc.send(value)
+    except StopIteration as stop:
+        return None, stop.value
+    return op, None
+
+
+# ------------------------------------------------------------------ argument checks
+
+
+def items_arg(kind: str, value: Any, *, text: bool = False, session: str | None = None) -> list[dict[str, Any]]:
+    """The ``items`` argument of a recording verb as a list of plain dicts.
+
+    One message dict or an iterable of them; a string too when ``text`` (it becomes
+    one user message). Anything else is an InvalidEntryError naming the argument.
+    """
+    if isinstance(value, str):
+        if text:
+            return [{"role": "user", "content": value}]
+        raise InvalidEntryError(kind, "argument 'items' must be a message dict or a list of them, not a string",
+                                session=session)
+    if isinstance(value, Mapping):
+        return [dict(value)]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        allowed = "a string, a message dict or a list of message dicts" if text else "a message dict or a list of them"
+        raise InvalidEntryError(kind, f"argument 'items' must be {allowed}, not {type(value).__name__}",
+                                session=session)
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise InvalidEntryError(kind, f"argument 'items'[{i}] must be a message dict, not {type(item).__name__}",
+                                    session=session)
+        out.append(dict(item))
+    return out
+
+
+def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
+    """The ``call_ids`` argument of ``tool_started``: one id or an iterable of ids."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Iterable) or isinstance(value, (bytes, bytearray, Mapping)):
+        raise InvalidEntryError(TOOL_STARTED, f"argument 'call_ids' must be a call id or a list of them, "
+                                f"not {type(value).__name__}", session=session)
+    out = list(value)
+    for i, c in enumerate(out):
+        if not isinstance(c, str):
+            raise InvalidEntryError(TOOL_STARTED, f"argument 'call_ids'[{i}] must be a string, "
+                                    f"not {type(c).__name__}", session=session)
+    return out
+
+
+SESSION_OPTIONS = frozenset({"max_buffer_entries", "max_buffer_bytes", "max_delay", "on_fork"})
+
+
+def options_arg(options: Mapping[str, Any]) -> None:
+    """Refuse unknown session options before anything is read or written (a restore may repair)."""
+    unknown = sorted(set(options) - SESSION_OPTIONS)
+    if unknown:
+        raise AgentArgumentError(f"unknown agent session option(s) {unknown}; known: {sorted(SESSION_OPTIONS)}")
+
+
+def labels_arg(labels: Any) -> dict[str, Any] | None:
+    """A ``labels`` scope argument: None (no scope) or a mapping of label names to values."""
+    if labels is None:
+        return None
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) for k in labels):
+        raise AgentArgumentError(f"labels must be a mapping of label names (str) to values, not {labels!r}")
+    return dict(labels)
+
+
+def check_scope(session: str, meta: Mapping[str, Any], labels: Mapping[str, Any] | None) -> None:
+    """Refuse a session whose header labels differ from ``labels`` (each given label must match)."""
+    if labels is None:
+        return
+    found = meta.get("labels")
+    found = found if isinstance(found, Mapping) else {}
+    for name, expected in labels.items():
+        if name not in found:
+            raise SessionScopeError(session, name, expected, None, missing=True)
+        if found[name] != expected:
+            raise SessionScopeError(session, name, expected, found[name])
+
+
+def in_scope(meta: Mapping[str, Any], labels: Mapping[str, Any] | None) -> bool:
+    """Whether a header's labels match ``labels``."""
+    try:
+        check_scope("", meta, labels)
+    except SessionScopeError:
+        return False
+    return True
+
+
+def header(
+    *,
+    meta: Mapping[str, Any] | None,
+    labels: Mapping[str, Any] | None,
+    delegation_depth: int,
+    parent_session: str | None,
+) -> dict[str, Any]:
+    """The header of a new agent session."""
+    out = dict(meta or {})
+    out.setdefault("kind", "agent")
+    given = labels_arg(labels)
+    out["labels"] = given if given is not None else dict(out.get("labels") or {})
+    out["delegation_depth"] = delegation_depth
+    out["parent"] = parent_session
+    out["seed_len"] = 0
+    return out
+
+
+# ---------------------------------------------------------------------- procedures
+
+
+def create_proc(session_id: str | None, meta: dict[str, Any]) -> Proc[WriterBase]:
+    """A lazy writer for a new session."""
+    writer: WriterBase = yield Create(session_id, meta)
+    return writer
+
+
+def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[str]:
+    """The session ``follow_forks`` continues: the deepest descendant of ``session_id``
+    in its fork tree (every session at the deepest level is a leaf), and among those the
+    newest (greatest ``created_at``, then greatest id: UUIDv7 ids sort by creation).
+
+    The tree is walked a level at a time: one LIST per session and one parallel read of
+    its forks' heads. Forks whose head never landed, and forks out of scope, are skipped.
+    """
+    level = [session_id]
+    seen = {session_id}
+    best = session_id
+    while level:
+        found: list[tuple[int, str]] = []
+        for parent in level:
+            kids = [k for k in (yield Children(parent)) if k not in seen]
+            if not kids:
+                continue
+            heads: list[Head | None] = yield ReadHeads(tuple(kids))
+            for sid, h in zip(kids, heads, strict=True):
+                if h is not None and h.parent is not None and h.parent.session == parent and in_scope(h.meta, labels):
+                    found.append((h.created_at, sid))
+                    seen.add(sid)
+        if found:
+            best = max(found)[1]
+        level = [sid for _, sid in found]
+    return best
+
+
+def restore_proc(session_id: str, labels: Mapping[str, Any] | None, follow_forks: bool) -> Proc[WriterBase]:
+    """Open a session (or its newest fork), check its scope, close a turn a crashed worker left open."""
+    labels = labels_arg(labels)
+    target = session_id
+    if follow_forks:
+        root: Head = yield ReadHead(session_id)
+        check_scope(session_id, root.meta, labels)  # refuse before walking someone else's tree
+        target = yield from newest_leaf_proc(session_id, labels)
+    while True:
+        writer: WriterBase = yield Open(target)
+        check_scope(writer.session_id, writer.head.meta, labels)
+        # ---- LEASE SEAM (issue 12, items 2/9) -------------------------------------------
+        # When heads carry a lease (owner + expiry, recorded by a commit), this is where a
+        # restore checks it: a live lease held by another owner means another invocation is
+        # running this session (double invocation) and the restore must wait, give up, or
+        # follow that owner's fork; an expired one may be taken over by the repair commit
+        # below. The head read for it is ``writer.head``: no extra request is needed here.
+        # ----------------------------------------------------------------------------------
+        fixes = repair_records(writer.state)
+        if not fixes:
+            break
+        for kind, data in fixes:
+            yield Append(writer, kind, data)
+        try:
+            yield Commit(writer)
+            break
+        except ConflictError:
+            continue  # another worker changed it (maybe repaired it): look again
+    writer.on_conflict = "fork"
+    return writer
+
+
+def fork_at_proc(
+    session_id: str,
+    at_hash: bytes | str | None,
+    at_seq: int | None,
+    labels: Mapping[str, Any] | None,
+) -> Proc[WriterBase]:
+    """A new session holding ``session_id``'s state at a stored point, exactly as replayed.
+
+    The fork is not repaired: forking at a user message (to ask the model again) must
+    give that prefix with its turn open, not a turn closed as interrupted.
+    """
+    head: Head = yield ReadHead(session_id)
+    meta = dict(head.meta)
+    given = labels_arg(labels)
+    if given is not None:
+        meta["labels"] = given
+    child: str = yield Fork(session_id, at_seq, at_hash, meta)
+    writer: WriterBase = yield Open(child)
+    writer.on_conflict = "fork"
+    return writer
+
+
+def list_proc(labels: Mapping[str, Any] | None, limit: int | None) -> Proc[list[SessionInfo]]:
+    """Agent sessions (header ``kind: agent``) whose labels match, newest first."""
+    labels = labels_arg(labels)
+    rows: list[SessionInfo] = yield ListSessions(limit)
+    return [r for r in rows if r.meta.get("kind") == "agent" and in_scope(r.meta, labels)]
+
+
+# -------------------------------------------------------------------------- sessions
+
+
+ForkCallback = Callable[[Any, ForkInfo], None]
+
+
+class SessionCore(ABC):
+    """What :class:`AgentSession` and :class:`AsyncAgentSession` share: the buffer,
+    the buffered state, and every decision, as procedures the shells run."""
+
+    log: Any
+    _writer: WriterBase
+
+    def __init__(
+        self,
+        log: Any,
+        writer: WriterBase,
+        *,
+        max_buffer_entries: int = 64,
+        max_buffer_bytes: int = 256 * 1024,
+        max_delay: float = 2.0,
+        on_fork: ForkCallback | None = None,
+    ) -> None:
+        self.log = log
+        self._writer = writer
+        self.max_buffer_entries = max_buffer_entries
+        self.max_buffer_bytes = max_buffer_bytes
+        self.max_delay = max_delay
+        self._on_fork = on_fork
+        self._buffered_bytes = 0
+        self._oldest: float | None = None
+        #: The last automatic commit's error, kept until a flush succeeds.
+        self.last_error: BaseException | None = None
+        self._pending_state: SessionState = writer.state
+        self._reducer = AgentReducer()
+        # True while the only record is the session start of a session not stored yet:
+        # such a session is abandoned if nothing follows, and must not take its id.
+        self._start_only = False
+        self._discarded = False
+        # The writer must not keep the session alive: a dropped session with nothing
+        # unsaved is simply collected (one with unsaved records is held by the registry
+        # until drained), hence a weak reference.
+        ref = weakref.ref(self)
+
+        def forked(info: ForkInfo) -> None:
+            session = ref()
+            if session is not None and session._on_fork is not None:
+                session._on_fork(session, info)
+
+        writer.on_fork(forked)
+        _register(self)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def session_id(self) -> str:
+        """The session recorded to (changes after an automatic fork)."""
+        return self._writer.session_id
+
+    @property
+    def state(self) -> SessionState:
+        """The state including buffered records (read-only)."""
+        return self._pending_state
+
+    @property
+    def committed_state(self) -> SessionState:
+        """The state of what is durable (read-only)."""
+        return self._writer.state  # type: ignore[no-any-return]
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        """The session header (a read-only copy: the stored header changes only through records)."""
+        return freeze(self._writer.head.meta)  # type: ignore[no-any-return]
+
+    @property
+    def forks(self) -> list[ForkInfo]:
+        """Automatic forks this session made."""
+        return self._writer.forks
+
+    @property
+    def buffered(self) -> int:
+        """Records not yet committed."""
+        return self._writer.pending
+
+    def unsaved(self) -> int:
+        """Records that would be lost if the process ended now (a lone session start is not one)."""
+        return 0 if self._start_only or self._discarded else self._writer.pending
+
+    def discard(self) -> int:
+        """Give up this session: its buffered records are dropped, knowingly (closing the log
+        and exiting no longer try to commit them), and every later verb raises. For a session
+        whose commit cannot succeed, such as one whose id turned out to be taken. Returns how
+        many records were dropped."""
+        dropped = self.unsaved()
+        self._discarded = True
+        _track(self)
+        return dropped
+
+    def _check_usable(self) -> None:
+        if self._discarded:
+            raise S3LogError(f"agent session {self.session_id} was discarded")
+
+    # ---------------------------------------------------------------- procedures
+
+    def _p_record(self, kind: str, data: dict[str, Any]) -> Proc[None]:
+        try:
+            yield from self._p_buffer(kind, data)
+        finally:
+            _track(self)
+
+    def _p_buffer(self, kind: str, data: dict[str, Any]) -> Proc[None]:
+        self._check_usable()
+        yield Append(self._writer, kind, data)
+        self._pending_state = self._reducer.apply(self._pending_state, _provisional(kind, data))
+        self._start_only = kind == SESSION_START and self._writer.head.version == 0
+        self._buffered_bytes += len(dumps(data))
+        now = time.monotonic()
+        if self._oldest is None:
+            self._oldest = now
+        if self._start_only:
+            return
+        if (
+            self._writer.pending >= self.max_buffer_entries
+            or self._buffered_bytes >= self.max_buffer_bytes
+            or now - self._oldest >= self.max_delay
+        ):
+            try:
+                yield from self._p_flush()
+            except S3LogError as exc:
+                self.last_error = exc  # kept: the next flush retries and raises
+
+    def _p_flush(self, *, force: bool = False) -> Proc[None]:
+        try:
+            yield from self._p_commit(force)
+        finally:
+            _track(self)
+
+    def _p_commit(self, force: bool) -> Proc[None]:
+        self._check_usable()
+        w = self._writer
+        if w.pending == 0 and w.head.version > 0:
+            self.last_error = None
+            return
+        if self._start_only and not force:
+            return  # nothing but the session start: storing it would occupy the id for nothing
+        yield Commit(w)
+        self.last_error = None
+        self._buffered_bytes = 0
+        self._oldest = None
+        self._start_only = False
+        if w.pending == 0:
+            self._pending_state = w.state
+
+    def _p_start(
+        self, system_prompt: str | None, config: Mapping[str, Any] | None, history: Sequence[Mapping[str, Any]]
+    ) -> Proc[None]:
+        items = items_arg(SESSION_START, history, session=self.session_id) if history else []
+        return self._p_record(SESSION_START, {
+            "system_prompt": system_prompt, "config": dict(config or {}), "history": items,
+        })
+
+    def _p_items(self, kind: str, items: Any, *, text: bool = False) -> Proc[None]:
+        return self._p_record(kind, {"items": items_arg(kind, items, text=text, session=self.session_id)})
+
+    def _p_tool_started(self, call_ids: Any) -> Proc[None]:
+        yield from self._p_record(TOOL_STARTED, {"call_ids": call_ids_arg(call_ids, session=self.session_id)})
+        yield from self._p_flush()  # a side effect is about to happen: make the fact durable first
+
+    def _p_turn_end(self) -> Proc[None]:
+        yield from self._p_record(TURN_END, {"turn": self._pending_state.turn_count + 1})
+        yield from self._p_flush()
+
+    def _p_outcome(self, status: str, message: str | None, interrupted: bool) -> Proc[None]:
+        _check_status(status, self.session_id)
+        yield from self._p_record(OUTCOME, {"status": status, "message": message, "interrupted": interrupted})
+        yield from self._p_flush()
+
+    def _p_config_changed(self, config: Mapping[str, Any]) -> Proc[None]:
+        if not isinstance(config, Mapping):
+            raise InvalidEntryError(CONFIG_CHANGED, f"argument 'config' must be a mapping, not {type(config).__name__}",
+                                    session=self.session_id)
+        return self._p_record(CONFIG_CHANGED, {"config": dict(config)})
+
+    def _p_cache_locked(self, prefix_len: int) -> Proc[None]:
+        return self._p_record(CACHE_LOCKED, {"prefix_len": int(prefix_len)})
+
+    def _p_cache_unlocked(self) -> Proc[None]:
+        return self._p_record(CACHE_UNLOCKED, {})
+
+    def _p_record_turn(self, new_items: Any, outcome: str | None, message: str | None) -> Proc[None]:
+        runs = group_items(items_arg("record_turn", new_items, session=self.session_id))
+        if outcome is not None:
+            _check_status(outcome, self.session_id)
+        for kind, items in runs:
+            yield from self._p_record(kind, {"items": items})
+        if outcome is not None:
+            yield from self._p_record(OUTCOME, {"status": outcome, "message": message, "interrupted": False})
+        yield from self._p_turn_end()
+
+    def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[WriterBase]:
+        # The parent must be stored to be forked, even if it holds only its start.
+        yield from self._p_flush(force=True)
+        return (yield from fork_at_proc(self.session_id, self._writer.head.hash, None, labels))
+
+    # ----------------------------------------------------------- shell-specific
+
+    @abstractmethod
+    def _flush_at_exit(self) -> None:
+        """Commit what is buffered from an interpreter-exit hook (raise if impossible)."""
+
+    @abstractmethod
+    def _hook_log_close(self) -> None:
+        """Make closing this session's log drain it (called once per log, for its first session)."""
+
+
+def _check_status(status: str, session: str) -> None:
+    if status not in STATUSES:
+        raise InvalidEntryError(OUTCOME, f"argument 'status' must be one of {STATUSES}, not {status!r}",
+                                session=session)
+
+
+def _provisional(kind: str, data: Any) -> Entry:
+    # The buffered state is folded with a placeholder hash; the real one comes at commit.
+    return Entry(-1, None, kind, 0, data, b"\0" * 32)
+
+
+# -------------------------------------------------------------------------- registry
+
+_LOCK = threading.Lock()
+_LIVE: weakref.WeakKeyDictionary[Any, weakref.WeakSet[SessionCore]] = weakref.WeakKeyDictionary()
+# Sessions holding records not yet committed, held strongly: a session dropped before
+# its buffer was drained is kept until close(log) or exit commits it, never lost quietly.
+_UNSAVED: set[SessionCore] = set()
+_EXIT_HOOKED = False
+
+
+def _track(session: SessionCore) -> None:
+    with _LOCK:
+        if session.unsaved():
+            _UNSAVED.add(session)
+        else:
+            _UNSAVED.discard(session)
+
+
+def _register(session: SessionCore) -> None:
+    global _EXIT_HOOKED
+    with _LOCK:
+        sessions = _LIVE.get(session.log)
+        first_on_log = sessions is None
+        if sessions is None:
+            sessions = _LIVE[session.log] = weakref.WeakSet()
+        sessions.add(session)
+        hook_exit, _EXIT_HOOKED = not _EXIT_HOOKED, True
+    if hook_exit:
+        _hook_exit()
+    if first_on_log:
+        session._hook_log_close()
+
+
+def live_sessions(log: Any) -> list[SessionCore]:
+    """The agent sessions opened on ``log`` that are still referenced."""
+    with _LOCK:
+        return list(_LIVE.get(log, ()))
+
+
+def raise_first(errors: list[tuple[str, BaseException]]) -> None:
+    """Raise the first drain error, noting which other sessions failed too."""
+    if not errors:
+        return
+    first = errors[0][1]
+    for sid, err in errors[1:]:
+        first.add_note(f"session {sid} could not be drained either: {err}")
+    raise first
+
+
+def _hook_exit() -> None:
+    # threading's exit hooks run before concurrent.futures stops taking work (a commit
+    # that writes a segment uses the log's thread pool) and before non-daemon threads
+    # are joined; hooks run newest first, and concurrent.futures registered its own at
+    # import, before any session existed. atexit is the fallback on interpreters without it.
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(drain_at_exit)
+            return
+        except RuntimeError:
+            pass  # the interpreter is already shutting down
+    atexit.register(drain_at_exit)
+
+
+def drain_at_exit() -> None:
+    """Commit what live sessions still buffer; warn, naming each session and count, for what cannot be."""
+    with _LOCK:
+        sessions = [s for group in _LIVE.values() for s in group]
+    for session in sessions:
+        lost = session.unsaved()
+        if not lost:
+            continue
+        sid = session.session_id
+        try:
+            session._flush_at_exit()
+        except Exception as exc:
+            warnings.warn(RecordsLostWarning(
+                f"s3log.agent: session {sid}: {lost} buffered record(s) lost at exit, not committed: "
+                f"{type(exc).__name__}: {exc}"
+            ), stacklevel=1)
+
+

@@ -1,0 +1,281 @@
+"""The blocking shell: :class:`AgentSession` performs the core's operations on a :class:`~s3log.Log`."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..errors import S3LogError
+from ..log import Log, Writer
+from ..protocol import ForkInfo, list_heads
+from ..writer import SessionInfo
+from . import core
+from .core import Op, Proc, SessionCore, T
+from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, Status
+
+ForkCallback = Callable[["AgentSession", ForkInfo], None]
+Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
+
+
+def _perform(log: Log, op: Op) -> Any:
+    if isinstance(op, core.Append):
+        assert isinstance(op.writer, Writer)
+        return op.writer.append(op.kind, op.data)
+    if isinstance(op, core.Commit):
+        assert isinstance(op.writer, Writer)
+        return op.writer.commit()
+    if isinstance(op, core.Open):
+        return log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
+    if isinstance(op, core.Create):
+        return log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
+    if isinstance(op, core.ReadHead):
+        return log.head(op.session_id)
+    if isinstance(op, core.ReadHeads):
+        return [h for _, h in log.run(list_heads(log.layout, op.ids))]  # no public verb reads many heads
+    if isinstance(op, core.Children):
+        return log.children(op.session_id)
+    if isinstance(op, core.Fork):
+        return log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
+                        reducer=AgentReducer())
+    return list(log.list_sessions(limit=op.limit))
+
+
+def run(log: Log, proc: Proc[T]) -> T:
+    """Run a core procedure against ``log``, blocking."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        op, result = core.step(proc, value, error)
+        if op is None:
+            return result  # type: ignore[return-value]
+        value, error = None, None
+        try:
+            value = _perform(log, op)
+        except Exception as exc:  # thrown back into the procedure, which decides
+            error = exc
+
+
+class AgentSession(SessionCore):
+    """One agent conversation on s3log, with write-behind buffering.
+
+    Records are buffered and committed at turn end, on :meth:`flush`, when the buffer
+    passes ``max_buffer_entries`` or ``max_buffer_bytes``, or when a record arrives more
+    than ``max_delay`` seconds after the oldest buffered one. :meth:`close` (and the
+    context manager) drain it; so do :func:`s3log.agent.close` and, at interpreter exit,
+    an exit hook. A failed automatic commit keeps the batch; the next :meth:`flush`
+    retries it and raises if it fails again.
+    """
+
+    log: Log
+    _writer: Writer
+
+    def __init__(
+        self,
+        log: Log,
+        writer: Writer,
+        *,
+        max_buffer_entries: int = 64,
+        max_buffer_bytes: int = 256 * 1024,
+        max_delay: float = 2.0,
+        on_fork: ForkCallback | None = None,
+    ) -> None:
+        super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
+                         max_delay=max_delay, on_fork=on_fork)
+
+    def _run(self, proc: Proc[T]) -> T:
+        return run(self.log, proc)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(
+        cls,
+        log: Log,
+        *,
+        system_prompt: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
+        meta: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        delegation_depth: int = 0,
+        parent_session: str | None = None,
+        session_id: str | None = None,
+        **options: Any,
+    ) -> AgentSession:
+        """Start a session lazily: nothing is stored (and the id is not taken) until a
+        record after the session start is committed."""
+        core.options_arg(options)
+        head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
+        writer = run(log, core.create_proc(session_id, head))
+        assert isinstance(writer, Writer)
+        session = cls(log, writer, **options)
+        session._run(session._p_start(system_prompt, config, history))
+        return session
+
+    @classmethod
+    def restore(
+        cls,
+        log: Log,
+        session_id: str,
+        *,
+        labels: Mapping[str, Any] | None = None,
+        follow_forks: bool = False,
+        **options: Any,
+    ) -> AgentSession:
+        """Rebuild a session's state; close (durably, once) a turn a crashed worker left open.
+
+        ``labels``: refuse (:class:`SessionScopeError`, nothing written) a session whose
+        header labels differ. ``follow_forks``: open the newest descendant instead (the
+        newest fork at each level, down to a session with no forks).
+        """
+        core.options_arg(options)
+        writer = run(log, core.restore_proc(session_id, labels, follow_forks))
+        assert isinstance(writer, Writer)
+        return cls(log, writer, **options)
+
+    @classmethod
+    def fork_at(
+        cls,
+        log: Log,
+        session_id: str,
+        *,
+        at_hash: bytes | str | None = None,
+        at_seq: int | None = None,
+        labels: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AgentSession:
+        """A new session holding ``session_id``'s state at a stored point, exactly as
+        replayed (an open turn stays open; an unknown point is an error)."""
+        core.options_arg(options)
+        writer = run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
+        assert isinstance(writer, Writer)
+        return cls(log, writer, **options)
+
+    @classmethod
+    def list(
+        cls, log: Log, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
+    ) -> builtins.list[SessionInfo]:
+        """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
+        return run(log, core.list_proc(labels, limit))
+
+    def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AgentSession:
+        """A new session continuing from this one's current state (buffered records are flushed first)."""
+        core.options_arg(options)
+        writer = self._run(self._p_fork(labels))
+        assert isinstance(writer, Writer)
+        return AgentSession(self.log, writer, **options)
+
+    # -------------------------------------------------------------------- recording
+
+    def user_input(self, items: str | Items) -> None:
+        """Record user input: a string (one user message), one message dict, or a list of them."""
+        self._run(self._p_items(USER_INPUT, items, text=True))
+
+    def assistant_items(self, items: Items) -> None:
+        """Record assistant output (one item or a list): messages, tool calls, reasoning."""
+        self._run(self._p_items(ASSISTANT_ITEMS, items))
+
+    def tool_started(self, call_ids: str | Iterable[str]) -> None:
+        """Record that tool calls began executing (so a crash can tell "unknown" from "not run"); commits."""
+        self._run(self._p_tool_started(call_ids))
+
+    def tool_results(self, items: Items) -> None:
+        """Record tool results (one item or a list)."""
+        self._run(self._p_items(TOOL_RESULTS, items))
+
+    def hook_items(self, items: Items) -> None:
+        """Record items a hook injected into the history (one item or a list)."""
+        self._run(self._p_items(HOOK_ITEMS, items))
+
+    def turn_end(self) -> None:
+        """Close the turn and commit."""
+        self._run(self._p_turn_end())
+
+    def outcome(self, status: Status, *, message: str | None = None, interrupted: bool = False) -> None:
+        """Record how a run ended (finished, paused, limit_reached, error) and commit."""
+        self._run(self._p_outcome(status, message, interrupted))
+
+    def config_changed(self, config: Mapping[str, Any]) -> None:
+        """Record the request config now in force."""
+        self._run(self._p_config_changed(config))
+
+    def cache_locked(self, prefix_len: int) -> None:
+        """Record that the first ``prefix_len`` history items are pinned (prompt cache)."""
+        self._run(self._p_cache_locked(prefix_len))
+
+    def cache_unlocked(self) -> None:
+        """Record that the prompt-cache prefix is released."""
+        self._run(self._p_cache_unlocked())
+
+    def record_turn(self, new_items: Items, *, outcome: Status | None = None, message: str | None = None) -> None:
+        """Record a whole turn's new history items, grouped by kind, then end the turn."""
+        self._run(self._p_record_turn(new_items, outcome, message))
+
+    # ------------------------------------------------------------------- committing
+
+    def flush(self) -> None:
+        """Commit every buffered record. Raises if the commit fails (the batch is kept).
+
+        A session holding only its start is not stored: it stays free to be abandoned.
+        """
+        self._run(self._p_flush())
+
+    def close(self) -> None:
+        """Drain the buffer."""
+        self.flush()
+
+    def __enter__(self) -> AgentSession:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # The original error matters more; a failed commit leaves the batch in the writer.
+        with contextlib.suppress(S3LogError):
+            self.close()
+
+    def _flush_at_exit(self) -> None:
+        self.flush()
+
+    def _hook_log_close(self) -> None:
+        add = getattr(self.log, "add_close_hook", None)
+        if add is None:
+            return
+        ref = weakref.ref(self.log)
+
+        def drain_on_close(*_: Any) -> None:
+            log = ref()
+            if log is not None:
+                drain(log)
+
+        add(drain_on_close)
+
+
+def drain(log: Log) -> None:
+    """Commit what every live :class:`AgentSession` opened on ``log`` buffers.
+
+    Every session is tried; the first failure is raised (noting the others), and the
+    failed sessions keep their records for another try.
+    """
+    errors: builtins.list[tuple[str, BaseException]] = []
+    for session in core.live_sessions(log):
+        if isinstance(session, AgentSession) and session.unsaved():
+            try:
+                session.flush()
+            except S3LogError as exc:
+                errors.append((session.session_id, exc))
+    core.raise_first(errors)
+
+
+def close(log: Log) -> None:
+    """Drain every agent session opened on ``log``, then close the log.
+
+    If a session cannot be drained, the error is raised and the log is left open, so
+    the caller can retry.
+    """
+    drain(log)
+    log.close()

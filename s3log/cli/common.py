@@ -1,0 +1,289 @@
+"""What every command shares: settings on the context, the log, output and errors.
+
+Two rules hold for everything printed here. User data (entry data, meta, session ids,
+error messages that quote them) is never interpreted as rich markup: the consoles
+have markup, highlighting and emoji turned off and styling is applied with
+:class:`rich.text.Text` spans. And output that is not going to a terminal is plain
+text, one record per line, never wrapped or truncated, so it can be piped to grep,
+awk or a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any, NoReturn, TypeVar, cast
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import S3LogError, StoreError
+from ..protocol import LogConfig, RetryPolicy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Markup, highlighting and emoji off: a ``[/INST]`` or ``:smile:`` in user data is text.
+console = Console(markup=False, highlight=False, emoji=False)
+err_console = Console(stderr=True, markup=False, highlight=False, emoji=False)
+
+#: A person at a terminal wants a quick answer, not 30 s of retries: two attempts
+#: within 3 s, then the error (a library caller keeps the patient default).
+CLI_RETRY = RetryPolicy(attempts=2, max_time=3.0)
+
+#: Seconds to wait for a TCP connection before calling the endpoint unreachable.
+CLI_CONNECT_TIMEOUT = 3
+
+#: On a terminal, entry data longer than this is cut (piped output never is).
+TTY_DATA_CHARS = 400
+
+
+@dataclass
+class Settings:
+    """Where the sessions are and how to reach them: from options or the environment.
+
+    Lives on the root command context (``ctx.obj``), one per invocation.
+    """
+
+    bucket: str | None = None
+    prefix: str = "s3log"
+    endpoint_url: str | None = None
+    profile: str | None = None
+    region: str | None = None
+    debug: bool = False
+    #: The endpoint the store actually talks to (for error messages), once known.
+    resolved_endpoint: str | None = None
+
+
+def active_context() -> typer.Context | None:
+    """The context of the command being run, or None outside a command."""
+    # typer 0.29 vendors click: its context stack is reached through typer.main.
+    ctx = typer.main.get_current_context(silent=True)  # type: ignore[attr-defined]
+    return cast("typer.Context | None", ctx)
+
+
+def current_context() -> typer.Context:
+    """The context of the command being run."""
+    ctx = active_context()
+    if ctx is None:
+        raise RuntimeError("no s3log command is running")
+    return ctx
+
+
+def settings(ctx: typer.Context | None = None) -> Settings:
+    """The settings of this invocation (from the root command's ``ctx.obj``)."""
+    ctx = ctx or current_context()
+    found = ctx.find_object(Settings)
+    if found is None:  # a command invoked without the root callback (tests of one command)
+        found = ctx.ensure_object(Settings)
+    return found
+
+
+def _s3_client(s: Settings) -> Any:
+    """A boto3 S3 client for the settings: profile, region, endpoint, short connect timeout."""
+    import boto3
+    from botocore.config import Config
+
+    from ..store._s3common import client_config
+
+    session = boto3.session.Session(profile_name=s.profile, region_name=s.region)
+    config = client_config().merge(Config(connect_timeout=CLI_CONNECT_TIMEOUT))
+    kwargs: dict[str, Any] = {"config": config}
+    if s.endpoint_url:
+        kwargs["endpoint_url"] = s.endpoint_url
+    return session.client("s3", **kwargs)
+
+
+def open_log(ctx: typer.Context | None = None) -> Any:
+    """A Log over S3Store for this invocation's bucket, prefix and endpoint.
+
+    The log is closed when the command's context closes, whatever happens; commands
+    that can also close it themselves (``with command_log(ctx) as log``).
+    """
+    from ..log import Log
+    from ..store.s3 import S3Store
+
+    ctx = ctx or current_context()
+    s = settings(ctx)
+    if not s.bucket:
+        fail("no bucket: pass --bucket NAME or set S3LOG_BUCKET", 2)
+    client = _s3_client(s)
+    s.resolved_endpoint = str(client.meta.endpoint_url)
+    log = Log(S3Store(s.bucket, s.prefix, client=client), config=LogConfig(retry=CLI_RETRY))
+    ctx.call_on_close(log.close)
+    return log
+
+
+@contextmanager
+def command_log(ctx: typer.Context | None = None) -> Iterator[Any]:
+    """``open_log`` as a context manager: the log is closed when the block ends."""
+    log = open_log(ctx)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+# ------------------------------------------------------------------------------ output
+
+
+def is_tty(stream: IO[str] | None = None) -> bool:
+    """Whether ``stream`` (stdout by default) is a terminal."""
+    stream = stream or sys.stdout
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def echo(text: str | Text = "", *, err: bool = False) -> None:
+    """Print one line: styled on a terminal, plain and unwrapped otherwise.
+
+    A ``str`` is always printed literally (never as markup).
+    """
+    stream = sys.stderr if err else sys.stdout
+    if is_tty(stream):
+        (err_console if err else console).print(text, soft_wrap=True)
+        return
+    stream.write((text.plain if isinstance(text, Text) else text) + "\n")
+    # Flushed per line: ``tail --follow`` and ``local-s3`` are read line by line by
+    # another process while they keep running.
+    stream.flush()
+
+
+def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = ()) -> None:
+    """A table: boxed on a terminal; piped, columns padded to the widest cell, two spaces apart, nothing cut.
+
+    ``keep_whole`` columns are never wrapped or shortened on a terminal either.
+    """
+    if not is_tty():
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        return
+    table = Table(*header)
+    for col in keep_whole:
+        table.columns[col].no_wrap = True
+        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
+    for r in rows:
+        table.add_row(*(Text(c) for c in r))  # Text: a cell is never markup
+    console.print(table)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line from literal strings and ``(text, style)`` pairs; nothing is parsed as markup."""
+    return Text.assemble(*parts)
+
+
+def when(ms: int | None) -> str:
+    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds: ``2026-11-30T09:40:00.123Z``."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every part JSON can hold: bytes as hex, map keys as strings, the rest str()."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key).hex()
+    return json.dumps(jsonable(key)) if isinstance(key, (list, tuple)) else str(key)
+
+
+def dumps(value: Any) -> str:
+    """Data as one line of JSON (bytes as hex): how ``show`` and ``tail`` print entries."""
+    return json.dumps(jsonable(value), ensure_ascii=False)
+
+
+def emit_json(obj: Any) -> None:
+    """Print JSON for scripts."""
+    sys.stdout.write(json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def one_line(message: str) -> str:
+    """A message on one line: newlines and runs of blanks become one space."""
+    return " ".join(message.split())
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one clear line to stderr and exit non-zero."""
+    echo(styled(("error:", "bold red"), " ", one_line(message)), err=True)
+    raise typer.Exit(code)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def explain(exc: BaseException, s: Settings) -> str:
+    """The one line a person needs for a failure: the bucket or endpoint at fault, by name."""
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, NoCredentialsError
+
+    endpoint = s.endpoint_url or s.resolved_endpoint or "the default S3 endpoint"
+    for cause in _causes(exc):
+        if isinstance(cause, StoreError) and cause.code == "NoSuchBucket":
+            return (f"bucket {s.bucket} does not exist at {endpoint} "
+                    f"(create it, or run a local S3 with: s3log local-s3 --bucket {s.bucket})")
+        if (isinstance(cause, StoreError) and cause.status == 404 and cause.code != "NoSuchKey"
+                and (cause.key or "").endswith("/")):
+            # A LIST answered 404 without NoSuchBucket: not S3's bucket, or not S3 at all.
+            return f"bucket {s.bucket} not found at {endpoint} (HTTP 404 listing {cause.key}): check the endpoint"
+        if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
+            # botocore's text repeats a long request URL; the endpoint is what to check.
+            return (f"could not reach the S3 endpoint {endpoint} ({type(cause).__name__}): "
+                    "check --endpoint-url / AWS_ENDPOINT_URL and that the server is running")
+        if isinstance(cause, NoCredentialsError):
+            return ("no AWS credentials found: set AWS_PROFILE (or --profile), "
+                    "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    if isinstance(exc, (S3LogError, OSError, ValueError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def handle_errors(fn: F) -> F:
+    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter):
+            raise
+        except Exception as exc:  # botocore credential/config errors and the like too
+            ctx = active_context()
+            s = settings(ctx) if ctx is not None else Settings()
+            if s.debug:
+                raise
+            fail(explain(exc, s))
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,61 @@
+"""A scripted driver: runs a protocol procedure against an exact sequence of replies.
+
+No store at all: each op the procedure yields is checked against the script and
+answered with the scripted value (or the scripted error thrown in). Used to show a
+decision of the commit protocol under replies a real store gives only rarely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3log.ops import Op, Parallel, Proc, Sleep
+
+
+@dataclass
+class Step:
+    """One expected op (``kind``: the op's class name; ``key``: a substring of its key) and its reply.
+
+    ``reply`` is the value sent back, an error thrown in, or a function of the ops
+    seen so far returning either (to echo back what the procedure wrote).
+    """
+
+    kind: str
+    reply: Any = None
+    key: str = ""
+    check: Callable[[Op], None] | None = None
+
+
+@dataclass
+class Script:
+    steps: list[Step]
+    seen: list[Op] = field(default_factory=list)
+
+    def run(self, proc: Proc[Any]) -> Any:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = proc.throw(error) if error is not None else proc.send(value)
+            except StopIteration as stop:
+                assert not self.steps, f"procedure ended with steps left: {self.steps}"
+                return stop.value
+            self.seen.append(op)
+            value, error = None, None
+            if isinstance(op, Sleep):
+                continue  # backoffs are not scripted
+            assert self.steps, f"unexpected op {op!r}: the script is exhausted"
+            step = self.steps.pop(0)
+            assert type(op).__name__ == step.kind, f"expected {step.kind}, procedure yielded {op!r}"
+            if step.key:
+                keys = [o.key for o in op.ops] if isinstance(op, Parallel) else [op.key]  # type: ignore[union-attr]
+                assert any(step.key in k for k in keys), f"expected a key with {step.key!r}, got {keys}"
+            if step.check is not None:
+                step.check(op)
+            reply = step.reply(self.seen) if callable(step.reply) else step.reply
+            if isinstance(reply, BaseException):
+                error = reply
+            else:
+                value = reply

@@ -1,0 +1,103 @@
+"""Cancelled and timed-out async appends: withdrawn before their commit, the commit's fate after.
+
+Defect 6 of issue 11: a cancelled ``await append(...)`` was committed later anyway, so a
+caller who retried stored it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import s3log
+from s3log.ops import ListPage
+
+
+class SlowHeads(s3log.AsyncMemoryStore):
+    """Head PUTs wait on an event, so a test can cancel callers while a commit is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().put_if_match(key, body, etag)
+
+    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
+        return await super().list(prefix, **kw)  # type: ignore[arg-type]
+
+
+async def _entries(log: s3log.AsyncLog, sid: str) -> list[object]:
+    return [e.data for e in (await log.read(sid)).entries]
+
+
+async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
+    store = SlowHeads()
+    log = s3log.AsyncLog(store)
+    w = await log.create()
+    store.gate.clear()
+    first = asyncio.create_task(w.append("k", "a"))
+    await store.entered.wait()                     # "a" is in a commit, blocked on its head PUT
+    second = asyncio.create_task(w.append("k", "b"))
+    await asyncio.sleep(0.01)                      # "b" waits for the next commit
+    second.cancel()
+    store.gate.set()
+    assert (await first).data == "a"
+    await asyncio.gather(second, return_exceptions=True)
+    await w.commit()
+    assert await _entries(log, w.session_id) == ["a"]  # "b" was withdrawn, never stored
+    assert w.pending == 0
+
+
+async def test_cancelled_during_its_commit_is_stored_once_and_learnable() -> None:
+    store = SlowHeads()
+    log = s3log.AsyncLog(store)
+    w = await log.create()
+    store.gate.clear()
+    ticket = w.submit("k", "x")
+    waiter = asyncio.create_task(w.wait(ticket))
+    await store.entered.wait()
+    waiter.cancel()                                # the caller gives up mid-commit...
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert w.status(ticket) == "committing"        # ...and can see its entry is in flight
+    assert not w.withdraw(ticket)
+    store.gate.set()
+    entry = await w.wait(ticket)                   # retrying the wait, not the append
+    assert entry.data == "x" and w.status(ticket) == "committed"
+    await w.commit()
+    assert await _entries(log, w.session_id) == ["x"]
+
+
+async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fork() -> None:
+    store = SlowHeads()
+    log = s3log.AsyncLog(store)
+    w = await log.create()
+    store.gate.clear()
+    task = asyncio.create_task(w.append("k", "y"))
+    await store.entered.wait()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    store.gate.set()
+    await asyncio.sleep(0.01)
+    await w.append("k", "z")
+    assert await _entries(log, w.session_id) == ["y", "z"]
+    assert w.forks == [] and (await log.list_session_ids()) == [w.session_id]
+
+
+async def test_timeout_before_commit_withdraws() -> None:
+    store = SlowHeads()
+    log = s3log.AsyncLog(store)
+    w = await log.create()
+    store.gate.clear()
+    blocker = asyncio.create_task(w.append("k", "a"))
+    await store.entered.wait()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(w.append("k", "late"), timeout=0.01)
+    store.gate.set()
+    await blocker
+    await w.commit()
+    assert await _entries(log, w.session_id) == ["a"]

@@ -1,0 +1,297 @@
+"""The commit decision table, row by row, and procedures under scripted replies.
+
+The table tests call :mod:`s3log.decide` directly. The scripted tests run the real
+commit procedure against an exact sequence of replies (tests/scripted.py, no store):
+lost-but-landed, landed-then-built-on, a 409 storm, a conflict during a lazy create,
+and "already exists" on a create-only PUT.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from s3log import decide
+from s3log.chain import PendingEntry, build_chain
+from s3log.codec import decode_head, encode_head, encode_segment
+from s3log.decide import Confirmed, CreateStep, Reply
+from s3log.env import Env
+from s3log.errors import (
+    ConditionalRequestConflict,
+    ObjectNotFound,
+    PreconditionFailed,
+    SessionExists,
+    StoreError,
+    TransientStoreError,
+)
+from s3log.layout import Layout
+from s3log.ops import Blob, Parallel
+from s3log.protocol import LogConfig, RetryPolicy, WriterState, commit, new_writer_state
+from s3log.reducer import EntriesReducer
+from tests.scripted import Script, Step
+
+E404 = ObjectNotFound("x", status=404)
+E412 = PreconditionFailed("x", status=412)
+E409 = ConditionalRequestConflict("x", status=409)
+E503 = TransientStoreError("x", status=503)
+E403 = StoreError("denied", status=403)
+
+
+# ------------------------------------------------------------------------ the table
+
+
+@pytest.mark.parametrize(
+    ("result", "reply"),
+    [("etag", Reply.OK), (E404, Reply.NOT_FOUND), (E412, Reply.PRECONDITION), (E409, Reply.CONFLICT),
+     (E503, Reply.UNKNOWN), (E403, Reply.FATAL)],
+)
+def test_classify(result: object, reply: Reply) -> None:
+    assert decide.classify(result) is reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "step"),
+    [(Reply.OK, CreateStep.DONE), (Reply.PRECONDITION, CreateStep.CONFIRM), (Reply.CONFLICT, CreateStep.RETRY),
+     (Reply.UNKNOWN, CreateStep.RETRY), (Reply.NOT_FOUND, CreateStep.FAIL), (Reply.FATAL, CreateStep.FAIL)],
+)
+def test_create_only_rows(reply: Reply, step: CreateStep) -> None:
+    assert decide.after_create(reply) is step
+
+
+def test_every_reply_has_a_create_row() -> None:
+    assert set(decide.CREATE_TABLE) == set(Reply)
+
+
+@pytest.mark.parametrize(
+    ("reply", "stored", "verdict"),
+    [(Reply.OK, b"ours", Confirmed.OURS), (Reply.OK, b"theirs", Confirmed.TAKEN), (Reply.NOT_FOUND, None,
+     Confirmed.ABSENT), (Reply.UNKNOWN, None, Confirmed.UNKNOWN), (Reply.CONFLICT, None, Confirmed.UNKNOWN)],
+)
+def test_confirm_rows(reply: Reply, stored: bytes | None, verdict: Confirmed) -> None:
+    assert decide.after_confirm(reply, stored, b"ours") is verdict
+
+
+@pytest.mark.parametrize(
+    ("reply", "creating", "step"),
+    [(Reply.OK, False, decide.Committed("e")), (Reply.NOT_FOUND, False, decide.SessionGone()),
+     (Reply.NOT_FOUND, True, decide.Reread()), (Reply.PRECONDITION, False, decide.Reread()),
+     (Reply.CONFLICT, False, decide.Reread()), (Reply.UNKNOWN, True, decide.Reread()),
+     (Reply.FATAL, False, decide.Fatal())],
+)
+def test_head_put_rows(reply: Reply, creating: bool, step: object) -> None:
+    assert decide.after_head_put(reply, "e" if reply is Reply.OK else None, creating=creating) == step
+
+
+@pytest.mark.parametrize(
+    ("found", "expected", "attempt", "step"),
+    [
+        (decide.StoredHead("me", '"e2"'), '"e1"', 1, decide.Committed('"e2"')),   # lost response, landed
+        (None, '"e1"', 1, decide.SessionGone()),                                     # deleted under us
+        (None, None, 1, decide.Retry()),                                             # create: nothing there
+        (None, None, 8, decide.GiveUp()),
+        (decide.StoredHead("other", 'e1'), '"e1"', 1, decide.Retry()),              # unchanged (quotes differ)
+        (decide.StoredHead("other", '"e1"'), '"e1"', 8, decide.GiveUp()),
+        (decide.StoredHead("other", '"e9"'), '"e1"', 1, decide.Lost()),             # another writer
+    ],
+)
+def test_reread_rows(found: decide.StoredHead | None, expected: str | None, attempt: int, step: object) -> None:
+    assert decide.after_reread(found, expected_etag=expected, nonce="me", attempt=attempt, max_attempts=8) == step
+
+
+@pytest.mark.parametrize(
+    ("creating", "batch", "landed", "ends_at_ours", "on_conflict", "step"),
+    [
+        (True, 2, 0, False, "fork", decide.IdTaken()),
+        (False, 2, 2, True, "fork", decide.AckAll(adopt=True)),       # all ours, nobody after: adopt
+        (False, 2, 2, False, "fork", decide.AckAll(adopt=False)),     # all ours, built on: stale view
+        (True, 2, 2, True, "fork", decide.AckAll(adopt=True)),        # lazy create landed, response lost
+        (False, 3, 1, True, "fork", decide.AdoptAndRetry(1)),         # our earlier attempt: no competitor
+        (False, 3, 0, True, "raise", decide.AdoptAndRetry(0)),
+        (False, 3, 1, False, "fork", decide.ForkRest(1)),
+        (False, 3, 0, False, "raise", decide.RaiseConflict(0)),
+    ],
+)
+def test_after_lost_rows(
+    creating: bool, batch: int, landed: int, ends_at_ours: bool, on_conflict: str, step: object
+) -> None:
+    got = decide.after_lost(
+        creating=creating, batch=batch, landed=landed, stored_ends_at_ours=ends_at_ours, on_conflict=on_conflict
+    )
+    assert got == step
+
+
+# ------------------------------------------------------------------- scripted procedures
+
+LAYOUT = Layout("s3log")
+SID = "sess"
+CFG = LogConfig(
+    env=Env.deterministic(7, lambda: 1_000_000), retry=RetryPolicy(attempts=5, initial=0.0, max_backoff=0.0),
+    tail_max_bytes=400,
+)
+R = EntriesReducer()
+
+
+def stored_ws(n: int = 0) -> WriterState:
+    """A writer at a stored session holding ``n`` small entries, head ETag '"e0"'."""
+    ws = new_writer_state(SID, R, now=0)
+    entries = build_chain([PendingEntry("k", i, i) for i in range(n)], after_seq=-1, after_hash=None)
+    from dataclasses import replace
+
+    head = replace(ws.head, version=1, tail=tuple(entries), seq=n - 1, hash=entries[-1].hash if entries else None)
+    return WriterState(SID, head, '"e0"', [], {})
+
+
+def pending(*data: Any) -> list[PendingEntry]:
+    return [PendingEntry("k", 5, d) for d in data]
+
+
+def head_put_body(seen: list[Any]) -> bytes:
+    """The body of the last head PUT the procedure sent."""
+    for op in reversed(seen):
+        if type(op).__name__ in ("PutIfMatch", "PutIfAbsent") and op.key.endswith("/head"):
+            return bytes(op.body)
+    raise AssertionError("no head PUT yet")
+
+
+def test_lost_but_landed_is_acknowledged_once() -> None:
+    script = Script([
+        Step("PutIfMatch", E503, key="/head"),                         # the response is lost...
+        Step("Get", lambda seen: Blob(head_put_body(seen), '"e1"')),  # ...but our head is there
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+    assert [e.data for e in result.acked] == ["a"] and result.fork is None
+    assert result.ws.etag == '"e1"'
+
+
+def test_landed_then_built_on_is_acknowledged_not_forked() -> None:
+    ws = stored_ws()
+    ours = build_chain(pending("a"), after_seq=-1, after_hash=None)
+    theirs = build_chain(pending("b"), after_seq=0, after_hash=ours[0].hash)
+    from dataclasses import replace
+
+    stored = replace(ws.head, version=3, seq=1, hash=theirs[0].hash, tail=(*ours, *theirs), writer="other")
+    script = Script([
+        Step("PutIfMatch", E503, key="/head"),
+        Step("Get", Blob(encode_head(stored), '"e3"')),   # another writer built on our landed entry
+    ])
+    result = script.run(commit(LAYOUT, CFG, ws, pending("a"), R))
+    assert [e.data for e in result.acked] == ["a"] and result.fork is None
+
+
+def test_a_409_storm_on_the_head_retries_then_commits() -> None:
+    unchanged = Blob(encode_head(stored_ws().head), '"e0"')
+    script = Script([
+        Step("PutIfMatch", E409), Step("Get", unchanged),
+        Step("PutIfMatch", E409), Step("Get", unchanged),
+        Step("PutIfMatch", E409), Step("Get", unchanged),
+        Step("PutIfMatch", '"e1"'),
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+    assert [e.data for e in result.acked] == ["a"] and result.ws.etag == '"e1"'
+
+
+def test_a_409_storm_that_never_ends_raises_and_acknowledges_nothing() -> None:
+    unchanged = Blob(encode_head(stored_ws().head), '"e0"')
+    steps = [s for _ in range(5) for s in (Step("PutIfMatch", E409), Step("Get", unchanged))]
+    with pytest.raises(StoreError, match="after 5 attempts"):
+        Script(steps).run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+
+
+def test_conflict_during_lazy_create_is_session_exists() -> None:
+    lazy = new_writer_state(SID, R, now=0)
+    from dataclasses import replace
+
+    someone = replace(lazy.head, version=1, writer="other")
+    script = Script([
+        Step("PutIfAbsent", E412, key="/head"),
+        Step("Get", Blob(encode_head(someone), '"x"')),
+    ])
+    with pytest.raises(SessionExists):
+        script.run(commit(LAYOUT, CFG, lazy, pending("a"), R))
+
+
+def test_lazy_create_landed_then_built_on_is_acknowledged() -> None:
+    lazy = new_writer_state(SID, R, now=0)
+    ours = build_chain(pending("a"), after_seq=-1, after_hash=None)
+    theirs = build_chain(pending("b"), after_seq=0, after_hash=ours[0].hash)
+    from dataclasses import replace
+
+    stored = replace(lazy.head, version=2, seq=1, hash=theirs[0].hash, tail=(*ours, *theirs), writer="other")
+    script = Script([Step("PutIfAbsent", E503, key="/head"), Step("Get", Blob(encode_head(stored), '"e2"'))])
+    result = script.run(commit(LAYOUT, CFG, lazy, pending("a"), R))
+    assert [e.data for e in result.acked] == ["a"]
+
+
+def big_pending() -> list[PendingEntry]:
+    return pending("x" * 300, "y" * 300)
+
+
+def segment_put(seen: list[Any]) -> Any:
+    for op in reversed(seen):
+        if isinstance(op, Parallel) and type(op.ops[0]).__name__ == "PutIfAbsent":
+            return op.ops[0]
+    raise AssertionError("no segment PUT")
+
+
+def test_already_exists_on_a_segment_is_confirmed_before_the_head_references_it() -> None:
+    # obstore reported a 409 as "already exists": nothing is there. The GET shows it,
+    # the segment is written again, and only then is the head PUT.
+    script = Script([
+        Step("Parallel", [E412], key="/seg/"),
+        Step("Parallel", [E404], key="/seg/"),                     # confirm: not there at all
+        Step("Parallel", ['"s"'], key="/seg/"),                    # written for real
+        Step("PutIfMatch", '"e1"', key="/head"),
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    assert len(result.acked) == 2 and result.ws.etag == '"e1"'
+
+
+def test_already_exists_with_our_bytes_is_trusted() -> None:
+    script = Script([
+        Step("Parallel", [E412], key="/seg/"),
+        Step("Parallel", lambda seen: [Blob(segment_put(seen).body, '"s"')]),  # our own landed attempt
+        Step("PutIfMatch", '"e1"', key="/head"),
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    assert len(result.acked) == 2
+
+
+def test_already_exists_with_other_bytes_is_never_referenced() -> None:
+    other = encode_segment(SID, build_chain(pending("z"), after_seq=-1, after_hash=None))
+    script = Script([
+        Step("Parallel", [E412], key="/seg/"),
+        Step("Parallel", [Blob(other, '"s"')]),
+    ])
+    with pytest.raises(Exception, match="another object holds"):
+        script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    assert not any(type(op).__name__ == "PutIfMatch" for op in script.seen)
+
+
+def test_a_409_on_a_segment_put_is_retried_not_raised() -> None:
+    script = Script([
+        Step("Parallel", [E409], key="/seg/"),
+        Step("Parallel", [E409], key="/seg/"),
+        Step("Parallel", ['"s"'], key="/seg/"),
+        Step("PutIfMatch", '"e1"', key="/head"),
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    assert len(result.acked) == 2
+
+
+def test_own_landed_prefix_is_adopted_without_a_fork() -> None:
+    # An earlier commit of "a" raised although its head landed; now "a", "b" commit.
+    ws = stored_ws()
+    ours = build_chain(pending("a"), after_seq=-1, after_hash=None)
+    from dataclasses import replace
+
+    landed = replace(ws.head, version=2, seq=0, hash=ours[0].hash, tail=tuple(ours), writer="earlier-attempt")
+    script = Script([
+        Step("PutIfMatch", E412, key="/head"),
+        Step("Get", Blob(encode_head(landed), '"e2"')),
+        Step("PutIfMatch", '"e3"', key="/head", check=lambda op: None),
+    ])
+    result = script.run(commit(LAYOUT, CFG, ws, pending("a", "b"), R))
+    assert [e.data for e in result.acked] == ["a", "b"] and result.fork is None
+    final = decode_head(head_put_body(script.seen), "k")
+    assert [e.data for e in final.tail] == ["a", "b"] and result.ws.etag == '"e3"'

@@ -1,0 +1,76 @@
+"""The precondition probe: a store that ignores If-None-Match / If-Match is refused before any write.
+
+Defect 10 of issue 11: on such a store every guarantee was void without a sound.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import s3log
+from s3log.errors import PreconditionsIgnoredError
+from s3log.store.memory import _etag
+
+
+class HonestStore(s3log.MemoryStore):
+    """A MemoryStore that does not vouch for itself, so the probe runs."""
+
+    honours_preconditions = False
+
+
+class IgnoresIfNoneMatch(HonestStore):
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+
+class IgnoresIfMatch(HonestStore):
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+
+@pytest.mark.parametrize(("store_type", "says"), [(IgnoresIfNoneMatch, "If-None-Match"), (IgnoresIfMatch, "If-Match")])
+def test_a_store_ignoring_conditions_is_refused_before_anything_is_written(store_type: type, says: str) -> None:
+    store = store_type()
+    log = s3log.Log(store)
+    with pytest.raises(PreconditionsIgnoredError, match=says):
+        log.create("s1")
+    assert not [k for k in store.all_keys() if "/_probe/" not in k]
+    w = log.create("s2", lazy=True)
+    w.append("k", 1)
+    with pytest.raises(PreconditionsIgnoredError):
+        w.commit()
+    assert not [k for k in store.all_keys() if "/_probe/" not in k]
+    report = log.check_store()
+    assert not report.ok
+
+
+def test_an_honest_store_is_probed_once_per_store_and_costs_no_lasting_object() -> None:
+    store = HonestStore()
+    log = s3log.Log(store)
+    log.create("a")
+    first = store.requests.snapshot()
+    assert first["PUT"] == 4  # probe: create, repeat (412), If-Match on a missing key (404); the head
+    log.create("b")
+    assert store.requests["PUT"] == first["PUT"] + 1  # no second probe
+    s3log.Log(store).create("c")
+    assert store.requests["PUT"] == first["PUT"] + 2  # nor for another Log over the same store
+    # The probe's folder is no session: listings and gc skip it.
+    assert sorted(log.list_session_ids()) == ["a", "b", "c"]
+    assert log.gc(older_than_ms=0).broken == []
+    keys = [k for k in store.all_keys() if "/_probe/" in k]
+    assert keys == ["s3log/sessions/_probe/head"]
+    assert _etag(b"") != ""
+
+
+def test_the_probe_can_be_turned_off() -> None:
+    store = IgnoresIfMatch()
+    log = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False))
+    log.create("x")  # the operator vouches for the store
+    assert [k for k in store.all_keys()] == ["s3log/sessions/x/head"]
+
+
+def test_the_probe_passes_on_the_local_http_s3(s3log_log: s3log.Log) -> None:
+    report = s3log_log.check_store()
+    assert report.ok and report.if_none_match and report.if_match
