@@ -331,6 +331,7 @@ class WriterActor(Actor):
         self.core: WriterCore | None = None
         #: Payloads queued in the current core and not acked yet, in order.
         self.queued: list[str] = []
+        self.tickets: dict[str, int] = {}
         self.dead = False
         self.incarnation = 0
         self.count = 0
@@ -366,6 +367,20 @@ class WriterActor(Actor):
         self.queued = []
         self.core = None
 
+    def withdraw(self, sim: Simulation) -> None:
+        """Take back a random queued entry; one taken back must never be stored."""
+        if self.core is None or not self.queued:
+            return
+        payload = sim.rng.choice(self.queued)
+        taken = self.core.withdraw(self.tickets[payload])
+        sim.note(self, f"withdraw {payload}: {'taken back' if taken else 'refused (in a commit)'}")
+        if taken:
+            self.queued.remove(payload)
+            sim.withdrawn.add(payload)
+            for sid, chain in sim.chains.items():
+                if any(_payload(e) == payload for e in chain):
+                    raise Violation("withdraw", f"{payload} was taken back but is stored in {sim.short(sid)}")
+
     def drained(self) -> bool:
         """Nothing left to commit and no procedure running."""
         return self.proc is None and not self.dead and self.core is not None and self.core.pending_count == 0
@@ -378,7 +393,7 @@ class WriterActor(Actor):
             self.count += 1
             payload = f"{self.name}.{self.incarnation}.{self.count}"
             pad = "x" * sim.rng.randint(0, 120)
-            self.core.add(KIND, {"p": payload, "pad": pad}, None)
+            self.tickets[payload] = self.core.add(KIND, {"p": payload, "pad": pad}, None)
             self.queued.append(payload)
             sim.appended.add(payload)
             names.append(payload)
@@ -412,11 +427,7 @@ class WriterActor(Actor):
             return
         if isinstance(exc, SessionExists):
             if sim.scenario.solo:
-                stored = sim.stored_head(self.sid)
-                if stored is not None and stored.seq == -1:
-                    sim.known("empty-create-taken", self, f"{self.name}: {exc}")
-                else:
-                    raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
+                raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
             self.drop(sim, "session taken; reopening")
             return
         if isinstance(exc, StoreError):
@@ -499,6 +510,8 @@ class GcActor(Actor):
 class ForkerActor(Actor):
     """Forks a stored session at a random committed seq (contended scenarios only)."""
 
+    at_fork: tuple[int, bool] = (0, False)  # (at_seq, forking a fork) of the fork under way
+
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         r = sim.rng
         sids = sim.stored_sessions()
@@ -510,10 +523,8 @@ class ForkerActor(Actor):
 
     def _fork(self, sim: Simulation, sid: str) -> Proc[str]:
         head, _ = yield from protocol.read_head(sim.layout, sid)
-        # at_seq=-1 (before the first entry) of a fork raises CorruptionError on a
-        # healthy session (KNOWN_BUGS["fork-before-fork-entry"]): not drawn unless asked.
-        low = -1 if head.parent is None or "fork-before-fork-entry" in sim.known_bugs else 0
-        at = sim.rng.randint(low, head.seq) if head.seq >= low else None
+        at = sim.rng.randint(-1, head.seq)
+        self.at_fork = (at, head.parent is not None)
         sim.note(self, f"fork {sim.short(sid)} at seq {at}")
         child: str = yield from sim.core.fork(sid, at, None, None, None, None)
         return child
@@ -523,6 +534,9 @@ class ForkerActor(Actor):
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, (StoreError, SessionNotFound, SessionExists)):
+            return
+        if isinstance(exc, CorruptionError) and "no fork entry" in exc.reason and self.at_fork == (-1, True):
+            sim.known("fork-before-fork-entry", self, str(exc))
             return
         raise Violation("fork", f"fork raised {type(exc).__name__}: {exc}")
 
@@ -580,6 +594,7 @@ class Simulation:
         self.forks = 0
         self.appended: set[str] = set()
         self.dropped: set[str] = set()
+        self.withdrawn: set[str] = set()
         # payload -> (session, seq, hash) where it was acknowledged
         self.acked: dict[str, tuple[str, int, bytes]] = {}
         self.acked_by_session: dict[str, list[str]] = {}
@@ -685,7 +700,7 @@ class Simulation:
         writers = [a for a in self.actors if isinstance(a, WriterActor)]
         for _ in range(DRAIN_STEPS):
             if all(w.drained() for w in writers):
-                lost = sorted(self.appended - set(self.acked) - self.dropped)
+                lost = sorted(self.appended - set(self.acked) - self.dropped - self.withdrawn)
                 if lost:
                     raise Violation("2", f"appended, never acked nor dropped, with every writer drained: {lost[:5]}")
                 return
@@ -718,6 +733,9 @@ class Simulation:
         if committing and r.random() < 0.05:
             # Another task or thread of the same writer appends while a commit is in flight.
             r.choice(committing).add(self, 1)
+        holding = [w for w in writers if w.core is not None and w.queued]
+        if holding and r.random() < 0.02:
+            r.choice(holding).withdraw(self)
 
     def _abandon(self, actor: Actor, why: str, ghosts: bool) -> None:
         """Stop ``actor``'s procedure at its yield point; decide each request in flight."""
@@ -972,6 +990,9 @@ class Simulation:
         twice = sorted(p for p, n in seen.items() if n > 1)
         if twice:
             raise Violation("2", f"session {self.short(sid)} stores {twice[:3]} more than once")
+        back = sorted(self.withdrawn.intersection(seen))
+        if back:
+            raise Violation("withdraw", f"session {self.short(sid)} stores {back[:3]}, which were taken back")
         self._check_acked(sid, self.acked_by_session.get(sid, []))
 
     def check_read(self, reader: Actor, data: SessionData) -> None:
@@ -1032,14 +1053,12 @@ def _payload(e: Entry) -> str:
 # ----------------------------------------------------------------------------- campaigns
 
 
-#: Protocol bugs the simulator found that are not fixed yet, each steered around by
-#: default so a campaign keeps finding new ones; ``known_bugs`` re-enables them.
+#: Protocol bugs the simulator found that are not fixed yet. When one strikes it is
+#: counted (``Outcome.known``) and the run goes on as the application would (reopen,
+#: skip), so a campaign keeps finding new ones; ``known_bugs`` makes them violations.
 KNOWN_BUGS: dict[str, str] = {
     "fork-before-fork-entry": "fork_at(at_seq=-1) of a session that is itself a fork raises CorruptionError "
                               "('head has a parent but the session has no fork entry') on a healthy session",
-    "empty-create-taken": "a writer whose own empty create landed unacknowledged (cancelled, or it raised) "
-                          "gets SessionExists from every later commit: after_lost says IdTaken before "
-                          "checking that the stored empty head is where its batch starts",
     "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
                             "when its commit was planned; the head lands later (segment write, retries), "
                             "so a reader of the previous head gets less than the grace period",
