@@ -434,6 +434,13 @@ class WriterActor(Actor):
             # Gave up undecided: the pending entries stay queued; the next commit retries them.
             sim.note(self, f"commit failed: {type(exc).__name__}: {exc}")
             return
+        if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is None:
+            # Opening: a load slower than the grace period (retries) may find a segment of
+            # the head it read collected; gc promises no more. Open again.
+            retired = sim.retired_since(exc.key)
+            if retired is not None and retired >= sim.scenario.grace_ms:
+                sim.note(self, f"open outlived the grace period (head retired {retired}ms ago); opening again")
+                return
         if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is not None:
             ended = sim.head_ended(self.core.ws.head)
             if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
@@ -909,6 +916,15 @@ class Simulation:
         except SessionNotFound:
             return None
         return head
+
+    def retired_since(self, key: str) -> int | None:
+        """How long ago the last head listing segment ``key`` stopped being current
+        (None if one still is, or none ever listed it)."""
+        sid = self.layout.session_of(key)
+        ends = [life.end for life in self.store.heads.get(sid or "", []) if key in life.segments]
+        if not ends or any(e is None for e in ends):
+            return None
+        return self.now - max(e for e in ends if e is not None)
 
     def head_ended(self, head: Head) -> int | None:
         """When the head whose segments ``head`` lists stopped being current (None if it still is)."""
