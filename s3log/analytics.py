@@ -2,131 +2,354 @@
 
 :func:`scan` reads sessions with bounded parallelism (heads, then each session's
 segments in parallel), verifies every chain as it reads, and yields record batches of
-a fixed schema. Memory is bounded by ``parallelism`` sessions in flight plus one
-batch, whatever the size of the prefix. Needs the ``analytics`` extra (pyarrow, duckdb).
+a fixed schema (:data:`SCHEMA`). Memory is bounded by ``parallelism`` sessions in
+flight plus one batch, whatever the size of the prefix. :func:`sessions` gives one row
+per session from its head alone (:data:`SESSIONS_SCHEMA`): labels, meta, counts.
+
+:func:`duckdb` registers both as lazy views: every query streams a fresh scan, so
+nothing is materialized and filters given to it (sessions, time window, kinds) cut the
+requests made. Needs the ``analytics`` extra (pyarrow, duckdb).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from . import protocol
 from .codec import Entry, Head, dumps
-from .errors import CorruptionError, FormatVersionError, SessionNotFound
+from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
+from .ids import validate_session_id
 from .log import Log
 from .ops import Proc
 from .store.base import ObjectStore
 
+_orjson: Any
+try:  # optional: several times faster than the json module for data_json
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
 log = logging.getLogger(__name__)
 
-#: The schema of every batch :func:`scan` yields.
+_TS = pa.timestamp("ms", tz="UTC")
+_DAY_MS = 86_400_000
+
+#: The schema of every batch :func:`scan` yields. ``date`` is ``YYYY-MM-DD`` of ``ts`` (UTC).
 SCHEMA = pa.schema([
     pa.field("session", pa.string(), nullable=False),
     pa.field("seq", pa.int64(), nullable=False),
-    pa.field("ts", pa.timestamp("ms", tz="UTC"), nullable=False),
+    pa.field("ts", _TS, nullable=False),
     pa.field("kind", pa.string(), nullable=False),
     pa.field("hash", pa.string(), nullable=False),
     pa.field("prev", pa.string()),
     pa.field("parent_session", pa.string()),
     pa.field("data_cbor", pa.binary(), nullable=False),
     pa.field("data_json", pa.string()),
+    pa.field("date", pa.string(), nullable=False),
 ])
+
+#: One row per session, from its head (no segment is read): join on ``session``.
+SESSIONS_SCHEMA = pa.schema([
+    pa.field("session", pa.string(), nullable=False),
+    pa.field("created_at", _TS, nullable=False),
+    pa.field("updated_at", _TS, nullable=False),
+    pa.field("entries", pa.int64(), nullable=False),
+    pa.field("ts_min", _TS),
+    pa.field("ts_max", _TS),
+    pa.field("parent", pa.string()),
+    pa.field("parent_seq", pa.int64()),
+    pa.field("fork_reason", pa.string()),
+    pa.field("labels", pa.map_(pa.string(), pa.string())),
+    pa.field("meta_json", pa.string()),
+    pa.field("date", pa.string(), nullable=False),
+])
+
+#: The columns of :data:`SCHEMA` stored inside Parquet files (``date`` is the directory).
+_FILE_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("date"))
+
+ExportMode = Literal["error", "overwrite", "append"]
 
 
 class CorruptSessionWarning(UserWarning):
     """A session failed to verify and was skipped by a scan."""
 
 
-def _ms(value: int | float | datetime | None) -> int | None:
+class OutputExistsError(S3LogError, FileExistsError):
+    """An export target already holds data and no ``mode`` said what to do with it."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        super().__init__(
+            f"{target} is not empty: use mode overwrite (replace what it holds) or append (add files)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgress:
+    """How far a scan is: sessions done of the total, entries produced, time taken."""
+
+    sessions_done: int
+    sessions_total: int
+    entries: int
+    elapsed_s: float
+
+    @property
+    def entries_per_s(self) -> float:
+        """Entries produced per second so far."""
+        return self.entries / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+#: Called with a :class:`ScanProgress` after every session (read or skipped).
+ProgressCallback = Callable[[ScanProgress], None]
+
+
+# ------------------------------------------------------------------------------ values
+
+
+def _ms(value: int | float | datetime | str | None) -> int | None:
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"not an ISO date or time: {value!r}") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return int(value.timestamp() * 1000)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a time must be ms since the epoch, a datetime or an ISO string, not {value!r}")
     return int(value)
 
 
-def _json(value: Any) -> str | None:
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, set | frozenset):
+        return list(value)
+    return str(value)
+
+
+def _json_std(value: Any) -> str | None:
     try:
-        return json.dumps(value, default=_json_default, ensure_ascii=False)
+        return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
     except (TypeError, ValueError):
         return None
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
+if _orjson is not None:
+    _ORJSON_OPTS = _orjson.OPT_NON_STR_KEYS
+
+    def _json(value: Any) -> str | None:
+        try:
+            text: str = _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTS).decode()
+            return text
+        except (TypeError, ValueError):  # ints over 64 bits and the like: the json module copes
+            return _json_std(value)
+else:  # pragma: no cover - depends on the environment
+    _json = _json_std
 
 
-def _rows(head: Head, entries: Iterable[Entry], since: int | None, until: int | None,
-          kinds: frozenset[str] | None) -> dict[str, list[Any]]:
-    cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
-    parent = head.parent.session if head.parent else None
-    for e in entries:
-        if (since is not None and e.ts < since) or (until is not None and e.ts >= until):
-            continue
-        if kinds is not None and e.kind not in kinds:
-            continue
-        cols["session"].append(head.session)
-        cols["seq"].append(e.seq)
-        cols["ts"].append(e.ts)
-        cols["kind"].append(e.kind)
-        cols["hash"].append(e.hash.hex())
-        cols["prev"].append(e.prev.hex() if e.prev else None)
-        cols["parent_session"].append(parent)
-        cols["data_cbor"].append(dumps(e.data))
-        cols["data_json"].append(_json(e.data))
-    return cols
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else (_json_std(value) or str(value))
 
 
-def _batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(cols, schema=SCHEMA)
+def _days_to_dates(days: pa.Array) -> pa.Array:
+    # date32 -> string gives YYYY-MM-DD without formatting each row in Python.
+    return days.cast(pa.date32()).cast(pa.string())
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+class _Columns:
+    """Entry rows accumulated column by column, cut into record batches of a fixed size."""
+
+    def __init__(self) -> None:
+        self.chunks: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def add(self, head: Head, entries: Sequence[Entry]) -> int:
+        if not entries:
+            return 0
+        n = len(entries)
+        parent = head.parent.session if head.parent else None
+        ts = pa.array([e.ts for e in entries], pa.int64())
+        days = pa.array([e.ts // _DAY_MS for e in entries], pa.int32())
+        batch = pa.RecordBatch.from_arrays([
+            pa.array([head.session] * n, pa.string()),
+            pa.array([e.seq for e in entries], pa.int64()),
+            ts.cast(_TS),
+            pa.array([e.kind for e in entries], pa.string()),
+            pa.array([e.hash.hex() for e in entries], pa.string()),
+            pa.array([e.prev.hex() if e.prev else None for e in entries], pa.string()),
+            pa.array([parent] * n, pa.string()),
+            pa.array([dumps(e.data) for e in entries], pa.binary()),
+            pa.array([_json(e.data) for e in entries], pa.string()),
+            _days_to_dates(days),
+        ], schema=SCHEMA)
+        self.chunks.append(batch)
+        self.rows += n
+        return n
+
+    def take(self, size: int) -> Iterator[pa.RecordBatch]:
+        """Batches of exactly ``size`` rows while there are that many."""
+        if self.rows < size:
+            return
+        table = pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks()
+        start = 0
+        while self.rows - start >= size:
+            yield table.slice(start, size).to_batches()[0]
+            start += size
+        rest = table.slice(start)
+        self.chunks = rest.combine_chunks().to_batches() if rest.num_rows else []
+        self.rows -= start
+
+    def rest(self) -> Iterator[pa.RecordBatch]:
+        """The remaining rows as one batch."""
+        if self.rows:
+            yield pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks().to_batches()[0]
+        self.chunks, self.rows = [], 0
+
+
+def _session_row(head: Head) -> dict[str, Any]:
+    labels = head.meta.get("labels") if isinstance(head.meta, dict) else None
+    return {
+        "session": head.session,
+        "created_at": head.created_at,
+        "updated_at": head.updated_at,
+        "entries": head.entry_count,
+        "ts_min": head.ts_min,
+        "ts_max": head.ts_max,
+        "parent": head.parent.session if head.parent else None,
+        "parent_seq": head.parent.seq if head.parent else None,
+        "fork_reason": head.parent.reason if head.parent else None,
+        "labels": [(str(k), _label(v)) for k, v in labels.items()] if isinstance(labels, dict) else None,
+        "meta_json": _json(head.meta),
+        "date": head.created_at // _DAY_MS,
+    }
+
+
+def _sessions_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    cols: dict[str, Any] = {f.name: [r[f.name] for r in rows] for f in SESSIONS_SCHEMA}
+    arrays = []
+    for f in SESSIONS_SCHEMA:
+        if f.name == "date":
+            arrays.append(_days_to_dates(pa.array(cols["date"], pa.int32())))
+        elif f.type == _TS:
+            arrays.append(pa.array(cols[f.name], pa.int64()).cast(_TS))
+        else:
+            arrays.append(pa.array(cols[f.name], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=SESSIONS_SCHEMA)
+
+
+# -------------------------------------------------------------------------------- scan
+
+
+def _session_ids(lg: Log, sessions: Iterable[str] | None) -> list[str]:
+    if sessions is None:
+        return lg.list_session_ids()
+    if isinstance(sessions, str):
+        raise ValueError("sessions must be a list of session ids, not one string")
+    return list(dict.fromkeys(validate_session_id(s) for s in sessions))
+
+
+class _Progress:
+    def __init__(self, callback: ProgressCallback | None, total: int) -> None:
+        self.callback = callback
+        self.total = total
+        self.done = 0
+        self.entries = 0
+        self.start = time.perf_counter()
+
+    def step(self, entries: int) -> None:
+        self.done += 1
+        self.entries += entries
+        if self.callback is not None:
+            self.callback(ScanProgress(self.done, self.total, self.entries, time.perf_counter() - self.start))
+
+
+def _outside(head: Head, lo: int | None, hi: int | None) -> bool:
+    """Whether no entry of the session can fall inside ``[lo, hi)`` (or it is empty)."""
+    return head.ts_min is None or (lo is not None and head.ts_max is not None and head.ts_max < lo) or (
+        hi is not None and head.ts_min >= hi
+    )
 
 
 def scan(
     store: ObjectStore,
-    sessions: Sequence[str] | None = None,
-    since: int | float | datetime | None = None,
-    until: int | float | datetime | None = None,
+    sessions: Iterable[str] | None = None,
+    since: int | float | datetime | str | None = None,
+    until: int | float | datetime | str | None = None,
     kinds: Iterable[str] | None = None,
     *,
     prefix: str | None = None,
     batch_size: int = 65_536,
     parallelism: int = 16,
     strict: bool = False,
+    progress: ProgressCallback | None = None,
+    on_head: Callable[[Head], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the entries of many sessions as Arrow record batches of :data:`SCHEMA`.
 
-    ``sessions``: ids to read (default: every session under the prefix). ``since`` /
-    ``until``: entry time bounds (ms since the epoch or datetimes; until is exclusive);
-    sessions whose head says all their entries fall outside the window (``ts_min`` /
-    ``ts_max``) are skipped without reading their segments. ``kinds``: keep only these kinds.
+    ``sessions``: ids to read (default: every session under the prefix, one LIST per
+    1,000); only their heads and segments are read. ``since`` / ``until``: entry time
+    bounds (ms since the epoch, datetimes or ISO strings; until is exclusive); sessions
+    whose head says all their entries fall outside the window (``ts_min`` / ``ts_max``)
+    are skipped without reading their segments. ``kinds``: keep only these kinds.
+    ``progress`` is called after every session with a :class:`ScanProgress`;
+    ``on_head`` with the head of every session whose entries were read.
 
     A session that fails to verify is skipped with a :class:`CorruptSessionWarning`
     naming the key and seq, or raises :class:`~s3log.CorruptionError` with ``strict``.
     """
-    lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
+    if batch_size < 1 or parallelism < 1:
+        raise ValueError(f"batch_size and parallelism must be at least 1 (got {batch_size}, {parallelism})")
     lo, hi = _ms(since), _ms(until)
+    if isinstance(kinds, str):
+        raise ValueError("kinds must be a list of kinds, not one string")
     kind_set = frozenset(kinds) if kinds is not None else None
-    ids = list(sessions) if sessions is not None else lg.list_session_ids()
+    if isinstance(sessions, str):
+        raise ValueError("sessions must be a list of session ids, not one string")
+    # Bad ids fail here, before anything is read.
+    wanted = None if sessions is None else [validate_session_id(s) for s in sessions]
+    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
+
+
+def _scan(
+    store: ObjectStore,
+    sessions: Iterable[str] | None,
+    lo: int | None,
+    hi: int | None,
+    kind_set: frozenset[str] | None,
+    prefix: str | None,
+    batch_size: int,
+    parallelism: int,
+    strict: bool,
+    progress: ProgressCallback | None,
+    on_head: Callable[[Head], None] | None,
+) -> Iterator[pa.RecordBatch]:
+    lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
 
     def one(sid: str) -> Proc[protocol.SessionData | None]:
         head, etag = yield from protocol.read_head(lg.layout, sid)
-        if head.ts_min is None or (lo is not None and head.ts_max is not None and head.ts_max < lo) or (
-            hi is not None and head.ts_min >= hi
-        ):
+        if _outside(head, lo, hi):
             return None  # empty, or no entry can fall inside the window: its segments are not read
         return (yield from protocol.load_from_head(lg.layout, head, etag))
 
@@ -139,39 +362,139 @@ def scan(
         except (CorruptionError, FormatVersionError) as exc:
             if strict:
                 raise
-            warnings.warn(f"skipping session {sid}: {exc}", CorruptSessionWarning, stacklevel=3)
+            warnings.warn(f"skipping session {sid}: {exc}", CorruptSessionWarning, stacklevel=4)
             return None
 
-    pending: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
     try:
+        ids = _session_ids(lg, sessions)
+        tracker = _Progress(progress, len(ids))
+        cols = _Columns()
         with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="s3log-scan") as pool:
             # A window of `parallelism` sessions at a time keeps memory bounded.
             for start in range(0, len(ids), parallelism):
                 for got in pool.map(read, ids[start : start + parallelism]):
-                    if got is None:
-                        continue
-                    for name, values in _rows(got[0], got[1], lo, hi, kind_set).items():
-                        pending[name].extend(values)
-                    while len(pending["seq"]) >= batch_size:
-                        yield _batch({k: v[:batch_size] for k, v in pending.items()})
-                        pending = {k: v[batch_size:] for k, v in pending.items()}
-        if pending["seq"]:
-            yield _batch(pending)
+                    n = 0
+                    if got is not None:
+                        head, entries = got
+                        if on_head is not None:
+                            on_head(head)
+                        if lo is not None or hi is not None or kind_set is not None:
+                            entries = [
+                                e for e in entries
+                                if (lo is None or e.ts >= lo) and (hi is None or e.ts < hi)
+                                and (kind_set is None or e.kind in kind_set)
+                            ]
+                        n = cols.add(head, entries)
+                    tracker.step(n)
+                    yield from cols.take(batch_size)
+        yield from cols.rest()
     finally:
         lg.close()
 
 
 def to_arrow(store: ObjectStore, *args: Any, **kwargs: Any) -> pa.Table:
-    """:func:`scan` collected into one Arrow table."""
+    """:func:`scan` collected into one Arrow table.
+
+    ``table.to_pandas()`` gives ``ts`` as ``datetime64[ms, UTC]``, so
+    ``df[df.ts > "2026-01-01"]`` works.
+    """
     return pa.Table.from_batches(list(scan(store, *args, **kwargs)), schema=SCHEMA)
 
 
 def with_date(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch plus a ``date`` column (YYYY-MM-DD of ``ts``, UTC) to partition by."""
+    """The batch with its ``date`` column (kept for callers of older versions: scan has it)."""
+    if "date" in batch.schema.names:
+        return batch
     import pyarrow.compute as pc
 
-    date = pc.strftime(batch.column("ts"), format="%Y-%m-%d")
-    return batch.append_column("date", date)
+    return batch.append_column("date", pc.strftime(batch.column("ts"), format="%Y-%m-%d"))
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+def sessions(
+    store: ObjectStore,
+    sessions: Iterable[str] | None = None,
+    since: int | float | datetime | str | None = None,
+    until: int | float | datetime | str | None = None,
+    *,
+    prefix: str | None = None,
+    batch_size: int = 1_000,
+    parallelism: int = 16,
+) -> Iterator[pa.RecordBatch]:
+    """One row per session (:data:`SESSIONS_SCHEMA`), from its head: one GET each.
+
+    ``labels`` is ``meta["labels"]`` as a string map (non-string values as JSON), so
+    ``labels['tenant']`` works in SQL; ``meta_json`` is the whole meta. With ``since`` /
+    ``until``, sessions whose entries all fall outside the window are left out (as
+    :func:`scan` skips them). Missing or unreadable heads are left out.
+    """
+    lo, hi = _ms(since), _ms(until)
+    if isinstance(sessions, str):
+        raise ValueError("sessions must be a list of session ids, not one string")
+    wanted = None if sessions is None else [validate_session_id(s) for s in sessions]
+    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism)
+
+
+def _sessions(
+    store: ObjectStore, wanted: list[str] | None, lo: int | None, hi: int | None, prefix: str | None,
+    batch_size: int, parallelism: int,
+) -> Iterator[pa.RecordBatch]:
+    lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
+    try:
+        ids = _session_ids(lg, wanted)
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(ids), batch_size):
+            heads = lg.run(protocol.list_heads(lg.layout, ids[start : start + batch_size]))
+            rows = [_session_row(h) for _, h in heads if h is not None and (
+                (lo is None and hi is None) or not _outside(h, lo, hi))]
+            if rows:
+                yield _sessions_batch(rows)
+    finally:
+        lg.close()
+
+
+def sessions_table(store: ObjectStore, *args: Any, **kwargs: Any) -> pa.Table:
+    """:func:`sessions` collected into one Arrow table."""
+    return pa.Table.from_batches(list(sessions(store, *args, **kwargs)), schema=SESSIONS_SCHEMA)
+
+
+# ----------------------------------------------------------------------------- parquet
+
+
+def _filesystem_for(path_or_uri: str, store: Any, filesystem: Any) -> tuple[Any, str]:
+    from pyarrow import fs
+
+    if filesystem is not None:
+        return filesystem, path_or_uri
+    if path_or_uri.startswith("s3://"):
+        return _s3_filesystem(path_or_uri, _endpoint_of(store))
+    import os
+
+    return fs.LocalFileSystem(), os.path.abspath(path_or_uri)
+
+
+def prepare_output(filesystem: Any, target: str, mode: ExportMode) -> None:
+    """Apply ``mode`` to an export target before anything is written.
+
+    ``error`` (the default of every export): fail with :class:`OutputExistsError` if
+    the target holds any file; ``overwrite``: delete what it holds (stale partitions
+    included); ``append``: keep it (new files get unique names).
+    """
+    from pyarrow import fs
+
+    if mode not in ("error", "overwrite", "append"):
+        raise ValueError(f"unknown mode {mode!r}: use error, overwrite or append")
+    info = filesystem.get_file_info(target)
+    if info.type == fs.FileType.NotFound:
+        return
+    if info.type != fs.FileType.Directory:
+        raise OutputExistsError(target + " (a file, not a directory)")
+    if mode == "error" and filesystem.get_file_info(fs.FileSelector(target, recursive=False)):
+        raise OutputExistsError(target)
+    if mode == "overwrite":
+        filesystem.delete_dir_contents(target, missing_dir_ok=True)
 
 
 def to_parquet(
@@ -180,34 +503,55 @@ def to_parquet(
     *args: Any,
     partition_by: str | None = "date",
     filesystem: Any = None,
+    mode: ExportMode = "error",
+    sessions_file: bool = True,
     **kwargs: Any,
 ) -> int:
     """Write the scan as Parquet under a directory or ``s3://bucket/prefix``.
 
     ``partition_by="date"`` writes Hive-style ``date=YYYY-MM-DD/`` directories, so a
-    query engine filtering on date reads only the matching files. Returns the row count.
+    query engine filtering on date reads only the matching files. ``mode``: what to do
+    if the target already holds data (``error``, ``overwrite`` or ``append``, see
+    :func:`prepare_output`). With ``sessions_file`` the heads read are also written as
+    ``_sessions.parquet`` (:data:`SESSIONS_SCHEMA`; engines reading the directory as a
+    dataset skip ``_`` files). ``scan`` options (``since``, ``kinds``, ``progress``...)
+    pass through. Returns the row count.
     """
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    schema = SCHEMA.append(pa.field("date", pa.string()))
+    filesystem, target = _filesystem_for(path_or_uri, store, filesystem)
+    if partition_by is not None and partition_by not in SCHEMA.names:
+        raise ValueError(f"cannot partition by {partition_by!r}: not a column of {SCHEMA.names}")
+    prepare_output(filesystem, target, mode)
+    heads: list[dict[str, Any]] = []
+    lock = threading.Lock()
     rows = 0
+
+    def keep(head: Head) -> None:
+        with lock:
+            heads.append(_session_row(head))
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for b in scan(store, *args, **kwargs):
+        for b in scan(store, *args, on_head=keep if sessions_file else None, **kwargs):
             rows += b.num_rows
-            yield with_date(b)
+            yield b
 
-    target = path_or_uri
-    if filesystem is None and path_or_uri.startswith("s3://"):
-        filesystem, target = _s3_filesystem(path_or_uri, _endpoint_of(store))
-    partitioning = ds.partitioning(pa.schema([("date", pa.string())]), flavor="hive") if partition_by else None
-    if partition_by not in (None, "date"):
-        partitioning = ds.partitioning(pa.schema([schema.field(partition_by)]), flavor="hive")
+    partitioning = None
+    if partition_by is not None:
+        partitioning = ds.partitioning(pa.schema([SCHEMA.field(partition_by)]), flavor="hive")
     ds.write_dataset(
-        batches(), target, schema=schema, format="parquet", partitioning=partitioning, filesystem=filesystem,
+        batches(), target, schema=SCHEMA, format="parquet", partitioning=partitioning, filesystem=filesystem,
+        # A unique name per export: append mode adds files instead of replacing part-0.
+        basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
     )
+    if sessions_file:
+        table = pa.Table.from_batches([_sessions_batch(heads)] if heads else [], schema=SESSIONS_SCHEMA)
+        name = "_sessions.parquet" if mode != "append" else f"_sessions-{uuid.uuid4().hex[:12]}.parquet"
+        filesystem.create_dir(target, recursive=True)
+        pq.write_table(table, f"{target.rstrip('/')}/{name}", filesystem=filesystem)
     return rows
 
 
@@ -234,9 +578,136 @@ def _s3_filesystem(uri: str, endpoint: str | None) -> tuple[Any, str]:
     return fs.S3FileSystem(**kwargs), uri[len("s3://"):]
 
 
-def duckdb(connection: Any, store: ObjectStore, *args: Any, view: str = "entries", **kwargs: Any) -> Any:
-    """Register the scan as a DuckDB view (default ``entries``); returns the connection."""
-    table = to_arrow(store, *args, **kwargs)
-    connection.register(f"{view}__arrow", table)
-    connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM "{view}__arrow"')
+# ------------------------------------------------------------------------------ duckdb
+
+
+class LazyBatches:
+    """A re-readable Arrow stream: every read (``__arrow_c_stream__``) starts a new one.
+
+    DuckDB reads a registered object once per query that scans it, so a view over this
+    streams a fresh scan per query, batch by batch, instead of holding a table. It asks
+    for the stream more than once while planning; the generator starts only when the
+    first batch is pulled, so those extra calls read nothing.
+    """
+
+    def __init__(self, schema: pa.Schema, make: Callable[[], Iterator[pa.RecordBatch]]) -> None:
+        self.schema = schema
+        self._make = make
+
+    def reader(self) -> pa.RecordBatchReader:
+        """A new reader over a new scan."""
+        return pa.RecordBatchReader.from_batches(self.schema, self._make())
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        """The Arrow PyCapsule stream protocol: a new scan per call."""
+        return self.reader().__arrow_c_stream__(requested_schema)
+
+
+def duckdb(
+    connection: Any,
+    store: ObjectStore,
+    *args: Any,
+    view: str = "entries",
+    sessions_view: str | None = "sessions",
+    **kwargs: Any,
+) -> Any:
+    """Register lazy DuckDB views over the store; returns the connection.
+
+    ``view`` (default ``entries``, :data:`SCHEMA`) streams :func:`scan` with the given
+    arguments each time a query reads it: ``sessions=``, ``since=``/``until=`` and
+    ``kinds=`` cut the requests made, not only the rows. ``sessions_view`` (default
+    ``sessions``, :data:`SESSIONS_SCHEMA`, ``None`` for none) streams one row per
+    session from the heads, joinable on ``session``.
+    """
+    for name in (view, sessions_view):
+        if name is not None and (not name.isidentifier()):
+            raise ValueError(f"view name {name!r} must be an identifier")
+    entries = LazyBatches(SCHEMA, lambda: scan(store, *args, **kwargs))
+    connection.register(f"{view}__s3log", entries)
+    connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM "{view}__s3log"')
+    if sessions_view is not None:
+        options = {k: v for k, v in kwargs.items() if k in ("sessions", "since", "until", "prefix", "parallelism")}
+        for name, value in zip(("sessions", "since", "until"), args, strict=False):
+            options[name] = value
+        heads = LazyBatches(SESSIONS_SCHEMA, lambda: sessions(store, **options))
+        connection.register(f"{sessions_view}__s3log", heads)
+        connection.execute(f'CREATE OR REPLACE VIEW "{sessions_view}" AS SELECT * FROM "{sessions_view}__s3log"')
+    return connection
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sql_list(values: Iterable[str]) -> str:
+    return "(" + ", ".join(_sql_str(v) for v in values) + ")"
+
+
+def duckdb_parquet(
+    connection: Any,
+    directory: str,
+    *,
+    sessions: Iterable[str] | None = None,
+    since: int | float | datetime | str | None = None,
+    until: int | float | datetime | str | None = None,
+    kinds: Iterable[str] | None = None,
+    view: str = "entries",
+    sessions_view: str | None = "sessions",
+) -> Any:
+    """The views of :func:`duckdb` over a local export written by :func:`to_parquet`.
+
+    The filters become a ``WHERE`` that DuckDB pushes into the files: a time window
+    selects ``date=`` directories before any file is opened, and DuckDB skips row
+    groups by their statistics. The ``sessions`` view reads ``_sessions*.parquet``.
+    """
+    for name in (view, sessions_view):
+        if name is not None and not name.isidentifier():
+            raise ValueError(f"view name {name!r} must be an identifier")
+    import glob
+    import os
+
+    lo, hi = _ms(since), _ms(until)
+    lo_day = None if lo is None else datetime.fromtimestamp(lo / 1000, UTC).strftime("%Y-%m-%d")
+    hi_day = None if hi is None else datetime.fromtimestamp((hi - 1) / 1000, UTC).strftime("%Y-%m-%d")
+    where: list[str] = []
+    if lo is not None:
+        where.append(f"ts >= to_timestamp({lo} / 1000.0)")
+    if hi is not None:
+        where.append(f"ts < to_timestamp({hi} / 1000.0)")
+    if kinds is not None:
+        if isinstance(kinds, str):
+            raise ValueError("kinds must be a list of kinds, not one string")
+        where.append(f"kind IN {_sql_list(kinds)}" if kinds else "false")
+    if sessions is not None:
+        if isinstance(sessions, str):
+            raise ValueError("sessions must be a list of session ids, not one string")
+        ids = [validate_session_id(s) for s in sessions]
+        where.append(f"session IN {_sql_list(ids)}" if ids else "false")
+    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    root = directory.rstrip("/")
+    # The time window picks date= directories here, so files of other days are never
+    # opened (not even to bind the view's schema).
+    days = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(root), "date=*"))):
+        day = os.path.basename(path)[len("date="):]
+        if (lo_day is None or day >= lo_day) and (hi_day is None or day <= hi_day) and glob.glob(
+                os.path.join(glob.escape(path), "*.parquet")):
+            days.append(os.path.join(path, "*.parquet"))
+    columns = ", ".join(f'"{c}"' for c in SCHEMA.names)
+    if days:
+        files = "[" + ", ".join(_sql_str(d) for d in days) + "]"
+        source = f"read_parquet({files}, hive_partitioning = true, hive_types = {{'date': 'VARCHAR'}})"
+    else:  # nothing exported in the window: an empty view of the same columns
+        connection.register(f"{view}__empty", SCHEMA.empty_table())
+        source = f'"{view}__empty"'
+    connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT {columns} FROM {source}{clause}')
+    if sessions_view is not None:
+        heads = f"{root}/_sessions*.parquet"
+        if connection.execute(f"SELECT count(*) FROM glob({_sql_str(heads)})").fetchone()[0]:
+            source = f"read_parquet({_sql_str(heads)}, union_by_name = true)"
+        else:
+            connection.register(f"{sessions_view}__empty", SESSIONS_SCHEMA.empty_table())
+            source = f'"{sessions_view}__empty"'
+        keep = f" WHERE session IN {_sql_list(ids)}" if sessions is not None and ids else ""
+        connection.execute(f'CREATE OR REPLACE VIEW "{sessions_view}" AS SELECT * FROM {source}{keep}')
     return connection

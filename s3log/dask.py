@@ -1,66 +1,184 @@
 """Scaling a scan out: a Dask DataFrame of entries, partitioned by session ranges.
 
 The client lists session ids once; each partition is a slice of them that a Dask
-worker reads itself, straight from S3, with :func:`s3log.analytics.scan`. Workers open
-their own store from ``bucket``/``prefix``/``endpoint_url`` (and the standard AWS
-credential chain), so nothing but the ids travels from the client.
+worker reads itself, straight from S3, with :func:`s3log.analytics.scan`. The task
+graph carries plain values only (bucket, prefix, endpoint, ids, scan options): no
+store, client, log or thread pool is pickled. Each worker process opens one store per
+(bucket, prefix, endpoint) and reuses it for every partition it reads; each partition
+opens and closes its own log (and its thread pools) around its scan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from . import analytics
+from .layout import DEFAULT_PREFIX
+
+#: The scan options a partition accepts (everything else is refused before any task runs).
+SCAN_OPTIONS = frozenset({"since", "until", "kinds", "strict", "parallelism", "batch_size"})
+
+_stores: dict[tuple[int, str, str, str | None, bool], Any] = {}
+_stores_lock = threading.Lock()
+#: How many stores this process has opened (tests check that partitions share one).
+stores_opened = 0
 
 
-def _partition(
-    ids: Sequence[str], bucket: str, prefix: str, endpoint_url: str | None, fast: bool, options: dict[str, Any]
+def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool) -> Any:
+    """This process's store for ``bucket``/``prefix``/``endpoint_url``, opened once.
+
+    A boto3 client costs hundreds of milliseconds and a connection pool to build, so
+    partitions share one per process. The process id is part of the key: a forked
+    child never uses a client (and its sockets) inherited from its parent.
+    """
+    global stores_opened
+    key = (os.getpid(), bucket, prefix, endpoint_url, fast)
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            for stale in [k for k in _stores if k[0] != key[0]]:
+                del _stores[stale]  # inherited through fork: not ours to use or close
+            from .store.s3 import S3Store
+
+            store = S3Store.fast(bucket, endpoint_url=endpoint_url) if fast else \
+                S3Store(bucket, endpoint_url=endpoint_url)
+            _stores[key] = store
+            stores_opened += 1
+        return store
+
+
+def _types_mapper(dtype: pa.DataType) -> Any:
+    # Timestamps become pandas' own datetime64[ms, UTC], which compares with strings
+    # (df.ts > "2026-01-01"); everything else stays Arrow-backed so data_cbor stays
+    # binary (dask would cast object columns to text) and labels stay a map.
+    if pa.types.is_timestamp(dtype):
+        return None
+    return pd.ArrowDtype(dtype)
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as the DataFrame a partition returns (see :func:`read_entries`)."""
+    return table.to_pandas(types_mapper=_types_mapper)
+
+
+def _entries_partition(
+    ids: Sequence[str], bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
+    options: tuple[tuple[str, Any], ...],
 ) -> pd.DataFrame:
+    store = worker_store(bucket, prefix, endpoint_url, fast)
+    return to_pandas(analytics.to_arrow(store, list(ids), prefix=prefix, **dict(options)))
+
+
+def _sessions_partition(
+    ids: Sequence[str], bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
+    options: tuple[tuple[str, Any], ...],
+) -> pd.DataFrame:
+    store = worker_store(bucket, prefix, endpoint_url, fast)
+    return to_pandas(analytics.sessions_table(store, list(ids), prefix=prefix, **dict(options)))
+
+
+def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tuple[str, Any], ...]:
+    """Scan options as a sorted tuple of plain values, checked before any task is built."""
+    allowed = frozenset(allowed)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"unknown scan option(s) {unknown}: use {sorted(allowed)}")
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in ("since", "until"):
+            value = analytics._ms(value)  # datetimes and strings travel as ints
+        elif name == "kinds" and value is not None:
+            if isinstance(value, str):
+                raise ValueError("kinds must be a list of kinds, not one string")
+            value = tuple(str(k) for k in value)
+        elif name in ("parallelism", "batch_size"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+        elif name == "strict":
+            value = bool(value)
+        out[name] = value
+    return tuple(sorted(out.items()))
+
+
+def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None) -> list[str]:
+    from .ids import validate_session_id
+    from .log import Log
     from .store.s3 import S3Store
 
-    store: Any = S3Store.fast(bucket, prefix, endpoint_url=endpoint_url) if fast else \
-        S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    return analytics.to_arrow(store, list(ids), **options).to_pandas(types_mapper=pd.ArrowDtype)
+    if sessions is not None:
+        if isinstance(sessions, str):
+            raise ValueError("sessions must be a list of session ids, not one string")
+        return sorted({validate_session_id(s) for s in sessions})
+    store = S3Store(bucket, endpoint_url=endpoint_url)
+    lister = Log(store, prefix=prefix)
+    try:
+        return sorted(lister.list_session_ids())
+    finally:
+        lister.close()
+        store.client.close()
 
 
-def _meta() -> pd.DataFrame:
-    # Arrow-backed dtypes: CBOR bytes stay binary (dask would cast object columns to text).
-    return analytics.SCHEMA.empty_table().to_pandas(types_mapper=pd.ArrowDtype)
+def _frame(
+    func: Any, meta: pa.Schema, bucket: str, prefix: str, endpoint_url: str | None,
+    sessions: Iterable[str] | None, per_partition: int, fast: bool, options: tuple[tuple[str, Any], ...],
+) -> Any:
+    import dask.dataframe as dd
+
+    if isinstance(per_partition, bool) or not isinstance(per_partition, int) or per_partition < 1:
+        raise ValueError(f"sessions_per_partition must be a positive int, not {per_partition!r}")
+    ids = _ids(bucket, prefix, endpoint_url, sessions)
+    chunks = [tuple(ids[i : i + per_partition]) for i in range(0, len(ids), per_partition)] or [()]
+    from_map: Any = dd.from_map  # dask is untyped
+    return from_map(
+        func, chunks, bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, fast=fast, options=options,
+        meta=to_pandas(meta.empty_table()), enforce_metadata=False,
+    )
 
 
 def read_entries(
     bucket: str,
-    prefix: str = "s3log",
+    prefix: str = DEFAULT_PREFIX,
     *,
     endpoint_url: str | None = None,
-    sessions: Sequence[str] | None = None,
+    sessions: Iterable[str] | None = None,
     sessions_per_partition: int = 256,
     fast: bool = False,
     **scan_options: Any,
 ) -> Any:
     """A dask DataFrame of every entry under ``s3://bucket/prefix`` (or of ``sessions``).
 
-    ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``) are
-    passed to each partition's :func:`~s3log.analytics.scan`. ``fast`` reads with obstore.
+    Columns are :data:`s3log.analytics.SCHEMA`: ``ts`` is ``datetime64[ms, UTC]`` (it
+    compares with strings), the others Arrow-backed (``data_cbor`` stays binary).
+    ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``,
+    ``batch_size``) are passed to each partition's :func:`~s3log.analytics.scan`.
+    ``fast`` reads with obstore. Workers use the standard AWS credential chain.
     """
-    import dask.dataframe as dd
+    options = _plain_options(scan_options, SCAN_OPTIONS)
+    return _frame(_entries_partition, analytics.SCHEMA, bucket, prefix, endpoint_url, sessions,
+                  sessions_per_partition, fast, options)
 
-    from .log import Log
-    from .store.s3 import S3Store
 
-    if sessions is None:
-        lister = Log(S3Store(bucket, prefix, endpoint_url=endpoint_url))
-        try:
-            sessions = lister.list_session_ids()
-        finally:
-            lister.close()
-    ids = sorted(sessions)
-    chunks = [ids[i : i + sessions_per_partition] for i in range(0, len(ids), sessions_per_partition)] or [[]]
-    from_map: Any = dd.from_map  # dask is untyped
-    return from_map(
-        _partition, chunks, bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, fast=fast,
-        options=scan_options, meta=_meta(), enforce_metadata=False,
-    )
+def read_sessions(
+    bucket: str,
+    prefix: str = DEFAULT_PREFIX,
+    *,
+    endpoint_url: str | None = None,
+    sessions: Iterable[str] | None = None,
+    sessions_per_partition: int = 1_000,
+    fast: bool = False,
+    **options: Any,
+) -> Any:
+    """A dask DataFrame of one row per session (:data:`s3log.analytics.SESSIONS_SCHEMA`).
+
+    Heads only (one GET per session); merge it with :func:`read_entries` on ``session``
+    to group entries by labels. ``options``: ``since``, ``until``, ``parallelism``.
+    """
+    plain = _plain_options(options, {"since", "until", "parallelism"})
+    return _frame(_sessions_partition, analytics.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
+                  sessions_per_partition, fast, plain)

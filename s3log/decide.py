@@ -251,7 +251,7 @@ class RaiseConflict:
 
 @dataclass(frozen=True, slots=True)
 class IdTaken:
-    """Creating a session: its id belongs to someone else (no entry of ours is there)."""
+    """Creating a session: its id belongs to someone else (our batch is not all there)."""
 
 
 ConflictStep = AckAll | AdoptAndRetry | ForkRest | RaiseConflict | IdTaken
@@ -272,7 +272,10 @@ def after_lost(
     head's last hash is the hash of our last landed entry (or, with nothing landed,
     the hash our batch was chained after), i.e. nobody wrote after us.
     """
-    if creating and landed == 0:
+    if creating and landed < batch:
+        # A new session's id is someone else's unless our whole batch is there: a
+        # prefix of identical entries (same kind, ts and data, e.g. two sessions
+        # started alike in the same millisecond) is a coincidence, not our write.
         return IdTaken()
     if landed == batch:
         return AckAll(adopt=stored_ends_at_ours)

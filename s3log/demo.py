@@ -33,7 +33,7 @@ def invocation(
     endpoint: str | None, bucket: str, prefix: str, session: str, worker: int, turn: int
 ) -> dict[str, Any]:
     """One serverless invocation: restore, run a turn, append, commit, exit."""
-    log = Log(S3Store(bucket, prefix, endpoint_url=endpoint))
+    log = Log(S3Store(bucket, endpoint_url=endpoint), prefix=prefix)
     try:
         w = log.open(session)
         history = w.state
@@ -101,7 +101,7 @@ def run_demo(
 ) -> DemoReport:
     """Run the fleet against ``bucket`` and check every promise; return the report."""
     t0 = time.time()
-    log = Log(S3Store(bucket, prefix, endpoint_url=endpoint))
+    log = Log(S3Store(bucket, endpoint_url=endpoint), prefix=prefix)
     roots = [log.create(meta={"demo": True, "n": i}).session_id for i in range(sessions)]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 2) + 2, mp_context=ctx) as pool:

@@ -1,8 +1,10 @@
-"""A fault-injecting store wrapper, for testing what s3log promises under failure.
+"""Fault-injecting store wrappers, for testing what s3log promises under failure.
 
-Wraps any blocking store. Before or after each request a *plan* may inject:
+:class:`FaultyStore` wraps any blocking store, :class:`AsyncFaultyStore` any async
+store; both follow the same plan. Before or after each request a *plan* may inject:
 
-- ``"409"``: a ConditionalRequestConflict, nothing written;
+- ``"409"``: a ConditionalRequestConflict, nothing written (conditional PUTs only,
+  create-only or If-Match, as on S3; ignored on other requests);
 - ``"503"``: a throttling TransientStoreError, nothing done;
 - ``"timeout-landed"``: the request is performed, then the response is lost;
 - ``"timeout-lost"``: the request never reaches the store, the caller sees a timeout;
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
 
 from .errors import ConditionalRequestConflict, TransientStoreError
 from .ops import Blob, ListPage
-from .store.base import ObjectStore, RequestCounter
+from .store.base import AsyncObjectStore, ObjectStore, RequestCounter
+
+T = TypeVar("T")
 
 Fault = Literal["409", "503", "timeout-landed", "timeout-lost", "crash"]
 #: ``plan(method, key) -> fault or None``; method is get, put_if_absent, put_if_match, list, delete.
@@ -29,13 +33,15 @@ class Crash(BaseException):
     """The simulated death of a writer: propagates through s3log untouched."""
 
 
-class FaultyStore:
-    """A store that fails on purpose, as ``plan`` decides."""
+class _Faults:
+    """The plan logic both wrappers share: which fault a request meets, and raising it."""
 
-    def __init__(self, inner: ObjectStore, plan: FaultPlan) -> None:
-        self.inner = inner
+    def __init__(self, inner: ObjectStore | AsyncObjectStore, plan: FaultPlan) -> None:
         self.plan = plan
-        self.prefix = getattr(inner, "prefix", "s3log")
+        # The prefix belongs to the log; mirror a (deprecated) store prefix only if the
+        # wrapped store has one, so a log on the wrapper finds its sessions where they are.
+        if hasattr(inner, "prefix"):
+            self.prefix: str = inner.prefix
         self.requests: RequestCounter = inner.requests
         # A wrapper is as trustworthy as what it wraps: the precondition probe asks the inner store.
         self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
@@ -47,11 +53,14 @@ class FaultyStore:
         if fault is not None:
             with self._lock:
                 self.injected.append((method, key, fault))
-        if fault == "409" and method != "put_if_match":
+        # S3 answers 409 only to conditional writes; elsewhere the fault does nothing.
+        if fault == "409" and method not in ("put_if_match", "put_if_absent"):
             return None
         return fault
 
-    def _before(self, fault: Fault | None, key: str) -> None:
+    def _before(self, method: str, key: str) -> Fault | None:
+        """Decide the fault of this request; raise it now if it strikes before the store."""
+        fault = self._fault(method, key)
         if fault == "crash":
             raise Crash(key)
         if fault == "409":
@@ -60,52 +69,87 @@ class FaultyStore:
             raise TransientStoreError("injected throttle", key=key, code="SlowDown", status=503)
         if fault == "timeout-lost":
             raise TransientStoreError("injected timeout (request lost)", key=key, code="RequestTimeout")
+        return fault
 
     @staticmethod
     def _after(fault: Fault | None, key: str) -> None:
+        """Raise the fault that strikes after the store did the work (a lost response)."""
         if fault == "timeout-landed":
             raise TransientStoreError("injected timeout (request landed)", key=key, code="RequestTimeout")
 
-    def get(self, key: str) -> Blob:
-        """GET, maybe failing."""
-        fault = self._fault("get", key)
-        self._before(fault, key)
-        out = self.inner.get(key)
+
+class FaultyStore(_Faults):
+    """A blocking store that fails on purpose, as ``plan`` decides."""
+
+    def __init__(self, inner: ObjectStore, plan: FaultPlan) -> None:
+        super().__init__(inner, plan)
+        self.inner = inner
+
+    def _call(self, method: str, key: str, request: Callable[[], T]) -> T:
+        fault = self._before(method, key)
+        out = request()
         self._after(fault, key)
         return out
+
+    def get(self, key: str) -> Blob:
+        """GET, maybe failing."""
+        return self._call("get", key, lambda: self.inner.get(key))
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create-only PUT, maybe failing."""
-        fault = self._fault("put_if_absent", key)
-        self._before(fault, key)
-        out = self.inner.put_if_absent(key, body)
-        self._after(fault, key)
-        return out
+        return self._call("put_if_absent", key, lambda: self.inner.put_if_absent(key, body))
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Conditional PUT, maybe failing."""
-        fault = self._fault("put_if_match", key)
-        self._before(fault, key)
-        out = self.inner.put_if_match(key, body, etag)
-        self._after(fault, key)
-        return out
+        return self._call("put_if_match", key, lambda: self.inner.put_if_match(key, body, etag))
 
     def list(
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
     ) -> ListPage:
         """LIST, maybe failing."""
-        fault = self._fault("list", prefix)
-        self._before(fault, prefix)
-        out = self.inner.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
-        self._after(fault, prefix)
-        return out
+        return self._call("list", prefix, lambda: self.inner.list(
+            prefix, delimiter=delimiter, token=token, max_keys=max_keys))
 
     def delete(self, key: str) -> None:
         """DELETE, maybe failing."""
-        fault = self._fault("delete", key)
-        self._before(fault, key)
-        self.inner.delete(key)
+        self._call("delete", key, lambda: self.inner.delete(key))
+
+
+class AsyncFaultyStore(_Faults):
+    """An async store that fails on purpose, as ``plan`` decides (same plans as FaultyStore)."""
+
+    def __init__(self, inner: AsyncObjectStore, plan: FaultPlan) -> None:
+        super().__init__(inner, plan)
+        self.inner = inner
+
+    async def _call(self, method: str, key: str, request: Callable[[], Awaitable[T]]) -> T:
+        fault = self._before(method, key)
+        out = await request()
         self._after(fault, key)
+        return out
+
+    async def get(self, key: str) -> Blob:
+        """GET, maybe failing."""
+        return await self._call("get", key, lambda: self.inner.get(key))
+
+    async def put_if_absent(self, key: str, body: bytes) -> str:
+        """Create-only PUT, maybe failing."""
+        return await self._call("put_if_absent", key, lambda: self.inner.put_if_absent(key, body))
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        """Conditional PUT, maybe failing."""
+        return await self._call("put_if_match", key, lambda: self.inner.put_if_match(key, body, etag))
+
+    async def list(
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+    ) -> ListPage:
+        """LIST, maybe failing."""
+        return await self._call("list", prefix, lambda: self.inner.list(
+            prefix, delimiter=delimiter, token=token, max_keys=max_keys))
+
+    async def delete(self, key: str) -> None:
+        """DELETE, maybe failing."""
+        await self._call("delete", key, lambda: self.inner.delete(key))
 
 
 def random_plan(

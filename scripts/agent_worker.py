@@ -56,8 +56,8 @@ def handle(log: s3log.Log, session_id: str | None, prompt: str) -> dict[str, Any
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """AWS Lambda entry point: ``{"session": SID or null, "prompt": "..."}``."""
-    store = s3log.S3Store(os.environ["S3LOG_BUCKET"], os.environ.get("S3LOG_PREFIX", "s3log"))
-    log = s3log.Log(store)
+    store = s3log.S3Store(os.environ["S3LOG_BUCKET"])
+    log = s3log.Log(store, prefix=os.environ.get("S3LOG_PREFIX", "s3log"))
     try:
         return handle(log, event.get("session"), str(event.get("prompt", "")))
     finally:
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--session")
     parser.add_argument("--prompt", default="hello")
     args = parser.parse_args()
-    log = s3log.Log(s3log.S3Store(args.bucket, args.prefix))
+    log = s3log.Log(s3log.S3Store(args.bucket), prefix=args.prefix)
     print(json.dumps(handle(log, args.session, args.prompt)))
     log.close()
 

@@ -116,7 +116,7 @@ def test_parquet_partitions_by_date_and_pruning_reads_only_one_day(
     rows = analytics.to_parquet(store, str(tmp_path / "out"))
     assert rows == sum(len(v) for v in written.values())
     days = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert days == ["date=2026-01-01", "date=2026-01-02", "date=2026-01-03"]
+    assert days == ["_sessions.parquet", "date=2026-01-01", "date=2026-01-02", "date=2026-01-03"]
     dataset = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive")
     day = ds.field("date") == "2026-01-02"
     files = [f.path for f in dataset.get_fragments(filter=day)]
@@ -140,27 +140,3 @@ def test_parquet_to_s3_and_duckdb_view(s3log_server: LocalS3) -> None:
     ).fetchone()
     assert n == 27
     assert failed == sum(1 for v in written.values() for _, d in v if not d["ok"])
-
-
-def test_dask_and_the_local_scan_agree(s3log_server: LocalS3) -> None:
-    from distributed import Client, LocalCluster
-
-    from s3log.dask import read_entries
-
-    bucket = s3log_server.create_bucket()
-    store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
-    _populate(s3log.Log(store), 6, 10)
-    local = analytics.to_arrow(store).to_pandas()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster):
-        df = read_entries(bucket, endpoint_url=s3log_server.endpoint_url, sessions_per_partition=2)
-        assert df.npartitions == 3
-        remote = df.compute()
-        per_kind = df.groupby("kind").seq.count().compute().to_dict()
-    assert len(remote) == len(local) == 60
-    key = ["session", "seq"]
-    a = remote.sort_values(key).reset_index(drop=True)
-    b = local.sort_values(key).reset_index(drop=True)
-    cols = ["session", "seq", "kind", "hash", "data_cbor"]
-    assert a[cols].values.tolist() == b[cols].values.tolist()
-    assert per_kind == local.groupby("kind").seq.count().to_dict()

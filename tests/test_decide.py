@@ -103,6 +103,7 @@ def test_reread_rows(found: decide.StoredHead | None, expected: str | None, atte
     ("creating", "batch", "landed", "ends_at_ours", "on_conflict", "step"),
     [
         (True, 2, 0, False, "fork", decide.IdTaken()),
+        (True, 2, 1, False, "fork", decide.IdTaken()),                # an identical first entry by chance
         (False, 2, 2, True, "fork", decide.AckAll(adopt=True)),       # all ours, nobody after: adopt
         (False, 2, 2, False, "fork", decide.AckAll(adopt=False)),     # all ours, built on: stale view
         (True, 2, 2, True, "fork", decide.AckAll(adopt=True)),        # lazy create landed, response lost

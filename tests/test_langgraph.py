@@ -201,12 +201,12 @@ def test_a_saver_refuses_the_other_kind_of_log_at_construction() -> None:
 def test_log_from_url() -> None:
     log = _log_from_url("s3://my-bucket/some/prefix?endpoint=http://127.0.0.1:9/&region=eu-west-3")
     assert isinstance(log, s3log.Log)
-    assert (log.store.bucket, log.store.prefix) == ("my-bucket", "some/prefix")
+    assert (log.store.bucket, log.prefix) == ("my-bucket", "some/prefix")  # the log owns the prefix
     assert log.store.client.meta.endpoint_url == "http://127.0.0.1:9/"
     assert log.store.client.meta.region_name == "eu-west-3"
-    assert _log_from_url("s3://b").store.prefix == "s3log"
+    assert _log_from_url("s3://b").prefix == "s3log"
     alog = _log_from_url("s3://b/p", async_=True)
-    assert isinstance(alog, s3log.AsyncLog) and alog.store.prefix == "p"
+    assert isinstance(alog, s3log.AsyncLog) and alog.prefix == "p"
 
 
 @pytest.mark.parametrize("url", [

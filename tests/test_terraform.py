@@ -695,7 +695,7 @@ def test_sweep_handler_builds_the_client_once_and_passes_its_settings(
     else:
         assert first["expire"] is None
     assert first == second
-    assert first["gc"] == {"sessions": 0, "unreferenced": 0, "deleted": 0, "kept_young": 0}
+    assert first["gc"] == {"sessions": 0, "unreferenced": 0, "deleted": 0, "kept_young": 0, "broken": 0}
 
 
 @pytest.mark.parametrize(
@@ -733,4 +733,4 @@ def test_sweep_handler_against_s3(sweep: ModuleType, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("S3LOG_DRY_RUN", "1")
     out = sweep.handler({}, None)
     assert out["dry_run"] is True
-    assert out["gc"] == {"sessions": 1, "unreferenced": 0, "deleted": 0, "kept_young": 1}
+    assert out["gc"] == {"sessions": 1, "unreferenced": 0, "deleted": 0, "kept_young": 1, "broken": 0}

@@ -115,7 +115,7 @@ def open_log(ctx: typer.Context | None = None) -> Any:
         fail("no bucket: pass --bucket NAME or set S3LOG_BUCKET", 2)
     client = _s3_client(s)
     s.resolved_endpoint = str(client.meta.endpoint_url)
-    log = Log(S3Store(s.bucket, s.prefix, client=client), config=LogConfig(retry=CLI_RETRY))
+    log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=LogConfig(retry=CLI_RETRY))
     ctx.call_on_close(log.close)
     return log
 

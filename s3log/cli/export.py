@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .app import app, console, emit_json, fail, handle_errors, open_log
+from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
 from .maintenance import parse_duration
 
 
@@ -30,6 +32,36 @@ def parse_time(text: str | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
+@contextlib.contextmanager
+def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | None]:
+    """A ``progress=`` callback drawing sessions done of total and entries/s on stderr.
+
+    Only on a terminal and without ``--quiet``: in a pipe or a log file nothing is drawn.
+    """
+    if quiet or not err_console.is_terminal:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task(label, total=None, rate="")
+
+        def update(p: Any) -> None:
+            bar.update(task, completed=p.sessions_done, total=p.sessions_total,
+                       rate=f"{p.entries:,} entries, {p.entries_per_s:,.0f}/s")
+
+        yield update
+
+
+def _prepare_dir(out: Path, mode: str) -> None:
+    from pyarrow import fs
+
+    from .. import analytics
+
+    analytics.prepare_output(fs.LocalFileSystem(), str(out.absolute()), mode)  # type: ignore[arg-type]
+    out.mkdir(parents=True, exist_ok=True)
+
+
 @app.command()
 @handle_errors
 def export(
@@ -38,75 +70,114 @@ def export(
     since: str = typer.Option(None, "--since", help="Only entries at or after (date, ISO time, or 7d)."),
     until: str = typer.Option(None, "--until", help="Only entries before."),
     kind: list[str] = typer.Option(None, "--kind", help="Only these kinds (repeatable)."),
+    session: list[str] = typer.Option(None, "--session", help="Only these sessions (repeatable)."),
+    mode: str = typer.Option(
+        "error", "--mode", help="If --out is not empty: error (default), overwrite (replace it) or append."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary line."),
 ) -> None:
-    """Export every session's entries, verified, for a query engine."""
+    """Export sessions' entries, verified, for a query engine.
+
+    Parquet writes DIR/date=YYYY-MM-DD/part-*.parquet and DIR/_sessions.parquet (one
+    row per session, labels and meta); jsonl and csv write one file of entries.
+    """
     import pyarrow as pa
     import pyarrow.csv as pcsv
-    import pyarrow.dataset as ds
 
     from .. import analytics
 
     if fmt not in ("parquet", "jsonl", "csv"):
         fail(f"unknown format {fmt!r}: use parquet, jsonl or csv")
+    if mode not in ("error", "overwrite", "append"):
+        fail(f"unknown mode {mode!r}: use error, overwrite or append")
+    options: dict[str, Any] = {
+        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+    }
+    _prepare_dir(out, mode)  # before anything is read or written
     log = open_log()
-    out.mkdir(parents=True, exist_ok=True)
     rows = 0
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console, transient=True) as bar:
-        task = bar.add_task("exporting", total=None)
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            nonlocal rows
-            for b in analytics.scan(log.store, since=parse_time(since), until=parse_time(until),
-                                    kinds=kind or None, prefix=log.prefix):
-                rows += b.num_rows
-                bar.update(task, description=f"exporting: {rows} entries")
-                yield b
-
-        if fmt == "parquet":
-            schema = analytics.SCHEMA.append(pa.field("date", pa.string()))
-            ds.write_dataset(
-                (analytics.with_date(b) for b in batches()), out, schema=schema, format="parquet",
-                partitioning=ds.partitioning(pa.schema([("date", pa.string())]), flavor="hive"),
-                existing_data_behavior="overwrite_or_ignore",
-            )
-        elif fmt == "jsonl":
-            with (out / "entries.jsonl").open("w") as f:
-                for b in batches():
-                    for r in b.drop_columns(["data_cbor"]).to_pylist():
-                        r["ts"] = r["ts"].isoformat()
-                        r["data"] = json.loads(r.pop("data_json")) if r["data_json"] else None
-                        f.write(json.dumps(r) + "\n")
-        else:
-            writer: Any = None
-            for b in batches():
-                b = b.drop_columns(["data_cbor"])
-                if writer is None:
-                    writer = pcsv.CSVWriter(str(out / "entries.csv"), b.schema)
-                writer.write_batch(b)
-            if writer is not None:
-                writer.close()
-    log.close()
-    console.print(f"exported {rows} entries to {out} ({fmt})")
+    try:
+        with scan_progress("exporting", quiet) as progress:
+            options.update(prefix=log.prefix, progress=progress)
+            if fmt == "parquet":
+                rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
+            else:
+                batches = analytics.scan(log.store, **options)
+                if fmt == "jsonl":
+                    with (out / "entries.jsonl").open("a" if mode == "append" else "w") as f:
+                        for b in batches:
+                            rows += b.num_rows
+                            for r in b.drop_columns(["data_cbor"]).to_pylist():
+                                r["ts"] = r["ts"].isoformat()
+                                text = r.pop("data_json")
+                                r["data"] = json.loads(text) if text else None
+                                f.write(json.dumps(r) + "\n")
+                else:
+                    name = "entries.csv" if mode != "append" or not (out / "entries.csv").exists() else \
+                        f"entries-{uuid.uuid4().hex[:12]}.csv"  # appending: a new file, each with its header
+                    writer: Any = None
+                    for b in batches:
+                        rows += b.num_rows
+                        b = b.drop_columns(["data_cbor"])
+                        if writer is None:
+                            writer = pcsv.CSVWriter(str(out / name), b.schema)
+                        writer.write_batch(b)
+                    if writer is None:
+                        empty = pa.Table.from_batches([], analytics.SCHEMA).drop_columns(["data_cbor"])
+                        pcsv.write_csv(empty, str(out / name))
+                    else:
+                        writer.close()
+    finally:
+        log.close()
+    if not quiet:
+        console.print(f"exported {rows} entries to {out} ({fmt})")
 
 
 @app.command()
 @handle_errors
 def query(
-    sql: str = typer.Argument(..., help="SQL over the view `entries`."),
+    sql: str = typer.Argument(..., help="SQL over the views `entries` and `sessions`."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON rows."),
+    since: str = typer.Option(None, "--since", help="Only entries at or after (date, ISO time, or 7d)."),
+    until: str = typer.Option(None, "--until", help="Only entries before."),
+    kind: list[str] = typer.Option(None, "--kind", help="Only these kinds (repeatable)."),
+    session: list[str] = typer.Option(None, "--session", help="Only these sessions (repeatable)."),
+    source: Path = typer.Option(None, "--from", help="Query a Parquet export (s3log export) instead of S3."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress."),
 ) -> None:
-    """Run SQL (DuckDB) over every session's entries, as the view ``entries``."""
+    """Run SQL (DuckDB) over the views ``entries`` and ``sessions``, streamed.
+
+    --since/--until/--kind/--session cut what is read (sessions outside the window or
+    not named are never fetched), not only the rows the SQL sees.
+    """
     import duckdb
 
     from .. import analytics
 
-    log = open_log()
     con = duckdb.connect()
-    analytics.duckdb(con, log.store, prefix=log.prefix)
-    cur = con.execute(sql)
-    names = [d[0] for d in cur.description]
-    rows = cur.fetchall()
-    log.close()
+    con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
+    filters: dict[str, Any] = {
+        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+    }
+    log = None
+    try:
+        with scan_progress("querying", quiet) as progress:
+            if source is not None:
+                if not source.is_dir():
+                    fail(f"--from {source}: not a directory (give the --out of s3log export --format parquet)")
+                analytics.duckdb_parquet(con, str(source), **filters)
+            else:
+                log = open_log()
+                analytics.duckdb(con, log.store, prefix=log.prefix, progress=progress, **filters)
+            try:
+                cur = con.execute(sql)
+            except duckdb.Error as exc:
+                fail(f"query failed: {exc}")
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+    finally:
+        if log is not None:
+            log.close()
     if as_json:
         emit_json([dict(zip(names, r, strict=True)) for r in rows])
         return

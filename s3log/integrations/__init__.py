@@ -63,9 +63,10 @@ def _log_from_url(url: str, async_: bool = False) -> Log | AsyncLog:
         from ..aio import AsyncLog
         from ..store.aio_s3 import AsyncS3Store
 
-        return AsyncLog(AsyncS3Store(parts.netloc, prefix, endpoint_url=params.get("endpoint"),
-                                     region_name=params.get("region")))
+        return AsyncLog(AsyncS3Store(parts.netloc, endpoint_url=params.get("endpoint"),
+                                     region_name=params.get("region")), prefix=prefix)
     from ..log import Log
     from ..store.s3 import S3Store
 
-    return Log(S3Store(parts.netloc, prefix, endpoint_url=params.get("endpoint"), region_name=params.get("region")))
+    return Log(S3Store(parts.netloc, endpoint_url=params.get("endpoint"), region_name=params.get("region")),
+               prefix=prefix)

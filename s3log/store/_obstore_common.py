@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from typing import Any
 
-from ..errors import (
-    ConditionalRequestConflict,
-    ObjectNotFound,
-    PreconditionFailed,
-    StoreError,
-    TransientStoreError,
-)
+from ..errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
 from ..ops import Blob, ListPage, ObjectInfo
+from .base import error_for_status
 
 
-def make_client(bucket: str, endpoint_url: str | None, region_name: str | None) -> Any:
+def make_client(
+    bucket: str,
+    endpoint_url: str | None,
+    region_name: str | None,
+    *,
+    timeout: timedelta = timedelta(seconds=30),
+    connect_timeout: timedelta = timedelta(seconds=5),
+) -> Any:
     """An ``obstore.store.S3Store`` for ``bucket``, configured like boto3 would be.
 
     Credentials come from the standard ``AWS_*`` variables (or instance metadata);
@@ -29,7 +32,7 @@ def make_client(bucket: str, endpoint_url: str | None, region_name: str | None) 
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     kwargs: dict[str, Any] = {"region": region}
-    client_options: dict[str, Any] = {"timeout": timedelta(seconds=30), "connect_timeout": timedelta(seconds=5)}
+    client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": connect_timeout}
     if endpoint:
         kwargs["endpoint"] = endpoint
         if endpoint.startswith("http://"):
@@ -43,26 +46,43 @@ def make_client(bucket: str, endpoint_url: str | None, region_name: str | None) 
     return RustS3Store(bucket, client_options=options, retry_config=retry, **kwargs)
 
 
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]*)</Code>")
+_MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
+_REQUEST_ID = re.compile(r"<RequestId>([^<]*)</RequestId>")
+
+
 def map_error(exc: BaseException, key: str) -> StoreError:
-    """Translate an obstore exception into s3log's store errors."""
+    """Translate an obstore exception into s3log's store errors.
+
+    obstore's exception class is not enough: it reports a 409 on a conditional PUT as
+    "already exists" (AlreadyExistsError) and an If-Match PUT on a missing key as a
+    precondition error. The HTTP status and S3 error code in its message decide,
+    through the mapping every HTTP store shares (:func:`.base.error_for_status`).
+    """
     from obstore import exceptions as ox
 
     text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    status = _STATUS.search(text)
+    if status is not None:
+        # obstore's own wording ("already exists") can contradict the status: keep S3's.
+        code, message, rid = (m.group(1) if m else None for m in
+                              (_CODE.search(text), _MESSAGE.search(text), _REQUEST_ID.search(text)))
+        return error_for_status(int(status.group(1)), code or "", message or first, key=key, request_id=rid)
+    # No HTTP reply to go by: the exception class is all there is.
     if isinstance(exc, (ox.NotFoundError, FileNotFoundError)):
-        return ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+        return ObjectNotFound(first, key=key, code="NoSuchKey", status=404)
     if isinstance(exc, (ox.AlreadyExistsError, ox.PreconditionError)):
-        # obstore reports If-Match on a missing key as a precondition error with a 404.
-        if "404 Not Found" in text:
-            return ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
-        return PreconditionFailed("precondition failed", key=key, code="PreconditionFailed", status=412)
-    if "409 Conflict" in text or "ConditionalRequestConflict" in text:
-        return ConditionalRequestConflict("conditional request conflict", key=key,
-                                          code="ConditionalRequestConflict", status=409)
+        return PreconditionFailed(first, key=key, code="PreconditionFailed", status=412)
     if isinstance(exc, (ox.PermissionDeniedError, ox.UnauthenticatedError, ox.InvalidPathError,
                         ox.NotSupportedError, ox.UnknownConfigurationKeyError)):
-        return StoreError(text.splitlines()[0], key=key)
-    # Everything else (5xx, throttling, timeouts, broken connections): outcome unknown.
-    return TransientStoreError(text.splitlines()[0] if text else type(exc).__name__, key=key)
+        return StoreError(first, key=key)
+    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, ox.BaseError):
+        # obstore refused the arguments (a key it cannot parse): no retry changes that.
+        return StoreError(first, key=key)
+    # Everything else (timeouts, broken connections): the outcome is unknown.
+    return TransientStoreError(first, key=key)
 
 
 def blob(result: Any, data: Any) -> Blob:
@@ -70,20 +90,76 @@ def blob(result: Any, data: Any) -> Blob:
     return Blob(bytes(data), str(result.meta["e_tag"]))
 
 
-def page_from_delimited(result: Any) -> ListPage:
-    """A :class:`ListPage` from ``list_with_delimiter`` (obstore returns it whole)."""
-    return ListPage(
-        [_info(o) for o in result["objects"]],
-        [p if p.endswith("/") else p + "/" for p in result["common_prefixes"]],
-        None,
-    )
+#: S3 returns at most this many entries (keys and common prefixes) per LIST request.
+S3_PAGE = 1000
 
 
-def page_from_chunk(chunk: Any, max_keys: int) -> ListPage:
-    """A :class:`ListPage` from one chunk of ``list``; the token is the last key."""
-    objects = [_info(o) for o in chunk]
-    token = objects[-1].key if len(objects) >= max_keys else None
+def check_key(key: str) -> str:
+    """``key``, if obstore can address exactly that key; else InvalidArgumentError.
+
+    obstore parses keys as paths: it rewrites ``a/`` and ``/a`` to ``a`` (writing a
+    different key than asked, silently) and refuses empty, ``.`` and ``..`` segments
+    and control characters. s3log's own keys never have these; refuse them up front.
+    """
+    parts = key.split("/")
+    if not key or "" in parts or "." in parts or ".." in parts or any(ord(c) < 32 or c == "\x7f" for c in key):
+        raise InvalidArgumentError(
+            "key", f"{key!r} cannot be stored exactly through obstore (empty, '.' or '..' path segment, "
+            "a leading or trailing '/', or a control character)")
+    return key
+
+
+def check_list(
+    prefix: str, delimiter: str | None, token: str | None, max_keys: int
+) -> tuple[str | None, str | None, int]:
+    """The obstore ``list`` arguments (folder, offset, chunk size) for one page under ``prefix``.
+
+    obstore's only delimiter is ``/``; any other is refused (InvalidArgumentError).
+
+    obstore lists a *folder*: ``list("t/a")`` lists ``t/a/...``, not ``t/ab``. S3 lists
+    a string prefix. For a prefix that does not end in ``/`` list its folder from just
+    before the prefix and keep only the keys that start with it (:func:`page_from_chunk`).
+    The chunk is capped at one S3 page, so one call sends one request.
+    """
+    if delimiter not in (None, "/"):
+        raise InvalidArgumentError("delimiter", f"obstore lists with '/' only, not {delimiter!r}")
+    folder = prefix[: prefix.rfind("/") + 1]
+    offset = token
+    if offset is None and folder != prefix:
+        # Every key starting with the prefix sorts after the prefix minus its last character.
+        offset = prefix[:-1].rstrip("/") or None
+    return folder or None, offset, max(1, min(max_keys, S3_PAGE))
+
+
+def page_from_chunk(chunk: Any, prefix: str, chunk_size: int) -> ListPage:
+    """A :class:`ListPage` from one chunk of ``list``; the token is the chunk's last key.
+
+    A full chunk may be followed by more keys, so it carries a token; a page can then
+    hold fewer than ``max_keys`` keys (or none) and still not be the last.
+    """
+    objects: list[ObjectInfo] = []
+    for meta in chunk:
+        info = _info(meta)
+        if info.key.startswith(prefix):
+            objects.append(info)
+        elif info.key > prefix:
+            return ListPage(objects, [], None)  # past every key with the prefix
+    token = str(chunk[-1]["path"]) if len(chunk) >= chunk_size else None
     return ListPage(objects, [], token)
+
+
+def page_from_delimited(result: Any, prefix: str) -> tuple[ListPage, int]:
+    """A :class:`ListPage` from ``list_with_delimiter`` of ``prefix``'s folder, and the
+    number of S3 requests it took.
+
+    obstore returns a delimited listing whole (it pages internally, 1,000 entries per
+    request), so the page holds everything and its token is None.
+    """
+    objects = [_info(o) for o in result["objects"]]
+    prefixes = [p if p.endswith("/") else p + "/" for p in result["common_prefixes"]]
+    requests = max(1, -(-(len(objects) + len(prefixes)) // S3_PAGE))
+    return ListPage([o for o in objects if o.key.startswith(prefix)],
+                    [p for p in prefixes if p.startswith(prefix)], None), requests
 
 
 def _info(meta: Any) -> ObjectInfo:

@@ -15,35 +15,31 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from ..errors import (
-    ConditionalRequestConflict,
-    ObjectNotFound,
-    PreconditionFailed,
-    StoreError,
-    TransientStoreError,
-)
+from ..errors import StoreError, TransientStoreError
 from ..ops import ListPage, ObjectInfo
-
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling",
-        "ThrottlingException", "RequestTimeTooSkewed", "OperationAborted", "503", "500",
-    }
-)
+from .base import error_for_status
 
 
-def client_config(max_pool: int = 64) -> Config:
-    """botocore settings for s3log's clients.
+def client_options(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> dict[str, Any]:
+    """botocore settings for s3log's clients (boto3 and aioboto3), as ``Config`` arguments.
 
     botocore's own retries are turned off: s3log retries idempotent requests itself,
     and must see every failure of a conditional head PUT to resolve its outcome.
+    ``total_max_attempts`` counts the first attempt; botocore's ``max_attempts``
+    counts retries only, so ``max_attempts=1`` would still repeat a failed PUT once
+    (hidden from s3log's request counts: a lost create-only PUT came back as a 412).
     """
-    return Config(
-        retries={"mode": "standard", "max_attempts": 1},
-        max_pool_connections=max_pool,
-        connect_timeout=5,
-        read_timeout=30,
-    )
+    return {
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+        "max_pool_connections": max_pool,
+        "connect_timeout": connect_timeout,
+        "read_timeout": read_timeout,
+    }
+
+
+def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> Config:
+    """The boto3 client settings of :func:`client_options`."""
+    return Config(**client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
 def map_error(exc: BaseException, key: str) -> StoreError:
@@ -54,17 +50,7 @@ def map_error(exc: BaseException, key: str) -> StoreError:
         code = str(err.get("Code", ""))
         status = int(meta.get("HTTPStatusCode", 0) or 0)
         rid = meta.get("RequestId")
-        msg = str(err.get("Message", "")) or code
-        kwargs: dict[str, Any] = {"key": key, "code": code, "status": status, "request_id": rid}
-        if status == 412 or code == "PreconditionFailed":
-            return PreconditionFailed(msg, **kwargs)
-        if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
-            return ObjectNotFound(msg, **kwargs)
-        if status == 409 and code == "ConditionalRequestConflict":
-            return ConditionalRequestConflict(msg, **kwargs)
-        if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
-            return TransientStoreError(msg, **kwargs)
-        return StoreError(msg, **kwargs)
+        return error_for_status(status, code, str(err.get("Message", "")), key=key, request_id=rid)
     if isinstance(
         exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)
     ):

@@ -7,14 +7,35 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import aioboto3
+from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
+from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
 
-from ..layout import DEFAULT_PREFIX
 from ..ops import Blob, ListPage
-from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
-from .base import RequestCounter
+from ._s3common import CAUGHT, client_options, list_page, list_params, map_error
+from .base import RequestCounter, deprecated_prefix
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
+
+
+class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
+    """aiobotocore's HTTP session, minus aiohttp's silent resend.
+
+    aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
+    the reply: the HTTP idempotency rule, false for a conditional PUT. A create-only PUT
+    that landed then came back as a 412, and no failure of a head PUT may go unseen.
+    """
+
+    async def _get_session(self, proxy_url: Any) -> Any:
+        session = await super()._get_session(proxy_url)
+        session._retry_connection = False
+        return session
+
+
+def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> Any:
+    """The aioboto3 client settings: those of the boto3 client, and no resend by aiohttp."""
+    return AioConfig(http_session_cls=_NoResendSession,
+                     **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
 class AsyncS3Store:
@@ -22,12 +43,17 @@ class AsyncS3Store:
 
     The client is opened on first use and kept until :meth:`aclose` (or the end of an
     ``async with`` block), so a worker pays the connection set-up once.
+
+    ``prefix`` is deprecated: pass it to the log (``AsyncLog(store, prefix=...)``).
     """
+
+    #: Only set when the deprecated ``prefix`` argument was given.
+    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         *,
         client: Any = None,
         endpoint_url: str | None = None,
@@ -35,7 +61,7 @@ class AsyncS3Store:
         max_pool_connections: int = 64,
     ) -> None:
         self.bucket = bucket
-        self.prefix = prefix
+        deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
         self._client = client
         self._endpoint_url = endpoint_url
@@ -45,14 +71,19 @@ class AsyncS3Store:
         self._open_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
-        return f"AsyncS3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
+        return f"AsyncS3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str = DEFAULT_PREFIX, **kwargs: Any) -> AsyncObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request."""
+    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> AsyncObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request.
+
+        ``prefix`` is deprecated, as for the constructor.
+        """
         from .fast import AsyncObstoreStore
 
-        return AsyncObstoreStore(bucket, prefix, **kwargs)
+        store = AsyncObstoreStore(bucket, **kwargs)
+        deprecated_prefix(store, prefix)
+        return store
 
     async def _c(self) -> Any:
         if self._client is not None:

@@ -8,13 +8,88 @@ ConditionalRequestConflict, TransientStoreError) and nothing else for store fail
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import Counter
 from typing import Protocol, runtime_checkable
 
+from ..errors import (
+    ConditionalRequestConflict,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
 from ..ops import Blob, ListPage
 
 #: The request kinds counted by every store.
 REQUEST_KINDS = ("GET", "PUT", "LIST", "DELETE")
+
+#: Error codes S3 (and compatible stores) use for throttling and server trouble,
+#: whatever the HTTP status that carries them: the outcome of a write is unknown.
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling",
+        "ThrottlingException", "RequestTimeTooSkewed", "503", "500",
+    }
+)
+
+#: 404 codes that mean the bucket, not the key, is missing: a configuration error no
+#: retry fixes. Reporting it as ObjectNotFound would make a wrong bucket name look
+#: like a missing session (or, on a head PUT, like a session deleted under the writer).
+MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
+
+
+def error_for_status(
+    status: int, code: str, message: str, *, key: str, request_id: str | None = None
+) -> StoreError:
+    """The s3log store error for an HTTP error reply (``status`` 0 when unknown, S3 ``code``).
+
+    The one mapping every HTTP store uses (see docs/stores.md):
+
+    ======================================  ==============================
+    412, or code PreconditionFailed         PreconditionFailed
+    404 with code NoSuchBucket              StoreError (fatal)
+    404, or code NoSuchKey / NotFound       ObjectNotFound
+    409, whatever the code                  ConditionalRequestConflict
+    5xx, 429, or a throttling/server code   TransientStoreError
+    anything else (403, 400...)             StoreError (fatal)
+    ======================================  ==============================
+
+    A 409 on an object request means S3 refused it because of a concurrent request
+    (ConditionalRequestConflict, OperationAborted): nothing was written, whatever the code.
+    """
+    cls: type[StoreError]
+    if status == 412 or code == "PreconditionFailed":
+        cls = PreconditionFailed
+    elif code in MISSING_BUCKET_CODES:
+        cls = StoreError
+    elif status == 404 or code in ("NoSuchKey", "404", "NotFound"):
+        cls = ObjectNotFound
+    elif status == 409 or code == "ConditionalRequestConflict":
+        cls = ConditionalRequestConflict
+    elif status >= 500 or status == 429 or code in TRANSIENT_CODES:
+        cls = TransientStoreError
+    else:
+        cls = StoreError
+    return cls(message or code or f"HTTP {status}", key=key, code=code or None, status=status or None,
+               request_id=request_id)
+
+
+def deprecated_prefix(store: object, prefix: str | None, *, stacklevel: int = 3) -> None:
+    """Accept the deprecated ``prefix`` store argument: warn, and keep it as ``store.prefix``.
+
+    The log owns the prefix (``Log(store, prefix=...)``); a store addresses a bucket.
+    Until the argument is removed, a log given no prefix still reads ``store.prefix``.
+    """
+    if prefix is None:
+        return
+    warnings.warn(
+        f"{type(store).__name__}(prefix=...) is deprecated and will be removed: stores address a "
+        f"bucket, the log owns the prefix. Pass it to the log instead: Log(store, prefix={prefix!r})",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    setattr(store, "prefix", prefix)  # noqa: B010 - only stores given one carry the attribute
 
 
 class RequestCounter:

@@ -9,31 +9,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..layout import DEFAULT_PREFIX
 from ..ops import Blob, ListPage
 from . import _obstore_common as common
-from .base import RequestCounter
+from .base import RequestCounter, deprecated_prefix
 
 
 class _ObstoreBase:
-    """The client, prefix and request counter both obstore stores hold."""
+    """The client and request counter both obstore stores hold.
+
+    ``prefix`` is deprecated: pass it to the log (``Log(store, prefix=...)``).
+    """
+
+    #: Only set when the deprecated ``prefix`` argument was given.
+    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
-        self.prefix = prefix
+        deprecated_prefix(self, prefix)
         self.client = client if client is not None else common.make_client(bucket, endpoint_url, region_name)
         self.requests = RequestCounter()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(bucket={self.bucket!r}, prefix={self.prefix!r})"
+        return f"{type(self).__name__}(bucket={self.bucket!r})"
 
 
 class ObstoreStore(_ObstoreBase):
@@ -43,6 +48,7 @@ class ObstoreStore(_ObstoreBase):
         """Return the object's body and ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("GET")
         try:
             result = obstore.get(self.client, key)
@@ -54,6 +60,7 @@ class ObstoreStore(_ObstoreBase):
         """Create the object unless it exists; return its ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("PUT")
         try:
             return str(obstore.put(self.client, key, body, mode="create")["e_tag"])
@@ -64,6 +71,7 @@ class ObstoreStore(_ObstoreBase):
         """Replace the object if its ETag is ``etag``; return the new ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("PUT")
         try:
             return str(obstore.put(self.client, key, body, mode={"e_tag": etag})["e_tag"])
@@ -76,12 +84,16 @@ class ObstoreStore(_ObstoreBase):
         """One page of keys under ``prefix``, in key order."""
         import obstore
 
+        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys)
         self.requests.add("LIST")
         try:
             if delimiter:
-                return common.page_from_delimited(obstore.list_with_delimiter(self.client, prefix))
-            stream = obstore.list(self.client, prefix, offset=token, chunk_size=max_keys)
-            return common.page_from_chunk(next(iter(stream), []), max_keys)
+                page, requests = common.page_from_delimited(obstore.list_with_delimiter(self.client, folder), prefix)
+                # obstore paged through the whole listing: count every request it sent.
+                self.requests.add("LIST", requests - 1)
+                return page
+            stream = obstore.list(self.client, folder, offset=offset, chunk_size=chunk)
+            return common.page_from_chunk(next(iter(stream), []), prefix, chunk)
         except Exception as exc:
             raise common.map_error(exc, prefix) from exc
 
@@ -89,6 +101,7 @@ class ObstoreStore(_ObstoreBase):
         """Delete the object; a missing key is not an error."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("DELETE")
         try:
             obstore.delete(self.client, key)
@@ -103,6 +116,7 @@ class AsyncObstoreStore(_ObstoreBase):
         """Return the object's body and ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("GET")
         try:
             result = await obstore.get_async(self.client, key)
@@ -114,6 +128,7 @@ class AsyncObstoreStore(_ObstoreBase):
         """Create the object unless it exists; return its ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("PUT")
         try:
             return str((await obstore.put_async(self.client, key, body, mode="create"))["e_tag"])
@@ -124,6 +139,7 @@ class AsyncObstoreStore(_ObstoreBase):
         """Replace the object if its ETag is ``etag``; return the new ETag."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("PUT")
         try:
             return str((await obstore.put_async(self.client, key, body, mode={"e_tag": etag}))["e_tag"])
@@ -136,13 +152,17 @@ class AsyncObstoreStore(_ObstoreBase):
         """One page of keys under ``prefix``, in key order."""
         import obstore
 
+        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys)
         self.requests.add("LIST")
         try:
             if delimiter:
-                return common.page_from_delimited(await obstore.list_with_delimiter_async(self.client, prefix))
-            stream = obstore.list(self.client, prefix, offset=token, chunk_size=max_keys)
-            chunk: Any = await anext(aiter(stream), [])
-            return common.page_from_chunk(chunk, max_keys)
+                result = await obstore.list_with_delimiter_async(self.client, folder)
+                page, requests = common.page_from_delimited(result, prefix)
+                self.requests.add("LIST", requests - 1)
+                return page
+            stream = obstore.list(self.client, folder, offset=offset, chunk_size=chunk)
+            found: Any = await anext(aiter(stream), [])
+            return common.page_from_chunk(found, prefix, chunk)
         except Exception as exc:
             raise common.map_error(exc, prefix) from exc
 
@@ -150,6 +170,7 @@ class AsyncObstoreStore(_ObstoreBase):
         """Delete the object; a missing key is not an error."""
         import obstore
 
+        common.check_key(key)
         self.requests.add("DELETE")
         try:
             await obstore.delete_async(self.client, key)

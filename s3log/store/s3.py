@@ -6,10 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from ..layout import DEFAULT_PREFIX
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
-from .base import RequestCounter
+from .base import RequestCounter, deprecated_prefix
 
 if TYPE_CHECKING:
     from .fast import ObstoreStore
@@ -21,12 +20,19 @@ class S3Store:
     Credentials and region come from the standard chain; ``AWS_ENDPOINT_URL`` /
     ``AWS_ENDPOINT_URL_S3`` point it at MinIO, moto or LocalStack. Pass ``client`` to
     use a client you configured yourself.
+
+    A store addresses a bucket; the key prefix belongs to the log
+    (``Log(store, prefix=...)``). ``prefix`` here is deprecated: it warns, and a log
+    given no prefix of its own still uses it, until it is removed.
     """
+
+    #: Only set when the deprecated ``prefix`` argument was given.
+    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         *,
         client: Any = None,
         endpoint_url: str | None = None,
@@ -34,7 +40,7 @@ class S3Store:
         max_pool_connections: int = 64,
     ) -> None:
         self.bucket = bucket
-        self.prefix = prefix
+        deprecated_prefix(self, prefix)
         if client is None:
             kwargs: dict[str, Any] = {"config": client_config(max_pool_connections)}
             if endpoint_url:
@@ -46,14 +52,19 @@ class S3Store:
         self.requests = RequestCounter()
 
     def __repr__(self) -> str:
-        return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
+        return f"S3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str = DEFAULT_PREFIX, **kwargs: Any) -> ObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request."""
+    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> ObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request.
+
+        ``prefix`` is deprecated, as for the constructor.
+        """
         from .fast import ObstoreStore
 
-        return ObstoreStore(bucket, prefix, **kwargs)
+        store = ObstoreStore(bucket, **kwargs)
+        deprecated_prefix(store, prefix)
+        return store
 
     def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""
