@@ -137,6 +137,7 @@ def test_a_forking_solo_writer_is_caught() -> None:
 # ---------------------------------------------------- regressions: simulator seeds
 
 REGRESSION_SEEDS = {
+    "create-prefix-taken": 96,
     "fork-before-fork-entry": 20,
     "retired-at-plan-time": 220,
     "stale-writer-merge": 672,
@@ -215,10 +216,10 @@ def test_forking_a_fork_before_its_first_entry() -> None:
     assert log.read(grandchild).entries[0].kind == "s3log.fork"
 
 
+@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["create-prefix-taken"])
 def test_lazy_writer_whose_create_landed_unacknowledged_adopts_it() -> None:
-    # Found by the simulator (seed 151, before main stopped empty commits from creating
-    # a lazy session): a create that landed unacknowledged made every later commit
-    # raise SessionExists. A create carrying entries is recognised and adopted.
+    # Found by the simulator twice: seed 151 (an empty create, gone since empty commits
+    # store nothing) and seed 96 (after_lost: IdTaken when creating and landed < batch).
     mem = s3log.MemoryStore()
     armed = {"on": True}
 
