@@ -1,0 +1,1138 @@
+"""A deterministic simulator of s3log: many actors, one virtual clock, injected faults.
+
+The protocol is sans-IO, so every actor (writer, reader, gc, forker) is just a running
+procedure. The simulator is the only driver: each step it picks one actor at random,
+performs one request of that actor against an in-memory store (a :class:`Parallel` is
+split into its requests, run one per step in random order), perhaps injects a fault
+(409, 412, 503, a lost response after the write landed, a request that never arrived,
+a connection reset), and sends the result back. Between steps the virtual clock moves
+on by a few milliseconds; a :class:`Sleep` parks its actor until the clock reaches its
+end. Writers crash (their process dies: pending entries vanish, the request in flight
+lands or not) and restart by opening their session again; async-style writers have
+commits cancelled at a yield point (the procedure is abandoned, the request in flight
+lands now, later, or never) and start a new commit from the same
+:class:`~s3log.writer.WriterCore`.
+
+Everything follows from the seed: the scenario, the interleaving, the faults, the
+clock, and (through :meth:`s3log.env.Env.deterministic`) nonces and session ids. A
+failing seed replays exactly and prints one line per step.
+
+After every step that changed the store, the invariants are checked on a fresh load of
+each session it touched:
+
+1. no acknowledged entry is lost: each is in the session it was acked in, at its seq
+   and with its hash;
+2. none is duplicated: each payload is acked at most once and stored at most once in
+   any chain (fork seeds are not counted, only entries);
+3. every stored chain verifies (:func:`s3log.protocol.load` on every session with a head);
+4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
+   ever forks, meets a conflict or finds its session taken;
+5. gc never deletes a segment referenced by a head that was current within the grace
+   period before the delete.
+
+Run ``python scripts/sim.py --seeds 5000`` for a campaign, ``--seed N --trace`` to replay one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import decide, protocol
+from .codec import FORK_KIND, Entry, Head, decode_head
+from .env import Env
+from .errors import (
+    ConditionalRequestConflict,
+    ConflictError,
+    CorruptionError,
+    PreconditionFailed,
+    S3LogError,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    TransientStoreError,
+)
+from .layout import Layout, parse_segment_key
+from .ops import Delete, Get, ListKeys, Op, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep, is_retryable, store_call
+from .protocol import CommitResult, LogConfig, RetryPolicy, SessionData, WriterState
+from .store.memory import MemoryStore
+from .writer import LogCore, WriterCore
+
+#: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
+EPOCH_MS = 1_700_000_000_000
+KIND = "k"
+#: How long a request of a cancelled procedure may stay on its way before it lands (or
+#: never does): well under every scenario's commit deadline, as a real request's
+#: lifetime (client and server timeouts) is well under the default 10 minutes.
+GHOST_LIFETIME_MS = 500
+#: Steps the writers get to commit what they hold once the faults stop.
+DRAIN_STEPS = 400
+
+Fault = Literal["409", "412", "503", "timeout-landed", "timeout-lost", "reset"]
+FAULTS: tuple[Fault, ...] = ("409", "412", "503", "timeout-landed", "timeout-lost", "reset")
+#: What a request in flight does when its actor dies or is cancelled.
+Fate = Literal["dropped", "landed", "ghost"]
+
+
+class Violation(AssertionError):
+    """An invariant failed: ``invariant`` names which (1-5, or ``writer`` for an
+    error no writer should ever see)."""
+
+    def __init__(self, invariant: str, message: str) -> None:
+        self.invariant = invariant
+        self.message = message
+        super().__init__(f"invariant {invariant}: {message}")
+
+
+# ------------------------------------------------------------------------------ scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """What one seed simulates: actors, fault rates and tunables, all drawn from the seed."""
+
+    seed: int
+    solo: bool
+    sessions: int
+    writers: tuple[tuple[int, str, str], ...]  # (session index, "sync"/"async", on_conflict)
+    readers: int
+    gc: bool
+    forker: bool
+    fault_rate: float
+    faults: tuple[Fault, ...]
+    crash_rate: float
+    cancel_rate: float
+    ghosts: bool
+    tail_max_bytes: int
+    fanout: int
+    cache_levels: int
+    attempts: int
+    commit_deadline_ms: int
+    grace_ms: int
+    steps: int
+    max_advance_ms: int
+
+    @staticmethod
+    def from_seed(seed: int, steps: int | None = None) -> Scenario:
+        """The scenario of ``seed`` (``steps`` overrides its length)."""
+        r = random.Random(f"scenario-{seed}")
+        solo = r.random() < 0.5
+        if solo:
+            sessions = r.randint(1, 3)
+            writers = tuple((i, r.choice(("sync", "async")), "fork") for i in range(sessions))
+        else:
+            sessions = r.randint(1, 2)
+            n = r.randint(2, 4)
+            writers = tuple(
+                (i % sessions, r.choice(("sync", "async")), "raise" if r.random() < 0.15 else "fork")
+                for i in range(n)
+            )
+        faults = tuple(f for f in FAULTS if r.random() < 0.7) or ("timeout-landed",)
+        deadline = r.choice((1_000, 3_000, 10_000))
+        return Scenario(
+            seed=seed,
+            solo=solo,
+            sessions=sessions,
+            writers=writers,
+            readers=r.randint(0, 2),
+            gc=r.random() < 0.75,
+            forker=not solo and r.random() < 0.4,
+            fault_rate=r.choice((0.0, 0.05, 0.15, 0.3)),
+            faults=faults,
+            crash_rate=r.choice((0.0, 0.003, 0.01)),
+            cancel_rate=r.choice((0.0, 0.005, 0.02)),
+            ghosts=r.random() < 0.5,
+            tail_max_bytes=r.choice((300, 600, 1200, 8192)),
+            fanout=r.randint(2, 4),
+            cache_levels=r.randint(0, 3),
+            attempts=r.randint(3, 8),
+            commit_deadline_ms=deadline,
+            grace_ms=r.choice((300, 1_000, 3_000)),
+            steps=steps if steps is not None else r.choice((150, 250, 400)),
+            max_advance_ms=r.choice((2, 10, 40)),
+        )
+
+    def describe(self) -> str:
+        """One line naming every choice."""
+        ws = " ".join(f"w{i}:S{s}/{style}/{oc}" for i, (s, style, oc) in enumerate(self.writers))
+        return (
+            f"seed={self.seed} {'solo' if self.solo else 'contended'} sessions={self.sessions} [{ws}] "
+            f"readers={self.readers} gc={self.gc} forker={self.forker} "
+            f"faults={self.fault_rate}:{','.join(self.faults)} "
+            f"crash={self.crash_rate} cancel={self.cancel_rate} ghosts={self.ghosts} tail={self.tail_max_bytes} "
+            f"fanout={self.fanout} cache={self.cache_levels} attempts={self.attempts} "
+            f"deadline={self.commit_deadline_ms}ms grace={self.grace_ms}ms steps={self.steps} "
+            f"advance<={self.max_advance_ms}ms"
+        )
+
+
+# -------------------------------------------------------------------------------- store
+
+
+@dataclass(slots=True)
+class HeadLife:
+    """One head body as stored: the segments it lists, when it became current and
+    when another replaced it (None while current)."""
+
+    segments: frozenset[str]
+    start: int
+    end: int | None = None
+    #: The head's ``retired_at`` (stamped when its commit was planned).
+    retired_at: int | None = None
+
+
+class SimStore(MemoryStore):
+    """A :class:`MemoryStore` stamping objects with the virtual clock and recording
+    what the invariants need: every head ever current, and which sessions changed."""
+
+    def __init__(self, clock: Callable[[], int], layout: Layout) -> None:
+        super().__init__()
+        self.clock = clock
+        self.layout = layout
+        self.heads: dict[str, list[HeadLife]] = {}
+        self.dirty: set[str] = set()
+        self.deletes: list[tuple[str, int]] = []
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        """Create-only PUT, stamped with virtual time."""
+        etag = super().put_if_absent(key, body)
+        self._landed(key, body)
+        return etag
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        """Conditional PUT, stamped with virtual time."""
+        new = super().put_if_match(key, body, etag)
+        self._landed(key, body)
+        return new
+
+    def delete(self, key: str) -> None:
+        """DELETE, recorded for invariant 5."""
+        super().delete(key)
+        sid = self.layout.session_of(key)
+        if sid is not None:
+            self.dirty.add(sid)
+        self.deletes.append((key, self.clock()))
+
+    def _landed(self, key: str, body: bytes) -> None:
+        now = self.clock()
+        self.put_raw(key, body, mtime_ms=now)
+        if not key.endswith("/head"):
+            return
+        sid = self.layout.session_of(key)
+        assert sid is not None
+        head = decode_head(body, key)
+        lives = self.heads.setdefault(sid, [])
+        if lives:
+            lives[-1].end = now
+        lives.append(HeadLife(frozenset(head.segments), now, None, head.retired_at))
+        self.dirty.add(sid)
+
+
+def perform(store: SimStore, op: Op) -> Any:
+    """Perform one store request (not a Parallel or Sleep) with no fault."""
+    name, args, kwargs = store_call(op)  # type: ignore[arg-type]
+    return getattr(store, name)(*args, **kwargs)
+
+
+def run_direct(store: SimStore, proc: Proc[Any]) -> Any:
+    """Run a procedure to completion against ``store`` with no faults and no time passing
+    (the invariant checker's own reads)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        if isinstance(op, Parallel):
+            out: list[Any] = []
+            for sub in op.ops:
+                try:
+                    out.append(perform(store, sub))
+                except StoreError as exc:
+                    out.append(exc)
+            value = out
+        elif isinstance(op, Sleep):
+            value = None
+        else:
+            try:
+                value = perform(store, op)
+            except StoreError as exc:
+                error = exc
+
+
+# -------------------------------------------------------------------------------- actors
+
+
+@dataclass(slots=True)
+class Req:
+    """One request in flight: its op, index in its Parallel, and driver retry state."""
+
+    index: int
+    op: Op
+    attempt: int = 1
+    started_ms: int = 0
+    ready_at: int = 0
+
+
+@dataclass(eq=False)
+class Actor:
+    """A simulated process running one procedure at a time."""
+
+    name: str
+    proc: Proc[Any] | None = None
+    what: str = ""
+    reqs: list[Req] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
+    parallel: bool = False
+    sleeping: bool = False
+    wake_at: int = 0
+
+    def runnable(self, now: int) -> bool:
+        """Whether the scheduler may step this actor now."""
+        if now < self.wake_at:
+            return False
+        if self.reqs:
+            return any(r.ready_at <= now for r in self.reqs)
+        return True
+
+    def next_ready(self) -> int:
+        """The earliest time this actor can move."""
+        if self.reqs:
+            return max(self.wake_at, min(r.ready_at for r in self.reqs))
+        return self.wake_at
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        """The next procedure to run (and what to call it), or None to idle."""
+        raise NotImplementedError
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        """The procedure returned ``value``."""
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        """The procedure raised ``exc``."""
+        raise exc
+
+
+class WriterActor(Actor):
+    """A writer process: opens (or lazily creates) its session, appends unique payloads,
+    commits. Crashes lose its core; cancellations abandon a commit at a yield point."""
+
+    def __init__(self, name: str, sid: str, style: str, on_conflict: str) -> None:
+        super().__init__(name)
+        self.sid = sid
+        self.style = style
+        self.on_conflict = on_conflict
+        self.core: WriterCore | None = None
+        #: Payloads queued in the current core and not acked yet, in order.
+        self.queued: list[str] = []
+        self.tickets: dict[str, int] = {}
+        self.dead = False
+        self.incarnation = 0
+        self.count = 0
+        self.commits = 0
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        if self.dead:
+            self.dead = False
+            self.incarnation += 1
+            sim.note(self, f"restarts (incarnation {self.incarnation}), opens {sim.short(self.sid)}")
+        if self.core is None:
+            return "open", self._open(sim)
+        r = sim.rng
+        if sim.calm:
+            if self.core.pending_count == 0:
+                self.wake_at = sim.now + 1000
+                return None
+            self.commits += 1
+            return f"commit#{self.commits}", self.core.commit()
+        if r.random() < 0.8:
+            self.add(sim, r.randint(1, 3))
+        if self.core.pending_count == 0 and r.random() < 0.7:
+            self.wake_at = sim.now + r.randint(1, 50)
+            return None
+        self.commits += 1
+        return f"commit#{self.commits}", self.core.commit()
+
+    def drop(self, sim: Simulation, why: str) -> None:
+        """The core goes away (crash, or the application reopens): what it queued is dropped."""
+        sim.dropped.update(self.queued)
+        if self.queued:
+            sim.note(self, f"{why}: drops unacked {' '.join(self.queued)}")
+        self.queued = []
+        self.core = None
+
+    def withdraw(self, sim: Simulation) -> None:
+        """Take back a random queued entry; one taken back must never be stored."""
+        if self.core is None or not self.queued:
+            return
+        payload = sim.rng.choice(self.queued)
+        taken = self.core.withdraw(self.tickets[payload])
+        sim.note(self, f"withdraw {payload}: {'taken back' if taken else 'refused (in a commit)'}")
+        if taken:
+            self.queued.remove(payload)
+            sim.withdrawn.add(payload)
+            for sid, chain in sim.chains.items():
+                if any(_payload(e) == payload for e in chain):
+                    raise Violation("withdraw", f"{payload} was taken back but is stored in {sim.short(sid)}")
+
+    def drained(self) -> bool:
+        """Nothing left to commit and no procedure running."""
+        return self.proc is None and not self.dead and self.core is not None and self.core.pending_count == 0
+
+    def add(self, sim: Simulation, n: int) -> None:
+        """Queue ``n`` entries with unique payloads."""
+        assert self.core is not None
+        names = []
+        for _ in range(n):
+            self.count += 1
+            payload = f"{self.name}.{self.incarnation}.{self.count}"
+            pad = "x" * sim.rng.randint(0, 120)
+            self.tickets[payload] = self.core.add(KIND, {"p": payload, "pad": pad}, None)
+            self.queued.append(payload)
+            sim.appended.add(payload)
+            names.append(payload)
+        sim.note(self, f"append {' '.join(names)} (pending {self.core.pending_count})")
+
+    def _open(self, sim: Simulation) -> Proc[WriterState]:
+        try:
+            ws: WriterState = yield from sim.core.open(self.sid, None)
+        except SessionNotFound:
+            # Not stored yet (a lazy create that never landed): create it lazily again.
+            ws = sim.core.new_session(self.sid, {"by": self.name}, None)
+        return ws
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        if isinstance(value, WriterState):
+            self.core = sim.core.writer(value, None, self.on_conflict, None)  # type: ignore[arg-type]
+            self.sid = value.session
+            sim.note(self, f"opened {sim.short(value.session)} at seq {value.head.seq} "
+                           f"({'stored' if value.etag else 'lazy'})")
+            return
+        assert isinstance(value, CommitResult)
+        sim.acknowledge(self, value)
+        self.sid = value.session_id
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if isinstance(exc, ConflictError):
+            if sim.scenario.solo:
+                raise Violation("4", f"{self.name} met a conflict with no competitor: {exc}")
+            sim.settle_conflict(self, exc)
+            self.drop(sim, "conflict")  # an application told to raise reopens, dropping what was not acked
+            return
+        if isinstance(exc, SessionExists):
+            if sim.scenario.solo:
+                sim.refresh(self.sid)
+                stored = [_payload(e) for e in sim.chains.get(self.sid, [])]
+                if stored and stored == self.queued[: len(stored)]:
+                    sim.known("create-prefix-taken", self, f"{self.name}: the stored chain is its own "
+                                                           f"{' '.join(stored)}: {exc}")
+                else:
+                    raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
+            self.drop(sim, "session taken; reopening")
+            return
+        if isinstance(exc, StoreError):
+            # Gave up undecided: the pending entries stay queued; the next commit retries them.
+            sim.note(self, f"commit failed: {type(exc).__name__}: {exc}")
+            return
+        if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is None:
+            # Opening: a load slower than the grace period (retries) may find a segment of
+            # the head it read collected; gc promises no more. Open again.
+            retired = sim.retired_since(exc.key)
+            if retired is not None and retired >= sim.scenario.grace_ms:
+                sim.note(self, f"open outlived the grace period (head retired {retired}ms ago); opening again")
+                return
+        if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is not None:
+            ended = sim.head_ended(self.core.ws.head)
+            if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
+                sim.known("stale-writer-merge", self, f"{self.name} (its head retired {sim.now - ended}ms ago): {exc}")
+                self.drop(sim, "reopening")
+                return
+        raise Violation("writer", f"{self.name} raised {type(exc).__name__}: {exc}")
+
+
+class ReaderActor(Actor):
+    """Reads sessions: a fresh load, or a head read now and its segments read later."""
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        sids = sim.stored_sessions()
+        if not sids or r.random() < 0.3:
+            self.wake_at = sim.now + r.randint(1, 100)
+            return None
+        sid = r.choice(sids)
+        if r.random() < 0.5:
+            return f"load {sim.short(sid)}", protocol.load(sim.layout, sid)
+        hold = r.randint(0, sim.scenario.grace_ms * 3 // 2)
+        return f"hold {sim.short(sid)} {hold}ms", self._held(sim, sid, hold)
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        assert isinstance(value, SessionData)
+        sim.check_read(self, value)
+
+    def _held(self, sim: Simulation, sid: str, hold_ms: int) -> Proc[SessionData]:
+        head, etag = yield from protocol.read_head(sim.layout, sid)
+        self.head_seen = (head, sim.now)
+        yield Sleep(hold_ms / 1000)
+        return (yield from protocol.load_from_head(sim.layout, head, etag))
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if isinstance(exc, (StoreError, SessionNotFound)):
+            return
+        if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.what.startswith("hold"):
+            head, _ = self.head_seen
+            ended = sim.head_ended(head)
+            if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
+                return  # held past the grace period: gc may have collected it
+            raise Violation("5", f"{self.name} holding a head retired {sim.now - (ended or sim.now)}ms ago "
+                                 f"(grace {sim.scenario.grace_ms}ms) could not read it: {exc}")
+        raise Violation("3", f"{self.name} failed to read: {type(exc).__name__}: {exc}")
+
+
+class GcActor(Actor):
+    """Runs gc now and then, with the scenario's grace period on the virtual clock."""
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        self.wake_at = sim.now + sim.rng.randint(0, sim.scenario.grace_ms)
+        return "gc", protocol.gc(
+            sim.layout, older_than_ms=sim.gc_older_than_ms, now=sim.now, dry_run=False,
+            commit_deadline_ms=sim.gc_commit_deadline_ms,
+        )
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        assert isinstance(value, protocol.GcReport)
+        if value.deleted:
+            sim.note(self, f"deleted {' '.join(sim.short(k) for k in value.deleted)}")
+        for sid in value.broken:
+            # A head gc could not GET (transient errors) is skipped, which is safe; one
+            # that does not load with no fault is corruption, caught by _refresh.
+            sim.note(self, f"skipped {sim.short(sid)} (head unreadable to gc)")
+            sim.refresh(sid, force=True)
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if isinstance(exc, StoreError):
+            return
+        raise Violation("gc", f"gc raised {type(exc).__name__}: {exc}")
+
+
+class ForkerActor(Actor):
+    """Forks a stored session at a random committed seq (contended scenarios only)."""
+
+    at_fork: tuple[int, bool] = (0, False)  # (at_seq, forking a fork) of the fork under way
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        sids = sim.stored_sessions()
+        self.wake_at = sim.now + r.randint(50, 500)
+        if not sids:
+            return None
+        sid = r.choice(sids)
+        return f"fork {sim.short(sid)}", self._fork(sim, sid)
+
+    def _fork(self, sim: Simulation, sid: str) -> Proc[str]:
+        head, _ = yield from protocol.read_head(sim.layout, sid)
+        at = sim.rng.randint(-1, head.seq)
+        self.at_fork = (at, head.parent is not None)
+        sim.note(self, f"fork {sim.short(sid)} at seq {at}")
+        child: str = yield from sim.core.fork(sid, at, None, None, None, None)
+        return child
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        sim.note(self, f"forked into {sim.short(value)}")
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if isinstance(exc, (StoreError, SessionNotFound, SessionExists)):
+            return
+        if isinstance(exc, CorruptionError) and "no fork entry" in exc.reason and self.at_fork == (-1, True):
+            sim.known("fork-before-fork-entry", self, str(exc))
+            return
+        raise Violation("fork", f"fork raised {type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------------------- simulation
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended: the violation (None if every invariant held) and counts."""
+
+    scenario: Scenario
+    violation: Violation | None
+    steps: int
+    requests: int
+    acked: int
+    forks: int
+    faults: int
+    trace: list[str]
+    known: dict[str, int] = field(default_factory=dict)
+
+
+class Simulation:
+    """One seeded run. :meth:`run` returns an :class:`Outcome`."""
+
+    def __init__(self, scenario: Scenario, *, trace: bool = False, known_bugs: frozenset[str] = frozenset()) -> None:
+        self.scenario = scenario
+        self.known_bugs = known_bugs
+        self.known_hits: Counter[str] = Counter()
+        self.calm = False
+        self.rng = random.Random(f"sim-{scenario.seed}")
+        self.now = EPOCH_MS
+        self.layout = Layout("sim")
+        self.store = SimStore(lambda: self.now, self.layout)
+        self.env = Env.deterministic(scenario.seed, lambda: self.now)
+        self.config = LogConfig(
+            tail_max_bytes=scenario.tail_max_bytes,
+            fanout=scenario.fanout,
+            cache_levels=scenario.cache_levels,
+            retry=RetryPolicy(attempts=scenario.attempts, initial=0.02, max_backoff=1.0, max_time=30.0),
+            commit_deadline_ms=scenario.commit_deadline_ms,
+            env=self.env,
+        )
+        self.core = LogCore(self.store, "sim", self.config, None)
+        # What gc is told (the invariants hold it to scenario.grace_ms): tests shorten
+        # these to check that invariant 5 catches a gc that deletes too early.
+        self.gc_older_than_ms = scenario.grace_ms
+        self.gc_commit_deadline_ms = scenario.commit_deadline_ms
+        self.tracing = trace
+        self.lines: list[str] = []
+        self.names: dict[str, str] = {}
+        self.step_no = 0
+        self.requests = 0
+        self.injected = 0
+        self.forks = 0
+        self.appended: set[str] = set()
+        self.dropped: set[str] = set()
+        self.withdrawn: set[str] = set()
+        # payload -> (session, seq, hash) where it was acknowledged
+        self.acked: dict[str, tuple[str, int, bytes]] = {}
+        self.acked_by_session: dict[str, list[str]] = {}
+        self.chains: dict[str, list[Entry]] = {}
+        # Requests of abandoned procedures still on their way: (actor, op, latest landing).
+        self.ghosts: list[tuple[str, Op, int]] = []
+        sids = [self.env.new_id() for _ in range(scenario.sessions)]
+        for i, sid in enumerate(sids):
+            self.names[sid] = f"S{i}"
+        self.actors: list[Actor] = []
+        for i, (s, style, oc) in enumerate(scenario.writers):
+            self.actors.append(WriterActor(f"w{i}", sids[s], style, oc))
+        self.actors += [ReaderActor(f"r{i}") for i in range(scenario.readers)]
+        if scenario.gc:
+            self.actors.append(GcActor("gc"))
+        if scenario.forker:
+            self.actors.append(ForkerActor("fk"))
+
+    # ------------------------------------------------------------------------ tracing
+
+    def short(self, text: str) -> str:
+        """``text`` with session ids as S0, S1... and segment keys abbreviated."""
+        prefix = self.layout.sessions_prefix
+        if text.startswith(prefix):
+            sid = self.layout.session_of(text)
+            if sid is not None:
+                rest = text[len(prefix) + len(sid) + 1:]
+                if rest.startswith("seg/"):
+                    parsed = parse_segment_key(rest)
+                    nonce = rest.rsplit("-", 1)[-1].split(".")[0]
+                    if parsed is not None:
+                        rest = f"seg/{parsed[0]}-{parsed[1].hex()[:6]}-{nonce[:4]}"
+                elif rest.startswith("forks/"):
+                    rest = "forks/" + self._name(rest[len("forks/"):])
+                return f"{self._name(sid)}/{rest}"
+        return self._name(text) if text in self.names else text
+
+    def _name(self, sid: str) -> str:
+        if sid not in self.names:
+            self.names[sid] = f"S{len(self.names)}"
+        return self.names[sid]
+
+    def note(self, actor: Actor | None, text: str) -> None:
+        """One trace line (kept only when tracing)."""
+        if self.tracing:
+            who = actor.name if actor else "sim"
+            self.lines.append(f"{self.step_no:5d} t={self.now - EPOCH_MS:7d} {who:3s} {text}")
+
+    def _describe(self, op: Op) -> str:
+        if isinstance(op, (Get, PutIfAbsent, PutIfMatch, Delete)):
+            return f"{type(op).__name__} {self.short(op.key)}"
+        if isinstance(op, ListKeys):
+            return f"ListKeys {self.short(op.prefix)}"
+        return type(op).__name__
+
+    def _result(self, value: Any) -> str:
+        if isinstance(value, BaseException):
+            return f"{type(value).__name__}"
+        if isinstance(value, str):
+            return f"ok {value[:9]}"
+        if hasattr(value, "objects"):
+            return f"ok {len(value.objects)} objects {len(value.prefixes)} prefixes"
+        return "ok"
+
+    # ------------------------------------------------------------------------ running
+
+    def run(self) -> Outcome:
+        """Run the scenario; stop at the first violation."""
+        violation: Violation | None = None
+        self.note(None, self.scenario.describe())
+        try:
+            for step in range(1, self.scenario.steps + 1):
+                self.step_no = step
+                self._tick(self.actors)
+            self.check(full=True)
+            self._drain()
+            self.check(full=True)
+        except Violation as v:
+            violation = v
+            self.note(None, f"VIOLATION {v}")
+        return Outcome(self.scenario, violation, self.step_no, self.requests, len(self.acked), self.forks,
+                       self.injected, self.lines, dict(self.known_hits))
+
+    def _tick(self, actors: list[Actor]) -> None:
+        self.now += self.rng.randint(0, self.scenario.max_advance_ms)
+        self._events()
+        ready = [a for a in actors if a.runnable(self.now)]
+        if not ready:
+            self.now = max(self.now, min(a.next_ready() for a in actors))
+            ready = [a for a in actors if a.runnable(self.now)]
+        self._step(self.rng.choice(ready))
+        self.check()
+
+    def _drain(self) -> None:
+        """Liveness: with faults, crashes and cancellations over and nobody appending,
+        every writer must get its pending entries committed."""
+        self.calm = True
+        self.note(None, "calm: no more faults, crashes, cancellations or appends; writers drain")
+        while self.ghosts:
+            who, op, _ = self.ghosts.pop(0)
+            if self.rng.random() < 0.5:
+                self._land(who, op, "ghost lands")
+        writers = [a for a in self.actors if isinstance(a, WriterActor)]
+        for _ in range(DRAIN_STEPS):
+            if all(w.drained() for w in writers):
+                lost = sorted(self.appended - set(self.acked) - self.dropped - self.withdrawn)
+                if lost:
+                    raise Violation("2", f"appended, never acked nor dropped, with every writer drained: {lost[:5]}")
+                return
+            self.step_no += 1
+            self._tick(writers)  # type: ignore[arg-type]
+        stuck = [f"{w.name} (pending {w.core.pending_count if w.core else '-'}, {w.what or 'idle'})"
+                 for w in writers if not w.drained()]
+        raise Violation("liveness", f"writers could not commit with no faults in {DRAIN_STEPS} steps: {stuck}")
+
+    def _events(self) -> None:
+        """Crashes, cancellations, ghost requests landing, appends during a commit."""
+        r = self.rng
+        sc = self.scenario
+        if self.calm:
+            return
+        writers = [a for a in self.actors if isinstance(a, WriterActor) and not a.dead]
+        for ghost in [g for g in self.ghosts if g[2] < self.now]:
+            # A request lives a bounded time: one not arrived by then never will.
+            self.ghosts.remove(ghost)
+            self.note(None, f"ghost expires ({ghost[0]}): {self._describe(ghost[1])} never lands")
+        if self.ghosts and r.random() < 0.1:
+            who, op, _ = self.ghosts.pop(r.randrange(len(self.ghosts)))
+            self._land(who, op, "ghost lands")
+        if writers and sc.crash_rate and r.random() < sc.crash_rate:
+            self._crash(r.choice(writers))
+        busy_async = [w for w in writers if w.style == "async" and w.proc is not None and w.what.startswith("commit")]
+        if busy_async and sc.cancel_rate and r.random() < sc.cancel_rate * 5:
+            self._cancel(r.choice(busy_async))
+        committing = [w for w in writers if w.core is not None and w.proc is not None]
+        if committing and r.random() < 0.05:
+            # Another task or thread of the same writer appends while a commit is in flight.
+            r.choice(committing).add(self, 1)
+        holding = [w for w in writers if w.core is not None and w.queued]
+        if holding and r.random() < 0.02:
+            r.choice(holding).withdraw(self)
+
+    def _abandon(self, actor: Actor, why: str, ghosts: bool) -> None:
+        """Stop ``actor``'s procedure at its yield point; decide each request in flight."""
+        for req in actor.reqs:
+            if not isinstance(req.op, (PutIfAbsent, PutIfMatch, Delete)):
+                continue
+            fate: Fate = self.rng.choice(("dropped", "landed", "ghost") if ghosts else ("dropped", "landed"))
+            if fate == "landed":
+                self._land(actor.name, req.op, f"{why}: in-flight request lands")
+            elif fate == "ghost":
+                self.ghosts.append((actor.name, req.op, self.now + GHOST_LIFETIME_MS))
+                self.note(actor, f"{why}: in-flight {self._describe(req.op)} will land later")
+            else:
+                self.note(actor, f"{why}: in-flight {self._describe(req.op)} dropped")
+        if actor.proc is not None:
+            actor.proc.close()
+        actor.proc, actor.reqs, actor.results, actor.sleeping = None, [], [], False
+
+    def _land(self, who: str, op: Op, why: str) -> None:
+        try:
+            res: Any = perform(self.store, op)
+        except StoreError as exc:
+            res = exc
+        self.requests += 1
+        self.note(None, f"{why} ({who}): {self._describe(op)} -> {self._result(res)}")
+
+    def _crash(self, w: WriterActor) -> None:
+        self.note(w, f"CRASH (pending {w.core.pending_count if w.core else 0} vanish)")
+        # A restart takes longer than any request lives: a crashed process's requests
+        # are decided before it comes back (in solo scenarios this keeps the promise's
+        # premise, "no competitor"; a later zombie write is a competitor).
+        self._abandon(w, "crash", ghosts=False)
+        w.drop(self, "crash")
+        w.dead = True
+        w.wake_at = self.now + self.rng.randint(1, 500)
+
+    def _cancel(self, w: WriterActor) -> None:
+        self.note(w, f"CANCEL {w.what}")
+        self._abandon(w, "cancel", ghosts=self.scenario.ghosts)
+        w.wake_at = self.now + self.rng.randint(0, 50)
+
+    def _step(self, actor: Actor) -> None:
+        if actor.proc is None:
+            started = actor.start(self)
+            if started is None:
+                return
+            actor.what, actor.proc = started
+            self.note(actor, f"start {actor.what}")
+            self._advance(actor, None, None)
+            return
+        if actor.sleeping:
+            actor.sleeping = False
+            self._advance(actor, None, None)
+            return
+        ready = [r for r in actor.reqs if r.ready_at <= self.now]
+        req = self.rng.choice(ready)
+        value = self._execute(actor, req)
+        if isinstance(value, StoreError) and self._retry(req, value):
+            return
+        actor.reqs.remove(req)
+        if not actor.parallel:
+            if isinstance(value, BaseException):
+                self._advance(actor, None, value)
+            else:
+                self._advance(actor, value, None)
+            return
+        actor.results[req.index] = value
+        if not actor.reqs:
+            self._advance(actor, actor.results, None)
+
+    def _retry(self, req: Req, exc: StoreError) -> bool:
+        """The driver repeats an idempotent request after a transient error (as drive.py does)."""
+        if not is_retryable(req.op) or not decide.may_retry_read(decide.classify(exc)):
+            return False
+        policy = self.config.retry
+        if req.attempt >= policy.attempts or self.now - req.started_ms >= policy.max_time * 1000:
+            return False
+        req.ready_at = self.now + int(policy.backoff(req.attempt, self.rng) * 1000)
+        req.attempt += 1
+        return True
+
+    def _advance(self, actor: Actor, value: Any, error: BaseException | None) -> None:
+        """Resume the procedure; park it on its next op (or finish it)."""
+        assert actor.proc is not None
+        try:
+            op = actor.proc.throw(error) if error is not None else actor.proc.send(value)
+        except StopIteration as stop:
+            actor.proc = None
+            actor.done(self, stop.value)
+            return
+        except S3LogError as exc:
+            actor.proc = None
+            self.note(actor, f"{actor.what} raised {type(exc).__name__}: {exc}")
+            actor.failed(self, exc)
+            return
+        if isinstance(op, Sleep):
+            actor.sleeping = True
+            actor.wake_at = self.now + int(op.seconds * 1000)
+            self.note(actor, f"sleep {int(op.seconds * 1000)}ms")
+            return
+        if isinstance(op, Parallel):
+            if not op.ops:
+                self._advance(actor, [], None)
+                return
+            actor.parallel = True
+            actor.reqs = [Req(i, o, 1, self.now, self.now) for i, o in enumerate(op.ops)]
+            actor.results = [None] * len(op.ops)
+        else:
+            actor.parallel = False
+            actor.reqs = [Req(0, op, 1, self.now, self.now)]
+
+    def _fault(self, op: Op) -> Fault | None:
+        sc = self.scenario
+        if self.calm or not sc.fault_rate or self.rng.random() >= sc.fault_rate:
+            return None
+        fault: Fault = self.rng.choice(sc.faults)
+        if fault in ("409", "412") and not isinstance(op, (PutIfAbsent, PutIfMatch)):
+            return None
+        return fault
+
+    def _execute(self, actor: Actor, req: Req) -> Any:
+        """Perform one request, maybe with a fault; the result or the StoreError."""
+        op = req.op
+        fault = self._fault(op)
+        self.requests += 1
+        perform_it = fault in (None, "timeout-landed") or (fault == "reset" and self.rng.random() < 0.5)
+        value: Any
+        if perform_it:
+            try:
+                value = perform(self.store, op)
+            except StoreError as exc:
+                value = exc
+        if fault is not None:
+            self.injected += 1
+            key = getattr(op, "key", None)
+            if fault == "409":
+                value = ConditionalRequestConflict("injected 409", key=key, code="ConditionalRequestConflict",
+                                                   status=409)
+            elif fault == "412":
+                value = PreconditionFailed("injected 412", key=key, code="PreconditionFailed", status=412)
+            elif fault == "503":
+                value = TransientStoreError("injected throttle", key=key, code="SlowDown", status=503)
+            elif fault == "reset":
+                value = TransientStoreError(f"injected reset ({'landed' if perform_it else 'lost'})", key=key,
+                                            code="ConnectionReset")
+            else:
+                value = TransientStoreError(f"injected {fault}", key=key, code="RequestTimeout")
+        if self.tracing:
+            tag = f" [{fault}{'/landed' if fault == 'reset' and perform_it else ''}]" if fault else ""
+            retry = f" (try {req.attempt})" if req.attempt > 1 else ""
+            self.note(actor, f"{self._describe(op)}{retry}{tag} -> {self._result(value)}")
+        return value
+
+    # --------------------------------------------------------------------- bookkeeping
+
+    def stored_sessions(self) -> list[str]:
+        """Sessions with a head stored now, in order of first creation."""
+        return [s for s, lives in self.store.heads.items() if lives]
+
+    def known(self, name: str, actor: Actor | None, detail: str) -> None:
+        """A known protocol bug struck: a violation if asked to replay it, else counted."""
+        if name in self.known_bugs:
+            raise Violation(name, f"{KNOWN_BUGS[name]}: {detail}")
+        self.known_hits[name] += 1
+        self.note(actor, f"KNOWN BUG {name}: {detail}")
+
+    def stored_head(self, sid: str) -> Head | None:
+        """The head stored now (read with no fault), or None."""
+        try:
+            head: Head = run_direct(self.store, protocol.read_head(self.layout, sid))[0]
+        except SessionNotFound:
+            return None
+        return head
+
+    def retired_since(self, key: str) -> int | None:
+        """How long ago the last head listing segment ``key`` stopped being current
+        (None if one still is, or none ever listed it)."""
+        sid = self.layout.session_of(key)
+        ends = [life.end for life in self.store.heads.get(sid or "", []) if key in life.segments]
+        if not ends or any(e is None for e in ends):
+            return None
+        return self.now - max(e for e in ends if e is not None)
+
+    def head_ended(self, head: Head) -> int | None:
+        """When the head whose segments ``head`` lists stopped being current (None if it still is)."""
+        lives = self.store.heads.get(head.session, [])
+        segs = frozenset(head.segments)
+        ended: int | None = None
+        for life in lives:
+            if life.segments == segs:
+                ended = life.end
+        return ended
+
+    def acknowledge(self, w: WriterActor, result: CommitResult) -> None:
+        """Record what a commit acknowledged; check it at once (invariants 1, 2, 4)."""
+        if result.fork is None:
+            self._ack_entries(w, result.acked, result.session_id)
+            return
+        self.forks += 1
+        self.note(w, f"FORK {self.short(result.fork.parent.session)}@{result.fork.parent.seq} -> "
+                     f"{self.short(result.fork.child)}")
+        if self.scenario.solo:
+            raise Violation("4", f"{w.name} forked with no competitor: {result.fork}")
+        # acked = the entries that landed in the parent, then the rest, in the child
+        # after its fork entry.
+        kinds = [e.kind for e in result.entries]
+        in_child = len(kinds) - kinds.index(FORK_KIND) - 1
+        split = len(result.acked) - in_child
+        self._ack_entries(w, result.acked[:split], result.fork.parent.session)
+        self._ack_entries(w, result.acked[split:], result.session_id)
+
+    def _ack_entries(self, w: WriterActor, acked: list[Entry], sid: str) -> None:
+        names = []
+        for e in acked:
+            payload = _payload(e)
+            if payload in self.acked:
+                raise Violation("2", f"{payload} acked twice: first {self._where(self.acked[payload])}, "
+                                     f"again at {self.short(sid)}@{e.seq}")
+            self.acked[payload] = (sid, e.seq, e.hash)
+            self.acked_by_session.setdefault(sid, []).append(payload)
+            names.append(f"{payload}@{e.seq}")
+        self.refresh(sid)
+        self._check_acked(sid, [_payload(e) for e in acked])
+        self.note(w, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
+        done = [_payload(e) for e in acked]
+        if w.queued[: len(done)] != done:
+            raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
+        del w.queued[: len(done)]
+
+    def settle_conflict(self, w: WriterActor, err: ConflictError) -> None:
+        """A ConflictError's ``landed`` entries are acknowledged in the writer's session."""
+        self._ack_entries(w, list(err.landed), err.session)
+
+    def _where(self, at: tuple[str, int, bytes]) -> str:
+        return f"{self.short(at[0])}@{at[1]}"
+
+    # ---------------------------------------------------------------------- invariants
+
+    def check(self, *, full: bool = False) -> None:
+        """Re-verify every session the last step changed (every session when ``full``)."""
+        self._check_deletes()
+        dirty = set(self.store.heads) if full else set(self.store.dirty)
+        for sid in sorted(dirty):
+            self.refresh(sid, force=True)
+
+    def refresh(self, sid: str, *, force: bool = False) -> None:
+        """Load ``sid`` afresh if it changed since its last check (invariants 1, 2, 3)."""
+        if not force and sid in self.chains and sid not in self.store.dirty:
+            return
+        self.store.dirty.discard(sid)
+        lives = self.store.heads.get(sid)
+        if not lives:
+            self.chains[sid] = []
+            return
+        try:
+            data: SessionData = run_direct(self.store, protocol.load(self.layout, sid))
+        except S3LogError as exc:
+            raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
+        self.chains[sid] = data.entries
+        seen = Counter(_payload(e) for e in data.entries if e.kind != FORK_KIND)
+        twice = sorted(p for p, n in seen.items() if n > 1)
+        if twice:
+            raise Violation("2", f"session {self.short(sid)} stores {twice[:3]} more than once")
+        back = sorted(self.withdrawn.intersection(seen))
+        if back:
+            raise Violation("withdraw", f"session {self.short(sid)} stores {back[:3]}, which were taken back")
+        self._check_acked(sid, self.acked_by_session.get(sid, []))
+
+    def check_read(self, reader: Actor, data: SessionData) -> None:
+        """A reader's view (perhaps of an old head) agrees with every acknowledgement:
+        a session's heads form one linear history, so seq s holds the same entry in all."""
+        for e in data.entries:
+            at = self.acked.get(_payload(e))
+            if at is not None and at[0] == data.session and (at[1] != e.seq or at[2] != e.hash):
+                raise Violation("1", f"{reader.name} read {_payload(e)} at {self.short(data.session)}@{e.seq}, "
+                                     f"acked at {self._where(at)}")
+        last = data.entries[-1].seq if data.entries else -1
+        for p in self.acked_by_session.get(data.session, []):
+            _, seq, h = self.acked[p]
+            if seq <= last and data.entries[seq].hash != h:
+                raise Violation("1", f"{reader.name} read {_payload(data.entries[seq])} at "
+                                     f"{self.short(data.session)}@{seq}, where {p} was acked")
+
+    def _check_acked(self, sid: str, payloads: list[str]) -> None:
+        chain = self.chains.get(sid, [])
+        for p in payloads:
+            _, seq, h = self.acked[p]
+            found = chain[seq] if seq < len(chain) else None
+            if found is None or found.hash != h or _payload(found) != p:
+                what = "nothing" if found is None else f"{_payload(found)}"
+                raise Violation("1", f"acked {p} at {self.short(sid)}@{seq} is lost: the chain holds {what} there "
+                                     f"(chain length {len(chain)})")
+
+    def _check_deletes(self) -> None:
+        grace = self.scenario.grace_ms
+        for key, t in self.store.deletes:
+            sid = self.layout.session_of(key)
+            if sid is None or "/seg/" not in key:
+                continue
+            lives = self.store.heads.get(sid, [])
+            for i, life in enumerate(lives):
+                if key in life.segments and life.start <= t and (life.end is None or life.end >= t - grace):
+                    state = "still current" if life.end is None else f"retired {t - life.end}ms before"
+                    detail = f"gc deleted {self.short(key)} at t={t - EPOCH_MS}, referenced by a head {state} " \
+                             f"(grace {grace}ms)"
+                    nxt = lives[i + 1] if i + 1 < len(lives) else None
+                    if nxt is not None and nxt.retired_at is not None and t - nxt.retired_at >= grace:
+                        # gc counted the grace from when the retiring commit was planned,
+                        # not from when its head landed (nxt.start).
+                        self.known("retired-at-plan-time", None, f"{detail}; the head retiring it was planned "
+                                   f"at t={nxt.retired_at - EPOCH_MS} but landed at t={nxt.start - EPOCH_MS}")
+                        break
+                    raise Violation("5", detail)
+        self.store.deletes = []
+
+
+def _payload(e: Entry) -> str:
+    data = e.data
+    if isinstance(data, dict) and isinstance(data.get("p"), str):
+        return str(data["p"])
+    return f"<{e.kind}@{e.seq}>"
+
+
+# ----------------------------------------------------------------------------- campaigns
+
+
+#: Protocol bugs the simulator found that are not fixed yet. When one strikes it is
+#: counted (``Outcome.known``) and the run goes on as the application would (reopen,
+#: skip), so a campaign keeps finding new ones; ``known_bugs`` makes them violations.
+KNOWN_BUGS: dict[str, str] = {
+    "fork-before-fork-entry": "fork_at(at_seq=-1) of a session that is itself a fork raises CorruptionError "
+                              "('head has a parent but the session has no fork entry') on a healthy session",
+    "create-prefix-taken": "a lazy writer whose first commit landed unacknowledged (cancelled, or it raised) "
+                           "and that appended more since gets SessionExists from every later commit: "
+                           "decide.after_lost says IdTaken when creating and landed < batch, though the "
+                           "stored chain is exactly its own first entries (and nobody wrote after them)",
+    "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
+                            "when its commit was planned; the head lands later (segment write, retries), "
+                            "so a reader of the previous head gets less than the grace period",
+    "stale-writer-merge": "a writer whose view of the head is stale (its commit landed unacknowledged: "
+                          "cancelled, or it raised; or another writer moved on) plans its next flush from "
+                          "the old head; once gc collected the segments that head listed, the merge's GET "
+                          "raises CorruptionError (missing segment) before the head PUT could tell it to "
+                          "adopt or fork, and so does every later commit",
+}
+
+
+def run_seed(seed: int, *, trace: bool = False, steps: int | None = None,
+             known_bugs: frozenset[str] = frozenset()) -> Outcome:
+    """Run one seed (``known_bugs``: names from :data:`KNOWN_BUGS` to stop steering around)."""
+    return Simulation(Scenario.from_seed(seed, steps), trace=trace, known_bugs=known_bugs).run()
+
+
+@dataclass(slots=True)
+class Campaign:
+    """Totals over many seeds."""
+
+    seeds: int = 0
+    steps: int = 0
+    requests: int = 0
+    acked: int = 0
+    forks: int = 0
+    faults: int = 0
+    seconds: float = 0.0
+    failures: list[Outcome] = field(default_factory=list)
+    #: known bug -> seeds it struck in (steered around, not failures)
+    known: dict[str, list[int]] = field(default_factory=dict)
+
+
+def campaign(seeds: Iterator[int] | range) -> Campaign:
+    """Run every seed; collect failures (without traces: replay a seed to get one)."""
+    out = Campaign()
+    start = time.perf_counter()
+    for seed in seeds:
+        o = run_seed(seed)
+        out.seeds += 1
+        out.steps += o.steps
+        out.requests += o.requests
+        out.acked += o.acked
+        out.forks += o.forks
+        out.faults += o.faults
+        if o.violation is not None:
+            out.failures.append(o)
+        for name in o.known:
+            out.known.setdefault(name, []).append(seed)
+    out.seconds = time.perf_counter() - start
+    return out
