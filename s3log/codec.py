@@ -361,6 +361,9 @@ class Head:
     #: unreferenced segments of a session until this is older than its grace period,
     #: so a reader holding the previous head can still read them.
     retired_at: int | None = None
+    #: A nonce of the writer that created the session (None for heads written before it
+    #: existed): lets that writer recognise its own create whose response was lost.
+    creator: str | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
     #: The writer's signature over the head's identity (see :mod:`s3log.signing`); None unsigned.
@@ -409,6 +412,8 @@ class Head:
         )
         if self.retired_at is not None:
             out["retired_at"] = self.retired_at
+        if self.creator is not None:
+            out["creator"] = self.creator
         if self.sig is not None:
             out["sig"] = self.sig.to_map()
         return out
@@ -423,7 +428,7 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "sig"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig"}
 )
 
 
@@ -476,6 +481,7 @@ def decode_head(body: bytes, key: str) -> Head:
         ts_min=_opt_int(obj.get("ts_min"), key, "ts_min"),
         ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),
         retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
+        creator=obj["creator"] if isinstance(obj.get("creator"), str) else None,
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,

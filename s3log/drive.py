@@ -29,6 +29,7 @@ from .ops import (
     PutIfMatch,
     Sleep,
     StoreOp,
+    call_store,
     is_retryable,
 )
 from .protocol import RetryPolicy
@@ -108,19 +109,7 @@ class SyncDriver:
             time.sleep(delay)
 
     def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
-        store = self.store
-        match op:
-            case Get(key):
-                return store.get(key)
-            case PutIfAbsent(key, body):
-                return store.put_if_absent(key, body)
-            case PutIfMatch(key, body, etag):
-                return store.put_if_match(key, body, etag)
-            case ListKeys(prefix, delimiter, token, max_keys):
-                return store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
-            case Delete(key):
-                store.delete(key)
-                return None
+        return call_store(self.store, op)
 
     def _capture(self, op: Op) -> Any:
         try:

@@ -125,6 +125,14 @@ class CorruptionError(S3LogError):
         super().__init__(f"corrupt object {key}{at}: {reason}")
 
 
+class SegmentMissing(CorruptionError):
+    """A segment the head read lists is not in the store.
+
+    Corruption if the head is still current; if the head has moved since it was read,
+    merely a stale view (gc collected a segment a newer head no longer lists).
+    """
+
+
 class FormatVersionError(S3LogError):
     """A head or segment carries a format version this release cannot read."""
 

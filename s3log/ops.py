@@ -111,3 +111,23 @@ def is_retryable(op: Op) -> bool:
     """Whether a driver may repeat ``op`` by itself after a transient error: only reads,
     listings and deletes, which are idempotent. Writes are decided by the procedure."""
     return isinstance(op, (Get, ListKeys, Delete))
+
+
+def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
+    """Perform ``op`` on a blocking store: the one place each op meets its store method."""
+    match op:
+        case Get(key):
+            result: Blob = store.get(key)
+            return result
+        case PutIfAbsent(key, body):
+            created: str = store.put_if_absent(key, body)
+            return created
+        case PutIfMatch(key, body, etag):
+            replaced: str = store.put_if_match(key, body, etag)
+            return replaced
+        case ListKeys(prefix, delimiter, token, max_keys):
+            page: ListPage = store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+            return page
+        case Delete(key):
+            store.delete(key)
+            return None

@@ -40,6 +40,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidSessionIdError,
     ObjectNotFound,
+    SegmentMissing,
     SessionExists,
     SessionNotFound,
     StoreError,
@@ -273,7 +274,7 @@ def fetch_segments(layout: Layout, session: str, keys: Sequence[str]) -> Proc[di
     out: dict[str, Segment] = {}
     for key, res in zip(keys, results, strict=True):
         if isinstance(res, ObjectNotFound):
-            raise CorruptionError(key, f"segment listed in the head of session {session} is missing")
+            raise SegmentMissing(key, f"segment listed in the head of session {session} is missing")
         if isinstance(res, BaseException):
             raise res
         out[key] = decode_segment(res.body, key)
@@ -287,6 +288,16 @@ def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[S
     the chain is verified up to there.
     """
     head, etag = yield from read_head(layout, session)
+    for _ in range(3):
+        try:
+            return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
+        except SegmentMissing:
+            # A slow reader can meet a segment gc collected after a newer head stopped
+            # listing it: if the head moved, read again from the new one.
+            current = yield from _read_head_or_none(layout, session)
+            if current is None or decide.etags_equal(current[1], etag):
+                raise
+            head, etag = current
     return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
 
 
@@ -310,7 +321,8 @@ def load_from_head(layout: Layout, head: Head, etag: str, *, upto_seq: int | Non
         entries.extend(head.tail)
         if upto_seq is None:
             verifier.finish(head_key, head)
-    check_fork_origin(head_key, head, entries[0] if entries else None)
+    if upto_seq != -1:  # a prefix of nothing (a fork at the very start) has no origin to check
+        check_fork_origin(head_key, head, entries[0] if entries else None)
     if upto_seq is not None:
         entries = entries[: upto_seq + 1]
     return SessionData(session, head, etag, entries, by_key)
@@ -503,13 +515,18 @@ def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
 
 
 def empty_head(
-    session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None, now: int | None = None
+    session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None, now: int | None = None,
+    creator: str | None = None,
 ) -> Head:
-    """The head of a session before its first write (version 0: not stored)."""
+    """The head of a session before its first write (version 0: not stored).
+
+    ``creator``: a nonce of the writer creating it, stored in the head, so that writer
+    recognises its own create when the response was lost (see :func:`commit`).
+    """
     t = now_ms() if now is None else now
     return Head(
         session=session, version=0, seq=-1, hash=None, segments=(), levels=(), tail=(),
-        parent=parent, meta=dict(meta or {}), created_at=t, updated_at=t, writer="",
+        parent=parent, meta=dict(meta or {}), created_at=t, updated_at=t, writer="", creator=creator,
     )
 
 
@@ -519,9 +536,10 @@ def new_writer_state(
     meta: Mapping[str, Any] | None = None,
     parent: ParentRef | None = None,
     now: int | None = None,
+    creator: str | None = None,
 ) -> WriterState:
     """The state of a writer of a session that is not stored yet."""
-    return WriterState(session, empty_head(session, meta, parent, now), None, reducer.initial(), {})
+    return WriterState(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
 
 
 def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) -> WriterState:
@@ -686,26 +704,33 @@ def _write(
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
-) -> Proc[tuple[_HeadPlan, _HeadOutcome, dict[str, decide.Confirmed]]]:
+) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
 
     The head is written only once every object it depends on is confirmed stored as
     ours; a segment key found taken by something else is never referenced.
     """
-    plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce())
+    # The deadline counts from planning: a merge's retired_at is stamped here.
+    deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
+    try:
+        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce())
+    except SegmentMissing:
+        # Our view of the head is stale and gc collected what it listed: the head moved.
+        current = yield from _read_head_or_none(layout, ws.session)
+        if current is None or decide.etags_equal(current[1], ws.etag):
+            raise
+        return None, _HeadOutcome("conflict", None, current), {}
     puts = list(before_head)
     if plan.segment_key is not None and plan.segment_body is not None:
         puts.append(PutIfAbsent(plan.segment_key, plan.segment_body))
-    deadline = None
     confirmed: dict[str, decide.Confirmed] = {}
     if puts:
-        deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
         confirmed = yield from put_immutable(cfg, puts)
         if plan.segment_key is not None and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
         if any(v is not decide.Confirmed.OURS for v in confirmed.values()):
             return plan, _HeadOutcome("conflict", None, None), confirmed
-    outcome = yield from _put_head(layout, cfg, ws, plan, deadline)
+    outcome = yield from _put_head(layout, cfg, ws, plan, deadline if puts or plan.head.retired_at else None)
     return plan, outcome, confirmed
 
 
@@ -745,7 +770,7 @@ def commit(
     for _ in range(cfg.retry.attempts):
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
         plan, outcome, _ = yield from _write(layout, cfg, ws, entries)
-        if outcome.kind == "committed" and outcome.etag is not None:
+        if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), acked + entries, acked + entries)
         if outcome.found is None:
@@ -754,8 +779,11 @@ def commit(
         landed = yield from landed_prefix(layout, found_head, entries)
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
+        # A create that landed unacknowledged is ours, not a taken id: the stored head
+        # carries the creator nonce this writer put in it.
+        ours = ws.head.creator is not None and found_head.creator == ws.head.creator
         step = decide.after_lost(
-            creating=ws.etag is None,
+            creating=ws.etag is None and not ours,
             batch=len(entries),
             landed=landed,
             stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
@@ -796,7 +824,7 @@ def commit(
 def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[WriterState]:
     """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
     plan, outcome, _ = yield from _write(layout, cfg, ws, [])
-    if outcome.kind == "committed" and outcome.etag is not None:
+    if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
         return _advance(cfg, ws, plan, outcome.etag, ws.state)
     raise SessionExists(ws.session)
 
@@ -839,14 +867,14 @@ def create_fork(
         meta = normalize_data("meta", fork_meta(dict(meta or {}), parent, seed))
     for attempt in range(4):
         sid = child or cfg.env.new_id()
-        ws = new_writer_state(sid, reducer, meta, parent, now)
+        ws = new_writer_state(sid, reducer, meta, parent, now, cfg.env.nonce())
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
         marker = PutIfAbsent(
             layout.fork_marker(parent.session, sid),
             dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
         )
         plan, outcome, _ = yield from _write(layout, cfg, ws, entries, before_head=[marker])
-        if outcome.kind == "committed" and outcome.etag is not None:
+        if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return _advance(cfg, ws, plan, outcome.etag, state), entries
         if outcome.found is not None:
@@ -982,7 +1010,10 @@ def gc(
         if sid in broken:
             continue
         head = heads.get(sid)
-        retired_recently = head is not None and head.retired_at is not None and now - head.retired_at < older_than_ms
+        # retired_at is stamped when the merging commit is planned; its head lands up to
+        # the commit deadline later: the grace counts from the latest it could have landed.
+        retired_recently = (head is not None and head.retired_at is not None
+                            and now - head.retired_at < older_than_ms + commit_deadline_ms)
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if rest.startswith("seg/"):
@@ -1114,7 +1145,7 @@ def append_latest(
             if current is None:
                 if create_meta is None:
                     raise SessionNotFound(session)
-                ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms())
+                ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
             else:
                 ws = WriterState(session, current[0], current[1], reducer.initial(), {})
         try:

@@ -57,7 +57,20 @@ from .errors import (
     TransientStoreError,
 )
 from .layout import Layout, parse_segment_key
-from .ops import Delete, Get, ListKeys, Op, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep, is_retryable, store_call
+from .ops import (
+    Delete,
+    Get,
+    ListKeys,
+    Op,
+    Parallel,
+    Proc,
+    PutIfAbsent,
+    PutIfMatch,
+    Sleep,
+    StoreOp,
+    call_store,
+    is_retryable,
+)
 from .protocol import CommitResult, LogConfig, RetryPolicy, SessionData, WriterState
 from .store.memory import MemoryStore
 from .writer import LogCore, WriterCore
@@ -234,8 +247,10 @@ class SimStore(MemoryStore):
 
 def perform(store: SimStore, op: Op) -> Any:
     """Perform one store request (not a Parallel or Sleep) with no fault."""
-    name, args, kwargs = store_call(op)  # type: ignore[arg-type]
-    return getattr(store, name)(*args, **kwargs)
+    if isinstance(op, (Parallel, Sleep)):
+        raise TypeError(f"not a store request: {op!r}")
+    request: StoreOp = op
+    return call_store(store, request)
 
 
 def run_direct(store: SimStore, proc: Proc[Any]) -> Any:

@@ -357,7 +357,8 @@ class LogCore:
         """The writer state of a session not stored yet (validates the id and meta)."""
         sid = validate_session_id(session_id) if session_id is not None else self.config.env.new_id()
         meta = check_meta(meta, sid)
-        return protocol.new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms())
+        return protocol.new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms(),
+                                         creator=self.config.env.nonce())
 
     def create(self, ws: WriterState, reducer: Reducer[Any] | None) -> Proc[WriterState]:
         """Store the empty head of ``ws``."""
