@@ -310,6 +310,36 @@ class ParentRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on a session, recorded in the head by its commits.
+
+    Advisory: the log never refuses a commit because of it; the agent layer reads it
+    to tell a live worker's open turn from a crashed one (docs/agent.md, leases).
+    """
+
+    owner: str
+    expires_at: int
+
+    def live(self, now_ms: int) -> bool:
+        """Whether the lease has not expired at ``now_ms``."""
+        return now_ms < self.expires_at
+
+    def to_map(self) -> dict[str, Any]:
+        """The lease as stored."""
+        return {"owner": self.owner, "expires_at": self.expires_at}
+
+    @staticmethod
+    def from_map(obj: Any, key: str) -> Lease:
+        """Decode a stored lease."""
+        if not isinstance(obj, Mapping):
+            raise CorruptionError(key, "lease is not a map")
+        owner, expires = obj.get("owner"), obj.get("expires_at")
+        if not isinstance(owner, str) or not isinstance(expires, int) or isinstance(expires, bool):
+            raise CorruptionError(key, f"lease is malformed: {dict(obj)!r}")
+        return Lease(owner, expires)
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """A session's head: its manifest and commit point.
 
@@ -338,6 +368,8 @@ class Head:
     #: unreferenced segments of a session until this is older than its grace period,
     #: so a reader holding the previous head can still read them.
     retired_at: int | None = None
+    #: The worker holding the session, if any (see :class:`Lease`).
+    lease: Lease | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -384,6 +416,8 @@ class Head:
         )
         if self.retired_at is not None:
             out["retired_at"] = self.retired_at
+        if self.lease is not None:
+            out["lease"] = self.lease.to_map()
         return out
 
 
@@ -396,7 +430,7 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "lease"}
 )
 
 
@@ -449,6 +483,7 @@ def decode_head(body: bytes, key: str) -> Head:
         ts_min=_opt_int(obj.get("ts_min"), key, "ts_min"),
         ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),
         retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
+        lease=Lease.from_map(obj["lease"], key) if obj.get("lease") is not None else None,
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
     )

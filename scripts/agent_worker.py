@@ -40,7 +40,9 @@ def handle(log: s3log.Log, session_id: str | None, prompt: str) -> dict[str, Any
     if session_id is None:
         session = AgentSession.create(log, system_prompt="You are a helpful agent.", config={"model": "fake-1"})
     else:
-        session = AgentSession.restore(log, session_id)
+        # A second invocation for the same conversation (a double-clicked Send, a Lambda
+        # retry) waits for the first to finish its turn, then continues the same session.
+        session = AgentSession.restore(log, session_id, wait=WAIT_FOR_BUSY_SECONDS)
     with session:
         session.user_input(prompt)
         call = fake_model(session.state.history)
@@ -54,14 +56,23 @@ def handle(log: s3log.Log, session_id: str | None, prompt: str) -> dict[str, Any
             "prompt": prompt}
 
 
+#: How long an invocation waits for another one holding the same session's turn.
+WAIT_FOR_BUSY_SECONDS = 30.0
+_LOG: s3log.Log | None = None
+
+
+def _container_log() -> s3log.Log:
+    """One Log (and boto3 client) per Lambda container, built on the first invocation:
+    a client costs hundreds of milliseconds to build, and warm invocations reuse it."""
+    global _LOG
+    if _LOG is None:
+        _LOG = s3log.Log(s3log.S3Store(os.environ["S3LOG_BUCKET"]), prefix=os.environ.get("S3LOG_PREFIX", "s3log"))
+    return _LOG
+
+
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """AWS Lambda entry point: ``{"session": SID or null, "prompt": "..."}``."""
-    store = s3log.S3Store(os.environ["S3LOG_BUCKET"])
-    log = s3log.Log(store, prefix=os.environ.get("S3LOG_PREFIX", "s3log"))
-    try:
-        return handle(log, event.get("session"), str(event.get("prompt", "")))
-    finally:
-        log.close()
+    return handle(_container_log(), event.get("session"), str(event.get("prompt", "")))
 
 
 def main() -> None:
