@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -29,6 +28,7 @@ from s3log.faults import FaultyStore
 from s3log.testing import LocalS3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+L = TypeVar("L", s3log.Log, s3log.AsyncLog)
 
 
 @pytest.fixture
@@ -36,11 +36,11 @@ def log() -> s3log.Log:
     return s3log.Log(s3log.MemoryStore())
 
 
-def later(log: s3log.Log, seconds: float = 3600.0) -> s3log.Log:
-    """The same sessions seen from a log whose clock is ``seconds`` ahead: a crashed
-    worker's lease has expired there, so a restore repairs its open turn."""
-    env = s3log.env.Env(clock_ms=lambda: s3log.protocol.now_ms() + int(seconds * 1000))
-    return s3log.Log(log.store, prefix=log.prefix, config=dataclasses.replace(log.config, env=env))
+def later(log: L, seconds: float = 3600.0) -> L:
+    """The same sessions seen from a log (a Log or an AsyncLog) whose clock is ``seconds``
+    ahead: a crashed worker's lease has expired there, so a restore repairs its open turn."""
+    env = s3log.env.Env(clock_ms=lambda: s3log.env.wall_clock_ms() + int(seconds * 1000))
+    return type(log)(log.store, prefix=log.prefix, config=dataclasses.replace(log.config, env=env))
 
 
 def _turn(s: AgentSession, text: str) -> None:
