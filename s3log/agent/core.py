@@ -263,6 +263,15 @@ def options_arg(options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options) - SESSION_OPTIONS)
     if unknown:
         raise AgentArgumentError(f"unknown agent session option(s) {unknown}; known: {sorted(SESSION_OPTIONS)}")
+    lease_args(options.get("owner"), options.get("lease_ttl", 300.0))
+
+
+def lease_args(owner: Any, lease_ttl: Any) -> None:
+    """Refuse a bad ``owner`` or ``lease_ttl`` option (checked before a restore may repair)."""
+    if not isinstance(lease_ttl, (int, float)) or isinstance(lease_ttl, bool) or not lease_ttl > 0:
+        raise AgentArgumentError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise AgentArgumentError(f"owner must be a non-empty string, not {owner!r}")
 
 
 def labels_arg(labels: Any) -> dict[str, Any] | None:
@@ -395,6 +404,12 @@ def restore_proc(
                     raise SessionBusy(writer.session_id, lease.owner, lease.expires_at)
                 yield Wait(max(0.001, min(LEASE_POLL, (deadline - now) / 1000, (lease.expires_at - now) / 1000)))
                 continue
+        if lease is not None and lease.owner:
+            # The repair closes the turn the lease was for: its commit clears the lease
+            # (a release clears only the named owner's lease), so the head no longer
+            # shows a worker holding a session nobody is running.
+            writer.hold_lease(lease.owner, 1)
+            writer.release_lease()
         for kind, data in fixes:
             yield Append(writer, kind, data)
         try:
@@ -460,10 +475,7 @@ class SessionCore(ABC):
         owner: str | None = None,
         lease_ttl: float = 300.0,
     ) -> None:
-        if not isinstance(lease_ttl, (int, float)) or isinstance(lease_ttl, bool) or lease_ttl <= 0:
-            raise AgentArgumentError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise AgentArgumentError(f"owner must be a non-empty string, not {owner!r}")
+        lease_args(owner, lease_ttl)
         self.log = log
         self._writer = writer
         #: The worker id this session records in the head's lease while a turn is open.

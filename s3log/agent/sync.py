@@ -91,9 +91,11 @@ class AgentSession(SessionCore):
         max_buffer_bytes: int = 256 * 1024,
         max_delay: float = 2.0,
         on_fork: ForkCallback | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 300.0,
     ) -> None:
         super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
-                         max_delay=max_delay, on_fork=on_fork)
+                         max_delay=max_delay, on_fork=on_fork, owner=owner, lease_ttl=lease_ttl)
 
     def _run(self, proc: Proc[T]) -> T:
         return run(self.log, proc)
