@@ -624,3 +624,48 @@ def test_clock_helpers_are_what_they_say() -> None:
     assert ahead.store is log.store and ahead.prefix == "p"
     assert ahead.config.env.now_ms() - s3log.env.wall_clock_ms() >= 3_599_000
     assert at(log, 5).config.env.now_ms() == 5 and at(log, 5).prefix == "p"
+
+
+# ------------------------------------------------- a handler that fails mid-turn
+
+
+class ToolFailed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_a_turn_abandoned_by_an_exception_is_not_left_leased(log_memory: s3log.Log, buffered: bool) -> None:
+    # A handler that raises mid-turn (a failing tool) is done with the turn: a retry
+    # must repair it at once, not find it busy for the rest of the lease.
+    with pytest.raises(ToolFailed), AgentSession.create(log_memory, owner="first") as s:
+        _open_a_tool_call(s)
+        if buffered:
+            s.hook_items({"role": "system", "content": "about to fail"})
+        raise ToolFailed("the tool raised")
+    head = log_memory.head(s.session_id)
+    assert head.lease is None and s.buffered == 0
+    retry = AgentSession.restore(log_memory, s.session_id, owner="retry")
+    assert retry.state.last_run_interrupted and not retry.state.turn_open
+    assert ("about to fail" in str(retry.state.history)) == buffered
+
+
+async def test_an_async_turn_abandoned_by_an_exception_is_not_left_leased() -> None:
+    log = s3log.AsyncLog(s3log.AsyncMemoryStore())
+    with pytest.raises(ToolFailed):
+        async with await AsyncAgentSession.create(log, owner="first") as s:
+            await s.user_input("hi")
+            raise ToolFailed("the tool raised")
+    assert (await log.head(s.session_id)).lease is None
+    retry = await AsyncAgentSession.restore(log, s.session_id, owner="retry")
+    assert retry.state.last_run_interrupted
+
+
+def test_a_closed_session_with_its_turn_still_open_keeps_its_lease(log_memory: s3log.Log) -> None:
+    # Closing without an error is not giving the turn up (the caller may go on with it).
+    s = AgentSession.create(log_memory, owner="first")
+    with s:
+        s.user_input("hi")
+    lease = log_memory.head(s.session_id).lease
+    assert lease is not None and lease.owner == "first"
+    with pytest.raises(SessionBusy):
+        AgentSession.restore(log_memory, s.session_id)

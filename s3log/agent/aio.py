@@ -246,7 +246,7 @@ class AsyncAgentSession(SessionCore):
             return
         # The original error matters more; a failed commit leaves the batch in the writer.
         with contextlib.suppress(S3LogError):
-            await self.close()
+            await self._run(self._p_abandon())
 
     def _hook_log_close(self) -> None:
         # AsyncLog.aclose() awaits its hooks: closing the log drains its sessions.

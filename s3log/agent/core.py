@@ -675,6 +675,18 @@ class SessionCore(ABC):
         if self._writer.pending == 0:
             self._pending_state = self._writer.state
 
+    def _p_abandon(self) -> Proc[None]:
+        """Drain after the caller's block raised: its open turn is given up, so the drain
+        releases the turn's lease too (a retry then repairs the turn at once instead of
+        finding it busy until the lease expires)."""
+        self._check_usable()
+        if self._writer.lease_owner is not None:
+            self._writer.release_lease()
+            if self._writer.pending == 0:
+                yield Renew(self._writer)  # nothing to commit: the release is a head-only write
+                return
+        yield from self._p_flush()
+
     def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[WriterBase]:
         # The parent must be stored to be forked, even if it holds only its start.
         yield from self._p_flush(force=True)

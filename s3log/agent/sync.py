@@ -76,7 +76,8 @@ class AgentSession(SessionCore):
     than ``max_delay`` seconds after the oldest buffered one. :meth:`close` (and the
     context manager) drain it; so do :func:`s3log.agent.close` and, at interpreter exit,
     an exit hook. A failed automatic commit keeps the batch; the next :meth:`flush`
-    retries it and raises if it fails again.
+    retries it and raises if it fails again. Leaving the ``with`` block by an exception
+    also releases the open turn's lease, so a retry repairs the turn at once.
     """
 
     log: Log
@@ -262,7 +263,7 @@ class AgentSession(SessionCore):
             return
         # The original error matters more; a failed commit leaves the batch in the writer.
         with contextlib.suppress(S3LogError):
-            self.close()
+            self._run(self._p_abandon())
 
     def _flush_at_exit(self) -> None:
         self.flush()
