@@ -669,3 +669,36 @@ def test_a_closed_session_with_its_turn_still_open_keeps_its_lease(log_memory: s
     assert lease is not None and lease.owner == "first"
     with pytest.raises(SessionBusy):
         AgentSession.restore(log_memory, s.session_id)
+
+
+def test_wait_and_follow_forks_combine(log_memory: s3log.Log, waits: list[float]) -> None:
+    # Two invocations restored the idle session before either opened its turn: the
+    # second lost the race and forked. The next invocation, keeping only the original
+    # id, finds that fork, and waits for its turn like any other.
+    log = log_memory
+    s = AgentSession.create(log)
+    s.user_input("zero")
+    s.turn_end()
+    winner = AgentSession.restore(log, s.session_id, owner="winner")
+    loser = AgentSession.restore(log, s.session_id, owner="loser")
+    winner.user_input("one")
+    winner.turn_end()
+    loser.user_input("two")  # the turn-open commit loses the race: forked, and leased there
+    assert loser.forks and loser.session_id != s.session_id
+    with pytest.raises(SessionBusy) as busy:
+        AgentSession.restore(log, s.session_id, follow_forks=True)
+    assert (busy.value.session, busy.value.owner) == (loser.session_id, "loser")
+
+    def finish() -> None:
+        for _ in range(3000):  # until the restore below waits (bounded: a failure must not hang)
+            if waits:
+                break
+            threading.Event().wait(0.01)
+        loser.turn_end()
+
+    t = threading.Thread(target=finish)
+    t.start()
+    nxt = AgentSession.restore(log, s.session_id, follow_forks=True, wait=60)
+    t.join()
+    assert waits and nxt.session_id == loser.session_id and not nxt.state.last_run_interrupted
+    assert _user_texts(nxt.state.history) == ["zero", "two"]
