@@ -272,9 +272,26 @@ def test_the_lambda_handler_keeps_one_log_per_container(
     sid = worker.handler({"session": None, "prompt": "cold"})["session"]
     log = worker._LOG
     assert log is not None
-    warm = worker.handler({"session": sid, "prompt": "warm"})
+    leases: list[tuple[Any, int]] = []
+    real_tool = worker.run_tool
+
+    def tool(call: dict[str, Any]) -> dict[str, Any]:  # look at the head mid-turn
+        head = log.head(sid)
+        leases.append((head.lease, head.updated_at))
+        return real_tool(call)  # type: ignore[no-any-return]
+
+    class Context:  # what Lambda passes: the invocation has 42 s left
+        def get_remaining_time_in_millis(self) -> int:
+            return 42_000
+
+    monkeypatch.setattr(worker, "run_tool", tool)
+    warm = worker.handler({"session": sid, "prompt": "warm"}, Context())
     assert worker._LOG is log and warm["session"] == sid and warm["turns"] == 2
     assert _user_texts(AgentSession.restore(log, sid).state.history) == ["cold", "warm"]
+    # The turn is leased for as long as the invocation can live (plus a margin), no longer.
+    [(lease, updated_at)] = leases
+    assert lease is not None and lease.expires_at == updated_at + 47_000
+    assert worker.lease_ttl_for(None) == worker.LEASE_TTL_SECONDS
     log.close()
 
 
@@ -702,3 +719,19 @@ def test_wait_and_follow_forks_combine(log_memory: s3log.Log, waits: list[float]
     t.join()
     assert waits and nxt.session_id == loser.session_id and not nxt.state.last_run_interrupted
     assert _user_texts(nxt.state.history) == ["zero", "two"]
+
+
+def test_renewing_a_lease_taken_over_raises_conflict_and_the_turn_goes_on_in_a_fork(log_memory: s3log.Log) -> None:
+    log = log_memory
+    a = AgentSession.create(log, owner="a")
+    _open_a_tool_call(a)
+    sid = a.session_id
+    AgentSession.restore(log, sid, owner="b", force=True)  # someone took the turn over
+    with pytest.raises(s3log.ConflictError):
+        a.renew_lease()  # tells the worker it no longer holds the turn
+    assert log.head(sid).lease is None  # nothing of a's written over the repair
+    a.tool_results({"type": "function_call_output", "call_id": "started", "output": "late"})
+    a.turn_end()
+    assert a.session_id != sid and [e.kind for e in log.read(a.session_id).entries] == [
+        "s3log.fork", "agent.tool_results", "agent.turn_end"]
+    assert _kinds(log, sid).count(TOOL_RESULTS) == 1  # only the repair's
