@@ -735,3 +735,38 @@ def test_renewing_a_lease_taken_over_raises_conflict_and_the_turn_goes_on_in_a_f
     assert a.session_id != sid and [e.kind for e in log.read(a.session_id).entries] == [
         "s3log.fork", "agent.tool_results", "agent.turn_end"]
     assert _kinds(log, sid).count(TOOL_RESULTS) == 1  # only the repair's
+
+
+def test_an_open_turn_without_a_lease_is_a_crash(log_memory: s3log.Log) -> None:
+    # Written before leases existed (or by a worker that holds none): repaired at once.
+    log = log_memory
+    s = AgentSession.create(log, owner="old")
+    _open_a_tool_call(s)
+    w = log.open(s.session_id)
+    w.hold_lease("old", 1)
+    w.release_lease()
+    w.renew_lease()  # strips the lease, leaves the turn open
+    assert log.head(s.session_id).lease is None
+    r = AgentSession.restore(log, s.session_id)
+    assert r.state.last_run_interrupted and not r.state.turn_open
+
+
+def test_wait_is_bounded_by_the_time_waited_even_if_the_clock_stands_still(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A simulator's (or a test's) clock need not move while a restore sleeps: the wait
+    # must still end after ``wait`` seconds of sleeping, with SessionBusy.
+    log = clocked(s3log.MemoryStore(), Clock())  # never advanced
+    s = AgentSession.create(log, owner="a", lease_ttl=60)
+    _open_a_tool_call(s)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) > 1000:
+            raise RuntimeError("the restore never stopped waiting")
+
+    monkeypatch.setattr(s3log.agent.sync, "time", types.SimpleNamespace(sleep=sleep))
+    with pytest.raises(SessionBusy):
+        AgentSession.restore(log, s.session_id, wait=2)
+    assert sum(slept) == pytest.approx(2.0)

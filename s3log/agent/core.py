@@ -380,6 +380,7 @@ def restore_proc(
     if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
         raise AgentArgumentError(f"wait must be a number of seconds >= 0, not {wait!r}")
     deadline: int | None = None
+    waited = 0.0
     target = session_id
     if follow_forks:
         root: Head = yield ReadHead(session_id)
@@ -400,9 +401,14 @@ def restore_proc(
             if lease.live(now):
                 if deadline is None:
                     deadline = now + int(wait * 1000)
-                if now >= deadline:
+                # Bounded by the log's clock and by the time slept: a clock that stands
+                # still while this sleeps (a simulator's, a test's) must not wait forever.
+                left = min((deadline - now) / 1000, wait - waited)
+                if left <= 0:
                     raise SessionBusy(writer.session_id, lease.owner, lease.expires_at)
-                yield Wait(max(0.001, min(LEASE_POLL, (deadline - now) / 1000, (lease.expires_at - now) / 1000)))
+                pause = max(0.001, min(LEASE_POLL, left, (lease.expires_at - now) / 1000))
+                yield Wait(pause)
+                waited += pause
                 continue
         if lease is not None and lease.owner:
             # The repair closes the turn the lease was for: its commit clears the lease
