@@ -124,9 +124,16 @@ class AsyncWriter(WriterBase):
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
-    async def _commit_task(self) -> CommitResult:
+    async def renew_lease(self) -> CommitResult:
+        """Write the head now, renewing (or releasing) this writer's lease (see ``Writer.renew_lease``)."""
+        task = asyncio.ensure_future(self._commit_task(touch=True))
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _commit_task(self, touch: bool = False) -> CommitResult:
         async with self._lock:
-            return await self._log.run(self._log._core.writing(self._core.commit()))
+            proc = self._core.touch() if touch else self._core.commit()
+            return await self._log.run(self._log._core.writing(proc))
 
 
 class Ticket(int):

@@ -330,6 +330,34 @@ class Signature:
         if not isinstance(alg, str) or not isinstance(key_id, str) or not isinstance(value, bytes):
             raise CorruptionError(key, "head sig must hold alg and key_id strings and a value byte string")
         return Signature(alg, key_id, value)
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on a session, recorded in the head by its commits.
+
+    Advisory: the log never refuses a commit because of it; the agent layer reads it
+    to tell a live worker's open turn from a crashed one (docs/agent.md, leases).
+    """
+
+    owner: str
+    expires_at: int
+
+    def live(self, now_ms: int) -> bool:
+        """Whether the lease has not expired at ``now_ms``."""
+        return now_ms < self.expires_at
+
+    def to_map(self) -> dict[str, Any]:
+        """The lease as stored."""
+        return {"owner": self.owner, "expires_at": self.expires_at}
+
+    @staticmethod
+    def from_map(obj: Any, key: str) -> Lease:
+        """Decode a stored lease."""
+        if not isinstance(obj, Mapping):
+            raise CorruptionError(key, "lease is not a map")
+        owner, expires = obj.get("owner"), obj.get("expires_at")
+        if not isinstance(owner, str) or not isinstance(expires, int) or isinstance(expires, bool):
+            raise CorruptionError(key, f"lease is malformed: {dict(obj)!r}")
+        return Lease(owner, expires)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +392,8 @@ class Head:
     #: A nonce of the writer that created the session (None for heads written before it
     #: existed): lets that writer recognise its own create whose response was lost.
     creator: str | None = None
+    #: The worker holding the session, if any (see :class:`Lease`).
+    lease: Lease | None = None
     v: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
     #: The writer's signature over the head's identity (see :mod:`s3log.signing`); None unsigned.
@@ -416,6 +446,8 @@ class Head:
             out["creator"] = self.creator
         if self.sig is not None:
             out["sig"] = self.sig.to_map()
+        if self.lease is not None:
+            out["lease"] = self.lease.to_map()
         return out
 
 
@@ -428,7 +460,7 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig", "lease"}
 )
 
 
@@ -482,6 +514,7 @@ def decode_head(body: bytes, key: str) -> Head:
         ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),
         retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
         creator=obj["creator"] if isinstance(obj.get("creator"), str) else None,
+        lease=Lease.from_map(obj["lease"], key) if obj.get("lease") is not None else None,
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,

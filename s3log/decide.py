@@ -272,6 +272,10 @@ def after_lost(
     head's last hash is the hash of our last landed entry (or, with nothing landed,
     the hash our batch was chained after), i.e. nobody wrote after us.
     """
+    if batch == 0:
+        # A head-only update (a lease renewal): redo it on the stored head if nothing
+        # was appended meanwhile; if something was, this writer is behind: tell it.
+        return AdoptAndRetry(0) if stored_ends_at_ours else RaiseConflict(0)
     if creating and landed < batch:
         # A new session's id is someone else's unless our whole batch is there: a
         # prefix of identical entries (same kind, ts and data, e.g. two sessions

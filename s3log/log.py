@@ -96,6 +96,23 @@ class Writer(WriterBase):
                     self._cond.wait()
             self._lead()
 
+    def renew_lease(self) -> CommitResult:
+        """Write the head now, renewing (or releasing) this writer's lease: one PUT.
+
+        Commits whatever is queued too. Raises ConflictError if another writer appended
+        since this writer's last commit.
+        """
+        with self._cond:
+            while self._committing:
+                self._cond.wait()
+            self._committing = True
+        try:
+            return self._log.run(self._log._core.writing(self._core.touch()))
+        finally:
+            with self._cond:
+                self._committing = False
+                self._cond.notify_all()
+
     def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
         """Append one entry and return it once committed.
 

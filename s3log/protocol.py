@@ -22,6 +22,7 @@ from .codec import (
     MAX_INTERNAL_DEPTH,
     Entry,
     Head,
+    Lease,
     ParentRef,
     Segment,
     decode_head,
@@ -549,8 +550,30 @@ def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) 
     return WriterState(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
 
 
+@dataclass(frozen=True, slots=True)
+class LeasePlan:
+    """What a commit does to the head's lease: hold it for ``owner`` until ``ttl_ms``
+    from the commit's time, or (``ttl_ms`` None) release it if ``owner`` holds it."""
+
+    owner: str
+    ttl_ms: int | None
+
+
+def _next_lease(h: Head, plan: LeasePlan | None, now: int) -> Lease | None:
+    if plan is None:
+        return h.lease  # a writer that does not hold leases leaves the stored one alone
+    if plan.ttl_ms is not None:
+        return Lease(plan.owner, now + plan.ttl_ms)
+    return None if h.lease is None or h.lease.owner == plan.owner else h.lease
+
+
 def _plan_head(
-    layout: Layout, cfg: LogConfig, ws: WriterState, entries: Sequence[Entry], nonce: str
+    layout: Layout,
+    cfg: LogConfig,
+    ws: WriterState,
+    entries: Sequence[Entry],
+    nonce: str,
+    lease: LeasePlan | None = None,
 ) -> Proc[_HeadPlan]:
     h = ws.head
     t = cfg.env.now_ms()
@@ -568,6 +591,7 @@ def _plan_head(
         updated_at=t,
         created_at=h.created_at if ws.etag is not None else t,
         writer=nonce,
+        lease=_next_lease(h, lease, t),
     )
     base = sign_head(cfg.signer, base)  # the payload is the same whether or not the tail is flushed
     inline = replace(base, tail=h.tail + tuple(entries))
@@ -704,6 +728,7 @@ def _write(
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
+    lease: LeasePlan | None = None,
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
 
@@ -713,7 +738,7 @@ def _write(
     # The deadline counts from planning: a merge's retired_at is stamped here.
     deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
     try:
-        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce())
+        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce(), lease)
     except SegmentMissing:
         # Our view of the head is stale and gc collected what it listed: the head moved.
         current = yield from _read_head_or_none(layout, ws.session)
@@ -755,8 +780,14 @@ def commit(
     pending: Sequence[PendingEntry],
     reducer: Reducer[Any],
     on_conflict: OnConflict = "fork",
+    *,
+    lease: LeasePlan | None = None,
+    touch: bool = False,
 ) -> Proc[CommitResult]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
+
+    ``lease``: what this commit records about the head's lease. ``touch``: write the
+    head even with nothing pending (a lease renewal or release), if it is stored.
 
     A commit with nothing pending writes nothing, not even the head of a session not
     stored yet (a lazily created session stays unstored until it has an entry; use
@@ -764,12 +795,12 @@ def commit(
     entry, in order, wherever it landed. The decisions after a lost race are
     :func:`s3log.decide.after_lost`.
     """
-    if not pending:
+    if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
     acked: list[Entry] = []
     for _ in range(cfg.retry.attempts):
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
-        plan, outcome, _ = yield from _write(layout, cfg, ws, entries)
+        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, lease=lease)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), acked + entries, acked + entries)
@@ -812,7 +843,7 @@ def commit(
         parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
         log.warning("session %s: lost a race to writer %s; forking", ws.session, found_head.writer)
         fork_ws, fork_entries = yield from create_fork(
-            layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:]
+            layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:], lease=lease
         )
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
         return CommitResult(
@@ -845,6 +876,8 @@ def create_fork(
     meta: Mapping[str, Any] | None,
     pending: Sequence[PendingEntry] = (),
     child: str | None = None,
+    *,
+    lease: LeasePlan | None = None,
 ) -> Proc[tuple[WriterState, list[Entry]]]:
     """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
     followed by ``pending``; mark it under the parent.
@@ -873,7 +906,7 @@ def create_fork(
             layout.fork_marker(parent.session, sid),
             dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
         )
-        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, before_head=[marker])
+        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return _advance(cfg, ws, plan, outcome.etag, state), entries

@@ -151,6 +151,8 @@ class WriterCore:
         self._uncertain: set[int] = set()
         self._withdrawn: set[int] = set()
         self._claimed: set[int] = set()
+        #: What this writer's commits record about the head's lease (None: leave it).
+        self.lease: protocol.LeasePlan | None = None
 
     @property
     def session_id(self) -> str:
@@ -249,18 +251,40 @@ class WriterCore:
             self._waiting.discard(ticket)
             self._done.pop(ticket, None)
 
+    def hold_lease(self, owner: str, ttl_ms: int) -> None:
+        """Record a lease for ``owner`` lasting ``ttl_ms`` with every commit from now on."""
+        if not isinstance(owner, str) or not owner:
+            raise InvalidArgumentError("owner", f"must be a non-empty string, not {owner!r}", session=self.session_id)
+        if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0:
+            raise InvalidArgumentError("ttl_ms", f"must be a positive integer, not {ttl_ms!r}", session=self.session_id)
+        self.lease = protocol.LeasePlan(owner, ttl_ms)
+
+    def release_lease(self) -> None:
+        """Clear this writer's lease with the next commit (or :meth:`touch`)."""
+        if self.lease is not None:
+            self.lease = protocol.LeasePlan(self.lease.owner, None)
+
+    def touch(self) -> Proc[CommitResult]:
+        """A commit that writes the head even with nothing pending: renews or releases a lease."""
+        return self._commit(touch=True)
+
     def commit(self) -> Proc[CommitResult]:
         """A procedure committing every entry pending when it starts, then applying the result.
 
         Only one may run at a time per writer (the drivers hold a lock around it).
         """
+        return self._commit(touch=False)
+
+    def _commit(self, *, touch: bool) -> Proc[CommitResult]:
         with self._lock:
             batch = list(self._pending)
             ws = self.ws
             self._inflight = {t for t, _ in batch}
+            lease = self.lease
         try:
             result = yield from protocol.commit(
-                self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict
+                self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
+                lease=lease, touch=touch,
             )
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
@@ -276,6 +300,9 @@ class WriterCore:
                 self._inflight = set()
             raise
         self._settle(batch, result.acked, result.ws)
+        wrote = touch or bool(result.entries)
+        if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
+            self.lease = None  # released: later commits leave the head's lease alone
         if result.fork is not None:
             self.forks.append(result.fork)
             for listener in self._listeners:
@@ -525,6 +552,24 @@ class WriterBase:
         if value not in ("fork", "raise"):
             raise ValueError(f"on_conflict must be 'fork' or 'raise', not {value!r}")
         self._core.on_conflict = value
+
+    def hold_lease(self, owner: str, ttl_ms: int) -> None:
+        """Record a lease (``owner``, expiring ``ttl_ms`` after each commit) with every commit.
+
+        Advisory: other writers are not refused, but an agent session's ``restore``
+        treats an open turn under a live lease as a running worker's (docs/agent.md).
+        """
+        self._core.hold_lease(owner, ttl_ms)
+
+    def release_lease(self) -> None:
+        """Clear this writer's lease from the head with its next commit (or renewal)."""
+        self._core.release_lease()
+
+    @property
+    def lease_owner(self) -> str | None:
+        """The owner this writer records a lease for, if it holds one."""
+        plan = self._core.lease
+        return plan.owner if plan is not None and plan.ttl_ms is not None else None
 
     def on_fork(self, listener: ForkListener) -> None:
         """Call ``listener`` with a :class:`ForkInfo` whenever a conflict makes this writer fork."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +20,7 @@ from s3log.agent import (
     TOOL_RESULTS,
     UNKNOWN_OUTCOME,
     AgentSession,
+    SessionBusy,
     collect_state,
     group_items,
 )
@@ -26,11 +28,19 @@ from s3log.faults import FaultyStore
 from s3log.testing import LocalS3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+L = TypeVar("L", s3log.Log, s3log.AsyncLog)
 
 
 @pytest.fixture
 def log() -> s3log.Log:
     return s3log.Log(s3log.MemoryStore())
+
+
+def later(log: L, seconds: float = 3600.0) -> L:
+    """The same sessions seen from a log (a Log or an AsyncLog) whose clock is ``seconds``
+    ahead: a crashed worker's lease has expired there, so a restore repairs its open turn."""
+    env = s3log.env.Env(clock_ms=lambda: s3log.env.wall_clock_ms() + int(seconds * 1000))
+    return type(log)(log.store, prefix=log.prefix, config=dataclasses.replace(log.config, env=env))
 
 
 def _turn(s: AgentSession, text: str) -> None:
@@ -160,11 +170,14 @@ def test_lazy_creation_stores_nothing_until_the_first_commit(log: s3log.Log) -> 
     store = log.store
     assert isinstance(store, s3log.MemoryStore)
     s = AgentSession.create(log, system_prompt="sys", session_id="agent-1")
-    s.user_input("hi")  # buffered only
+    s.flush()  # only the session start: nothing worth an id yet
     assert store.all_keys() == []
-    s.assistant_items([{"role": "assistant", "content": "hello"}])
-    s.turn_end()
+    s.user_input("hi")  # a turn opens: committed at once, under this worker's lease
     assert len(store.all_keys()) == 1
+    assert log.head("agent-1").lease is not None and log.head("agent-1").lease.owner == s.owner
+    s.assistant_items([{"role": "assistant", "content": "hello"}])  # buffered
+    s.turn_end()  # committed; the lease released
+    assert len(store.all_keys()) == 1 and log.head("agent-1").lease is None
 
 
 def test_id_collision_is_rejected(log: s3log.Log) -> None:
@@ -187,6 +200,10 @@ def test_open_turn_left_by_a_crash_is_closed_once_as_interrupted(log: s3log.Log)
         {"role": "assistant", "tool_calls": [{"id": "never", "function": {"name": "b"}}]},
     ])
     s.tool_started(["started"])  # durable; then the worker dies
+    with pytest.raises(SessionBusy) as busy:  # while its lease lasts, the turn is a live worker's
+        AgentSession.restore(log, s.session_id)
+    assert busy.value.owner == s.owner and busy.value.session == s.session_id
+    log = later(log)  # the lease has expired: the worker is gone
     r = AgentSession.restore(log, s.session_id)
     st = r.state
     assert st.last_run_interrupted and not st.turn_open and st.turn_count == 2
@@ -212,7 +229,7 @@ def test_two_workers_restoring_a_crashed_session_repair_it_once(s3log_server: Lo
 
     def restorer() -> None:
         barrier.wait()
-        AgentSession.restore(log, s.session_id)
+        AgentSession.restore(later(log), s.session_id)  # after the crashed worker's lease
 
     threads = [threading.Thread(target=restorer) for _ in range(4)]
     for t in threads:
@@ -243,17 +260,21 @@ def test_failed_commit_keeps_the_batch_and_raises_on_the_next_flush() -> None:
         s.flush()
     failing["on"] = False
     s.flush()
-    assert [h["content"] for h in AgentSession.restore(s3log.Log(mem), s.session_id).state.history] == ["first", "a"]
+    restored = AgentSession.restore(later(s3log.Log(mem)), s.session_id).state.history
+    assert [h["content"] for h in restored if h.get("role") == "user"] == ["first", "a"]
 
 
 def test_write_behind_commits_when_the_buffer_is_full(log: s3log.Log) -> None:
     s = AgentSession.create(log, max_buffer_entries=3)
     store = log.store
     assert isinstance(store, s3log.MemoryStore)
-    s.user_input("a")
-    assert store.all_keys() == []
-    s.assistant_items([{"role": "assistant", "content": "b"}])  # third record: flushed
-    assert len(store.all_keys()) == 1 and s.buffered == 0
+    s.user_input("a")  # the turn opens: committed at once, under a lease
+    version = log.head(s.session_id).version
+    s.assistant_items([{"role": "assistant", "content": "b"}])
+    s.hook_items([{"role": "system", "content": "c"}])
+    assert log.head(s.session_id).version == version and s.buffered == 2
+    s.assistant_items([{"role": "assistant", "content": "d"}])  # third record: flushed
+    assert log.head(s.session_id).version == version + 1 and s.buffered == 0
 
 
 def test_group_items_splits_a_turn_by_kind() -> None:

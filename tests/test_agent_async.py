@@ -21,10 +21,12 @@ from s3log.agent import (
     UNKNOWN_OUTCOME,
     AgentSession,
     AsyncAgentSession,
+    SessionBusy,
     SessionScopeError,
     collect_state,
 )
 from s3log.testing import LocalS3
+from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,11 +58,16 @@ async def test_round_trip_and_chain(s3log_async_log: s3log.AsyncLog) -> None:
 async def test_write_behind_commits_when_the_buffer_is_full(s3log_async_log: s3log.AsyncLog) -> None:
     log = s3log_async_log
     s = await AsyncAgentSession.create(log, max_buffer_entries=3)
-    await s.user_input("a")
-    assert await log.list_session_ids() == [] and s.buffered == 2
-    await s.assistant_items({"role": "assistant", "content": "b"})  # third record: flushed
+    await s.user_input("a")  # the turn opens: committed at once, under a lease
+    assert s.buffered == 0 and await _kinds(log, s.session_id) == ["agent.session_start", "agent.user_input"]
+    version = (await log.head(s.session_id)).version
+    await s.assistant_items({"role": "assistant", "content": "b"})
+    await s.hook_items({"role": "system", "content": "c"})
+    assert s.buffered == 2 and (await log.head(s.session_id)).version == version  # buffered only
+    await s.assistant_items({"role": "assistant", "content": "d"})  # third record: flushed
     assert s.buffered == 0 and await _kinds(log, s.session_id) == [
-        "agent.session_start", "agent.user_input", "agent.assistant_items"]
+        "agent.session_start", "agent.user_input", "agent.assistant_items", "agent.hook_items",
+        "agent.assistant_items"]
 
 
 async def test_crash_repair_race_repairs_once(s3log_async_log: s3log.AsyncLog) -> None:
@@ -72,7 +79,11 @@ async def test_crash_repair_race_repairs_once(s3log_async_log: s3log.AsyncLog) -
         {"role": "assistant", "tool_calls": [{"id": "never", "function": {"name": "y"}}]},
     ])
     await s.tool_started(["started"])  # durable; then the worker dies
-    restored = await asyncio.gather(*(AsyncAgentSession.restore(log, s.session_id) for _ in range(4)))
+    with pytest.raises(SessionBusy) as busy:  # while its lease lasts, the turn is a live worker's
+        await AsyncAgentSession.restore(log, s.session_id)
+    assert busy.value.owner == s.owner
+    after = later(log)  # the lease has expired: every restorer races to repair
+    restored = await asyncio.gather(*(AsyncAgentSession.restore(after, s.session_id) for _ in range(4)))
     kinds = await _kinds(log, s.session_id)
     assert kinds.count(TOOL_RESULTS) == 1 and kinds.count(OUTCOME) == 1
     assert await log.list_session_ids() == [s.session_id]  # nobody forked
@@ -120,7 +131,7 @@ async def test_lazy_ids_scope_and_list(s3log_async_log: s3log.AsyncLog) -> None:
     await s.user_input("hi")
     await s.close()
     with pytest.raises(SessionScopeError, match="label 'cwd' expected '/w', found '/other'"):
-        await AsyncAgentSession.restore(log, "agent-a", labels={"cwd": "/w"})
+        await AsyncAgentSession.restore(later(log), "agent-a", labels={"cwd": "/w"})  # lease expired
     assert (await log.head("agent-a")).version == 1  # the open turn was not repaired
     assert [r.session_id for r in await AsyncAgentSession.list(log, labels={"cwd": "/other"})] == ["agent-a"]
     assert await AsyncAgentSession.list(log, labels={"cwd": "/w"}) == []
@@ -133,7 +144,7 @@ async def test_read_only_state_and_input_shapes(s3log_async_log: s3log.AsyncLog)
         s.state.history[0]["content"] = "x"  # type: ignore[index]
     with pytest.raises(s3log.InvalidEntryError, match="argument 'items'"):
         await s.user_input(7)  # type: ignore[arg-type]
-    assert s.buffered == 2
+    assert s.buffered == 0 and len(s.state.history) == 1  # the refused input left nothing behind
     await s.close()
 
 

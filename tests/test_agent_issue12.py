@@ -19,6 +19,7 @@ from s3log.agent import (
     collect_state,
     thaw,
 )
+from tests.test_agent import later
 
 
 def _turn(s: AgentSession, text: str) -> None:
@@ -107,17 +108,19 @@ def test_forking_a_session_holding_only_its_start_stores_it(s3log_log: s3log.Log
 
 def test_agent_close_drains_every_session_of_the_log(s3log_log: s3log.Log) -> None:
     log = s3log_log
-    a = AgentSession.create(log)
-    a.user_input("from a")
-    b = AgentSession.create(log)
-    b.user_input("from b")
-    other = s3log.Log(log.store)
-    c = AgentSession.create(other)
-    c.user_input("from c")
+    sessions = []
+    for on, text in [(log, "a"), (log, "b"), (s3log.Log(log.store), "c")]:
+        s = AgentSession.create(on)
+        s.user_input(f"from {text}")  # opens the turn: committed at once
+        s.assistant_items({"role": "assistant", "content": f"re: {text}"})  # buffered
+        sessions.append(s)
+    a, b, c = sessions
+    other = c.log
+    assert a.buffered == b.buffered == c.buffered == 1
     s3log.agent.close(log)
-    assert a.buffered == 0 and b.buffered == 0 and c.buffered == 2  # only this log's sessions
-    assert _kinds(other, a.session_id) == ["agent.session_start", "agent.user_input"]
-    assert _kinds(other, b.session_id) == ["agent.session_start", "agent.user_input"]
+    assert a.buffered == 0 and b.buffered == 0 and c.buffered == 1  # only this log's sessions
+    assert _kinds(other, a.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
+    assert _kinds(other, b.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
     s3log.agent.close(other)
     assert c.buffered == 0
 
@@ -194,6 +197,7 @@ def test_restore_refuses_a_session_of_another_scope_and_writes_nothing(s3log_log
     s.user_input("crashed mid-turn")
     s.flush()
     before = log.head(s.session_id)
+    log = later(log)  # the crashed worker's lease has expired: only the scope stops a repair
     with pytest.raises(SessionScopeError) as info:
         AgentSession.restore(log, s.session_id, labels={"cwd": "/w"})
     msg = str(info.value)
@@ -336,7 +340,7 @@ def test_follow_forks_follows_automatic_forks_and_repairs_the_leaf(s3log_log: s3
     loser.user_input("loser, then crash")
     loser.flush()  # conflict: forks, then the worker dies mid-turn
     assert loser.session_id != s.session_id
-    r = AgentSession.restore(log, s.session_id, follow_forks=True)
+    r = AgentSession.restore(later(log), s.session_id, follow_forks=True)  # after its lease expired
     assert r.session_id == loser.session_id
     assert r.state.last_run_interrupted and not r.state.turn_open
 
@@ -348,5 +352,5 @@ def test_an_unknown_option_is_refused_before_a_restore_repairs(s3log_log: s3log.
     s.flush()
     version = log.head(s.session_id).version
     with pytest.raises(s3log.agent.AgentArgumentError, match="max_buffer_entrys"):
-        AgentSession.restore(log, s.session_id, max_buffer_entrys=3)
+        AgentSession.restore(later(log), s.session_id, max_buffer_entrys=3)  # past the lease: would repair
     assert log.head(s.session_id).version == version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import weakref
@@ -10,7 +11,7 @@ from typing import Any
 
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import S3LogError
-from ..protocol import ForkInfo, list_heads
+from ..protocol import ForkInfo, list_head_rows
 from ..writer import SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -27,6 +28,14 @@ async def _perform(log: AsyncLog, op: Op) -> Any:
     if isinstance(op, core.Commit):
         assert isinstance(op.writer, AsyncWriter)
         return await op.writer.commit()
+    if isinstance(op, core.Renew):
+        assert isinstance(op.writer, AsyncWriter)
+        return await op.writer.renew_lease()
+    if isinstance(op, core.Now):
+        return log.config.env.now_ms()
+    if isinstance(op, core.Wait):
+        await asyncio.sleep(op.seconds)
+        return None
     if isinstance(op, core.Open):
         return await log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
     if isinstance(op, core.Create):
@@ -34,7 +43,8 @@ async def _perform(log: AsyncLog, op: Op) -> Any:
     if isinstance(op, core.ReadHead):
         return await log.head(op.session_id)
     if isinstance(op, core.ReadHeads):
-        return [h for _, h in await log.run(list_heads(log.layout, op.ids))]  # no public verb reads many heads
+        rows = {r.session: r.head for r in await log.run(list_head_rows(log.layout, op.ids))}  # no public verb yet
+        return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
         return await log.children(op.session_id)
     if isinstance(op, core.Fork):
@@ -80,9 +90,11 @@ class AsyncAgentSession(SessionCore):
         max_buffer_bytes: int = 256 * 1024,
         max_delay: float = 2.0,
         on_fork: ForkCallback | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 300.0,
     ) -> None:
         super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
-                         max_delay=max_delay, on_fork=on_fork)
+                         max_delay=max_delay, on_fork=on_fork, owner=owner, lease_ttl=lease_ttl)
 
     async def _run(self, proc: Proc[T]) -> T:
         return await run(self.log, proc)
@@ -121,11 +133,14 @@ class AsyncAgentSession(SessionCore):
         *,
         labels: Mapping[str, Any] | None = None,
         follow_forks: bool = False,
+        wait: float = 0.0,
+        force: bool = False,
         **options: Any,
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
         core.options_arg(options)
-        writer = await run(log, core.restore_proc(session_id, labels, follow_forks))
+        writer = await run(log, core.restore_proc(
+            session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force))
         assert isinstance(writer, AsyncWriter)
         return cls(log, writer, **options)
 
@@ -152,6 +167,10 @@ class AsyncAgentSession(SessionCore):
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
         return await run(log, core.list_proc(labels, limit))
+
+    async def renew_lease(self) -> None:
+        """Extend the lease of the open turn (see :meth:`s3log.agent.AgentSession.renew_lease`)."""
+        await self._run(self._p_renew())
 
     async def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AsyncAgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
@@ -227,7 +246,7 @@ class AsyncAgentSession(SessionCore):
             return
         # The original error matters more; a failed commit leaves the batch in the writer.
         with contextlib.suppress(S3LogError):
-            await self.close()
+            await self._run(self._p_abandon())
 
     def _hook_log_close(self) -> None:
         # AsyncLog.aclose() awaits its hooks: closing the log drains its sessions.

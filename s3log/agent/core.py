@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 import warnings
@@ -57,10 +60,38 @@ class SessionScopeError(S3LogError):
         self.label = label
         self.expected = expected
         self.found = found
+        self.missing = missing
         what = "no such label" if missing else repr(found)
         super().__init__(
             f"session {session} is out of scope: label {label!r} expected {expected!r}, found {what}"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_scope_error, (self.session, self.label, self.expected, self.found, self.missing))
+
+
+def _scope_error(session: str, label: str, expected: Any, found: Any, missing: bool) -> SessionScopeError:
+    return SessionScopeError(session, label, expected, found, missing=missing)
+
+
+class SessionBusy(S3LogError):
+    """Another worker holds a live lease on the session and its turn is open.
+
+    ``owner`` and ``expires_at`` (ms) say who and until when; restore again after that,
+    pass ``wait=`` to wait for it, or ``force=True`` to repair the turn anyway.
+    """
+
+    def __init__(self, session: str, owner: str, expires_at: int) -> None:
+        self.session = session
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"session {session} is busy: worker {owner!r} holds it with an open turn until {expires_at} ms"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable (a worker process's error must reach its parent intact).
+        return (SessionBusy, (self.session, self.owner, self.expires_at))
 
 
 class AgentArgumentError(S3LogError, ValueError):
@@ -143,7 +174,26 @@ class ListSessions:
     limit: int | None
 
 
-Op = Create | Open | Append | Commit | ReadHead | ReadHeads | Children | Fork | ListSessions
+@dataclass(frozen=True, slots=True)
+class Renew:
+    """Write a writer's head now (its lease renewed or released); result: the CommitResult."""
+
+    writer: WriterBase
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The log's clock (``LogConfig.env``), in ms; result: an int."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Sleep ``seconds`` (blocking, or awaited); result: None."""
+
+    seconds: float
+
+
+Op = Create | Open | Append | Commit | ReadHead | ReadHeads | Children | Fork | ListSessions | Renew | Now | Wait
 Proc = Generator[Op, Any, T]
 
 
@@ -200,7 +250,14 @@ def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
     return out
 
 
-SESSION_OPTIONS = frozenset({"max_buffer_entries", "max_buffer_bytes", "max_delay", "on_fork"})
+SESSION_OPTIONS = frozenset({"max_buffer_entries", "max_buffer_bytes", "max_delay", "on_fork", "owner", "lease_ttl"})
+#: How often a waiting restore looks at the head again, at most (seconds).
+LEASE_POLL = 0.5
+
+
+def default_owner() -> str:
+    """This process's worker id: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def options_arg(options: Mapping[str, Any]) -> None:
@@ -208,6 +265,15 @@ def options_arg(options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options) - SESSION_OPTIONS)
     if unknown:
         raise AgentArgumentError(f"unknown agent session option(s) {unknown}; known: {sorted(SESSION_OPTIONS)}")
+    lease_args(options.get("owner"), options.get("lease_ttl", 300.0))
+
+
+def lease_args(owner: Any, lease_ttl: Any) -> None:
+    """Refuse a bad ``owner`` or ``lease_ttl`` option (checked before a restore may repair)."""
+    if not isinstance(lease_ttl, (int, float)) or isinstance(lease_ttl, bool) or not lease_ttl > 0:
+        raise AgentArgumentError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise AgentArgumentError(f"owner must be a non-empty string, not {owner!r}")
 
 
 def labels_arg(labels: Any) -> dict[str, Any] | None:
@@ -296,9 +362,27 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
     return best
 
 
-def restore_proc(session_id: str, labels: Mapping[str, Any] | None, follow_forks: bool) -> Proc[WriterBase]:
-    """Open a session (or its newest fork), check its scope, close a turn a crashed worker left open."""
+def restore_proc(
+    session_id: str,
+    labels: Mapping[str, Any] | None,
+    follow_forks: bool,
+    *,
+    owner: str | None = None,
+    wait: float = 0.0,
+    force: bool = False,
+) -> Proc[WriterBase]:
+    """Open a session (or its newest fork), check its scope, close a turn a crashed worker left open.
+
+    A turn left open under another worker's live lease is that worker's, still running:
+    wait up to ``wait`` seconds for it to end (then continue the same session), else
+    raise :class:`SessionBusy`. An expired lease, this ``owner``'s own, or ``force``
+    lets the repair go ahead.
+    """
     labels = labels_arg(labels)
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+        raise AgentArgumentError(f"wait must be a number of seconds >= 0, not {wait!r}")
+    deadline: int | None = None
+    waited = 0.0
     target = session_id
     if follow_forks:
         root: Head = yield ReadHead(session_id)
@@ -307,16 +391,33 @@ def restore_proc(session_id: str, labels: Mapping[str, Any] | None, follow_forks
     while True:
         writer: WriterBase = yield Open(target)
         check_scope(writer.session_id, writer.head.meta, labels)
-        # ---- LEASE SEAM (issue 12, items 2/9) -------------------------------------------
-        # When heads carry a lease (owner + expiry, recorded by a commit), this is where a
-        # restore checks it: a live lease held by another owner means another invocation is
-        # running this session (double invocation) and the restore must wait, give up, or
-        # follow that owner's fork; an expired one may be taken over by the repair commit
-        # below. The head read for it is ``writer.head``: no extra request is needed here.
-        # ----------------------------------------------------------------------------------
         fixes = repair_records(writer.state)
         if not fixes:
             break
+        # An open turn under another worker's live lease is not a crash: that worker is
+        # running (a double invocation, a long tool call). The lease came with the head
+        # the Open read: no extra request.
+        lease = writer.head.lease
+        if lease is not None and lease.owner != owner and not force:
+            now: int = yield Now()
+            if lease.live(now):
+                if deadline is None:
+                    deadline = now + int(wait * 1000)
+                # Bounded by the log's clock and by the time slept: a clock that stands
+                # still while this sleeps (a simulator's, a test's) must not wait forever.
+                left = min((deadline - now) / 1000, wait - waited)
+                if left <= 0:
+                    raise SessionBusy(writer.session_id, lease.owner, lease.expires_at)
+                pause = max(0.001, min(LEASE_POLL, left, (lease.expires_at - now) / 1000))
+                yield Wait(pause)
+                waited += pause
+                continue
+        if lease is not None and lease.owner:
+            # The repair closes the turn the lease was for: its commit clears the lease
+            # (a release clears only the named owner's lease), so the head no longer
+            # shows a worker holding a session nobody is running.
+            writer.hold_lease(lease.owner, 1)
+            writer.release_lease()
         _log.info("session %s: repairing a turn a stopped worker left open (%d records)", writer.session_id, len(fixes))
         for kind, data in fixes:
             yield Append(writer, kind, data)
@@ -380,9 +481,15 @@ class SessionCore(ABC):
         max_buffer_bytes: int = 256 * 1024,
         max_delay: float = 2.0,
         on_fork: ForkCallback | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 300.0,
     ) -> None:
+        lease_args(owner, lease_ttl)
         self.log = log
         self._writer = writer
+        #: The worker id this session records in the head's lease while a turn is open.
+        self.owner = owner or default_owner()
+        self.lease_ttl_ms = int(lease_ttl * 1000)
         self.max_buffer_entries = max_buffer_entries
         self.max_buffer_bytes = max_buffer_bytes
         self.max_delay = max_delay
@@ -471,7 +578,17 @@ class SessionCore(ABC):
     def _p_buffer(self, kind: str, data: dict[str, Any]) -> Proc[None]:
         self._check_usable()
         yield Append(self._writer, kind, data)
+        was_open = self._pending_state.turn_open
         self._pending_state = self._reducer.apply(self._pending_state, _provisional(kind, data))
+        opened = self._pending_state.turn_open and not was_open
+        # A turn is leased while it is open: the commits of the turn carry the lease, the
+        # one that closes it releases it. Opening a turn commits at once, so a restore
+        # elsewhere (a double invocation) sees the live turn instead of a stale head.
+        if self._pending_state.turn_open:
+            if self._writer.lease_owner != self.owner:
+                self._writer.hold_lease(self.owner, self.lease_ttl_ms)
+        elif self._writer.lease_owner is not None:
+            self._writer.release_lease()
         self._start_only = kind == SESSION_START and self._writer.head.version == 0
         self._buffered_bytes += len(dumps(data))
         now = time.monotonic()
@@ -480,7 +597,8 @@ class SessionCore(ABC):
         if self._start_only:
             return
         if (
-            self._writer.pending >= self.max_buffer_entries
+            opened
+            or self._writer.pending >= self.max_buffer_entries
             or self._buffered_bytes >= self.max_buffer_bytes
             or now - self._oldest >= self.max_delay
         ):
@@ -556,6 +674,27 @@ class SessionCore(ABC):
         if outcome is not None:
             yield from self._p_record(OUTCOME, {"status": outcome, "message": message, "interrupted": False})
         yield from self._p_turn_end()
+
+    def _p_renew(self) -> Proc[None]:
+        """Renew the lease of the open turn (for a long tool call): one PUT of the head."""
+        self._check_usable()
+        if self._writer.lease_owner is None:
+            return
+        yield Renew(self._writer)
+        if self._writer.pending == 0:
+            self._pending_state = self._writer.state
+
+    def _p_abandon(self) -> Proc[None]:
+        """Drain after the caller's block raised: its open turn is given up, so the drain
+        releases the turn's lease too (a retry then repairs the turn at once instead of
+        finding it busy until the lease expires)."""
+        self._check_usable()
+        if self._writer.lease_owner is not None:
+            self._writer.release_lease()
+            if self._writer.pending == 0:
+                yield Renew(self._writer)  # nothing to commit: the release is a head-only write
+                return
+        yield from self._p_flush()
 
     def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[WriterBase]:
         # The parent must be stored to be forked, even if it holds only its start.

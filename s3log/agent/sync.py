@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import S3LogError
 from ..log import Log, Writer
-from ..protocol import ForkInfo, list_heads
+from ..protocol import ForkInfo, list_head_rows
 from ..writer import SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -27,6 +28,14 @@ def _perform(log: Log, op: Op) -> Any:
     if isinstance(op, core.Commit):
         assert isinstance(op.writer, Writer)
         return op.writer.commit()
+    if isinstance(op, core.Renew):
+        assert isinstance(op.writer, Writer)
+        return op.writer.renew_lease()
+    if isinstance(op, core.Now):
+        return log.config.env.now_ms()
+    if isinstance(op, core.Wait):
+        time.sleep(op.seconds)
+        return None
     if isinstance(op, core.Open):
         return log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
     if isinstance(op, core.Create):
@@ -34,7 +43,8 @@ def _perform(log: Log, op: Op) -> Any:
     if isinstance(op, core.ReadHead):
         return log.head(op.session_id)
     if isinstance(op, core.ReadHeads):
-        return [h for _, h in log.run(list_heads(log.layout, op.ids))]  # no public verb reads many heads
+        rows = {r.session: r.head for r in log.run(list_head_rows(log.layout, op.ids))}  # no public verb yet
+        return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
         return log.children(op.session_id)
     if isinstance(op, core.Fork):
@@ -66,7 +76,8 @@ class AgentSession(SessionCore):
     than ``max_delay`` seconds after the oldest buffered one. :meth:`close` (and the
     context manager) drain it; so do :func:`s3log.agent.close` and, at interpreter exit,
     an exit hook. A failed automatic commit keeps the batch; the next :meth:`flush`
-    retries it and raises if it fails again.
+    retries it and raises if it fails again. Leaving the ``with`` block by an exception
+    also releases the open turn's lease, so a retry repairs the turn at once.
     """
 
     log: Log
@@ -81,9 +92,11 @@ class AgentSession(SessionCore):
         max_buffer_bytes: int = 256 * 1024,
         max_delay: float = 2.0,
         on_fork: ForkCallback | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 300.0,
     ) -> None:
         super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
-                         max_delay=max_delay, on_fork=on_fork)
+                         max_delay=max_delay, on_fork=on_fork, owner=owner, lease_ttl=lease_ttl)
 
     def _run(self, proc: Proc[T]) -> T:
         return run(self.log, proc)
@@ -123,16 +136,23 @@ class AgentSession(SessionCore):
         *,
         labels: Mapping[str, Any] | None = None,
         follow_forks: bool = False,
+        wait: float = 0.0,
+        force: bool = False,
         **options: Any,
     ) -> AgentSession:
         """Rebuild a session's state; close (durably, once) a turn a crashed worker left open.
 
         ``labels``: refuse (:class:`SessionScopeError`, nothing written) a session whose
         header labels differ. ``follow_forks``: open the newest descendant instead (the
-        newest fork at each level, down to a session with no forks).
+        newest fork at each level, down to a session with no forks). A turn left open
+        under another worker's live lease is that worker's: wait up to ``wait`` seconds
+        for it to end and continue the same session, else :class:`SessionBusy`;
+        ``force=True`` repairs it anyway. Options ``owner`` (this worker's id) and
+        ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
         core.options_arg(options)
-        writer = run(log, core.restore_proc(session_id, labels, follow_forks))
+        writer = run(log, core.restore_proc(
+            session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force))
         assert isinstance(writer, Writer)
         return cls(log, writer, **options)
 
@@ -160,6 +180,13 @@ class AgentSession(SessionCore):
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
         return run(log, core.list_proc(labels, limit))
+
+    def renew_lease(self) -> None:
+        """Extend the lease of the open turn (call during a long tool call): one PUT of the head.
+
+        Commits what is buffered too. Without an open turn it does nothing.
+        """
+        self._run(self._p_renew())
 
     def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
@@ -236,7 +263,7 @@ class AgentSession(SessionCore):
             return
         # The original error matters more; a failed commit leaves the batch in the writer.
         with contextlib.suppress(S3LogError):
-            self.close()
+            self._run(self._p_abandon())
 
     def _flush_at_exit(self) -> None:
         self.flush()
