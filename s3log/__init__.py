@@ -21,7 +21,6 @@ from .errors import (
     SessionNotFound,
     StoreError,
 )
-from .log import Log, Writer
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, RetryPolicy
 from .reducer import EntriesReducer, NullReducer, Reducer
 from .store.memory import AsyncMemoryStore, MemoryStore
@@ -29,14 +28,22 @@ from .writer import SessionInfo, SessionView, VerifyReport
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter
+    from .log import Log, Writer
     from .store.aio_s3 import AsyncS3Store
     from .store.fast import AsyncObstoreStore, ObstoreStore
     from .store.s3 import S3Store
+    from .urls import open_async_log, open_log
 
 __version__ = "0.1.0"
 
-# boto3 and aioboto3 take a while to import: load them only when asked for.
+# boto3 and aioboto3 take a while to import: load them only when asked for. Log and
+# Writer too: their driver imports asyncio, concurrent.futures and tenacity, which
+# would double the cost of `import s3log` for a process that only needs a name or two.
 _LAZY = {
+    "Log": ("s3log.log", "Log"),
+    "Writer": ("s3log.log", "Writer"),
+    "open_log": ("s3log.urls", "open_log"),
+    "open_async_log": ("s3log.urls", "open_async_log"),
     "S3Store": ("s3log.store.s3", "S3Store"),
     "AsyncS3Store": ("s3log.store.aio_s3", "AsyncS3Store"),
     "AsyncLog": ("s3log.aio", "AsyncLog"),
@@ -61,4 +68,9 @@ __all__ = [
     "InvalidEntryError", "InvalidSessionIdError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
+    "open_async_log", "open_log",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,14 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-
 from . import protocol
+from ._extras import extra
 from .codec import Entry, Head, dumps
 from .errors import CorruptionError, FormatVersionError, SessionNotFound
 from .log import Log
 from .ops import Proc
 from .store.base import ObjectStore
+
+with extra("analytics"):
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 

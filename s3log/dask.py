@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
-
 from . import analytics
+from ._extras import extra
+
+with extra("dask"):
+    import pandas as pd
 
 
 def _partition(
@@ -46,7 +48,8 @@ def read_entries(
     ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``) are
     passed to each partition's :func:`~s3log.analytics.scan`. ``fast`` reads with obstore.
     """
-    import dask.dataframe as dd
+    with extra("dask"):
+        import dask.dataframe as dd
 
     from .log import Log
     from .store.s3 import S3Store

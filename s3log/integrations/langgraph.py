@@ -23,21 +23,23 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-)
-
+from .._extras import extra
 from ..errors import ConflictError, SessionExists, SessionNotFound
 from ..log import Log, Writer
 from ..protocol import list_session_ids_with_prefix
 from ..reducer import EntriesReducer
+
+with extra("langgraph"):
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+    )
 
 CHECKPOINT = "lg.checkpoint"
 WRITES = "lg.writes"

@@ -15,13 +15,15 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from agents.memory import SessionSettings
-
+from .._extras import extra
 from ..codec import FORK_KIND, Entry
 from ..errors import ConflictError, SessionExists, SessionNotFound
 from ..ids import validate_session_id
 from ..log import Log, Writer
 from ..protocol import load_suffix
+
+with extra("openai-agents"):
+    from agents.memory import SessionSettings
 
 ITEMS = "oa.items"
 POP = "oa.pop"

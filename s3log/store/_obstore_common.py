@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
+from .._extras import require
 from ..errors import (
     ConditionalRequestConflict,
     ObjectNotFound,
@@ -24,7 +25,7 @@ def make_client(bucket: str, endpoint_url: str | None, region_name: str | None) 
     obstore's own retries are off: s3log retries idempotent requests itself and must
     see every failure of a conditional head PUT.
     """
-    from obstore.store import S3Store as RustS3Store
+    rust_store = require("obstore.store", "fast").S3Store
 
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -40,12 +41,12 @@ def make_client(bucket: str, endpoint_url: str | None, region_name: str | None) 
             kwargs[key] = os.environ[env]
     retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=30)}
     options: Any = client_options
-    return RustS3Store(bucket, client_options=options, retry_config=retry, **kwargs)
+    return rust_store(bucket, client_options=options, retry_config=retry, **kwargs)
 
 
 def map_error(exc: BaseException, key: str) -> StoreError:
     """Translate an obstore exception into s3log's store errors."""
-    from obstore import exceptions as ox
+    ox = require("obstore.exceptions", "fast")
 
     text = str(exc)
     if isinstance(exc, (ox.NotFoundError, FileNotFoundError)):

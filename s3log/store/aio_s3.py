@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-import aioboto3
-
+from .._extras import extra
 from ..layout import DEFAULT_PREFIX
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
 from .base import RequestCounter
+
+with extra("async"):
+    import aioboto3
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
