@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench checkov clean
+.PHONY: install test lint demo bench checkov compat clean
 
-$(STAMP): pyproject.toml
+# The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/s3log demo
 
 bench: $(STAMP)
-	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[bench]"
 	$(BIN)/python scripts/bench.py
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
@@ -37,6 +38,11 @@ $(CHECKOV_VENV)/.installed:
 
 checkov: $(CHECKOV_VENV)/.installed
 	$(CHECKOV_VENV)/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
+
+# The core against the oldest and the newest releases its ranges allow, each in a
+# throwaway virtualenv (boto3 above all: applications pin their own).
+compat:
+	PY=$(PY) bash scripts/check_boto3_range.sh
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
