@@ -120,3 +120,38 @@ def test_the_async_fixture_with_the_readme_setting(pytester: pytest.Pytester, re
     pytester.makepyfile(test_user_async=ASYNC_TESTS)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
+
+
+def test_the_async_fixture_with_the_marker_in_strict_mode(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nasyncio_mode = "strict"\nasyncio_default_fixture_loop_scope = "function"\n'
+    )
+    marked = ASYNC_TESTS.replace("import os\n", "import os\n\nimport pytest\n").replace(
+        "async def test_async_fixture", "@pytest.mark.asyncio\nasync def test_async_fixture"
+    )
+    pytester.makepyfile(test_user_async=marked)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
+
+
+def _readme_section(title: str) -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index(f"## {title}")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_readme_testing_section_runs_as_written(
+    pytester: pytest.Pytester, real_looking_env: dict[str, str]
+) -> None:
+    import re
+
+    section = _readme_section("Testing your code against s3log")
+    python = re.findall(r"```python\n(.*?)```", section, re.S)
+    toml = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert len(python) == 2 and len(toml) == 1
+    pytester.makepyprojecttoml(toml[0])
+    pytester.makepyfile(test_readme_one=python[0], test_readme_two=python[1])
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
