@@ -58,7 +58,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 's3log' has no attribute {name!r}")
 
 
@@ -73,4 +75,5 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
     return sorted(set(globals()) | set(__all__))
