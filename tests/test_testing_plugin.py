@@ -33,7 +33,8 @@ def real_looking_env(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3LOG_BUCKET"):
+    # Whatever an earlier s3log_server of this session set is not the developer's.
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3LOG_BUCKET", "AWS_REGION", "AWS_EC2_METADATA_DISABLED"):
         monkeypatch.delenv(key, raising=False)
     return env
 
@@ -86,9 +87,15 @@ def test_fixtures_make_real_aws_unreachable_and_restore_the_environment(
 ) -> None:
     pytester.makepyprojecttoml(ASYNC_SETTINGS)
     pytester.makepyfile(test_user=USER_TESTS)
+    def env_now() -> dict[str, str]:
+        # The inner pytest run manages PYTEST_CURRENT_TEST itself.
+        return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+    before = env_now()
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=4)
     # Afterwards the developer's environment is exactly as it was.
+    assert env_now() == before
     for key, value in real_looking_env.items():
         assert os.environ.get(key) == value, key
     for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3LOG_BUCKET", "AWS_EC2_METADATA_DISABLED"):
