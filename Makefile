@@ -4,18 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench checkov clean
+.PHONY: install test lint demo bench checkov compat sim soak clean
 
-$(STAMP): pyproject.toml
+# The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# Longer soaks are marked slow: `make soak` runs them.
 test: $(STAMP)
-	$(BIN)/pytest -q -x -p no:cacheprovider
+	$(BIN)/pytest -q -x -p no:cacheprovider -m "not slow"
+
+soak: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider -m slow
+
+# The deterministic simulator over thousands of seeds (make test runs a few hundred).
+sim: $(STAMP)
+	$(BIN)/python scripts/sim.py --seeds 5000
 
 lint: $(STAMP)
 	$(BIN)/ruff check s3log tests scripts
@@ -25,7 +34,7 @@ demo: $(STAMP)
 	$(BIN)/s3log demo
 
 bench: $(STAMP)
-	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[bench]"
 	$(BIN)/python scripts/bench.py
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
@@ -37,6 +46,11 @@ $(CHECKOV_VENV)/.installed:
 
 checkov: $(CHECKOV_VENV)/.installed
 	$(CHECKOV_VENV)/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
+
+# The core against the oldest and the newest releases its ranges allow, each in a
+# throwaway virtualenv (boto3 above all: applications pin their own).
+compat:
+	PY=$(PY) bash scripts/check_boto3_range.sh
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

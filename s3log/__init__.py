@@ -25,7 +25,6 @@ from .errors import (
     SessionNotFound,
     StoreError,
 )
-from .log import Log, Writer
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, RetryPolicy
 from .reducer import EntriesReducer, NullReducer, Reducer
 from .store.memory import AsyncMemoryStore, MemoryStore
@@ -33,14 +32,22 @@ from .writer import SessionInfo, SessionView, VerifyReport
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter
+    from .log import Log, Writer
     from .store.aio_s3 import AsyncS3Store
     from .store.fast import AsyncObstoreStore, ObstoreStore
     from .store.s3 import S3Store
+    from .urls import open_async_log, open_log
 
 __version__ = "0.1.0"
 
-# boto3 and aioboto3 take a while to import: load them only when asked for.
+# boto3 and aioboto3 take a while to import: load them only when asked for. Log and
+# Writer too: their driver imports asyncio and concurrent.futures, which
+# would double the cost of `import s3log` for a process that only needs a name or two.
 _LAZY = {
+    "Log": ("s3log.log", "Log"),
+    "Writer": ("s3log.log", "Writer"),
+    "open_log": ("s3log.urls", "open_log"),
+    "open_async_log": ("s3log.urls", "open_async_log"),
     "S3Store": ("s3log.store.s3", "S3Store"),
     "AsyncS3Store": ("s3log.store.aio_s3", "AsyncS3Store"),
     "AsyncLog": ("s3log.aio", "AsyncLog"),
@@ -56,7 +63,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 's3log' has no attribute {name!r}")
 
 
@@ -67,4 +76,10 @@ __all__ = [
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
+    "open_async_log", "open_log",
 ]
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted(set(globals()) | set(__all__))

@@ -25,15 +25,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import pyarrow as pa
-
 from . import protocol
+from ._extras import extra
 from .codec import Entry, Head, dumps
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
 from .log import Log
 from .ops import Proc
 from .store.base import ObjectStore
+
+with extra("analytics"):
+    import pyarrow as pa
 
 _orjson: Any
 try:  # optional: several times faster than the json module for data_json

@@ -15,11 +15,13 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import pandas as pd
-import pyarrow as pa
-
 from . import analytics
+from ._extras import extra
 from .layout import DEFAULT_PREFIX
+
+with extra("dask"):
+    import pandas as pd
+    import pyarrow as pa
 
 #: The scan options a partition accepts (everything else is refused before any task runs).
 SCAN_OPTIONS = frozenset({"since", "until", "kinds", "strict", "parallelism", "batch_size"})

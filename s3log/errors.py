@@ -194,3 +194,17 @@ class TransientStoreError(StoreError):
     For a read the request can simply be repeated. For a write the outcome is
     unknown: the object may or may not have been written.
     """
+
+
+class MissingExtraError(S3LogError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it.
+
+    ``module`` is the module that failed to import and ``extra`` the s3log extra to
+    install (``pip install "s3log[extra]"``).
+    """
+
+    def __init__(self, module: str, extra: str, detail: str = "") -> None:
+        self.module = module
+        self.extra = extra
+        text = f"{module} is not installed: it comes with s3log's {extra} extra: pip install 's3log[{extra}]'"
+        super().__init__(text + (f" ({detail})" if detail else ""), name=module)

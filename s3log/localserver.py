@@ -60,6 +60,8 @@ class LocalS3:
         self.port = port
         self._server: Any = None
         self._names = itertools.count()
+        self._count_lock = threading.Lock()
+        self._requests = 0
 
     def start(self) -> LocalS3:
         """Start the server and wait until it listens."""
@@ -70,8 +72,33 @@ class LocalS3:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
+        self._count_requests()
         self.host, self.port = self._server.get_host_and_port()
         return self
+
+    def _count_requests(self) -> None:
+        """Wrap the WSGI app so every HTTP request the server answers is counted.
+
+        A test can then prove that code under test reached this server (and not AWS).
+        werkzeug looks ``server.app`` up per request, so replacing it takes effect at once.
+        """
+        wsgi: Any = getattr(self._server, "_server", None)
+        inner = getattr(wsgi, "app", None)
+        if inner is None:  # pragma: no cover - a moto without the attribute: no counting
+            return
+
+        def counted(environ: Any, start_response: Any) -> Any:
+            with self._count_lock:
+                self._requests += 1
+            return inner(environ, start_response)
+
+        wsgi.app = counted
+
+    @property
+    def request_count(self) -> int:
+        """How many HTTP requests this server has answered since it started."""
+        with self._count_lock:
+            return self._requests
 
     def stop(self) -> None:
         """Stop the server."""
@@ -91,8 +118,12 @@ class LocalS3:
         return f"http://{self.host}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        """Environment variables that point boto3 (and s3log) at this server."""
-        return {**LOCAL_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
+        """Environment variables that point boto3 (and s3log) at this server.
+
+        ``AWS_ENDPOINT_URL_S3`` too: boto3 prefers it to ``AWS_ENDPOINT_URL``, so one left
+        set in the shell would otherwise win.
+        """
+        return {**LOCAL_ENV, "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ENDPOINT_URL_S3": self.endpoint_url}
 
     def client(self) -> Any:
         """A boto3 S3 client for this server."""

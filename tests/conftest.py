@@ -120,6 +120,11 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if kind == "mock_aws":
         from moto import mock_aws
 
+        # Once s3log_server has run, the environment points boto3 at it; mock_aws only
+        # intercepts AWS's own endpoints, so this backend must not inherit that.
+        mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+        mp.delenv("AWS_ENDPOINT_URL", raising=False)
+        mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
         with mock_aws():
             import boto3
 

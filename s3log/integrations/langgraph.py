@@ -31,20 +31,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequen
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
+from .._extras import extra
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import ConflictError, S3LogError, SessionExists, SessionNotFound
 from ..log import Log, Writer
@@ -56,6 +43,21 @@ __all__ = [
     "AllowedType", "AsyncS3LogSaver", "S3LogSaver", "SyncCallError", "UnsafePayloadError", "session_for",
     "strict_serializer", "thread_prefix",
 ]
+
+with extra("langgraph"):
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 CHECKPOINT = "lg.checkpoint"
 WRITES = "lg.writes"

@@ -17,8 +17,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from agents.memory import SessionABC, SessionSettings
-
+from .._extras import extra
 from ..aio import AsyncLog, AsyncWriter
 from ..codec import FORK_KIND, Entry
 from ..errors import ConflictError, SessionExists, SessionNotFound
@@ -29,6 +28,9 @@ from . import IntegrationError, _log_from_url
 # What an append step decides: (kind, data) to append, or kind None for nothing; and
 # the value to return once it is durable.
 _Step = tuple[str | None, Any, Any]
+
+with extra("openai-agents"):
+    from agents.memory import SessionABC, SessionSettings
 
 ITEMS = "oa.items"
 POP = "oa.pop"

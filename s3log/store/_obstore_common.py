@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from .._extras import require
 from ..errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
 from ..ops import Blob, ListPage, ObjectInfo
 from .base import error_for_status
@@ -27,7 +28,7 @@ def make_client(
     obstore's own retries are off: s3log retries idempotent requests itself and must
     see every failure of a conditional head PUT.
     """
-    from obstore.store import S3Store as RustS3Store
+    rust_store = require("obstore.store", "fast").S3Store
 
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -43,7 +44,7 @@ def make_client(
             kwargs[key] = os.environ[env]
     retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=30)}
     options: Any = client_options
-    return RustS3Store(bucket, client_options=options, retry_config=retry, **kwargs)
+    return rust_store(bucket, client_options=options, retry_config=retry, **kwargs)
 
 
 _STATUS = re.compile(r"status code: (\d{3})")
@@ -60,8 +61,7 @@ def map_error(exc: BaseException, key: str) -> StoreError:
     precondition error. The HTTP status and S3 error code in its message decide,
     through the mapping every HTTP store shares (:func:`.base.error_for_status`).
     """
-    from obstore import exceptions as ox
-
+    ox = require("obstore.exceptions", "fast")
     text = str(exc)
     first = text.splitlines()[0] if text else type(exc).__name__
     status = _STATUS.search(text)

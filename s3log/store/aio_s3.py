@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-import aioboto3
-from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
-
+from .._extras import extra
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, list_page, list_params, map_error
 from .base import RequestCounter, deprecated_prefix
+
+with extra("async"):
+    import aioboto3
+    from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
+    from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
