@@ -25,7 +25,7 @@ from s3log.layout import Layout
 from s3log.ops import Get, Op, Parallel, PutIfMatch, Sleep
 from s3log.protocol import LogConfig, RetryPolicy
 from s3log.reducer import EntriesReducer
-from s3log.sim import KNOWN_BUGS, Scenario, SimStore, Simulation, run_seed
+from s3log.sim import Scenario, SimStore, Simulation, run_seed
 
 #: Seeds run by `make test` (scripts/sim.py runs thousands).
 SEEDS = 200
