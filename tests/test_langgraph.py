@@ -204,7 +204,7 @@ def test_log_from_url() -> None:
     assert (log.store.bucket, log.prefix) == ("my-bucket", "some/prefix")  # the log owns the prefix
     assert log.store.client.meta.endpoint_url == "http://127.0.0.1:9/"
     assert log.store.client.meta.region_name == "eu-west-3"
-    assert _log_from_url("s3://b").prefix == "s3log"
+    assert _log_from_url("s3://b").prefix == ""  # a URL's path is the prefix, literally (s3log.open_log)
     alog = _log_from_url("s3://b/p", async_=True)
     assert isinstance(alog, s3log.AsyncLog) and alog.prefix == "p"
 
