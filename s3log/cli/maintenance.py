@@ -81,6 +81,27 @@ def gc(
 
 @app.command()
 @handle_errors
+def doctor(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Check that the store honours conditional writes (If-None-Match, If-Match)."""
+    with command_log(ctx) as log:
+        report = log.check_store()
+    if as_json:
+        emit_json({"ok": report.ok, "if_none_match": report.if_none_match, "if_match": report.if_match,
+                   "detail": report.detail})
+    else:
+        def word(v: bool | None) -> str:
+            return "honoured" if v else ("IGNORED" if v is False else "not tested")
+
+        echo(f"If-None-Match: {word(report.if_none_match)}; If-Match: {word(report.if_match)}; {report.detail}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
 def demo(
     ctx: typer.Context,
     workers: int = typer.Option(6, "--workers", metavar="N", help="Worker processes."),
