@@ -71,12 +71,17 @@ class PutIfMatch:
 
 @dataclass(frozen=True, slots=True)
 class ListKeys:
-    """LIST one page under a prefix. Result: :class:`ListPage`."""
+    """LIST one page under a prefix. Result: :class:`ListPage`.
+
+    ``start_after``: list only keys (and common prefixes) after this key, as S3's
+    ``StartAfter`` (ignored by a store once ``token`` is given: the token is further).
+    """
 
     prefix: str
     delimiter: str | None = None
     token: str | None = None
     max_keys: int = 1000
+    start_after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,5 +125,9 @@ def store_call(op: Get | PutIfAbsent | PutIfMatch | ListKeys | Delete) -> tuple[
     if isinstance(op, PutIfMatch):
         return "put_if_match", (op.key, op.body, op.etag), {}
     if isinstance(op, ListKeys):
-        return "list", (op.prefix,), {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
+        kwargs: dict[str, Any] = {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
+        if op.start_after is not None:
+            # Only when set: a store written before start_after existed keeps working.
+            kwargs["start_after"] = op.start_after
+        return "list", (op.prefix,), kwargs
     return "delete", (op.key,), {}
