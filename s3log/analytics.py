@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from . import protocol
+from . import protocol, retention
 from .codec import Entry, Head, dumps
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
@@ -262,8 +262,13 @@ def _sessions_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 # -------------------------------------------------------------------------------- scan
 
 
-def _session_ids(lg: Log, sessions: Iterable[str] | None) -> list[str]:
+def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = None) -> list[str]:
     if sessions is None:
+        if since is not None:
+            # Only the sessions committed to since then, from the activity index (s3log.retention).
+            active = lg.run(retention.window_ids(lg.layout, since))
+            if active is not None:
+                return active
         return lg.list_session_ids()
     if isinstance(sessions, str):
         raise ValueError("sessions must be a list of session ids, not one string")
@@ -366,7 +371,7 @@ def _scan(
             return None
 
     try:
-        ids = _session_ids(lg, sessions)
+        ids = _session_ids(lg, sessions, lo)
         tracker = _Progress(progress, len(ids))
         cols = _Columns()
         with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="s3log-scan") as pool:
@@ -443,7 +448,7 @@ def _sessions(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
     try:
-        ids = _session_ids(lg, wanted)
+        ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
         for start in range(0, len(ids), batch_size):
             heads = lg.run(protocol.list_heads(lg.layout, ids[start : start + batch_size]))

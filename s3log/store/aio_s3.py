@@ -152,7 +152,8 @@ class AsyncS3Store:
         self.requests.add("LIST")
         client = await self._c()
         try:
-            resp = await client.list_objects_v2(**list_params(self.bucket, prefix, delimiter, token, max_keys, start_after))
+            params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
+            resp = await client.list_objects_v2(**params)
         except CAUGHT as exc:
             raise map_error(exc, prefix) from exc
         return list_page(resp)

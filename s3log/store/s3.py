@@ -101,7 +101,8 @@ class S3Store:
         """One page of keys under ``prefix``, in key order, after ``start_after`` (ListObjectsV2)."""
         self.requests.add("LIST")
         try:
-            resp = self.client.list_objects_v2(**list_params(self.bucket, prefix, delimiter, token, max_keys, start_after))
+            params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
+            resp = self.client.list_objects_v2(**params)
         except CAUGHT as exc:
             raise map_error(exc, prefix) from exc
         return list_page(resp)
