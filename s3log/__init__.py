@@ -18,12 +18,14 @@ from .errors import (
     InvalidSessionIdError,
     S3LogError,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     StoreError,
 )
 from .log import Log, Writer
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, RetryPolicy
 from .reducer import EntriesReducer, NullReducer, Reducer
+from .retention import ExpireReport
 from .store.memory import AsyncMemoryStore, MemoryStore
 from .writer import SessionInfo, SessionView, VerifyReport
 
@@ -60,5 +62,5 @@ __all__ = [
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "InvalidEntryError", "InvalidSessionIdError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
-    "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
+    "SessionExpired", "ExpireReport", "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
 ]
