@@ -62,5 +62,6 @@ __all__ = [
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "InvalidEntryError", "InvalidSessionIdError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
-    "SessionExpired", "ExpireReport", "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
+    "SessionExpired", "ExpireReport",
+    "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
 ]

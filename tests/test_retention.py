@@ -129,7 +129,7 @@ def _world() -> tuple[s3log.MemoryStore, Clock, s3log.Log, dict[str, str]]:
 
 
 def test_expire_tombstones_idle_sessions_and_keeps_active_ones() -> None:
-    store, clock, log, ids = _world()
+    _store, _clock, log, ids = _world()
     dry = log.expire(idle_for=timedelta(days=30), dry_run=True)
     assert sorted(dry.expired) == sorted([ids["idle1"], ids["idle2"]]) and dry.dry_run
     assert log.read(ids["idle1"]).entries  # a dry run changes nothing
@@ -150,11 +150,8 @@ def test_expire_tombstones_idle_sessions_and_keeps_active_ones() -> None:
 
 
 def test_a_session_committed_to_during_the_sweep_is_kept() -> None:
-    store, clock, log, ids = _world()
+    store, _clock, log, ids = _world()
     writer = log.open(ids["idle1"])
-
-    class Racing(s3log.MemoryStore):
-        pass
 
     real = store.put_if_match
     fired: list[bool] = []
@@ -173,7 +170,7 @@ def test_a_session_committed_to_during_the_sweep_is_kept() -> None:
 
 
 def test_a_writer_that_commits_after_the_tombstone_forks_and_loses_nothing() -> None:
-    store, clock, log, ids = _world()
+    _store, clock, log, ids = _world()
     writer = log.open(ids["idle1"])
     child = log.fork(ids["idle1"], meta={"labels": {"tenant": "x"}})
     clock.t += 40 * DAY_MS
@@ -220,7 +217,7 @@ def test_expire_refuses_bad_arguments_before_reading_anything() -> None:
 
 
 def test_expired_activity_days_are_pruned() -> None:
-    store, clock, log, ids = _world()
+    store, _clock, log, _ids = _world()
     report = log.expire(idle_for=timedelta(days=30))
     assert report.pruned_days == [day_of(T0)]
     assert not [k for k in store.all_keys() if f"/activity/{day_of(T0)}/" in k]
