@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import random
 import threading
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,24 @@ def test_mixed_ids_are_each_listed_once_in_reverse_key_order() -> None:
         seen += page
         after = page[-1]
     assert seen == sorted(named + made, reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["s3", "obstore"])
+def test_newest_first_over_http_costs_a_few_lists(s3log_server: Any, kind: str) -> None:
+    """5,000 sessions planted in the local S3: the newest 20 in a few LISTs, over the wire."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    bucket = s3log_server.create_bucket()
+    ids = _ids(5_000, 30 * DAY_MS, seed=9)
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for sid in ids:
+        backend.put_object(bucket, LAYOUT.head(sid), encode_head(empty_head(sid, {}, None, 0)))
+    store: Any = (s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url) if kind == "s3"
+                  else s3log.ObstoreStore(bucket, endpoint_url=s3log_server.endpoint_url))
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(3, lambda: NOW), verify_preconditions=False))
+    got = [i.session_id for i in log.list_sessions(limit=20)]
+    assert got == sorted(ids, reverse=True)[:20]
+    assert store.requests["LIST"] <= 5 and store.requests["GET"] == 20
+    log.close()
