@@ -22,11 +22,13 @@ from .errors import (
     PreconditionsIgnoredError,
     S3LogError,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     StoreError,
 )
 from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, RetryPolicy
 from .reducer import EntriesReducer, NullReducer, Reducer
+from .retention import ExpireReport
 from .store.memory import AsyncMemoryStore, MemoryStore
 from .writer import SessionInfo, SessionView, VerifyReport
 
@@ -75,6 +77,7 @@ __all__ = [
     "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
+    "SessionExpired", "ExpireReport",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
     "open_async_log", "open_log",
 ]

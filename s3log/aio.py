@@ -6,14 +6,17 @@ import asyncio
 import inspect
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import AsyncDriver
 from .errors import InvalidArgumentError
+from .listing import check_after, check_labels, check_limit
 from .ops import Proc
 from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
+from .retention import ActiveSessions, ExpireProgress, ExpireReport
 from .store.base import AsyncObjectStore
 from .writer import (
     ForkListener,
@@ -314,14 +317,33 @@ class AsyncLog(LogBase):
         """Every session id, newest first."""
         return await self.run(list_session_ids(self._core.layout))
 
-    async def list_sessions(self, *, limit: int | None = None) -> AsyncIterator[SessionInfo]:
-        """Sessions, newest first."""
-        ids = await self.list_session_ids()
-        if limit is not None:
-            ids = ids[:limit]
-        for i in range(0, len(ids), LIST_PAGE):
-            for info in await self.run(self._core.session_infos(ids[i : i + LIST_PAGE])):
+    async def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        labels: Mapping[str, Any] | None = None,
+        after: str | None = None,
+    ) -> AsyncIterator[SessionInfo]:
+        """Sessions, newest first (see :meth:`s3log.Log.list_sessions`)."""
+        limit = check_limit(limit)
+        wanted = check_labels(labels)
+        cursor = check_after(after)
+        if limit is None and wanted is None and cursor is None:
+            ids = await self.list_session_ids()
+            for i in range(0, len(ids), LIST_PAGE):
+                for info in await self.run(self._core.session_infos(ids[i : i + LIST_PAGE])):
+                    yield info
+            return
+        remaining = limit
+        while remaining is None or remaining > 0:
+            want = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
+            infos, cursor = await self.run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
+            for info in infos:
                 yield info
+            if remaining is not None:
+                remaining -= len(infos)
+            if cursor is None or not infos:
+                return
 
     async def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
@@ -337,3 +359,20 @@ class AsyncLog(LogBase):
     async def delete(self, session_id: str) -> int:
         """Delete a session (head first)."""
         return await self.run(self._core.delete(session_id))
+
+    # -------------------------------------------------------- retention (issue 17)
+
+    async def expire(
+        self,
+        *,
+        idle_for: timedelta | int,
+        labels: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[ExpireProgress], None] | None = None,
+    ) -> ExpireReport:
+        """Expire sessions idle for ``idle_for`` (see :meth:`s3log.Log.expire`)."""
+        return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+
+    async def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
+        """Sessions committed to since ``since`` (see :meth:`s3log.Log.active_sessions`)."""
+        return await self.run(self._core.active_sessions(since))

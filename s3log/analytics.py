@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from . import protocol
+from . import protocol, retention
 from ._extras import extra
 from .codec import Entry, Head, dumps
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
@@ -264,8 +264,13 @@ def _sessions_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 # -------------------------------------------------------------------------------- scan
 
 
-def _session_ids(lg: Log, sessions: Iterable[str] | None) -> list[str]:
+def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = None) -> list[str]:
     if sessions is None:
+        if since is not None:
+            # Only the sessions committed to since then, from the activity index (s3log.retention).
+            active = lg.run(retention.window_ids(lg.layout, since))
+            if active is not None:
+                return active
         return lg.list_session_ids()
     if isinstance(sessions, str):
         raise ValueError("sessions must be a list of session ids, not one string")
@@ -368,7 +373,7 @@ def _scan(
             return None
 
     try:
-        ids = _session_ids(lg, sessions)
+        ids = _session_ids(lg, sessions, lo)
         tracker = _Progress(progress, len(ids))
         cols = _Columns()
         with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="s3log-scan") as pool:
@@ -445,7 +450,7 @@ def _sessions(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
     try:
-        ids = _session_ids(lg, wanted)
+        ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
         for start in range(0, len(ids), batch_size):
             heads = lg.run(protocol.list_heads(lg.layout, ids[start : start + batch_size]))

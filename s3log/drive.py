@@ -31,6 +31,7 @@ from .ops import (
     StoreOp,
     call_store,
     is_retryable,
+    list_kwargs,
 )
 from .protocol import RetryPolicy
 from .store.base import AsyncObjectStore, ObjectStore
@@ -178,8 +179,8 @@ class AsyncDriver:
                 return await store.put_if_absent(key, body)
             case PutIfMatch(key, body, etag):
                 return await store.put_if_match(key, body, etag)
-            case ListKeys(prefix, delimiter, token, max_keys):
-                return await store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+            case ListKeys():
+                return await store.list(op.prefix, **list_kwargs(op))
             case Delete(key):
                 await store.delete(key)
                 return None

@@ -70,6 +70,18 @@ class SessionNotFound(S3LogError, LookupError):
         super().__init__(f"session {session} not found" + (f": {detail}" if detail else ""))
 
 
+class SessionExpired(SessionNotFound):
+    """The session was expired by retention (``Log.expire``): its head is a tombstone.
+
+    A :class:`SessionNotFound`, so code that handles deleted sessions handles expired
+    ones; ``expired_at`` (ms) says when.
+    """
+
+    def __init__(self, session: str, expired_at: int | None = None) -> None:
+        self.expired_at = expired_at
+        super().__init__(session, "it was expired by retention" + (f" at {expired_at} ms" if expired_at else ""))
+
+
 class EntryNotFound(S3LogError, LookupError):
     """A seq or hash asked for is not in the session's chain."""
 

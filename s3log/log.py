@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
 from .drive import SyncDriver
 from .errors import InvalidArgumentError
+from .listing import check_after, check_labels, check_limit
 from .ops import Proc
 from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
 from .reducer import Reducer
+from .retention import ActiveSessions, ExpireProgress, ExpireReport
 from .store.base import ObjectStore
 from .writer import (
     ForkListener,
@@ -293,13 +296,37 @@ class Log(LogBase):
         """Every session id, newest first."""
         return self.run(list_session_ids(self._core.layout))
 
-    def list_sessions(self, *, limit: int | None = None) -> Iterator[SessionInfo]:
-        """Sessions, newest first, their heads fetched a page at a time in parallel."""
-        ids = self.list_session_ids()
-        if limit is not None:
-            ids = ids[:limit]
-        for i in range(0, len(ids), LIST_PAGE):
-            yield from self.run(self._core.session_infos(ids[i : i + LIST_PAGE]))
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        labels: Mapping[str, Any] | None = None,
+        after: str | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Sessions, newest first, their heads fetched a page at a time in parallel.
+
+        ``limit``: at most this many, found without listing every session (a few LISTs,
+        see :mod:`s3log.listing`). ``labels``: only sessions whose ``meta["labels"]``
+        hold these pairs (heads must be read: at most ``LogConfig.max_parallel`` at
+        once). ``after``: continue after this id (the last one of a previous page).
+        """
+        limit = check_limit(limit)
+        wanted = check_labels(labels)
+        cursor = check_after(after)
+        if limit is None and wanted is None and cursor is None:
+            ids = self.list_session_ids()
+            for i in range(0, len(ids), LIST_PAGE):
+                yield from self.run(self._core.session_infos(ids[i : i + LIST_PAGE]))
+            return
+        remaining = limit
+        while remaining is None or remaining > 0:
+            want = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
+            infos, cursor = self.run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
+            yield from infos
+            if remaining is not None:
+                remaining -= len(infos)
+            if cursor is None or not infos:
+                return
 
     def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
@@ -315,3 +342,32 @@ class Log(LogBase):
     def delete(self, session_id: str) -> int:
         """Delete a session (head first); return how many objects were removed."""
         return self.run(self._core.delete(session_id))
+
+    # -------------------------------------------------------- retention (issue 17)
+
+    def expire(
+        self,
+        *,
+        idle_for: timedelta | int,
+        labels: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[ExpireProgress], None] | None = None,
+    ) -> ExpireReport:
+        """Expire sessions whose last commit is older than ``idle_for`` (a timedelta or ms).
+
+        Each is replaced by a tombstone written with If-Match on the head just read, so
+        a session committed to during the sweep is kept, and a writer that commits
+        after forks (nothing is lost); readers then get :class:`~s3log.SessionExpired`;
+        ``gc`` collects the rest after its grace period (:mod:`s3log.retention`).
+        ``labels``: only sessions with these labels. ``progress`` is called after
+        each batch with an :class:`~s3log.retention.ExpireProgress`.
+        """
+        return self.run(self._core.expire(idle_for, labels, dry_run, progress))
+
+    def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
+        """Sessions committed to since ``since`` (an aware datetime, ms, or a timedelta ago).
+
+        From the activity index when it covers the window (no head read), else from
+        every head (:func:`s3log.retention.active_sessions`).
+        """
+        return self.run(self._core.active_sessions(since))

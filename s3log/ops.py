@@ -71,12 +71,17 @@ class PutIfMatch:
 
 @dataclass(frozen=True, slots=True)
 class ListKeys:
-    """LIST one page under a prefix. Result: :class:`ListPage`."""
+    """LIST one page under a prefix. Result: :class:`ListPage`.
+
+    ``start_after``: list only keys (and common prefixes) after this key, as S3's
+    ``StartAfter`` (ignored by a store once ``token`` is given: the token is further).
+    """
 
     prefix: str
     delimiter: str | None = None
     token: str | None = None
     max_keys: int = 1000
+    start_after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +130,18 @@ def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
         case PutIfMatch(key, body, etag):
             replaced: str = store.put_if_match(key, body, etag)
             return replaced
-        case ListKeys(prefix, delimiter, token, max_keys):
-            page: ListPage = store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+        case ListKeys():
+            page: ListPage = store.list(op.prefix, **list_kwargs(op))
             return page
         case Delete(key):
             store.delete(key)
             return None
+
+
+def list_kwargs(op: ListKeys) -> dict[str, Any]:
+    """The keyword arguments of a store's ``list`` for ``op``."""
+    kwargs: dict[str, Any] = {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
+    if op.start_after is not None:
+        # Only when set: a store written before start_after existed keeps working.
+        kwargs["start_after"] = op.start_after
+    return kwargs

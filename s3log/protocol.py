@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from . import decide
+from . import activity, decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
@@ -43,6 +43,7 @@ from .errors import (
     ObjectNotFound,
     SegmentMissing,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     StoreError,
 )
@@ -91,6 +92,8 @@ class LogConfig:
     garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     ``verify_preconditions``: probe, before the first write to a store, that it
     honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
+    ``activity_index``: a session's first commit of each UTC day also writes a tiny
+    marker (:mod:`s3log.activity`), so "sessions active since T" need not read every head.
     """
 
     tail_max_bytes: int = 8 * 1024
@@ -105,6 +108,7 @@ class LogConfig:
     signer: Signer | None = None
     #: Every head this log reads must be signed by a key it trusts; None: not checked.
     verifier: Verifier | None = None
+    activity_index: bool = True
 
 
 def now_ms() -> int:
@@ -223,17 +227,30 @@ class HeadRow:
 
 @dataclass(frozen=True, slots=True)
 class LineageStep:
-    """One session of a lineage and where it forked from (None for the root)."""
+    """One session of a lineage and where it forked from (None for the root).
+
+    ``expired``: the session was expired by retention; its fork still holds its seed.
+    """
 
     session: str
     parent: ParentRef | None
+    expired: bool = False
 
 
 # ------------------------------------------------------------------------- basic reads
 
 
-def read_head(layout: Layout, session: str) -> Proc[tuple[Head, str]]:
-    """GET and decode a session's head."""
+#: The head field that makes a head a tombstone (s3log.retention): the session expired.
+EXPIRED_FIELD = "expired"
+
+
+def is_expired(head: Head) -> bool:
+    """Whether ``head`` is the tombstone of an expired session (it lists no entries)."""
+    return isinstance(head.extra.get(EXPIRED_FIELD), dict)
+
+
+def read_head(layout: Layout, session: str, *, expired_ok: bool = False) -> Proc[tuple[Head, str]]:
+    """GET and decode a session's head; a tombstone raises SessionExpired unless ``expired_ok``."""
     key = layout.head(session)
     try:
         blob: Blob = yield Get(key)
@@ -241,6 +258,9 @@ def read_head(layout: Layout, session: str) -> Proc[tuple[Head, str]]:
         raise SessionNotFound(session) from None
     head = decode_head(blob.body, key)
     check_head(layout, head, session, key)
+    if is_expired(head) and not expired_ok:
+        at = head.extra[EXPIRED_FIELD].get("at")
+        raise SessionExpired(session, at if isinstance(at, int) else None)
     return head, blob.etag
 
 
@@ -261,8 +281,9 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
 
 
 def _read_head_or_none(layout: Layout, session: str) -> Proc[tuple[Head, str] | None]:
+    # A tombstone is returned: a writer whose head PUT met one forks (its entries live on).
     try:
-        return (yield from read_head(layout, session))
+        return (yield from read_head(layout, session, expired_ok=True))
     except SessionNotFound:
         return None
 
@@ -500,14 +521,14 @@ def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
             raise CorruptionError(layout.head(current), "fork parents form a cycle")
         seen.add(current)
         try:
-            head, _ = yield from read_head(layout, current)
+            head, _ = yield from read_head(layout, current, expired_ok=current != session)
         except SessionNotFound:
             if current == session:
                 raise
             # An ancestor was deleted: the lineage ends there, and says so.
             steps.append(LineageStep(current, None))
             break
-        steps.append(LineageStep(current, head.parent))
+        steps.append(LineageStep(current, head.parent, is_expired(head)))
         current = head.parent.session if head.parent else None
     return steps
 
@@ -746,6 +767,11 @@ def _write(
             raise
         return None, _HeadOutcome("conflict", None, current), {}
     puts = list(before_head)
+    # Activity index (s3log.activity): a day's first commit marks the day, before its head.
+    marker = None if not cfg.activity_index else activity.marker_for(
+        layout, ws.session, ws.etag is None, ws.head.updated_at, plan.head.updated_at)
+    if marker is not None:
+        puts.append(marker)
     if plan.segment_key is not None and plan.segment_body is not None:
         puts.append(PutIfAbsent(plan.segment_key, plan.segment_body))
     confirmed: dict[str, decide.Confirmed] = {}
@@ -753,7 +779,7 @@ def _write(
         confirmed = yield from put_immutable(cfg, puts)
         if plan.segment_key is not None and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
-        if any(v is not decide.Confirmed.OURS for v in confirmed.values()):
+        if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
             return plan, _HeadOutcome("conflict", None, None), confirmed
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline if puts or plan.head.retired_at else None)
     return plan, outcome, confirmed
@@ -977,12 +1003,14 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
 
     Returns how many objects were deleted.
     """
-    head, _ = yield from read_head(layout, session)
+    head, _ = yield from read_head(layout, session, expired_ok=True)
     yield Delete(layout.head(session))
     objects, _ = yield from list_all(layout.session_dir(session))
     keys = [o.key for o in objects]
     if head.parent is not None:
         keys.append(layout.fork_marker(head.parent.session, session))
+    # Its activity markers (s3log.activity), on any day it may have been committed to.
+    keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
     if keys:
         results: list[Any] = yield Parallel(tuple(Delete(k) for k in keys))
         for res in results:
@@ -1020,6 +1048,11 @@ def gc(
       had the whole grace period to read it.
 
     A session whose head cannot be read is reported in ``broken`` and left alone.
+
+    Expired sessions (tombstone heads, :mod:`s3log.retention`) list no segments, so
+    theirs are collected like any unreferenced segment, from the tombstone's
+    ``retired_at``; the tombstone itself is deleted once it is older than the grace
+    period and none of its segments is left.
     """
     grace = max(older_than_ms, commit_deadline_ms)
     objects, _ = yield from list_all(layout.sessions_prefix)
@@ -1036,6 +1069,7 @@ def gc(
     rows = yield from list_head_rows(layout, sorted(by_session))
     heads = {r.session: r.head for r in rows if r.head is not None}
     broken = sorted(r.session for r in rows if r.head is None)
+    with_head = {r.session for r in rows}
     referenced = {k for h in heads.values() for k in h.segments}
     doomed: list[str] = []
     young = 0
@@ -1047,13 +1081,16 @@ def gc(
         # the commit deadline later: the grace counts from the latest it could have landed.
         retired_recently = (head is not None and head.retired_at is not None
                             and now - head.retired_at < older_than_ms + commit_deadline_ms)
+        young_before = young
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if rest.startswith("seg/"):
                 garbage = o.key not in referenced
                 recent = retired_recently
             elif rest.startswith("forks/"):
-                garbage = rest[len("forks/"):] not in heads
+                # A marker is dangling only if its child has no head at all: a child
+                # whose head is unreadable is broken, and its parent link is kept.
+                garbage = rest[len("forks/"):] not in with_head
                 recent = False
             else:
                 continue
@@ -1063,6 +1100,8 @@ def gc(
                 young += 1
             else:
                 doomed.append(o.key)
+        if head is not None and is_expired(head) and young == young_before and now - head.updated_at >= grace:
+            doomed.append(layout.head(sid))  # the tombstone goes with (or after) its last segment
     deleted: list[str] = []
     if doomed and not dry_run:
         results: list[Any] = yield Parallel(tuple(Delete(k) for k in doomed))

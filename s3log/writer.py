@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from . import protocol
+from . import listing, protocol, retention
 from .chain import PendingEntry
 from .codec import FORK_KIND, MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data
 from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
@@ -430,6 +430,7 @@ class LogCore:
         return [
             SessionInfo.from_head(r.head) if r.head is not None else SessionInfo.broken_row(r.session, r.error or "")
             for r in rows
+            if r.head is None or not protocol.is_expired(r.head)  # expired: gone, as far as listings go
         ]
 
     def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
@@ -492,6 +493,37 @@ class LogCore:
     def head(self, session_id: str) -> Proc[tuple[Head, str]]:
         """A session's head and ETag."""
         return protocol.read_head(self.layout, validate_session_id(session_id))
+
+    # -------------------------------------------- bounded listings and retention (issue 17)
+
+    def session_page(
+        self, want: int, labels: Mapping[str, str] | None, after: str | None, batch: int
+    ) -> Proc[tuple[list[SessionInfo], str | None]]:
+        """Up to ``want`` sessions before ``after``, newest first (:func:`s3log.listing.session_page`)."""
+        rows, cursor = yield from listing.session_page(
+            self.layout, want, labels=labels, after=after, now=self.config.env.now_ms(), batch=batch)
+        infos = [
+            SessionInfo.from_head(r.head) if r.head is not None else SessionInfo.broken_row(r.session, r.error or "")
+            for r in rows
+        ]
+        return infos, cursor
+
+    def expire(
+        self,
+        idle_for: object,
+        labels: object,
+        dry_run: bool,
+        progress: Callable[[retention.ExpireProgress], None] | None,
+    ) -> Proc[retention.ExpireReport]:
+        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments checked first."""
+        ms = retention.idle_ms(idle_for)
+        wanted = listing.check_labels(labels)
+        return retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
+                                labels=wanted, dry_run=bool(dry_run), progress=progress)
+
+    def active_sessions(self, since: object) -> Proc[retention.ActiveSessions]:
+        """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""
+        return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 
 
 def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:

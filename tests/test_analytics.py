@@ -72,8 +72,12 @@ def test_sessions_outside_the_window_are_skipped_without_reading_segments() -> N
     old.commit()
     store.requests.reset()
     far_future = 4_000_000_000_000
-    assert analytics.to_arrow(store, since=far_future).num_rows == 0
+    assert analytics.to_arrow(store, [old.session_id], since=far_future).num_rows == 0
     assert store.requests["GET"] == 1  # the head only
+    store.requests.reset()
+    # Without a session list, the activity index says no session was committed to since.
+    assert analytics.to_arrow(store, since=far_future).num_rows == 0
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 0, "LIST": 2, "DELETE": 0}
 
 
 def test_memory_stays_bounded_on_a_prefix_larger_than_the_batch(

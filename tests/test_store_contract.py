@@ -67,9 +67,9 @@ class Blocking:
         return self._run(self.inner.put_if_match(key, body, etag))  # type: ignore[no-any-return]
 
     def list(self, prefix: str, *, delimiter: str | None = None, token: str | None = None,
-             max_keys: int = 1000) -> ListPage:
+             max_keys: int = 1000, start_after: str | None = None) -> ListPage:
         return self._run(self.inner.list(prefix, delimiter=delimiter, token=token,  # type: ignore[no-any-return]
-                                         max_keys=max_keys))
+                                         max_keys=max_keys, start_after=start_after))
 
     def delete(self, key: str) -> None:
         self._run(self.inner.delete(key))
@@ -203,11 +203,14 @@ def subject(subject_once: Subject) -> Iterator[Subject]:
     subject_once.check_counted_equals_sent()
 
 
-def _all_pages(store: Any, prefix: str, *, delimiter: str | None = None, max_keys: int) -> list[ListPage]:
+def _all_pages(
+    store: Any, prefix: str, *, delimiter: str | None = None, max_keys: int, start_after: str | None = None
+) -> list[ListPage]:
     pages: list[ListPage] = []
     token: str | None = None
     while True:
-        page = store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+        extra = {} if start_after is None else {"start_after": start_after}
+        page = store.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys, **extra)
         pages.append(page)
         # The paging rule: more than max_keys in one page only on the last page.
         if page.next_token is not None:
@@ -359,6 +362,31 @@ def test_list_with_delimiter_pages_without_repeats(subject: Subject) -> None:
     prefixes = [x for p in pages for x in p.prefixes]
     assert objects == [b + "a", b + "d", b + "f"]
     assert prefixes == [b + "b/", b + "c/", b + "e/"]
+
+
+def test_list_starts_after_a_key_with_and_without_delimiter(subject: Subject) -> None:
+    """``start_after`` (S3's StartAfter): only keys after it, paging on from the token.
+
+    What newest-first session listing relies on (s3log.listing): a delimited listing of
+    session folders that starts at a time bound costs a page, not the whole prefix.
+    """
+    s, b = subject.store, subject.base
+    for k in ("a/1", "b/1", "b/2", "c/1", "c/x/1", "d", "e/1", "f/1", "f/2"):
+        s.put_if_absent(b + k, b"x")
+    subject.store.requests.reset()
+    if subject.proxy is not None:
+        subject.proxy.plan.clear()
+    plain = _all_pages(s, b, max_keys=2, start_after=b + "c/1")
+    assert [o.key for p in plain for o in p.objects] == [b + k for k in ("c/x/1", "d", "e/1", "f/1", "f/2")]
+    lists = subject.store.requests["LIST"]
+    delimited = _all_pages(s, b, delimiter="/", max_keys=2, start_after=b + "b")
+    assert [x for p in delimited for x in p.prefixes] == [b + "b/", b + "c/", b + "e/", b + "f/"]
+    assert [o.key for p in delimited for o in p.objects] == [b + "d"]
+    # Bounded: a page per call, never the whole folder behind one call.
+    assert subject.store.requests["LIST"] - lists == len(delimited) >= 2
+    # A bound past every key: one empty page.
+    page = s.list(b, delimiter="/", start_after=b + "z")
+    assert page.objects == [] and page.prefixes == [] and page.next_token is None
 
 
 def test_list_prefix_is_a_string_prefix_not_a_folder(subject: Subject) -> None:

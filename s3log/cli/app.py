@@ -29,7 +29,7 @@ __all__ = [
 PANELS: dict[str, tuple[str, ...]] = {
     "Read sessions": ("ls", "show", "tail", "lineage"),
     "Change sessions": ("fork", "rm"),
-    "Check and clean up": ("verify", "gc", "doctor"),
+    "Check and clean up": ("verify", "gc", "expire", "doctor"),
     "Analytics": ("export", "query"),
     "Try it locally": ("local-s3", "demo"),
 }

@@ -1,15 +1,17 @@
-"""Commands that run or maintain the store: local-s3, gc, demo."""
+"""Commands that run or maintain the store: local-s3, gc, expire, demo."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 
 import typer
 
+from ..retention import ExpireProgress
 from .app import app
-from .common import command_log, echo, emit_json, fail, handle_errors, settings, styled
+from .common import command_log, echo, emit_json, err_console, fail, handle_errors, is_tty, settings, styled
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -153,3 +155,66 @@ def demo(
             echo(styled((line, "red")))
         fail("the demo found lost, duplicated or corrupt entries")
 
+
+
+def parse_labels(values: list[str] | None) -> dict[str, str] | None:
+    """``["tenant=t1", "env=prod"]`` as a map; a value without ``=`` is a usage error."""
+    if not values:
+        return None
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, value = v.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"not a label: {v!r} (use NAME=VALUE)", param_hint="--label")
+        out[name] = value
+    return out
+
+
+@app.command()
+@handle_errors
+def expire(
+    ctx: typer.Context,
+    idle: str = typer.Option(..., "--idle", metavar="DURATION",
+                             help="Expire sessions with no commit for this long (30d, 12h, 1d12h)."),
+    label: list[str] = typer.Option(None, "--label", metavar="NAME=VALUE",
+                                    help="Only sessions with this label (repeatable; all must match)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would expire."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Expire idle sessions: a tombstone head replaces each (gc collects the rest later).
+
+    A session committed to during the sweep is kept; a writer that commits after its
+    session expired forks (nothing is lost). Readers of an expired session get
+    "expired". Run ``s3log gc`` afterwards (after its grace period) to free the space.
+    """
+    idle_ms = parse_duration(idle)
+    if idle_ms <= 0:
+        raise typer.BadParameter("must be longer than 0", param_hint="--idle")
+    labels = parse_labels(label)
+    with command_log(ctx) as log:
+        if is_tty(sys.stderr) and not as_json:
+            from rich.progress import Progress
+
+            with Progress(console=err_console, transient=True) as bar:
+                task = bar.add_task("expiring", total=None)
+
+                def step(p: ExpireProgress) -> None:
+                    bar.update(task, total=p.total, completed=p.done,
+                               description=f"expired {p.expired}, kept {p.kept}")
+
+                report = log.expire(idle_for=idle_ms, labels=labels, dry_run=dry_run, progress=step)
+        else:
+            report = log.expire(idle_for=idle_ms, labels=labels, dry_run=dry_run)
+    if as_json:
+        emit_json(dataclasses.asdict(report))
+    else:
+        verb = "would expire" if dry_run else "expired"
+        echo(f"{report.examined} sessions examined; {verb} {len(report.expired)}; kept {report.kept} "
+             f"active (of which {len(report.raced)} committed during the sweep); "
+             f"{report.skipped_labels} idle but not matching the labels; {report.heads_read} heads read")
+        if report.pruned_days:
+            echo(f"activity index: {'would prune' if dry_run else 'pruned'} {len(report.pruned_days)} old days")
+        for line in report.errors:
+            echo(styled(("error: ", "red"), line), err=True)
+    if report.errors:
+        raise typer.Exit(1)

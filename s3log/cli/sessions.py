@@ -57,11 +57,18 @@ def _entry_line(e: Any, *, tty: bool) -> Text:
 def ls(
     ctx: typer.Context,
     limit: int = typer.Option(50, "--limit", metavar="N", min=0, help="Show at most this many sessions (0: all)."),
+    label: list[str] = typer.Option(None, "--label", metavar="NAME=VALUE",
+                                    help="Only sessions with this label (repeatable; reads each head)."),
+    after: str | None = typer.Option(None, "--after", metavar="SESSION",
+                                     help="Continue after this session (the last one of the previous page)."),
     as_json: bool = _JSON,
 ) -> None:
-    """List sessions, newest first."""
+    """List sessions, newest first (a few LISTs for --limit N, not one per 1,000 sessions)."""
+    from .maintenance import parse_labels
+
+    labels = parse_labels(label)
     with command_log(ctx) as log:
-        infos = list(log.list_sessions(limit=limit or None))
+        infos = list(log.list_sessions(limit=limit or None, labels=labels, after=after))
     if as_json:
         emit_json([
             {"session": i.session_id, "entries": i.entries, "version": i.version, "created_at": i.created_at,
@@ -74,6 +81,8 @@ def ls(
     rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
              i.parent.session if i.parent else ""] for i in infos]
     print_table(header, rows, keep_whole=(0, 4))  # ids are copied from here: never cut them
+    if limit and len(infos) == limit and is_tty(sys.stderr):
+        echo(f"more: s3log ls --limit {limit} --after {infos[-1].session_id}", err=True)
 
 
 @app.command()

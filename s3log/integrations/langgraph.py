@@ -27,16 +27,19 @@ import builtins
 import contextlib
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from .._extras import extra
 from ..aio import AsyncLog, AsyncWriter
+from ..chain import PendingEntry
 from ..errors import ConflictError, S3LogError, SessionExists, SessionNotFound
+from ..layout import Layout
 from ..log import Log, Writer
-from ..protocol import list_session_ids_with_prefix
-from ..reducer import EntriesReducer
+from ..ops import Proc
+from ..protocol import LogConfig, WriterState, commit, delete_session, list_session_ids_with_prefix, load
+from ..reducer import EntriesReducer, replay
 from . import IntegrationError, _log_from_url
 
 __all__ = [
@@ -198,6 +201,66 @@ def _list_prefix(config: RunnableConfig | None) -> str | None:
     return None if "checkpoint_ns" in conf else thread_prefix(conf["thread_id"])
 
 
+# -------------------------------------------------------------- prune / delete_for_runs
+
+Keep = Callable[[_Thread], "set[str] | None"]
+
+
+def _kept_entries(history: Sequence[dict[str, Any]], drop: set[str]) -> builtins.list[dict[str, Any]]:
+    """The checkpoint and writes entries of ``history`` whose checkpoint is not in ``drop``."""
+    def checkpoint_of(e: dict[str, Any]) -> str | None:
+        if e["kind"] == CHECKPOINT:
+            return str(e["data"]["id"])
+        return str(e["data"]["checkpoint_id"]) if e["kind"] == WRITES else None
+
+    return [e for e in history if (cid := checkpoint_of(e)) is not None and cid not in drop]
+
+
+def _rewrite(layout: Layout, cfg: LogConfig, sid: str, drop_of: Keep) -> Proc[bool]:
+    """Rewrite a thread's session without the checkpoints ``drop_of`` names (and their writes).
+
+    The head is replaced, with If-Match on the ETag read, by the head of a compacted
+    chain (seq 0 up, the kept entries as they were): atomic against a concurrent writer
+    (it meets 412 and the saver appends again on the new head; this raises
+    ConflictError and is retried by the caller). The old segments are no longer
+    referenced; the head's ``retired_at`` gives readers holding the old head gc's grace
+    period to finish. Nothing kept: the session is deleted. Returns whether it changed.
+    """
+    data = yield from load(layout, sid)
+    reducer = EntriesReducer()
+    history = replay(reducer, data.entries)
+    drop = drop_of(_fold(history, data.head.meta.get("langgraph", {})))
+    if not drop:
+        return False
+    kept = _kept_entries(history, drop)
+    if not kept:
+        yield from delete_session(layout, sid)
+        return True
+    now = cfg.env.now_ms()
+    # A new root chain at the same id (the saver finds threads by id); its own parent, if
+    # it was a copy, is forgotten with the history the pruned checkpoints held.
+    fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
+                    ts_min=None, ts_max=None, retired_at=now)
+    ws = WriterState(sid, fresh, data.etag, reducer.initial(), {})
+    pending = [PendingEntry(e["kind"], e["ts"], e["data"]) for e in kept]
+    yield from commit(layout, cfg, ws, pending, reducer, on_conflict="raise")
+    return True
+
+
+def _keep_latest(n: int) -> Keep:
+    def drop(t: _Thread) -> set[str] | None:
+        return set(sorted(t.order)[:-n]) if len(t.order) > n else None
+
+    return drop
+
+
+def _check_prune(strategy: str, keep: int) -> None:
+    if strategy not in ("keep_latest", "delete"):
+        raise IntegrationError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+        raise IntegrationError(f"prune keep must be a positive integer, not {keep!r}")
+
+
 class _SaverBase(BaseCheckpointSaver[Any]):
     """What the sync and async savers share: serialization and the pure parts of each verb."""
 
@@ -307,6 +370,15 @@ class _SaverBase(BaseCheckpointSaver[Any]):
                 for i, (channel, value) in enumerate(writes)
             ],
         }
+
+    def _runs_keep(self, run_ids: set[str]) -> Keep:
+        """The checkpoints of a thread whose metadata names one of ``run_ids``."""
+        def drop(t: _Thread) -> set[str] | None:
+            out = {cid for cid, data in t.checkpoints.items()
+                   if self._loads(data["metadata"], f"the metadata of checkpoint {cid}", t).get("run_id") in run_ids}
+            return out or None
+
+        return drop
 
     @staticmethod
     def _fork_meta(meta: dict[str, Any], target_thread_id: str) -> tuple[str, dict[str, Any]]:
@@ -484,6 +556,45 @@ class S3LogSaver(_SaverBase):
             ns, child_meta = self._fork_meta(self.log.head(sid).meta, target_thread_id)
             self.log.fork(sid, meta=child_meta, child_id=session_for(target_thread_id, ns))
 
+    def _compact(self, sid: str, drop_of: Keep) -> None:
+        with self._lock(sid):
+            self._writers.pop(sid, None)  # its view of the head is about to be stale
+            for attempt in range(self.log.config.retry.attempts):
+                try:
+                    self.log.run(_rewrite(self.log.layout, self.log.config, sid, drop_of))
+                    return
+                except SessionNotFound:
+                    return  # deleted meanwhile: nothing to prune
+                except ConflictError:
+                    if attempt + 1 >= self.log.config.retry.attempts:
+                        raise  # the thread keeps moving: say so rather than loop
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1) -> None:
+        """Keep only the latest ``keep`` checkpoints per namespace (and their writes), or delete.
+
+        Each namespace's session is rewritten into a compacted chain at the same id
+        (one If-Match PUT of its head, plus a segment if big); the old segments are
+        collected by ``gc`` after its grace period. ``strategy="delete"`` deletes the threads.
+        """
+        _check_prune(strategy, keep)
+        for tid in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(tid)
+                continue
+            for sid in self._sessions(thread_prefix(tid)):
+                self._compact(sid, _keep_latest(keep))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is one of ``run_ids``.
+
+        Run ids are in each checkpoint's metadata only: every thread's session is read.
+        """
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for sid in self._sessions("lg-"):
+            self._compact(sid, self._runs_keep(wanted))
+
     # -------------------------------------------------------------------- async API
     # boto3 blocks: the async methods run the sync ones in a worker thread.
 
@@ -532,6 +643,14 @@ class S3LogSaver(_SaverBase):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`copy_thread`."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1) -> None:
+        """Async :meth:`prune`."""
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy, keep=keep))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`delete_for_runs`."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
 
 
 # -------------------------------------------------------------------- async saver
@@ -726,6 +845,39 @@ class AsyncS3LogSaver(_SaverBase):
             ns, child_meta = self._fork_meta((await self.log.head(sid)).meta, target_thread_id)
             await self.log.fork(sid, meta=child_meta, child_id=session_for(target_thread_id, ns))
 
+    async def _compact(self, sid: str, drop_of: Keep) -> None:
+        async with self._lock(sid):
+            self._writers.pop(sid, None)  # its view of the head is about to be stale
+            for attempt in range(self.log.config.retry.attempts):
+                try:
+                    await self.log.run(_rewrite(self.log.layout, self.log.config, sid, drop_of))
+                    return
+                except SessionNotFound:
+                    return  # deleted meanwhile: nothing to prune
+                except ConflictError:
+                    if attempt + 1 >= self.log.config.retry.attempts:
+                        raise
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1) -> None:
+        """Keep only the latest ``keep`` checkpoints per namespace, or delete (see :meth:`S3LogSaver.prune`)."""
+        self._bind()
+        _check_prune(strategy, keep)
+        for tid in thread_ids:
+            if strategy == "delete":
+                await self.adelete_thread(tid)
+                continue
+            for sid in await self._sessions(thread_prefix(tid)):
+                await self._compact(sid, _keep_latest(keep))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and writes) of these runs (see :meth:`S3LogSaver.delete_for_runs`)."""
+        self._bind()
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for sid in await self._sessions("lg-"):
+            await self._compact(sid, self._runs_keep(wanted))
+
     # --------------------------------------------------------------------- sync API
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -774,3 +926,11 @@ class AsyncS3LogSaver(_SaverBase):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Sync :meth:`acopy_thread` (from another thread than the saver's loop)."""
         self._blocking(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1) -> None:
+        """Sync :meth:`aprune` (from another thread than the saver's loop)."""
+        self._blocking(self.aprune(thread_ids, strategy=strategy, keep=keep))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Sync :meth:`adelete_for_runs` (from another thread than the saver's loop)."""
+        self._blocking(self.adelete_for_runs(run_ids))

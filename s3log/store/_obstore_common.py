@@ -110,7 +110,7 @@ def check_key(key: str) -> str:
 
 
 def check_list(
-    prefix: str, delimiter: str | None, token: str | None, max_keys: int
+    prefix: str, delimiter: str | None, token: str | None, max_keys: int, start_after: str | None = None
 ) -> tuple[str | None, str | None, int]:
     """The obstore ``list`` arguments (folder, offset, chunk size) for one page under ``prefix``.
 
@@ -128,7 +128,48 @@ def check_list(
     if offset is None and folder != prefix:
         # Every key starting with the prefix sorts after the prefix minus its last character.
         offset = prefix[:-1].rstrip("/") or None
+    if start_after is not None and (offset is None or start_after > offset):
+        offset = start_after  # obstore's offset is S3's StartAfter: keys strictly after it
     return folder or None, offset, max(1, min(max_keys, S3_PAGE))
+
+
+def rolled_up(delimiter: str | None, token: str | None, start_after: str | None) -> bool:
+    """Whether a delimited page must be built from a plain listing (:func:`page_rolled_up`).
+
+    obstore's delimited listing has no offset and returns the whole folder, however
+    big; a listing that starts after a key (or resumes from a token of such a
+    listing) lists keys from that offset instead, one S3 page per call.
+    """
+    return delimiter is not None and (token is not None or start_after is not None)
+
+
+def page_rolled_up(chunk: Any, prefix: str, chunk_size: int, token: str | None) -> ListPage:
+    """A delimited :class:`ListPage` rolled up from one chunk of a plain listing.
+
+    The token is the chunk's last key; the common prefix holding the token was
+    returned by the page before, so it is not repeated.
+    """
+    done = None if token is None else _common(token, prefix)
+    objects: list[ObjectInfo] = []
+    prefixes: list[str] = []
+    for meta in chunk:
+        key = str(meta["path"])
+        if not key.startswith(prefix):
+            if key > prefix:
+                return ListPage(objects, prefixes, None)  # past every key with the prefix
+            continue
+        common = _common(key, prefix)
+        if common is None:
+            objects.append(_info(meta))
+        elif common != done and (not prefixes or prefixes[-1] != common):
+            prefixes.append(common)
+    next_token = str(chunk[-1]["path"]) if len(chunk) >= chunk_size else None
+    return ListPage(objects, prefixes, next_token)
+
+
+def _common(key: str, prefix: str) -> str | None:
+    cut = key.find("/", len(prefix))
+    return key[: cut + 1] if cut >= 0 else None
 
 
 def page_from_chunk(chunk: Any, prefix: str, chunk_size: int) -> ListPage:

@@ -63,7 +63,8 @@ def map_error(exc: BaseException, key: str) -> StoreError:
 
 
 def list_params(
-    bucket: str, prefix: str, delimiter: str | None, token: str | None, max_keys: int
+    bucket: str, prefix: str, delimiter: str | None, token: str | None, max_keys: int,
+    start_after: str | None = None,
 ) -> dict[str, Any]:
     """Arguments of one ListObjectsV2 call."""
     params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": max_keys}
@@ -71,6 +72,8 @@ def list_params(
         params["Delimiter"] = delimiter
     if token:
         params["ContinuationToken"] = token
+    if start_after:
+        params["StartAfter"] = start_after
     return params
 
 

@@ -147,13 +147,15 @@ class AsyncS3Store:
         return str(resp["ETag"])
 
     async def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order (ListObjectsV2)."""
+        """One page of keys under ``prefix``, in key order, after ``start_after`` (ListObjectsV2)."""
         self.requests.add("LIST")
         client = await self._c()
         try:
-            resp = await client.list_objects_v2(**list_params(self.bucket, prefix, delimiter, token, max_keys))
+            params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
+            resp = await client.list_objects_v2(**params)
         except CAUGHT as exc:
             raise map_error(exc, prefix) from exc
         return list_page(resp)

@@ -147,9 +147,10 @@ class ObjectStore(Protocol):
         ...
 
     def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
         ...
 
     def delete(self, key: str) -> None:
@@ -176,9 +177,10 @@ class AsyncObjectStore(Protocol):
         ...
 
     async def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
         ...
 
     async def delete(self, key: str) -> None:

@@ -79,14 +79,18 @@ class ObstoreStore(_ObstoreBase):
             raise common.map_error(exc, key) from exc
 
     def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
         import obstore
 
-        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys)
+        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys, start_after)
         self.requests.add("LIST")
         try:
+            if common.rolled_up(delimiter, token, start_after):
+                rolled = obstore.list(self.client, folder, offset=offset, chunk_size=chunk)
+                return common.page_rolled_up(next(iter(rolled), []), prefix, chunk, token)
             if delimiter:
                 page, requests = common.page_from_delimited(obstore.list_with_delimiter(self.client, folder), prefix)
                 # obstore paged through the whole listing: count every request it sent.
@@ -147,14 +151,18 @@ class AsyncObstoreStore(_ObstoreBase):
             raise common.map_error(exc, key) from exc
 
     async def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
         import obstore
 
-        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys)
+        folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys, start_after)
         self.requests.add("LIST")
         try:
+            if common.rolled_up(delimiter, token, start_after):
+                rolled: Any = await anext(aiter(obstore.list(self.client, folder, offset=offset, chunk_size=chunk)), [])
+                return common.page_rolled_up(rolled, prefix, chunk, token)
             if delimiter:
                 result = await obstore.list_with_delimiter_async(self.client, folder)
                 page, requests = common.page_from_delimited(result, prefix)

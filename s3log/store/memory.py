@@ -61,12 +61,14 @@ class MemoryStore:
         return new
 
     def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
         self.requests.add("LIST")
         with self._lock:
-            keys = sorted(k for k in self._objects if k.startswith(prefix) and (token is None or k > token))
+            keys = sorted(k for k in self._objects if k.startswith(prefix) and (token is None or k > token)
+                          and (start_after is None or k > start_after))
             snapshot = {k: self._objects[k] for k in keys}
         objects: list[ObjectInfo] = []
         prefixes: list[str] = []
@@ -132,10 +134,11 @@ class AsyncMemoryStore:
         return self.sync.put_if_match(key, body, etag)
 
     async def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
-        """One page of keys under ``prefix``, in key order."""
-        return self.sync.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys)
+        """One page of keys under ``prefix``, in key order (after ``start_after`` if given)."""
+        return self.sync.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys, start_after=start_after)
 
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""

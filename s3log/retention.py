@@ -1,0 +1,365 @@
+"""Retention: which sessions were active since a time, and expiring idle ones.
+
+**Active since T** (:func:`active_sessions`): the activity index
+(:mod:`s3log.activity`) holds a marker per session per UTC day it was committed to,
+so the sessions active since T are the markers of the days from T to today: LISTs
+proportional to the active sessions, no head read. The index is trusted for a
+window only from the day *after* its earliest day folder (that day may predate the
+first writer that wrote markers, or have been pruned part way); otherwise every
+session is listed and its head read (``updated_at >= T``).
+
+**Expire** (:func:`expire`): a session whose last commit (``head.updated_at``) is
+older than ``idle_for`` is replaced by a *tombstone*: a head, written with
+``If-Match`` on the ETag just read, that lists no segments and carries
+``"expired": {"at", "seq", "hash", "idle_for_ms"}``. The If-Match makes the sweep
+atomic against a writer:
+
+- a writer that committed after the head was read wins: the tombstone PUT meets 412
+  and the session is kept (reported in ``raced``);
+- a writer whose commit comes after the tombstone meets 412 in turn, re-reads, finds a
+  head that is not its own and does not end with its entries, and forks (its entries
+  go to a new session seeded with its state: nothing is lost);
+- readers get :class:`~s3log.errors.SessionExpired` (a ``SessionNotFound``), never a
+  chain with missing links; forks of an expired session stay readable (their seed
+  makes them self-contained) and their lineage shows the parent as expired.
+
+The tombstone's ``retired_at`` starts gc's grace period: a reader holding the old head
+can still read its segments for that long; then ``gc`` deletes them and, once none is
+left, the tombstone. Nothing is ever half-deleted: until gc runs the data is all
+there, and after it only unreferenced objects were removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import activity, decide
+from .codec import Head, decode_head, encode_head
+from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, ObjectNotFound
+from .ids import uuid7_time_ms
+from .layout import Layout
+from .listing import matches
+from .ops import Delete, Get, ListKeys, ListPage, Parallel, Proc, PutIfMatch
+from .protocol import EXPIRED_FIELD, LogConfig, check_head, is_expired, list_all, list_head_rows, list_session_ids
+
+#: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
+ACTIVITY_KEEP_DAYS = 35
+#: Heads read (and tombstones written) per round trip of a sweep.
+EXPIRE_BATCH = 1000
+
+
+def idle_ms(idle_for: object, name: str = "idle_for") -> int:
+    """``idle_for`` (a timedelta or ms) as a positive number of ms; InvalidArgumentError otherwise."""
+    if isinstance(idle_for, timedelta):
+        # Rounded up: a positive threshold under a millisecond is one millisecond, not none.
+        ms = -(-(idle_for // timedelta(microseconds=1)) // 1000)
+    elif isinstance(idle_for, int) and not isinstance(idle_for, bool):
+        ms = idle_for
+    else:
+        raise InvalidArgumentError(name, f"must be a timedelta or a number of ms, not {idle_for!r}")
+    if ms <= 0:
+        raise InvalidArgumentError(name, f"must be positive, not {idle_for!r}")
+    return ms
+
+
+def since_ms(since: object, now: int) -> int:
+    """``since`` as ms since the epoch: ms, an aware datetime, or a timedelta back from ``now``."""
+    if isinstance(since, timedelta):
+        return now - idle_ms(since, "since")
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            raise InvalidArgumentError("since", f"a datetime must carry a time zone, not {since!r}")
+        return int(since.timestamp() * 1000)
+    if isinstance(since, int) and not isinstance(since, bool) and since >= 0:
+        return since
+    raise InvalidArgumentError("since", f"must be ms since the epoch, an aware datetime or a timedelta, not {since!r}")
+
+
+# ------------------------------------------------------------------------ active since
+
+
+def index_covers(layout: Layout, since_ms: int) -> Proc[bool]:
+    """Whether the activity index is complete from the day of ``since_ms`` on (one LIST).
+
+    Its earliest day folder may be partial (writers without the index, or a prune
+    part way); every later day is complete as long as every writer of the prefix has
+    ``LogConfig.activity_index`` on.
+    """
+    page: ListPage = yield ListKeys(activity.activity_prefix(layout), delimiter="/", max_keys=1)
+    if not page.prefixes:
+        return False
+    first = page.prefixes[0][len(activity.activity_prefix(layout)):].rstrip("/")
+    return first < activity.day_of(since_ms)
+
+
+def indexed_ids(layout: Layout, since_ms: int) -> Proc[list[str]]:
+    """Session ids with a marker on the day of ``since_ms`` or later (one LIST per 1,000 markers)."""
+    base = activity.activity_prefix(layout)
+    found: set[str] = set()
+    token: str | None = None
+    start = base + activity.day_of(since_ms)  # every key of that day and later sorts after this
+    while True:
+        page: ListPage = yield ListKeys(base, token=token, start_after=start)
+        for o in page.objects:
+            _, _, sid = o.key[len(base):].partition("/")
+            if sid:
+                found.add(sid)
+        token = page.next_token
+        if token is None:
+            return sorted(found, reverse=True)
+
+
+def window_ids(layout: Layout, since_ms: int) -> Proc[list[str] | None]:
+    """The ids the activity index holds from the day of ``since_ms`` on, or None if it does not cover it.
+
+    What ``scan(since=...)`` reads instead of every session: a session with an entry
+    at or after ``since_ms`` was committed to on that day or later (an entry's ``ts``
+    is at most its commit time unless the caller stamped it in the future).
+    """
+    if not (yield from index_covers(layout, since_ms)):
+        return None
+    return (yield from indexed_ids(layout, since_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSessions:
+    """Sessions committed to since a time, newest id first, and how they were found.
+
+    ``indexed``: from the activity index (no head read); otherwise from every head.
+    With the index, a session appears if it had a commit on the first day of the window
+    or later, so it may have been idle since slightly before ``since`` (a superset).
+    """
+
+    ids: list[str]
+    indexed: bool
+
+
+def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH) -> Proc[ActiveSessions]:
+    """The sessions committed to since ``since_ms`` (see :class:`ActiveSessions`)."""
+    if (yield from index_covers(layout, since_ms)):
+        return ActiveSessions((yield from indexed_ids(layout, since_ms)), True)
+    ids = yield from list_session_ids(layout)
+    active: list[str] = []
+    for i in range(0, len(ids), batch):
+        rows = yield from list_head_rows(layout, ids[i : i + batch])
+        active += [r.session for r in rows
+                   if r.head is not None and not is_expired(r.head) and r.head.updated_at >= since_ms]
+    return ActiveSessions(active, False)
+
+
+# ----------------------------------------------------------------------------- expire
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireProgress:
+    """Where a sweep stands: sessions looked at so far of ``total``, and what became of them."""
+
+    done: int
+    total: int
+    expired: int
+    kept: int
+    errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireReport:
+    """What :meth:`~s3log.Log.expire` did (or, with ``dry_run``, would do).
+
+    ``examined``: sessions listed; ``expired``: ids tombstoned (would be, in a dry
+    run); ``kept``: sessions active within the threshold (most without a head read:
+    created recently, or in the activity index); ``raced``: ids that committed during
+    the sweep and were kept; ``skipped_labels``: idle sessions the label filter kept;
+    ``errors``: ``"id: reason"`` for heads that could not be read or written (the next
+    sweep tries again); ``pruned_days``: activity index days deleted; ``heads_read``:
+    GETs of heads the sweep needed.
+    """
+
+    examined: int
+    expired: list[str]
+    kept: int
+    raced: list[str] = field(default_factory=list)
+    skipped_labels: int = 0
+    errors: list[str] = field(default_factory=list)
+    pruned_days: list[str] = field(default_factory=list)
+    heads_read: int = 0
+    dry_run: bool = False
+
+
+def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
+    """The tombstone that replaces ``head``: no entries, ``expired`` set, grace from now.
+
+    Its ``hash`` is not the last entry's: a writer that held ``head`` must not take the
+    tombstone for its own chain's end (it would then build on a head with no entries);
+    meeting it, the writer forks.
+    """
+    mark = hashlib.sha256(b"s3log.expired\0" + head.session.encode() + b"\0" + (head.hash or b"")).digest()
+    return replace(
+        head,
+        version=head.version + 1,
+        hash=mark,
+        segments=(),
+        levels=(),
+        tail=(),
+        updated_at=now,
+        writer=nonce,
+        ts_min=None,
+        ts_max=None,
+        retired_at=now,
+        extra={**head.extra, EXPIRED_FIELD: {"at": now, "seq": head.seq, "hash": head.hash,
+                                             "idle_for_ms": idle_for_ms}},
+    )
+
+
+def _write_tombstones(
+    layout: Layout, cfg: LogConfig, doomed: Sequence[tuple[Head, str]], now: int, idle_for_ms: int
+) -> Proc[tuple[list[str], list[str], list[str]]]:
+    """PUT the tombstones of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
+    plans = [(h, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms)) for h, _ in doomed]
+    ops = tuple(PutIfMatch(layout.head(h.session), encode_head(t), etag)
+                for (h, t), (_, etag) in zip(plans, doomed, strict=True))
+    results: list[Any] = yield Parallel(ops)
+    expired: list[str] = []
+    raced: list[str] = []
+    errors: list[str] = []
+    unknown: list[tuple[Head, Head]] = []
+    for (head, tomb), res in zip(plans, results, strict=True):
+        reply = decide.classify(res)
+        if reply is decide.Reply.OK:
+            expired.append(head.session)
+        elif reply is decide.Reply.PRECONDITION:
+            raced.append(head.session)  # committed to since its head was read: kept
+        elif reply is decide.Reply.NOT_FOUND:
+            continue  # deleted meanwhile: nothing to expire
+        elif reply in (decide.Reply.UNKNOWN, decide.Reply.CONFLICT):
+            unknown.append((head, tomb))
+        else:
+            errors.append(f"{head.session}: {res}")
+    if unknown:
+        # The tombstone may have landed: the head says (our nonce, or anything else).
+        got: list[Any] = yield Parallel(tuple(Get(layout.head(h.session)) for h, _ in unknown))
+        for (head, tomb), res in zip(unknown, got, strict=True):
+            if isinstance(res, BaseException):
+                errors.append(f"{head.session}: tombstone outcome unknown ({res}); the next sweep decides")
+                continue
+            try:
+                stored = decode_head(res.body, layout.head(head.session))
+            except (CorruptionError, FormatVersionError) as exc:
+                errors.append(f"{head.session}: {exc}")
+                continue
+            if stored.writer == tomb.writer:
+                expired.append(head.session)
+            else:
+                errors.append(f"{head.session}: tombstone outcome unknown; the next sweep decides")
+    return expired, raced, errors
+
+
+def expire(
+    layout: Layout,
+    cfg: LogConfig,
+    *,
+    idle_for_ms: int,
+    now: int,
+    labels: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    progress: Callable[[ExpireProgress], None] | None = None,
+    batch: int = EXPIRE_BATCH,
+    prune_activity: bool = True,
+) -> Proc[ExpireReport]:
+    """Tombstone every session idle for ``idle_for_ms`` (see the module docstring).
+
+    Requests: one LIST per 1,000 sessions; a head GET only for sessions that may be
+    idle (not created within the threshold, and, when the index covers it, without a
+    marker since); one If-Match PUT per expired session; batches of ``batch`` heads,
+    each batch one parallel round trip (bounded by ``LogConfig.max_parallel``).
+    """
+    cutoff = now - idle_for_ms
+    ids = yield from list_session_ids(layout)
+    recent: set[str] = set()
+    if (yield from index_covers(layout, cutoff)):
+        recent = set((yield from indexed_ids(layout, cutoff)))
+    candidates: list[str] = []
+    kept = 0
+    for sid in ids:
+        created = uuid7_time_ms(sid)
+        # Created after the cutoff, or committed to since its day: not idle, no GET needed.
+        if (created is not None and created >= cutoff) or sid in recent:
+            kept += 1
+        else:
+            candidates.append(sid)
+    expired: list[str] = []
+    raced: list[str] = []
+    errors: list[str] = []
+    skipped = 0
+    done = kept
+    if progress is not None:
+        progress(ExpireProgress(done, len(ids), 0, kept, 0))
+    heads_read = 0
+    for i in range(0, len(candidates), batch):
+        chunk = candidates[i : i + batch]
+        # One GET per head, in parallel: the head decides, and its ETag guards the tombstone.
+        blobs: list[Any] = yield Parallel(tuple(Get(layout.head(sid)) for sid in chunk))
+        heads_read += len(chunk)
+        doomed: list[tuple[Head, str]] = []
+        for sid, blob in zip(chunk, blobs, strict=True):
+            if isinstance(blob, ObjectNotFound):
+                continue  # no head: deleted meanwhile, or a folder gc collects
+            if isinstance(blob, BaseException):
+                errors.append(f"{sid}: {blob}")
+                continue
+            key = layout.head(sid)
+            try:
+                head = decode_head(blob.body, key)
+                check_head(layout, head, sid, key)
+            except (CorruptionError, FormatVersionError) as exc:
+                errors.append(f"{sid}: {exc}")  # never expired on a guess
+                continue
+            if is_expired(head):
+                continue  # a tombstone already: gc's business
+            if head.updated_at >= cutoff:
+                kept += 1
+            elif not matches(head, labels):
+                skipped += 1
+            elif dry_run:
+                expired.append(sid)
+            else:
+                doomed.append((head, blob.etag))
+        if doomed:
+            e, r, err = yield from _write_tombstones(layout, cfg, doomed, now, idle_for_ms)
+            expired += e
+            raced += r
+            kept += len(r)
+            errors += err
+        done += len(chunk)
+        if progress is not None:
+            progress(ExpireProgress(done, len(ids), len(expired), kept, len(errors)))
+    pruned: list[str] = []
+    if prune_activity:
+        pruned = yield from prune_activity_days(layout, now - max(idle_for_ms, ACTIVITY_KEEP_DAYS * activity.DAY_MS),
+                                                dry_run=dry_run)
+    return ExpireReport(len(ids), expired, kept, raced, skipped, errors, pruned, heads_read, dry_run)
+
+
+def prune_activity_days(layout: Layout, before_ms: int, *, dry_run: bool = False) -> Proc[list[str]]:
+    """Delete the activity index's day folders older than the day of ``before_ms``; return the days.
+
+    Whole days only (oldest first), so the index's earliest day stays complete.
+    """
+    base = activity.activity_prefix(layout)
+    _, prefixes = yield from list_all(base, delimiter="/")
+    limit = activity.day_of(before_ms)
+    days = [p[len(base):].rstrip("/") for p in prefixes]
+    old = [d for d in days if d < limit]
+    if dry_run or not old:
+        return old
+    for day in old:
+        objects, _ = yield from list_all(activity.day_dir(layout, day))
+        if objects:
+            results: list[Any] = yield Parallel(tuple(Delete(o.key) for o in objects))
+            for res in results:
+                if isinstance(res, BaseException):
+                    raise res
+    return old

@@ -1,0 +1,255 @@
+"""Retention: the activity marker hook, expire (tombstones), gc of expired sessions, the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Generator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import s3log
+from s3log.activity import DAY_MS, day_of, marker_key
+from s3log.env import Env
+from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch
+
+T0 = 1_800_000_000_000
+
+
+class Clock:
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+def _log(store: s3log.MemoryStore, clock: Clock, **kw: Any) -> s3log.Log:
+    return s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(11, clock), **kw))
+
+
+def _recorded(proc: Generator[Op, Any, Any], seen: list[Op]) -> Generator[Op, Any, Any]:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as stop:
+            return stop.value
+        seen.append(op)
+        try:
+            value, error = (yield op), None
+        except BaseException as exc:
+            value, error = None, exc
+
+
+def _commit(log: s3log.Log, w: s3log.Writer) -> list[Op]:
+    seen: list[Op] = []
+    log.run(_recorded(w._core.commit(), seen))
+    return seen
+
+
+# ------------------------------------------------------------------ the activity hook
+
+
+def test_the_days_first_commit_writes_its_marker_in_the_segments_round_trip() -> None:
+    store, clock = s3log.MemoryStore(), Clock(T0)
+    log = _log(store, clock, tail_max_bytes=1024)
+    w = log.create("s1")  # creating marks the day
+    assert marker_key(log.layout, day_of(T0), "s1") in store.all_keys()
+    w.append("k", 1)
+    assert [type(op) for op in _commit(log, w)] == [PutIfMatch], "same day: no marker, one round trip"
+    clock.t += DAY_MS
+    w.append("big", "x" * 4000)  # needs a segment
+    ops = _commit(log, w)
+    assert [type(op) for op in ops] == [Parallel, PutIfMatch], "the marker rides with the segment"
+    assert isinstance(ops[0], Parallel) and {type(o) for o in ops[0].ops} == {PutIfAbsent} and len(ops[0].ops) == 2
+    assert marker_key(log.layout, day_of(clock.t), "s1") in {o.key for o in ops[0].ops}  # type: ignore[union-attr]
+    clock.t += DAY_MS
+    w.append("k", 2)
+    ops = _commit(log, w)
+    # No segment: the marker goes first, alone (so a landed head always has its marker).
+    assert [type(op) for op in ops] == [Parallel, PutIfMatch]
+    assert [o.key for o in ops[0].ops] == [marker_key(log.layout, day_of(clock.t), "s1")]  # type: ignore[union-attr]
+
+
+def test_a_marker_already_there_is_fine_and_the_index_can_be_turned_off() -> None:
+    store, clock = s3log.MemoryStore(), Clock(T0)
+    log = _log(store, clock)
+    store.put_raw(marker_key(log.layout, day_of(T0), "s2"), b"someone else's bytes")
+    w = log.create("s2")
+    w.append("k", 1)
+    w.commit()
+    assert [e.data for e in log.read("s2")] == [1]
+    off = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(activity_index=False))
+    off.create("s3")
+    assert not [k for k in off.store.all_keys() if "/activity/" in k]  # type: ignore[attr-defined]
+
+
+def test_active_sessions_uses_the_index_only_once_it_covers_the_window() -> None:
+    store, clock = s3log.MemoryStore(), Clock(T0)
+    log = _log(store, clock)
+    old = log.create("old")
+    clock.t += 3 * DAY_MS
+    log.create("new")
+    old.append("k", 1)
+    old.commit()  # an old session, committed to today
+    clock.t += 1
+    covered = log.active_sessions(since=T0 + DAY_MS)
+    assert covered.indexed and sorted(covered.ids) == ["new", "old"]
+    # The index's first day may predate it: a window starting that day reads every head.
+    first = log.active_sessions(since=T0)
+    assert not first.indexed and sorted(first.ids) == ["new", "old"]
+    with pytest.raises(s3log.S3LogError, match="since"):
+        log.active_sessions(since="yesterday")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- expire
+
+
+def _world() -> tuple[s3log.MemoryStore, Clock, s3log.Log, dict[str, str]]:
+    store, clock = s3log.MemoryStore(), Clock(T0)
+    log = _log(store, clock, tail_max_bytes=1024)
+    ids: dict[str, str] = {}
+    for name, tenant in (("idle1", "t1"), ("idle2", "t2"), ("busy", "t1")):
+        w = log.create(meta={"labels": {"tenant": tenant}})
+        for i in range(3):
+            w.append("big", f"{i}" * 900)
+            w.commit()
+        ids[name] = w.session_id
+    clock.t += 40 * DAY_MS
+    busy = log.open(ids["busy"])
+    busy.append("k", "recent")
+    busy.commit()
+    return store, clock, log, ids
+
+
+def test_expire_tombstones_idle_sessions_and_keeps_active_ones() -> None:
+    _store, _clock, log, ids = _world()
+    dry = log.expire(idle_for=timedelta(days=30), dry_run=True)
+    assert sorted(dry.expired) == sorted([ids["idle1"], ids["idle2"]]) and dry.dry_run
+    assert log.read(ids["idle1"]).entries  # a dry run changes nothing
+    only_t2 = log.expire(idle_for=timedelta(days=30), labels={"tenant": "t2"})
+    assert only_t2.expired == [ids["idle2"]] and only_t2.skipped_labels == 1
+    report = log.expire(idle_for=timedelta(days=30))
+    assert report.expired == [ids["idle1"]] and report.examined == 3 and report.kept == 1 and not report.errors
+    with pytest.raises(s3log.SessionExpired):
+        log.read(ids["idle1"])
+    assert ids["idle1"] not in [i.session_id for i in log.list_sessions()]
+    assert log.read(ids["busy"]).entries[-1].data == "recent"
+    # The sweep's summary counts list fields (scripts/sweep_lambda.py).
+    spec = importlib.util.spec_from_file_location("sweep", Path(__file__).parents[1] / "scripts" / "sweep_lambda.py")
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep._summary(report)["expired"] == 1
+
+
+def test_a_session_committed_to_during_the_sweep_is_kept() -> None:
+    store, _clock, log, ids = _world()
+    writer = log.open(ids["idle1"])
+
+    real = store.put_if_match
+    fired: list[bool] = []
+
+    def racing(key: str, body: bytes, etag: str) -> str:
+        if b"expired" in body and not fired:
+            fired.append(True)
+            writer.append("k", "just in time")
+            writer.commit()  # lands between the sweep's read and its tombstone
+        return real(key, body, etag)
+
+    store.put_if_match = racing  # type: ignore[method-assign]
+    report = log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
+    assert report.raced == [ids["idle1"]] and report.expired == []
+    assert log.read(ids["idle1"]).entries[-1].data == "just in time"
+
+
+def test_a_writer_that_commits_after_the_tombstone_forks_and_loses_nothing() -> None:
+    _store, clock, log, ids = _world()
+    writer = log.open(ids["idle1"])
+    child = log.fork(ids["idle1"], meta={"labels": {"tenant": "x"}})
+    clock.t += 40 * DAY_MS
+    busy = log.open(child)
+    busy.append("k", "child lives")
+    busy.commit()
+    log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
+    writer.append("k", "late")
+    result = writer.commit()
+    assert result.fork is not None and result.session_id != ids["idle1"]
+    view = log.read(result.session_id)
+    assert view.entries[-1].data == "late" and len(view.seed) == 3  # self-contained
+    # Forks of the expired session stay readable; lineage says the parent expired.
+    steps = log.lineage(child)
+    assert [s.expired for s in steps] == [False, True] and steps[1].session == ids["idle1"]
+    assert log.read(child).entries[-1].data == "child lives"
+
+
+def test_gc_collects_an_expired_session_after_the_grace_period_then_its_tombstone() -> None:
+    store, clock, log, ids = _world()
+    sid = ids["idle1"]
+    segments = log.head(sid).segments
+    assert segments
+    log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
+    early = log.gc(older_than_ms=3_600_000)
+    assert not [k for k in early.deleted if sid in k]  # a reader of the old head has the grace period
+    clock.t += 2 * 3_600_000
+    late = log.gc(older_than_ms=3_600_000)
+    assert set(segments) <= set(late.deleted) and log.layout.head(sid) in late.deleted
+    assert not [k for k in store.all_keys() if f"/sessions/{sid}/" in k]
+    with pytest.raises(s3log.SessionNotFound):
+        log.read(sid)
+
+
+def test_expire_refuses_bad_arguments_before_reading_anything() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    for bad in (0, -5, timedelta(0), "30d", None):
+        with pytest.raises(s3log.S3LogError, match="idle_for"):
+            log.expire(idle_for=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="labels"):
+        log.expire(idle_for=1000, labels=["tenant"])  # type: ignore[arg-type]
+    assert store.requests.total == 0
+
+
+def test_expired_activity_days_are_pruned() -> None:
+    store, _clock, log, _ids = _world()
+    report = log.expire(idle_for=timedelta(days=30))
+    assert report.pruned_days == [day_of(T0)]
+    assert not [k for k in store.all_keys() if f"/activity/{day_of(T0)}/" in k]
+
+
+async def test_async_expire_and_listing() -> None:
+    store, clock, log, ids = _world()
+    alog = s3log.AsyncLog(s3log.AsyncMemoryStore(store), config=log.config)
+    newest = [i.session_id async for i in alog.list_sessions(limit=2)]
+    assert newest == sorted(ids.values(), reverse=True)[:2]
+    report = await alog.expire(idle_for=timedelta(days=30))
+    assert sorted(report.expired) == sorted([ids["idle1"], ids["idle2"]])
+    assert (await alog.active_sessions(since=clock.t - DAY_MS)).ids == [ids["busy"]]
+
+
+def test_cli_expire_and_ls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3log_server: Any) -> None:
+    from s3log.cli.app import app
+
+    bucket = s3log_server.create_bucket()
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    made = [log.create(meta={"labels": {"tenant": f"t{i % 2}"}}).session_id for i in range(4)]
+    env = {"S3LOG_BUCKET": bucket, "AWS_ENDPOINT_URL": s3log_server.endpoint_url}
+    runner = CliRunner()
+    out = runner.invoke(app, ["ls", "--limit", "2", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    assert [r["session"] for r in json.loads(out.stdout)] == made[::-1][:2]
+    out = runner.invoke(app, ["ls", "--label", "tenant=t1", "--json"], env=env)
+    assert sorted(r["session"] for r in json.loads(out.stdout)) == sorted(made[1::2])
+    out = runner.invoke(app, ["expire", "--idle", "1ms", "--label", "tenant=t0", "--dry-run", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    assert sorted(json.loads(out.stdout)["expired"]) == sorted(made[0::2])
+    out = runner.invoke(app, ["expire", "--idle", "1ms", "--label", "tenant0"], env=env)
+    assert out.exit_code != 0 and "NAME=VALUE" in out.output
+    out = runner.invoke(app, ["expire", "--idle", "1ms"], env=env)
+    assert out.exit_code == 0 and "expired 4" in out.stdout
