@@ -31,8 +31,8 @@ from .codec import Entry, Head, dumps
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
 from .log import Log
-from .ops import Proc
 from .store.base import ObjectStore
+from .writer import head_outside
 
 with extra("analytics"):
     import pyarrow as pa
@@ -294,9 +294,7 @@ class _Progress:
 
 def _outside(head: Head, lo: int | None, hi: int | None) -> bool:
     """Whether no entry of the session can fall inside ``[lo, hi)`` (or it is empty)."""
-    return head.ts_min is None or (lo is not None and head.ts_max is not None and head.ts_max < lo) or (
-        hi is not None and head.ts_min >= hi
-    )
+    return head_outside(head, lo, hi)
 
 
 def scan(
@@ -354,15 +352,10 @@ def _scan(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
 
-    def one(sid: str) -> Proc[protocol.SessionData | None]:
-        head, etag = yield from protocol.read_head(lg.layout, sid)
-        if _outside(head, lo, hi):
-            return None  # empty, or no entry can fall inside the window: its segments are not read
-        return (yield from protocol.load_from_head(lg.layout, head, etag))
-
     def read(sid: str) -> tuple[Head, list[Entry]] | None:
         try:
-            data = lg.run(one(sid))
+            # Empty, or no entry can fall inside the window: its segments are not read.
+            data = lg.read_window(sid, since=lo, until=hi)
             return None if data is None else (data.head, data.entries)
         except SessionNotFound:
             return None  # deleted since it was listed
@@ -453,9 +446,9 @@ def _sessions(
         ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
         for start in range(0, len(ids), batch_size):
-            heads = lg.run(protocol.list_heads(lg.layout, ids[start : start + batch_size]))
-            rows = [_session_row(h) for _, h in heads if h is not None and (
-                (lo is None and hi is None) or not _outside(h, lo, hi))]
+            heads = lg.heads(ids[start : start + batch_size])
+            rows = [_session_row(r.head) for r in heads if r.head is not None and (
+                (lo is None and hi is None) or not _outside(r.head, lo, hi))]
             if rows:
                 yield _sessions_batch(rows)
     finally:

@@ -247,6 +247,13 @@ class Log(LogBase):
         """
         return self.run(self._core.writing(self._core.append_latest(session_id, entries, create_meta, after)))
 
+    def read_window(
+        self, session_id: str, *, since: int | None = None, until: int | None = None
+    ) -> SessionView | None:
+        """Read and verify a session, or None when its head shows no entry in ``[since, until)``
+        (ms): a time-window reader skips a session's segments from its head alone."""
+        return self.run(self._core.read_window(session_id, since, until))
+
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> tuple[Head, list[Entry]]:

@@ -470,6 +470,14 @@ class LogCore:
         return protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(), create_meta=meta,
                                       hint=hint)
 
+    def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[SessionView | None]:
+        """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
+        head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
+        if head_outside(head, since, until):
+            return None
+        data: SessionData = yield from protocol.load_from_head(self.layout, head, etag)
+        return SessionView(data.session, data.head, data.etag, data.entries)
+
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> Proc[tuple[Head, list[Entry]]]:
@@ -529,6 +537,14 @@ class LogCore:
 def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:
     objects, _ = yield from proc
     return [o.key for o in objects]
+
+
+def head_outside(head: Head, since: int | None, until: int | None) -> bool:
+    """Whether no entry of the session can fall inside ``[since, until)`` (or it is empty),
+    from the head's ``ts_min``/``ts_max`` alone."""
+    return head.ts_min is None or (since is not None and head.ts_max is not None and head.ts_max < since) or (
+        until is not None and head.ts_min >= until
+    )
 
 
 def check_meta(meta: object, session: str | None) -> dict[str, Any]:

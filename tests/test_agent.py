@@ -173,11 +173,12 @@ def test_lazy_creation_stores_nothing_until_the_first_commit(log: s3log.Log) -> 
     s.flush()  # only the session start: nothing worth an id yet
     assert store.all_keys() == []
     s.user_input("hi")  # a turn opens: committed at once, under this worker's lease
-    assert len(store.all_keys()) == 1
+    sessions = [k for k in store.all_keys() if "/sessions/" in k]  # (the activity index marks the day too)
+    assert sessions == ["s3log/sessions/agent-1/head"]
     assert log.head("agent-1").lease is not None and log.head("agent-1").lease.owner == s.owner
     s.assistant_items([{"role": "assistant", "content": "hello"}])  # buffered
     s.turn_end()  # committed; the lease released
-    assert len(store.all_keys()) == 1 and log.head("agent-1").lease is None
+    assert [k for k in store.all_keys() if "/sessions/" in k] == sessions and log.head("agent-1").lease is None
 
 
 def test_id_collision_is_rejected(log: s3log.Log) -> None:
