@@ -11,7 +11,7 @@ from typing import Any
 
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import S3LogError
-from ..protocol import ForkInfo, list_head_rows
+from ..protocol import ForkInfo
 from ..writer import SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -43,7 +43,7 @@ async def _perform(log: AsyncLog, op: Op) -> Any:
     if isinstance(op, core.ReadHead):
         return await log.head(op.session_id)
     if isinstance(op, core.ReadHeads):
-        rows = {r.session: r.head for r in await log.run(list_head_rows(log.layout, op.ids))}  # no public verb yet
+        rows = {r.session: r.head for r in await log.heads(op.ids)}
         return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
         return await log.children(op.session_id)

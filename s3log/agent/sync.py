@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import S3LogError
 from ..log import Log, Writer
-from ..protocol import ForkInfo, list_head_rows
+from ..protocol import ForkInfo
 from ..writer import SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -43,7 +43,7 @@ def _perform(log: Log, op: Op) -> Any:
     if isinstance(op, core.ReadHead):
         return log.head(op.session_id)
     if isinstance(op, core.ReadHeads):
-        rows = {r.session: r.head for r in log.run(list_head_rows(log.layout, op.ids))}  # no public verb yet
+        rows = {r.session: r.head for r in log.heads(op.ids)}
         return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
         return log.children(op.session_id)
