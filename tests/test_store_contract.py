@@ -791,3 +791,15 @@ def test_the_snippets_of_the_store_guide_run() -> None:
     assert len(snippets) == 2
     for code in snippets:
         exec(compile(code, str(guide), "exec"), {})
+
+
+def test_an_explicit_endpoint_wins_over_aws_endpoint_url_s3(
+    s3log_server: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # object_store let AWS_ENDPOINT_URL_S3 override the endpoint argument: S3Store.fast
+    # then wrote to whatever that variable named.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")
+    bucket = s3log_server.create_bucket()
+    store = s3log.S3Store.fast(bucket, endpoint_url=s3log_server.endpoint_url)
+    store.put_if_absent("k", b"x")
+    assert s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url).get("k").body == b"x"

@@ -36,6 +36,9 @@ def make_client(
     client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": connect_timeout}
     if endpoint:
         kwargs["endpoint"] = endpoint
+        # object_store reads AWS_ENDPOINT_URL_S3 from the environment and lets it win over
+        # the endpoint argument: naming it explicitly keeps the endpoint asked for.
+        kwargs["config"] = {"aws_endpoint_url_s3": endpoint}
         if endpoint.startswith("http://"):
             client_options["allow_http"] = True
     for env, key in (("AWS_ACCESS_KEY_ID", "access_key_id"), ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
