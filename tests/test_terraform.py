@@ -16,6 +16,7 @@ import inspect
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
@@ -25,8 +26,11 @@ import hcl2
 import pytest
 
 import s3log
+from s3log import activity
 from s3log.agent import AgentSession
+from s3log.env import Env, wall_clock_ms
 from s3log.ids import uuid7
+from s3log.layout import Layout
 from s3log.store import s3 as s3_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,9 +102,15 @@ def test_bucket_policy_denies_non_tls_and_unconditional_head_writes() -> None:
     assert tls["condition"][0] == {"test": "Bool", "variable": "aws:SecureTransport", "values": ["false"]}
     head = next(s for s in stmts if s.get("sid") == "DenyUnconditionalHeadWrites")
     assert head["effect"] == "Deny" and head["actions"] == ["s3:PutObject"]
-    assert head["resources"] == ["${local.bucket_arn}/${var.prefix}/sessions/*/head"]
+    assert head["resources"] == [
+        "${local.bucket_arn}/${var.prefix}/sessions/*/head",
+        "${local.bucket_arn}/${var.prefix}/sessions/_probe/*",
+    ]
     conds = {(c["test"], c["variable"], tuple(c["values"])) for c in head["condition"]}
     assert conds == {("Null", "s3:if-match", ("true",)), ("Null", "s3:if-none-match", ("true",))}
+    # The probe writes its "missing" key with If-Match only: allowed; blindly: refused.
+    assert _denials("s3log/sessions/_probe/missing", {"if-match"}) == []
+    assert _denials("s3log/sessions/_probe/missing", set()) == ["DenyUnconditionalHeadWrites"]
 
 
 def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions() -> None:
@@ -134,6 +144,8 @@ BOTO_TO_IAM = {
     "list_objects_v2": "s3:ListBucket",
     "delete_object": "s3:DeleteObject",
 }
+ROLES = ["reader", "writer", "gc", "sweep"]
+DAY_MS = 86_400_000
 
 
 def _s3_actions_per_store_method() -> dict[str, set[str]]:
@@ -158,7 +170,13 @@ def _s3_actions_per_store_method() -> dict[str, set[str]]:
 
 
 class Recording(s3log.MemoryStore):
-    """A MemoryStore that remembers every store call (method, key) made through it."""
+    """A MemoryStore that remembers every store call (method, key) made through it.
+
+    It does not claim to honour preconditions, so writers run the precondition probe
+    against it as they do against S3 (the probe's PUTs are writer calls too).
+    """
+
+    honours_preconditions = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -189,7 +207,28 @@ class Recording(s3log.MemoryStore):
         super().delete(key)
 
 
-def _writer_flows(log: s3log.Log) -> str:
+class Clock:
+    """The recorded log's clock: the flows move it on by days (day rollover, idleness)."""
+
+    def __init__(self) -> None:
+        self.ms = wall_clock_ms()
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def _reader_flows(log: s3log.Log, sid: str) -> None:
+    log.read(sid)
+    log.verify(sid)
+    log.head(sid)
+    list(log.list_sessions())
+    log.children(sid)
+    log.lineage(sid)
+    log.active_sessions(since=timedelta(hours=1))  # LISTs the activity index
+
+
+def _writer_flows(log: s3log.Log, store: Recording, clock: Clock) -> str:
+    """A writer's workflows; a writer also reads (restore, lineage), so it runs the reader's too."""
     w = log.create()
     w.append("k", 1)
     w.commit()
@@ -201,55 +240,75 @@ def _writer_flows(log: s3log.Log) -> str:
     w.append("k", 3)
     w.commit()  # conflict: forks
     log.fork(w.session_id, at_seq=0)
-    list(log.list_sessions())
-    log.children(other.session_id)
-    log.lineage(w.session_id)
     a = AgentSession.create(log)
     a.user_input("x")
     a.turn_end()
     AgentSession.restore(log, a.session_id)
+    # The next UTC day: two writers of one session each write the day's activity marker
+    # before their head; the second finds it there and confirms it with one GET.
+    clock.ms += DAY_MS
+    first, second = log.open(other.session_id), log.open(other.session_id)
+    first.append("k", 4)
+    first.commit()
+    second.append("k", 5)
+    second.commit()  # its head PUT then loses the race: forks
+    marker = activity.marker_key(Layout(), activity.day_of(clock.ms), other.session_id)
+    assert ("put_if_absent", marker) in store.calls and ("get", marker) in store.calls
+    assert ("put_if_match", "s3log/sessions/_probe/missing") in store.calls, "the probe must have run"
+    _reader_flows(log, other.session_id)
     return other.session_id
 
 
-def _reader_flows(log: s3log.Log, sid: str) -> None:
-    log.read(sid)
-    log.verify(sid)
-    log.head(sid)
-    list(log.list_sessions())
-    log.children(sid)
-    log.lineage(sid)
-
-
 def _gc_flows(log: s3log.Log, store: Recording, sid: str) -> None:
-    """What the gc role and the retention sweep run: rm, expire (where it exists), gc."""
+    """What the gc role runs: ``s3log rm`` (its look-ups, then the delete) and ``gc``."""
     # Old garbage of both kinds gc collects, planted behind the recorder's back.
     orphan_seg = f"s3log/sessions/{sid}/seg/000000000999-{'0' * 64}.cbor"
     orphan_marker = f"s3log/sessions/{sid}/forks/{uuid7()}"  # a child that does not exist
     store.put_raw(orphan_seg, b"x", mtime_ms=0)
     store.put_raw(orphan_marker, b"", mtime_ms=0)
     victim = next(s.session_id for s in log.list_sessions() if s.session_id != sid)
+    log.head(victim)
+    log.object_keys(victim)
+    log.children(victim)
     log.delete(victim)
-    expire = getattr(log, "expire", None)
-    if expire is not None:
-        expire(idle_for=timedelta(microseconds=1))
     report = log.gc(older_than_ms=0)
     # The delete path must really have run, or "gc needs no PUT" would prove nothing.
     assert {orphan_seg, orphan_marker} <= set(report.deleted)
+    assert any(m == "delete" and k.startswith("s3log/activity/") for m, k in store.calls), "rm drops markers"
+
+
+def _sweep_flows(log: s3log.Log, clock: Clock) -> None:
+    """What the retention sweep runs, as scripts/sweep_lambda.py does: expire, then gc."""
+    clock.ms += 40 * DAY_MS  # every session idle; the index's first days past keeping
+    expired = log.expire(idle_for=timedelta(days=30))
+    assert expired.expired and expired.pruned_days, expired
+    log.gc(older_than_ms=3_600_000)  # the tombstones' segments stay for the grace period
+    clock.ms += DAY_MS
+    collected = log.gc(older_than_ms=3_600_000)  # the next run collects them, then the tombstones
+    assert {f"s3log/sessions/{sid}/head" for sid in expired.expired} <= set(collected.deleted)
 
 
 @pytest.fixture(scope="module")
 def recorded() -> dict[str, list[tuple[str, str]]]:
-    """Every store call of each role's workflows, on one log."""
+    """Every store call of each role's workflows, on one log (in this order)."""
     store = Recording()
-    log = s3log.Log(store)
-    sid = _writer_flows(log)
-    writer = list(store.calls)
-    store.calls.clear()
+    clock = Clock()
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env(clock_ms=clock)))
+    out: dict[str, list[tuple[str, str]]] = {}
+
+    def take(role: str) -> None:
+        out[role] = list(store.calls)
+        store.calls.clear()
+
+    sid = _writer_flows(log, store, clock)
+    take("writer")
     _reader_flows(log, sid)
-    reader = list(store.calls)
-    store.calls.clear()
+    take("reader")
     _gc_flows(log, store, sid)
-    return {"writer": writer, "reader": reader, "gc": list(store.calls)}
+    take("gc")
+    _sweep_flows(log, clock)
+    take("sweep")
+    return out
 
 
 def _actions(used: set[str]) -> set[str]:
@@ -269,62 +328,55 @@ def _locals(path: Path = MODULE / "iam.tf") -> dict[str, Any]:
     return out
 
 
+def _role_doc(role: str) -> dict[str, Any]:
+    assert _locals()["role_policies"][role] == f"${{data.aws_iam_policy_document.{role}.json}}"
+    return _blocks("data", "aws_iam_policy_document")[role]
+
+
+def _role_statements(role: str) -> dict[str, dict[str, Any]]:
+    return {s["sid"]: s for s in _statements(_role_doc(role))}
+
+
 def _policy_actions(role: str) -> set[str]:
-    doc = _blocks("data", "aws_iam_policy_document")["role"]
-    actions = set(_locals()["role_object_actions"][role])
-    for s in _statements(doc):
-        if s["actions"] != "${each.value}":
-            actions |= {a for a in s["actions"] if a.startswith("s3:")}
-    return actions
+    return {a for s in _statements(_role_doc(role)) for a in _expand(s["actions"]) if a.startswith("s3:")}
 
 
-@pytest.mark.parametrize("role", ["writer", "reader", "gc"])
-def test_policy_grants_exactly_the_s3_calls_the_code_makes(role: str, derived: dict[str, set[str]]) -> None:
-    assert _policy_actions(role) == derived[role]
-
-
-def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
-    # gc and rm only list, read heads and delete: a gc credential must not rewrite history.
-    assert "s3:PutObject" not in derived["gc"]
-    assert "s3:PutObject" not in _policy_actions("gc")
-    assert _locals()["role_object_actions"]["gc"] == ["s3:GetObject", "s3:DeleteObject"]
-
-
-def test_writer_cannot_delete_and_policies_stay_inside_the_prefix(derived: dict[str, set[str]]) -> None:
-    assert "s3:DeleteObject" not in derived["writer"]
-    doc = _blocks("data", "aws_iam_policy_document")["role"]
-    assert doc["for_each"] == "${local.role_object_actions}"
-    for s in _statements(doc):
-        for r in s["resources"]:
-            assert r != "*"
-        if s["actions"] == ["s3:ListBucket"]:
-            assert s["resources"] == ["${local.bucket_arn}"]
-            assert s["condition"][0]["variable"] == "s3:prefix"
-            assert s["condition"][0]["values"] == ["${local.list_prefix}"]
-        elif s["actions"] == "${each.value}":
-            assert s["resources"] == ["${local.objects_arn}"]
-        else:
-            assert s["sid"] == "UseKey" and s["resources"] == ["${var.kms_key_arn}"]
-    assert _locals()["objects_arn"] == "${local.bucket_arn}/${var.prefix}/*"
-
-
-# --------------------------------------------------- bucket policy against the code's writes
+# --------------------------------------------------- evaluating policies on recorded calls
 
 BUCKET_ARN = "arn:aws:s3:::b"
+KMS_ARN = "arn:aws:kms:r:0:key/k"
 SUBSTITUTE = {
     "${local.bucket_arn}": BUCKET_ARN,
     "${var.prefix}": "s3log",
+    "${var.kms_key_arn}": KMS_ARN,
     "${module.s3log.bucket_arn}": BUCKET_ARN,
     "${module.s3log.prefix}": "s3log",
 }
 HEADER_KEYS = {"s3:if-match": "if-match", "s3:if-none-match": "if-none-match"}
+WRITE_HEADERS = {"put_if_absent": {"if-none-match"}, "put_if_match": {"if-match"}}
 
 
 def _resolve(text: str) -> str:
-    for ref, value in SUBSTITUTE.items():
-        text = text.replace(ref, value)
+    iam_locals = _locals()
+    for _ in range(3):  # locals refer to other locals (sessions_arn -> bucket_arn)
+        text = re.sub(
+            r"\$\{local\.(\w+)\}",
+            lambda m: iam_locals[m[1]] if isinstance(iam_locals.get(m[1]), str) else m[0],
+            text,
+        )
+        for ref, value in SUBSTITUTE.items():
+            text = text.replace(ref, value)
     assert "${" not in text, f"unresolved reference in {text!r}"
     return text
+
+
+def _expand(values: str | list[str]) -> list[str]:
+    """A list-valued policy field with the module's locals and the test bucket substituted."""
+    if isinstance(values, str):
+        m = re.fullmatch(r"\$\{local\.(\w+)\}", values)
+        assert m and isinstance(_locals()[m[1]], list), f"not a list: {values!r}"
+        values = _locals()[m[1]]
+    return [_resolve(v) for v in values]
 
 
 def _iam_match(pattern: str, value: str) -> bool:
@@ -332,37 +384,240 @@ def _iam_match(pattern: str, value: str) -> bool:
     return re.fullmatch(".*".join(re.escape(p) for p in _resolve(pattern).split("*")), value) is not None
 
 
-def _condition_holds(cond: dict[str, Any], headers: set[str]) -> bool:
+@dataclass(frozen=True)
+class S3Call:
+    """One S3 request as IAM sees it: action, resource ARN, s3:prefix (LIST), conditional headers."""
+
+    action: str
+    resource: str
+    prefix: str | None = None
+    headers: frozenset[str] = frozenset()
+
+
+def _s3_calls(calls: list[tuple[str, str]]) -> set[S3Call]:
+    per = _s3_actions_per_store_method()
+    out = set()
+    for method, key in calls:
+        for action in per[method]:
+            if action == "s3:ListBucket":
+                out.add(S3Call(action, BUCKET_ARN, prefix=key))
+            else:
+                out.add(S3Call(action, f"{BUCKET_ARN}/{key}", headers=frozenset(WRITE_HEADERS.get(method, ()))))
+    return out
+
+
+def _condition_holds(cond: dict[str, Any], call: S3Call) -> bool:
     if cond["test"] == "Null":
-        absent = HEADER_KEYS[cond["variable"]] not in headers
+        absent = HEADER_KEYS[cond["variable"]] not in call.headers
         return absent == (list(cond["values"]) == ["true"])
     if cond["test"] == "Bool" and cond["variable"] == "aws:SecureTransport":
         return list(cond["values"]) == ["true"]  # every request here goes over TLS
+    if cond["test"] == "StringLike" and cond["variable"] == "s3:prefix":
+        return call.prefix is not None and any(_iam_match(v, call.prefix) for v in cond["values"])
     raise AssertionError(f"the test does not evaluate condition {cond}")
+
+
+def _applies(stmt: dict[str, Any], call: S3Call) -> bool:
+    actions = _expand(stmt["actions"])
+    if call.action not in actions and "s3:*" not in actions:
+        return False
+    if not any(_iam_match(r, call.resource) for r in stmt["resources"]):
+        return False
+    return all(_condition_holds(c, call) for c in stmt.get("condition", []))
+
+
+def _allowed(role: str, call: S3Call) -> bool:
+    return any(_applies(s, call) for s in _statements(_role_doc(role)))
+
+
+# -------------------------------------------------------------------- the role policies
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_policy_grants_exactly_the_s3_calls_the_code_makes(role: str, derived: dict[str, set[str]]) -> None:
+    assert _policy_actions(role) == derived[role]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_policy_allows_every_request_the_code_makes(role: str, recorded: dict[str, list[tuple[str, str]]]) -> None:
+    for call in _s3_calls(recorded[role]):
+        assert _allowed(role, call), f"the {role} policy refuses {call}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_policy_grants_no_key_pattern_the_code_does_not_use(
+    role: str, recorded: dict[str, list[tuple[str, str]]]
+) -> None:
+    """Every (action, resource) and every s3:prefix value a statement names is used by some request."""
+    calls = _s3_calls(recorded[role])
+    for sid, stmt in _role_statements(role).items():
+        if sid == "UseKey":
+            continue
+        for action in _expand(stmt["actions"]):
+            for resource in stmt["resources"]:
+                narrowed = {**stmt, "actions": [action], "resources": [resource]}
+                if action == "s3:ListBucket":
+                    (cond,) = stmt["condition"]
+                    for value in cond["values"]:
+                        one = {**narrowed, "condition": [{**cond, "values": [value]}]}
+                        assert any(_applies(one, c) for c in calls), f"{role}/{sid}: nothing lists {value}"
+                else:
+                    assert any(_applies(narrowed, c) for c in calls), f"{role}/{sid}: {action} on {resource} unused"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_kms_grant_matches_what_the_role_does(role: str, derived: dict[str, set[str]]) -> None:
+    use_key = _role_statements(role)["UseKey"]
+    dyn = next(d["statement"] for d in _role_doc(role)["dynamic"] if d["statement"]["content"][0] is use_key)
+    assert dyn["for_each"] == "${var.kms_key_arn == null ? [] : [1]}"
+    assert _expand(use_key["resources"]) == [KMS_ARN]
+    # GetObject of an SSE-KMS object needs Decrypt; PutObject needs GenerateDataKey too.
+    expected = ["kms:Decrypt", "kms:GenerateDataKey"] if "s3:PutObject" in derived[role] else ["kms:Decrypt"]
+    assert _expand(use_key["actions"]) == expected
+
+
+def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
+    # gc and rm only list, read heads and delete: a gc credential must not rewrite history.
+    assert "s3:PutObject" not in derived["gc"]
+    assert "s3:PutObject" not in _policy_actions("gc")
+    stmts = _role_statements("gc")
+    assert set(stmts) == {"ReadHeads", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
+    assert stmts["ReadHeads"]["actions"] == ["s3:GetObject"]
+    assert stmts["ReadHeads"]["resources"] == ["${local.heads_arn}"]
+    assert not _allowed("gc", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
+
+
+def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
+    for role in ("gc", "sweep"):
+        stmt = _role_statements(role)["DeleteSessionsAndMarkers"]
+        assert stmt["actions"] == ["s3:DeleteObject"]
+        assert stmt["resources"] == ["${local.sessions_arn}", "${local.activity_arn}"]
+        assert _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"))
+        assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/other"))
+        assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/elsewhere/sessions/x/head"))
+    assert _locals()["activity_arn"] == "${local.bucket_arn}/${var.prefix}/activity/*"
+    assert _locals()["sessions_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*"
+    assert _locals()["heads_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*/head"
+
+
+def test_sweep_puts_heads_only_with_if_match(recorded: dict[str, list[tuple[str, str]]]) -> None:
+    stmts = _role_statements("sweep")
+    assert set(stmts) == {"ReadHeads", "WriteTombstones", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
+    tomb = stmts["WriteTombstones"]
+    assert tomb["actions"] == ["s3:PutObject"] and tomb["resources"] == ["${local.heads_arn}"]
+    assert tomb["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
+    # The sweep's only writes are tombstones: If-Match PUTs of heads.
+    writes = {(m, k.rsplit("/", 1)[1]) for m, k in recorded["sweep"] if m in WRITE_HEADERS}
+    assert writes == {("put_if_match", "head")}
+    head = f"{BUCKET_ARN}/s3log/sessions/x/head"
+    assert _allowed("sweep", S3Call("s3:PutObject", head, headers=frozenset({"if-match"})))
+    assert not _allowed("sweep", S3Call("s3:PutObject", head))  # a blind overwrite
+    assert not _allowed("sweep", S3Call("s3:PutObject", head, headers=frozenset({"if-none-match"})))  # a new head
+    seg = f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"
+    assert not _allowed("sweep", S3Call("s3:PutObject", seg, headers=frozenset({"if-match"})))
+    marker = f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"
+    assert not _allowed("sweep", S3Call("s3:PutObject", marker, headers=frozenset({"if-none-match"})))
+
+
+def test_writer_writes_activity_markers_and_cannot_delete(derived: dict[str, set[str]]) -> None:
+    assert "s3:DeleteObject" not in derived["writer"] and "s3:DeleteObject" not in _policy_actions("writer")
+    stmts = _role_statements("writer")
+    assert set(stmts) == {"ReadWriteSessions", "WriteActivityMarkers", "ListPrefix", "UseKey"}
+    assert stmts["WriteActivityMarkers"]["actions"] == ["s3:GetObject", "s3:PutObject"]
+    assert stmts["WriteActivityMarkers"]["resources"] == ["${local.activity_arn}"]
+    assert stmts["ReadWriteSessions"]["resources"] == ["${local.sessions_arn}"]
+    marker = f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"
+    assert _allowed("writer", S3Call("s3:PutObject", marker, headers=frozenset({"if-none-match"})))
+    assert _allowed("writer", S3Call("s3:GetObject", marker))
+    assert not _allowed("writer", S3Call("s3:PutObject", f"{BUCKET_ARN}/s3log/elsewhere"))
+
+
+@pytest.mark.parametrize(
+    ("role", "prefixes"),
+    [
+        ("reader", ["${local.list_sessions}", "${local.list_activity}"]),
+        ("writer", ["${local.list_sessions}", "${local.list_activity}"]),
+        ("gc", ["${local.list_sessions}"]),
+        ("sweep", ["${local.list_sessions}", "${local.list_activity}"]),
+    ],
+)
+def test_listing_is_limited_to_session_folders_and_the_activity_index(role: str, prefixes: list[str]) -> None:
+    stmt = _role_statements(role)["ListPrefix"]
+    assert stmt["actions"] == ["s3:ListBucket"] and stmt["resources"] == ["${local.bucket_arn}"]
+    assert stmt["condition"] == [{"test": "StringLike", "variable": "s3:prefix", "values": prefixes}]
+    assert _locals()["list_sessions"] == "${var.prefix}/sessions/*"
+    assert _locals()["list_activity"] == "${var.prefix}/activity/*"
+    can_list_index = _allowed(role, S3Call("s3:ListBucket", BUCKET_ARN, prefix="s3log/activity/"))
+    assert can_list_index is (role != "gc")
+    assert not _allowed(role, S3Call("s3:ListBucket", BUCKET_ARN, prefix="s3log/"))
+    assert not _allowed(role, S3Call("s3:ListBucket", BUCKET_ARN, prefix=""))
+
+
+def test_reader_only_reads_sessions() -> None:
+    stmts = _role_statements("reader")
+    assert set(stmts) == {"ReadSessions", "ListPrefix", "UseKey"}
+    assert stmts["ReadSessions"]["actions"] == ["s3:GetObject"]
+    assert stmts["ReadSessions"]["resources"] == ["${local.sessions_arn}"]
+
+
+def test_policies_stay_inside_the_prefix() -> None:
+    for role in ROLES:
+        for s in _statements(_role_doc(role)):
+            assert s.get("effect", "Allow") == "Allow"
+            for r in _expand(s["resources"]):
+                assert r in (BUCKET_ARN, KMS_ARN) or r.startswith(f"{BUCKET_ARN}/s3log/"), (role, r)
+            for a in _expand(s["actions"]):
+                assert "*" not in a, (role, a)
+    policy = _blocks("resource", "aws_iam_policy")["role"]
+    assert policy["for_each"] == "${local.role_descriptions}"
+    assert policy["policy"] == "${local.role_policies[each.key]}"
+    assert set(_locals()["role_descriptions"]) == set(_locals()["role_policies"]) == set(ROLES)
+
+
+def test_existing_policy_descriptions_are_unchanged() -> None:
+    # AWS cannot change a policy's description in place: Terraform would replace the
+    # policy (a new ARN) under every role it is attached to.
+    assert _locals()["role_descriptions"] | {"sweep": None} == {
+        "reader": "Read s3log sessions under ${var.prefix}/ in ${var.bucket_name}.",
+        "writer": "Append to s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no delete).",
+        "gc": "Garbage-collect and delete s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no write).",
+        "sweep": None,
+    }
+
+
+def test_every_role_policy_is_an_output() -> None:
+    outputs: dict[str, Any] = {}
+    for block in _load(MODULE / "outputs.tf")["output"]:
+        outputs.update(block)
+    for role in ROLES:
+        assert outputs[f"{role}_policy_arn"]["value"] == f'${{aws_iam_policy.role["{role}"].arn}}'
+
+
+# --------------------------------------------------- bucket policy against the code's writes
 
 
 def _denials(key: str, headers: set[str]) -> list[str]:
     """The sids of the bucket policy's Deny statements that refuse PutObject of ``key``."""
     doc = _blocks("data", "aws_iam_policy_document")["bucket"]
-    out = []
-    for s in _statements(doc):
-        if s["effect"] != "Deny" or not {"s3:PutObject", "s3:*"} & set(s["actions"]):
-            continue
-        if not any(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in s["resources"]):
-            continue
-        if all(_condition_holds(c, headers) for c in s.get("condition", [])):
-            out.append(s["sid"])
-    return out
-
-
-WRITE_HEADERS = {"put_if_absent": {"if-none-match"}, "put_if_match": {"if-match"}}
+    call = S3Call("s3:PutObject", f"{BUCKET_ARN}/{key}", headers=frozenset(headers))
+    return [s["sid"] for s in _statements(doc) if s["effect"] == "Deny" and _applies(s, call)]
 
 
 def _writes(recorded: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
     return [(m, k) for calls in recorded.values() for m, k in calls if m in WRITE_HEADERS]
 
 
-def test_bucket_policy_denies_overwriting_segments_and_fork_markers() -> None:
+def _kind(key: str) -> str:
+    """What a key s3log writes is: head, seg, forks, activity or probe."""
+    parts = key.split("/")
+    if parts[1] == "activity":
+        return "activity"
+    if parts[2] == "_probe":
+        return "probe"
+    return parts[3]
+
+
+def test_bucket_policy_denies_overwriting_segments_and_markers() -> None:
     doc = _blocks("data", "aws_iam_policy_document")["bucket"]
     stmt = next(s for s in _statements(doc) if s.get("sid") == "DenyOverwritingHistory")
     assert stmt["effect"] == "Deny" and stmt["actions"] == ["s3:PutObject"]
@@ -370,11 +625,16 @@ def test_bucket_policy_denies_overwriting_segments_and_fork_markers() -> None:
     assert stmt["resources"] == [
         "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
         "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
+        "${local.bucket_arn}/${var.prefix}/activity/*",
     ]
     assert stmt["condition"] == [{"test": "Null", "variable": "s3:if-none-match", "values": ["true"]}]
     dyn = next(d["statement"] for d in doc["dynamic"] if d["statement"]["content"][0] is stmt)
     assert dyn["for_each"] == "${var.enforce_create_only_history ? [1] : []}"
     assert _variables()["enforce_create_only_history"]["default"] is True
+    marker = "s3log/activity/2025-01-01/01900000-0000-7000-8000-000000000000"
+    assert _denials(marker, set()) == ["DenyOverwritingHistory"]
+    assert _denials(marker, {"if-match"}) == ["DenyOverwritingHistory"]
+    assert _denials(marker, {"if-none-match"}) == []
 
 
 def test_bucket_policy_admits_every_write_s3log_makes(recorded: dict[str, list[tuple[str, str]]]) -> None:
@@ -388,17 +648,18 @@ def test_bucket_policy_denies_blind_overwrites_of_every_object_s3log_writes(
     recorded: dict[str, list[tuple[str, str]]],
 ) -> None:
     keys = {k for _, k in _writes(recorded)}
-    kinds = {k.split("/")[3] for k in keys}
-    assert kinds == {"head", "seg", "forks"}, "the flows must write every kind of object"
+    kinds = {_kind(k) for k in keys}
+    assert kinds == {"head", "seg", "forks", "activity", "probe"}, "the flows must write every kind of object"
     fired: set[str] = set()
     for key in keys:
         blind = _denials(key, set())
         assert blind, f"an unconditional PUT could overwrite {key}"
         fired.update(blind)
-        if not key.endswith("/head"):
+        if _kind(key) in ("seg", "forks", "activity"):
             # If-Match replaces an existing object: history is create-only.
             assert _denials(key, {"if-match"}), f"an If-Match PUT could overwrite {key}"
     assert fired == {"DenyUnconditionalHeadWrites", "DenyOverwritingHistory"}
+
 
 
 # ------------------------------------------------------------ which resources each mode gets
@@ -598,32 +859,24 @@ def test_sweep_runs_on_a_schedule() -> None:
     assert env["S3LOG_GC_OLDER_THAN_MINUTES"] == "${tostring(var.gc_older_than_minutes)}"
 
 
-def test_sweep_policy_allows_exactly_what_expire_and_gc_do(recorded: dict[str, list[tuple[str, str]]]) -> None:
+def test_sweep_function_gets_the_modules_sweep_policy_and_its_own_logs() -> None:
+    # Its S3 and KMS permissions are the module's sweep policy, which the role tests
+    # above check against the recorded expire + gc calls; inline, only its log group.
+    attachments = _example("resource", "aws_iam_role_policy_attachment")
+    assert attachments["sweep_s3"] == {"role": "${aws_iam_role.sweep.name}",
+                                       "policy_arn": "${module.s3log.sweep_policy_arn}"}
+    s3_policies = {a["policy_arn"] for a in attachments.values() if a["policy_arn"].startswith("${module.s3log.")}
+    assert s3_policies == {"${module.s3log.sweep_policy_arn}", "${module.s3log.writer_policy_arn}"}
+    assert attachments["writer"]["role"] == "${aws_iam_role.worker.name}"
     doc = _example("data", "aws_iam_policy_document")["sweep"]
-    by_sid = {s["sid"]: s for s in _statements(doc)}
-    s3_actions = {a for s in by_sid.values() for a in s["actions"] if a.startswith("s3:")}
-    calls = recorded["gc"]
-    assert s3_actions == _actions({m for m, _ in calls})
-    assert not any(m in WRITE_HEADERS for m, _ in calls)
-    for method, key in calls:
-        if method == "get":
-            # Heads only: the sweep never reads (or decrypts) a segment.
-            assert by_sid["ReadHeads"]["actions"] == ["s3:GetObject"]
-            assert all(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in by_sid["ReadHeads"]["resources"]), key
-        elif method == "delete":
-            assert by_sid["DeleteUnderPrefix"]["actions"] == ["s3:DeleteObject"]
-            assert any(_iam_match(r, f"{BUCKET_ARN}/{key}") for r in by_sid["DeleteUnderPrefix"]["resources"]), key
-        else:
-            cond = by_sid["ListPrefix"]["condition"][0]
-            assert cond["test"] == "StringLike" and cond["variable"] == "s3:prefix"
-            assert any(_iam_match(v, key) for v in cond["values"]), key
-    assert by_sid["ListPrefix"]["resources"] == ["${module.s3log.bucket_arn}"]
-    # Deletes stay under <prefix>/sessions/, never the whole bucket.
-    assert not _iam_match(by_sid["DeleteUnderPrefix"]["resources"][0], f"{BUCKET_ARN}/other/sessions/x/head")
-    assert not _iam_match(by_sid["ReadHeads"]["resources"][0], f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor")
-    assert by_sid["OwnLogs"]["resources"] == ["${aws_cloudwatch_log_group.sweep.arn}:*"]
-    assert set(by_sid) == {"ReadHeads", "DeleteUnderPrefix", "ListPrefix", "OwnLogs", "DecryptHeads"}
-    assert by_sid["DecryptHeads"]["actions"] == ["kms:Decrypt"]
+    (own,) = _statements(doc)
+    assert own["sid"] == "OwnLogs" and own["actions"] == ["logs:CreateLogStream", "logs:PutLogEvents"]
+    assert own["resources"] == ["${aws_cloudwatch_log_group.sweep.arn}:*"]
+    inline = _example("resource", "aws_iam_role_policy")["sweep"]
+    assert inline["role"] == "${aws_iam_role.sweep.id}"
+    assert inline["policy"] == "${data.aws_iam_policy_document.sweep.json}"
+    sweep = _example("resource", "aws_lambda_function")["sweep"]
+    assert "${aws_iam_role_policy_attachment.sweep_s3}" in sweep["depends_on"]
 
 
 # ------------------------------------------------------------ scripts/sweep_lambda.py

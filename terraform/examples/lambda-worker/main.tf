@@ -1,6 +1,7 @@
 # An example serverless deployment: scripts/agent_worker.py as a Lambda function with
 # the writer policy only, and a scheduled retention sweep (scripts/sweep_lambda.py:
-# expire idle sessions, then gc) that may only list, read heads and delete.
+# expire idle sessions, then gc) with the module's sweep policy: list, read heads,
+# delete, and replace a head only by a tombstone written with If-Match.
 #
 # `terraform apply` builds the deployment package itself (python3 with pip on the
 # machine running Terraform): s3log with its core dependencies only, no extras, as
@@ -113,7 +114,7 @@ variable "sweep_schedule" {
 }
 
 variable "idle_days" {
-  description = "The sweep expires (deletes) sessions with no commit for this many days."
+  description = "The sweep expires sessions with no commit for this many days (a tombstone replaces the head; gc deletes the data after its grace period)."
   type        = number
   default     = 30
   validation {
@@ -273,41 +274,14 @@ resource "aws_lambda_function" "worker" {
 
 # ------------------------------------------------------------------- retention sweep
 
-# Exactly what expire + gc do: list under the prefix, GET heads (never segments), and
-# delete under the sessions prefix. No PUT: the sweep cannot write anything.
+# S3 (and the KMS key) through the module's sweep policy: exactly what expire + gc do
+# (tests/test_terraform.py checks it against their recorded calls). This inline policy
+# adds only the function's own log group.
 data "aws_iam_policy_document" "sweep" {
-  statement {
-    sid       = "ReadHeads"
-    actions   = ["s3:GetObject"]
-    resources = ["${module.s3log.bucket_arn}/${module.s3log.prefix}/sessions/*/head"]
-  }
-  statement {
-    sid       = "DeleteUnderPrefix"
-    actions   = ["s3:DeleteObject"]
-    resources = ["${module.s3log.bucket_arn}/${module.s3log.prefix}/sessions/*"]
-  }
-  statement {
-    sid       = "ListPrefix"
-    actions   = ["s3:ListBucket"]
-    resources = [module.s3log.bucket_arn]
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = ["${module.s3log.prefix}/*"]
-    }
-  }
   statement {
     sid       = "OwnLogs"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
     resources = ["${aws_cloudwatch_log_group.sweep.arn}:*"]
-  }
-  dynamic "statement" {
-    for_each = var.kms_key_arn == null ? [] : [1]
-    content {
-      sid       = "DecryptHeads"
-      actions   = ["kms:Decrypt"]
-      resources = [var.kms_key_arn]
-    }
   }
 }
 
@@ -320,6 +294,11 @@ resource "aws_iam_role_policy" "sweep" {
   name_prefix = "s3log-sweep-"
   role        = aws_iam_role.sweep.id
   policy      = data.aws_iam_policy_document.sweep.json
+}
+
+resource "aws_iam_role_policy_attachment" "sweep_s3" {
+  role       = aws_iam_role.sweep.name
+  policy_arn = module.s3log.sweep_policy_arn
 }
 
 resource "aws_iam_role_policy_attachment" "sweep_xray" {
@@ -365,7 +344,12 @@ resource "aws_lambda_function" "sweep" {
     }
   }
 
-  depends_on = [aws_cloudwatch_log_group.sweep, aws_iam_role_policy.sweep, aws_iam_role_policy_attachment.sweep_xray]
+  depends_on = [
+    aws_cloudwatch_log_group.sweep,
+    aws_iam_role_policy.sweep,
+    aws_iam_role_policy_attachment.sweep_s3,
+    aws_iam_role_policy_attachment.sweep_xray,
+  ]
 }
 
 resource "aws_cloudwatch_event_rule" "sweep" {

@@ -1,4 +1,4 @@
-# The bucket and the three policies, nothing else.
+# The bucket and the four policies, nothing else.
 
 terraform {
   required_version = ">= 1.5"
@@ -51,4 +51,9 @@ output "reader_policy_arn" {
 output "gc_policy_arn" {
   description = "Attach to the gc job."
   value       = module.s3log.gc_policy_arn
+}
+
+output "sweep_policy_arn" {
+  description = "Attach to the retention sweep (s3log expire, then gc)."
+  value       = module.s3log.sweep_policy_arn
 }

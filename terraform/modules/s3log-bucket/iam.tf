@@ -1,32 +1,48 @@
-# Least-privilege policies for the three roles s3log's code has. The object actions
-# are exactly the S3 calls s3log's store makes for each role (tests/test_terraform.py
-# derives them from s3log/store/s3.py and fails if these drift); every role may also
-# list, but only under the prefix. gc (and rm) only list, read heads and delete: no PUT,
-# so a leaked gc credential cannot rewrite anything.
+# Least-privilege policies for the four roles s3log's code has. Each statement grants
+# exactly S3 calls s3log's store makes for that role, on the keys it makes them on
+# (tests/test_terraform.py records the calls of each role's workflows and fails if a
+# policy allows one less, or grants an action or a key pattern nothing uses). Keys:
+#
+#   PREFIX/sessions/{sid}/head, .../seg/*, .../forks/*   sessions (and sessions/_probe/*)
+#   PREFIX/activity/{YYYY-MM-DD}/{sid}                    the activity index
+#
+# gc (and rm) only list, read heads and delete: no PUT, so a leaked gc credential cannot
+# rewrite anything. The sweep (expire + gc) may PUT a head only with If-Match: it can
+# replace a head it has just read by a tombstone, never create or blindly overwrite one.
 
 locals {
-  objects_arn = "${local.bucket_arn}/${var.prefix}/*"
-  list_prefix = "${var.prefix}/*"
-  kms_actions = ["kms:Decrypt", "kms:GenerateDataKey"]
-  role_object_actions = {
-    reader = ["s3:GetObject"]
-    writer = ["s3:GetObject", "s3:PutObject"]
-    gc     = ["s3:GetObject", "s3:DeleteObject"]
-  }
+  sessions_arn = "${local.bucket_arn}/${var.prefix}/sessions/*"
+  heads_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/head"
+  activity_arn = "${local.bucket_arn}/${var.prefix}/activity/*"
+  # s3:prefix values of the LISTs: session folders, and the activity index's day folders.
+  list_sessions = "${var.prefix}/sessions/*"
+  list_activity = "${var.prefix}/activity/*"
+  # Reading SSE-KMS objects needs Decrypt; writing them needs GenerateDataKey too.
+  kms_read  = ["kms:Decrypt"]
+  kms_write = ["kms:Decrypt", "kms:GenerateDataKey"]
+  # An IAM policy's description cannot change in place (AWS replaces the policy, and
+  # its ARN): keep these as they were when the policies were first created.
   role_descriptions = {
     reader = "Read s3log sessions under ${var.prefix}/ in ${var.bucket_name}."
     writer = "Append to s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no delete)."
     gc     = "Garbage-collect and delete s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no write)."
+    sweep  = "Expire idle s3log sessions (tombstones by If-Match only) and garbage-collect under ${var.prefix}/ in ${var.bucket_name}."
+  }
+  role_policies = {
+    reader = data.aws_iam_policy_document.reader.json
+    writer = data.aws_iam_policy_document.writer.json
+    gc     = data.aws_iam_policy_document.gc.json
+    sweep  = data.aws_iam_policy_document.sweep.json
   }
 }
 
-data "aws_iam_policy_document" "role" {
-  for_each = local.role_object_actions
-
+# Readers: heads and segments; LIST session folders and, for "active since" windows
+# (Log.active_sessions, analytics scan(since=...)), the activity index.
+data "aws_iam_policy_document" "reader" {
   statement {
-    sid       = "Objects"
-    actions   = each.value
-    resources = [local.objects_arn]
+    sid       = "ReadSessions"
+    actions   = ["s3:GetObject"]
+    resources = [local.sessions_arn]
   }
   statement {
     sid       = "ListPrefix"
@@ -35,23 +51,137 @@ data "aws_iam_policy_document" "role" {
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = [local.list_prefix]
+      values   = [local.list_sessions, local.list_activity]
     }
   }
   dynamic "statement" {
     for_each = var.kms_key_arn == null ? [] : [1]
     content {
       sid       = "UseKey"
-      actions   = local.kms_actions
+      actions   = local.kms_read
+      resources = [var.kms_key_arn]
+    }
+  }
+}
+
+# Writers: everything a reader does, plus PUTs of heads, segments, fork markers, the
+# precondition probe's keys (sessions/_probe/*) and activity markers. The bucket policy
+# makes each of those PUTs conditional; a marker that already exists is confirmed by
+# one GET. No delete.
+data "aws_iam_policy_document" "writer" {
+  statement {
+    sid       = "ReadWriteSessions"
+    actions   = ["s3:GetObject", "s3:PutObject"]
+    resources = [local.sessions_arn]
+  }
+  statement {
+    sid       = "WriteActivityMarkers"
+    actions   = ["s3:GetObject", "s3:PutObject"]
+    resources = [local.activity_arn]
+  }
+  statement {
+    sid       = "ListPrefix"
+    actions   = ["s3:ListBucket"]
+    resources = [local.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [local.list_sessions, local.list_activity]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.kms_key_arn == null ? [] : [1]
+    content {
+      sid       = "UseKey"
+      actions   = local.kms_write
+      resources = [var.kms_key_arn]
+    }
+  }
+}
+
+# gc and rm: read heads (never segments), list session folders, delete a session's
+# objects and its activity markers.
+data "aws_iam_policy_document" "gc" {
+  statement {
+    sid       = "ReadHeads"
+    actions   = ["s3:GetObject"]
+    resources = [local.heads_arn]
+  }
+  statement {
+    sid       = "DeleteSessionsAndMarkers"
+    actions   = ["s3:DeleteObject"]
+    resources = [local.sessions_arn, local.activity_arn]
+  }
+  statement {
+    sid       = "ListPrefix"
+    actions   = ["s3:ListBucket"]
+    resources = [local.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [local.list_sessions]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.kms_key_arn == null ? [] : [1]
+    content {
+      sid       = "UseKey"
+      actions   = local.kms_read
+      resources = [var.kms_key_arn]
+    }
+  }
+}
+
+# The retention sweep (Log.expire, then gc; scripts/sweep_lambda.py, `s3log expire`):
+# what gc does, plus tombstones and the activity index (read for the idle window,
+# its old day folders deleted).
+data "aws_iam_policy_document" "sweep" {
+  statement {
+    sid       = "ReadHeads"
+    actions   = ["s3:GetObject"]
+    resources = [local.heads_arn]
+  }
+  # A tombstone replaces the head just read: the PUT must carry If-Match (its ETag),
+  # so a session committed to since then is kept and no head is ever created here.
+  statement {
+    sid       = "WriteTombstones"
+    actions   = ["s3:PutObject"]
+    resources = [local.heads_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-match"
+      values   = ["false"]
+    }
+  }
+  statement {
+    sid       = "DeleteSessionsAndMarkers"
+    actions   = ["s3:DeleteObject"]
+    resources = [local.sessions_arn, local.activity_arn]
+  }
+  statement {
+    sid       = "ListPrefix"
+    actions   = ["s3:ListBucket"]
+    resources = [local.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [local.list_sessions, local.list_activity]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.kms_key_arn == null ? [] : [1]
+    content {
+      sid       = "UseKey"
+      actions   = local.kms_write
       resources = [var.kms_key_arn]
     }
   }
 }
 
 resource "aws_iam_policy" "role" {
-  for_each    = local.role_object_actions
+  for_each    = local.role_descriptions
   name_prefix = "s3log-${each.key}-"
-  description = local.role_descriptions[each.key]
-  policy      = data.aws_iam_policy_document.role[each.key].json
+  description = each.value
+  policy      = local.role_policies[each.key]
   tags        = var.tags
 }

@@ -1,6 +1,7 @@
 # A bucket for s3log: private, encrypted, TLS only, heads written only conditionally,
-# segments and fork markers create-only. With create_bucket = false the module touches
-# no bucket setting: it reads the existing bucket and builds the policies for it.
+# segments, fork markers and activity markers create-only. With create_bucket = false
+# the module touches no bucket setting: it reads the existing bucket and builds the
+# policies for it.
 
 locals {
   create_count = var.create_bucket ? 1 : 0
@@ -144,10 +145,15 @@ data "aws_iam_policy_document" "bucket" {
   dynamic "statement" {
     for_each = var.enforce_conditional_head_writes ? [1] : []
     content {
-      sid       = "DenyUnconditionalHeadWrites"
-      effect    = "Deny"
-      actions   = ["s3:PutObject"]
-      resources = ["${local.bucket_arn}/${var.prefix}/sessions/*/head"]
+      sid     = "DenyUnconditionalHeadWrites"
+      effect  = "Deny"
+      actions = ["s3:PutObject"]
+      # Heads, and the precondition probe's two keys (sessions/_probe/head, .../missing):
+      # s3log writes each with If-Match or If-None-Match, never blindly.
+      resources = [
+        "${local.bucket_arn}/${var.prefix}/sessions/*/head",
+        "${local.bucket_arn}/${var.prefix}/sessions/_probe/*",
+      ]
       principals {
         type        = "*"
         identifiers = ["*"]
@@ -166,9 +172,10 @@ data "aws_iam_policy_document" "bucket" {
     }
   }
 
-  # Segments and fork markers are written once (If-None-Match: *) and never replaced:
-  # without this, anyone allowed to write heads could overwrite history in place.
-  # If-Match alone is denied too: it replaces an existing object.
+  # Segments, fork markers and activity markers are written once (If-None-Match: *) and
+  # never replaced: without this, anyone allowed to write heads could overwrite history
+  # in place (or empty the activity index's record of a day). If-Match alone is denied
+  # too: it replaces an existing object.
   dynamic "statement" {
     for_each = var.enforce_create_only_history ? [1] : []
     content {
@@ -178,6 +185,7 @@ data "aws_iam_policy_document" "bucket" {
       resources = [
         "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
         "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
+        "${local.bucket_arn}/${var.prefix}/activity/*",
       ]
       principals {
         type        = "*"

@@ -37,3 +37,8 @@ output "gc_policy_arn" {
   description = "Policy for gc and rm (get, list, delete; no put)."
   value       = aws_iam_policy.role["gc"].arn
 }
+
+output "sweep_policy_arn" {
+  description = "Policy for the retention sweep, expire then gc (get heads, list, delete; put heads only with If-Match)."
+  value       = aws_iam_policy.role["sweep"].arn
+}
