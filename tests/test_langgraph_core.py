@@ -107,3 +107,20 @@ def test_strict_raises_conflict_when_another_writer_moved_the_thread(make: Any) 
     assert pair.checkpoints("t") == [_id(ours), _id(theirs)]
     again = _put(pair, pair.a, "t")
     assert pair.checkpoints("t") == [_id(ours), _id(theirs), _id(again)]
+
+
+def test_the_savers_use_public_log_verbs_but_for_the_one_rewrite() -> None:
+    """No protocol procedure is run through ``log.run`` except prune's rewrite, in one place."""
+    import ast
+    from pathlib import Path
+
+    import s3log.integrations.langgraph as package
+
+    runs = []
+    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                runs += [(path.name, fn.name) for node in ast.walk(fn) if isinstance(node, ast.Call)
+                         and isinstance(node.func, ast.Attribute) and node.func.attr == "run"]
+    assert runs == [("core.py", "perform_rewrite")]

@@ -218,7 +218,7 @@ class Stepper(Generic[T]):
 
 
 @dataclass
-class Thread:
+class ThreadState:
     """The folded state of one (thread, namespace) session."""
 
     thread_id: str = ""
@@ -229,9 +229,9 @@ class Thread:
     writes: dict[str, dict[tuple[str, int], tuple[str, Any, str]]] = field(default_factory=dict)
 
 
-def fold(entries: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Thread:
+def fold(entries: Sequence[dict[str, Any]], meta: dict[str, Any]) -> ThreadState:
     """The checkpoints and pending writes of a session's entries (as dicts)."""
-    t = Thread(meta.get("thread_id", ""), meta.get("checkpoint_ns", ""))
+    t = ThreadState(meta.get("thread_id", ""), meta.get("checkpoint_ns", ""))
     for e in entries:
         data = e["data"]
         if e["kind"] == CHECKPOINT:
@@ -248,7 +248,7 @@ def fold(entries: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Thread:
     return t
 
 
-def _fold_view(view: SessionView | None) -> Thread | None:
+def _fold_view(view: SessionView | None) -> ThreadState | None:
     if view is None:
         return None
     return fold(view.state(EntriesReducer()), view.meta.get("langgraph", {}))
@@ -264,7 +264,7 @@ def _list_prefix(config: RunnableConfig | None) -> str | None:
 
 # -------------------------------------------------------------- prune / delete_for_runs
 
-Keep = Callable[[Thread], "set[str] | None"]
+Keep = Callable[[ThreadState], "set[str] | None"]
 
 
 def _kept_entries(history: Sequence[dict[str, Any]], drop: set[str]) -> builtins.list[dict[str, Any]]:
@@ -319,7 +319,7 @@ def perform_rewrite(log: Log | AsyncLog, op: Rewrite) -> Any:
 
 
 def _keep_latest(n: int) -> Keep:
-    def drop(t: Thread) -> set[str] | None:
+    def drop(t: ThreadState) -> set[str] | None:
         return set(sorted(t.order)[:-n]) if len(t.order) > n else None
 
     return drop
@@ -389,7 +389,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     # ---------------------------------------------------------------- reading
 
-    def _loads(self, stored: Any, what: str, t: Thread) -> Any:
+    def _loads(self, stored: Any, what: str, t: ThreadState) -> Any:
         where = f"{what} in thread {t.thread_id!r} (namespace {t.checkpoint_ns!r})"
         if not (isinstance(stored, (builtins.list, tuple)) and len(stored) == 2
                 and isinstance(stored[0], str) and isinstance(stored[1], bytes)):
@@ -401,7 +401,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
                 f"(it can run code); the stored session was written by something else")
         return self.serde.loads_typed((tag, body))
 
-    def _tuple(self, t: Thread, cid: str) -> CheckpointTuple:
+    def _tuple(self, t: ThreadState, cid: str) -> CheckpointTuple:
         data = t.checkpoints[cid]
         config: RunnableConfig = {
             "configurable": {"thread_id": t.thread_id, "checkpoint_ns": t.checkpoint_ns, "checkpoint_id": cid}
@@ -436,7 +436,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             return None
         return self._tuple(t, cid)
 
-    def _threads(self, config: RunnableConfig | None) -> Proc[builtins.list[Thread]]:
+    def _threads(self, config: RunnableConfig | None) -> Proc[builtins.list[ThreadState]]:
         prefix = _list_prefix(config)
         if prefix is None:
             assert config is not None
@@ -449,7 +449,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     def _select(
         self,
-        threads: Iterable[Thread],
+        threads: Iterable[ThreadState],
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
@@ -579,7 +579,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     def _runs_drop(self, run_ids: set[str]) -> Keep:
         """The checkpoints of a thread whose metadata names one of ``run_ids``."""
-        def drop(t: Thread) -> set[str] | None:
+        def drop(t: ThreadState) -> set[str] | None:
             out = {cid for cid, data in t.checkpoints.items()
                    if self._loads(data["metadata"], f"the metadata of checkpoint {cid}", t).get("run_id") in run_ids}
             return out or None
