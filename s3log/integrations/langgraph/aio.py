@@ -1,0 +1,139 @@
+"""The asyncio shell: :class:`AsyncS3LogSaver` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine, Iterable
+from typing import Any
+
+from ..._extras import extra
+from ...aio import AsyncLog, AsyncWriter
+from ...errors import S3LogError, SessionNotFound
+from ...log import Log
+from ...writer import SessionView
+from .. import IntegrationError, _log_from_url
+from . import core
+from .core import Op, Proc, SaverCore, Stepper, T
+from .serde import AllowedType
+
+with extra("langgraph"):
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+
+
+class SyncCallError(S3LogError, asyncio.InvalidStateError):
+    """A synchronous method of :class:`AsyncS3LogSaver` was called where it cannot
+    block: on its event loop's own thread, or with no loop running."""
+
+
+async def _read(log: AsyncLog, sid: str) -> SessionView | None:
+    try:
+        return await log.read(sid)
+    except SessionNotFound:
+        return None
+
+
+class AsyncS3LogSaver(SaverCore[AsyncLog]):
+    """A LangGraph ``BaseCheckpointSaver`` on an s3log :class:`~s3log.AsyncLog`: the
+    ``a*`` methods await the log directly (no worker threads).
+
+    Options as for :class:`S3LogSaver`. As with LangGraph's own async savers, the sync
+    methods work only from a thread other than the event loop's, while that loop runs
+    (they submit to it and wait); elsewhere they raise :class:`SyncCallError`. Use
+    ``ainvoke`` / ``aget_state`` from async code.
+    """
+
+    #: The loop the sync methods submit to: the one running at construction, else the
+    #: one the async methods last ran on.
+    loop: asyncio.AbstractEventLoop | None
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None,
+                               allowed_types: Iterable[AllowedType] | None = None,
+                               strict: bool = False) -> AsyncIterator[AsyncS3LogSaver]:
+        """A saver on ``s3://bucket/prefix?endpoint=...&region=...``; its client is closed on exit."""
+        log = _log_from_url(conn_string, async_=True)
+        try:
+            yield cls(log, serde=serde, allowed_types=allowed_types, strict=strict)
+        finally:
+            aclose = getattr(log.store, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def setup(self) -> None:
+        """Nothing to set up: sessions are created on first write (kept for LangGraph's convention)."""
+
+    def _check_log(self, log: Any) -> None:
+        if isinstance(log, Log):
+            raise IntegrationError("AsyncS3LogSaver needs an s3log.AsyncLog; for an s3log.Log use S3LogSaver")
+        if not isinstance(log, AsyncLog):
+            raise IntegrationError(f"AsyncS3LogSaver needs an s3log.AsyncLog, got {type(log).__name__}")
+
+    def _started(self) -> None:
+        self.loop = None
+        with contextlib.suppress(RuntimeError):
+            self.loop = asyncio.get_running_loop()
+
+    def _lock(self, sid: str) -> asyncio.Lock:
+        lock: asyncio.Lock = self._locks.setdefault(sid, asyncio.Lock())
+        return lock
+
+    async def _async(self, proc: Proc[T]) -> T:
+        self.loop = asyncio.get_running_loop()
+        return await self._drive(proc)
+
+    async def _drive(self, proc: Proc[T]) -> T:
+        s = Stepper(proc)
+        while (op := s.next()) is not None:
+            try:
+                s.ok(await self._perform(op))
+            except Exception as exc:  # thrown back into the procedure, which decides
+                s.fail(exc)
+        return s.result()
+
+    def _sync(self, proc: Proc[T]) -> T:
+        return self._blocking(self._async(proc))
+
+    def _blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the saver's loop from another thread, as LangGraph's async
+        savers do; refuse where waiting would deadlock or never finish."""
+        loop = self.loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or loop.is_closed() or not loop.is_running() or running is loop:
+            coro.close()
+            raise SyncCallError(
+                "synchronous calls to AsyncS3LogSaver only work from another thread while its event loop "
+                "runs; use the async interface (await saver.aget_tuple(...), await graph.ainvoke(...), "
+                "await graph.aget_state(...)) or S3LogSaver for sync code")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def _perform(self, op: Op) -> Any:
+        log = self.log
+        if isinstance(op, core.Locked):
+            async with self._lock(op.session_id):
+                return await self._drive(op.proc)
+        if isinstance(op, core.Read):
+            return await asyncio.gather(*(_read(log, sid) for sid in op.ids))
+        if isinstance(op, core.AppendLatest):
+            return await log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after)
+        if isinstance(op, core.FindIds):
+            return await log.find_session_ids(op.prefix)
+        if isinstance(op, core.ReadHead):
+            return await log.head(op.session_id)
+        if isinstance(op, core.Open):
+            return await log.open(op.session_id, on_conflict="raise")
+        if isinstance(op, core.Create):
+            return await log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
+        if isinstance(op, core.Commit):
+            assert isinstance(op.writer, AsyncWriter)
+            op.writer.append(op.kind, op.data)
+            return await op.writer.commit()
+        if isinstance(op, core.Fork):
+            return await log.fork(op.session_id, meta=op.meta, child_id=op.child_id)
+        if isinstance(op, core.Delete):
+            return await log.delete(op.session_id)
+        return await core.perform_rewrite(log, op)

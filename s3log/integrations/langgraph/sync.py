@@ -1,0 +1,111 @@
+"""The blocking shell: :class:`S3LogSaver` performs the core's operations on a :class:`~s3log.Log`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..._extras import extra
+from ...aio import AsyncLog
+from ...errors import SessionNotFound
+from ...log import Log, Writer
+from ...writer import SessionView
+from .. import IntegrationError, _log_from_url
+from . import core
+from .core import Op, Proc, SaverCore, Stepper, T
+from .serde import AllowedType
+
+with extra("langgraph"):
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+
+
+def _read(log: Log, sid: str) -> SessionView | None:
+    try:
+        return log.read(sid)
+    except SessionNotFound:
+        return None
+
+
+class S3LogSaver(SaverCore[Log]):
+    """A LangGraph ``BaseCheckpointSaver`` persisting to an s3log :class:`~s3log.Log`.
+
+    ``allowed_types`` names the classes of your own (besides LangGraph's safe types)
+    that stored checkpoints may rebuild: classes or ``(module, name)`` pairs. ``serde``
+    replaces the serializer (a permissive ``JsonPlusSerializer`` is refused).
+    ``strict=True`` raises :class:`~s3log.ConflictError` when another writer advanced a
+    thread's session between this saver's read and write (exposing two runs on one
+    thread); by default the saver re-reads the head and appends again.
+
+    The async methods run the log's calls in a worker thread; for native asyncio use
+    :class:`AsyncS3LogSaver`.
+    """
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None,
+                         allowed_types: Iterable[AllowedType] | None = None,
+                         strict: bool = False) -> Iterator[S3LogSaver]:
+        """A saver on ``s3://bucket/prefix?endpoint=...&region=...``, closed on exit."""
+        log = _log_from_url(conn_string)
+        try:
+            yield cls(log, serde=serde, allowed_types=allowed_types, strict=strict)
+        finally:
+            log.close()
+
+    def setup(self) -> None:
+        """Nothing to set up: sessions are created on first write (kept for LangGraph's convention)."""
+
+    def _check_log(self, log: Any) -> None:
+        if isinstance(log, AsyncLog):
+            raise IntegrationError("S3LogSaver needs a synchronous s3log.Log; for an s3log.AsyncLog use "
+                                   "AsyncS3LogSaver")
+        if not isinstance(log, Log):
+            raise IntegrationError(f"S3LogSaver needs an s3log.Log, got {type(log).__name__}")
+
+    def _lock(self, sid: str) -> threading.Lock:
+        # dict.setdefault is atomic: two threads get the same lock.
+        lock: threading.Lock = self._locks.setdefault(sid, threading.Lock())
+        return lock
+
+    def _sync(self, proc: Proc[T]) -> T:
+        s = Stepper(proc)
+        while (op := s.next()) is not None:
+            try:
+                s.ok(self._perform(op))
+            except Exception as exc:  # thrown back into the procedure, which decides
+                s.fail(exc)
+        return s.result()
+
+    async def _async(self, proc: Proc[T]) -> T:
+        # boto3 blocks: the procedure runs in a worker thread.
+        return await asyncio.to_thread(self._sync, proc)
+
+    def _perform(self, op: Op) -> Any:
+        log = self.log
+        if isinstance(op, core.Locked):
+            with self._lock(op.session_id):
+                return self._sync(op.proc)
+        if isinstance(op, core.Read):
+            return [_read(log, sid) for sid in op.ids]
+        if isinstance(op, core.AppendLatest):
+            return log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after)
+        if isinstance(op, core.FindIds):
+            return log.find_session_ids(op.prefix)
+        if isinstance(op, core.ReadHead):
+            return log.head(op.session_id)
+        if isinstance(op, core.Open):
+            return log.open(op.session_id, on_conflict="raise")
+        if isinstance(op, core.Create):
+            return log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
+        if isinstance(op, core.Commit):
+            assert isinstance(op.writer, Writer)
+            op.writer.append(op.kind, op.data)
+            return op.writer.commit()
+        if isinstance(op, core.Fork):
+            return log.fork(op.session_id, meta=op.meta, child_id=op.child_id)
+        if isinstance(op, core.Delete):
+            return log.delete(op.session_id)
+        return core.perform_rewrite(log, op)
