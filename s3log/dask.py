@@ -130,7 +130,8 @@ def _frame(
     func: Any, meta: pa.Schema, bucket: str, prefix: str, endpoint_url: str | None,
     sessions: Iterable[str] | None, per_partition: int, fast: bool, options: tuple[tuple[str, Any], ...],
 ) -> Any:
-    import dask.dataframe as dd
+    with extra("dask"):
+        import dask.dataframe as dd
 
     if isinstance(per_partition, bool) or not isinstance(per_partition, int) or per_partition < 1:
         raise ValueError(f"sessions_per_partition must be a positive int, not {per_partition!r}")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ._extras import require
 from .codec import FORMAT_VERSION, HASH_LEN, Head, Signature, dumps, loads
 from .errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
 
@@ -227,6 +228,7 @@ def key_id_for(public_key: PublicKey) -> str:
     ``ed25519:`` + the first 16 bytes (hex) of SHA-256 of the raw 32-byte key for
     Ed25519; ``spki:`` + the same of the DER SubjectPublicKeyInfo for other keys.
     """
+    _require_crypto()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -252,6 +254,7 @@ class Ed25519Signer:
     alg = ED25519
 
     def __init__(self, private_key: Ed25519PrivateKey, *, key_id: str | None = None) -> None:
+        _require_crypto()
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         if not isinstance(private_key, Ed25519PrivateKey):
@@ -268,6 +271,7 @@ class Ed25519Signer:
     def from_pem(cls, source: bytes | str | Path, *, password: bytes | None = None,
                  key_id: str | None = None) -> Ed25519Signer:
         """A signer from a PEM (PKCS#8) private key: the bytes, or a file path."""
+        _require_crypto()
         from cryptography.hazmat.primitives import serialization
 
         try:
@@ -295,6 +299,7 @@ class PublicKeyVerifier:
     """
 
     def __init__(self, keys: Mapping[str, PublicKey] | Iterable[PublicKey]) -> None:
+        _require_crypto()
         from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
         from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
@@ -317,6 +322,7 @@ class PublicKeyVerifier:
     @classmethod
     def from_pem(cls, *sources: bytes | str | Path | tuple[str, bytes | str | Path]) -> PublicKeyVerifier:
         """A verifier from PEM public keys: bytes or file paths, or ``(key_id, bytes or path)`` pairs."""
+        _require_crypto()
         from cryptography.hazmat.primitives import serialization
 
         keys: dict[str, Any] = {}
@@ -337,6 +343,7 @@ class PublicKeyVerifier:
 
     def verify(self, payload: bytes, sig: Signature) -> None:
         """Check ``sig`` over ``payload`` with the public key ``sig.key_id`` names."""
+        _require_crypto()
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec, padding
@@ -681,3 +688,7 @@ def _list_prefixes(store: ObjectStore, prefix: str) -> list[str]:
         if token is None:
             return out
 
+
+def _require_crypto() -> None:
+    # Ed25519 and local public-key verification need the `sign` extra (cryptography).
+    require("cryptography", "sign")

@@ -210,8 +210,10 @@ def test_lazy_writer_whose_create_landed_unacknowledged_adopts_it() -> None:
     def plan(method: str, key: str) -> Fault | None:
         if not armed["on"]:
             return None
-        # The create lands but its response is lost, and so is every re-read.
-        return "timeout-landed" if method == "put_if_absent" else "503" if method == "get" else None
+        # The head's create lands but its response is lost, and so is every re-read.
+        if method == "put_if_absent" and key.endswith("/head"):
+            return "timeout-landed"
+        return "503" if method == "get" and key.endswith("/head") else None
 
     log = s3log.Log(FaultyStore(mem, plan), config=LogConfig(retry=FAST))
     w = log.create(lazy=True)
