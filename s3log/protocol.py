@@ -19,11 +19,13 @@ from . import decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
+    FORMAT_VERSION,
     MAX_INTERNAL_DEPTH,
     Entry,
     Head,
     ParentRef,
     Segment,
+    check_format_version,
     decode_head,
     decode_segment,
     dumps,
@@ -88,6 +90,8 @@ class LogConfig:
     garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     ``verify_preconditions``: probe, before the first write to a store, that it
     honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
+    ``format_version``: the format heads and segments are written in (2, the default,
+    or 1 so that s3log 0.1 readers can read what is written; both are read, see docs/format.md).
     """
 
     tail_max_bytes: int = 8 * 1024
@@ -98,6 +102,10 @@ class LogConfig:
     commit_deadline_ms: int = 10 * 60 * 1000
     env: Env = DEFAULT_ENV
     verify_preconditions: bool = True
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        check_format_version(self.format_version)
 
 
 def now_ms() -> int:
@@ -522,6 +530,7 @@ def _plan_head(
         updated_at=t,
         created_at=h.created_at if ws.etag is not None else t,
         writer=nonce,
+        v=cfg.format_version,
     )
     inline = replace(base, tail=h.tail + tuple(entries))
     body = encode_head(inline)
@@ -553,7 +562,8 @@ def _plan_head(
         # Segments merged away stop being referenced now: gc counts its grace from here.
         retired_at=t if merged_keys else h.retired_at,
     )
-    return _HeadPlan(head, encode_head(head), seg_key, encode_segment(ws.session, run), tuple(run), plan.level)
+    segment_body = encode_segment(ws.session, run, cfg.format_version)
+    return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level)
 
 
 def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:
