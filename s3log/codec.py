@@ -390,22 +390,24 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     except Exception as exc:  # cbor2 raises several types for garbage input
         raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
     sha = hashlib.sha256
-    out: list[Entry] = []
-    for raw, h, m in zip(records, hashes, maps, strict=True):
-        if type(m) is dict and len(m) == 5 and "data" in m and "prev" in m:
-            seq, prev, kind, ts = m.get("seq"), m["prev"], m.get("kind"), m.get("ts")
+    digests = [sha(r).digest() for r in records]
+    if digests != hashes:
+        for h, digest, m in zip(hashes, digests, maps, strict=True):
+            if h != digest:
+                seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+                shown = h.hex() if type(h) is bytes else repr(h)
+                raise CorruptionError(key, f"hash is {shown}, record hashes to {digest.hex()}", seq=seq)
+    out: list[Any] = []  # of Entry: _NewEntry turns itself into one
+    append, new_entry = out.append, _NewEntry
+    for raw, digest, m in zip(records, digests, maps, strict=True):
+        if type(m) is dict and len(m) == 5 and "data" in m and "prev" in m and "seq" in m:
+            seq, prev, kind, ts = m["seq"], m["prev"], m.get("kind"), m.get("ts")
             if (
                 type(seq) is int and seq >= 0 and type(ts) is int and type(kind) is str
                 and (raw.endswith(_PREV_NULL) if prev is None
                      else type(prev) is bytes and len(prev) == HASH_LEN and raw.endswith(_PREV_HASH + prev))
             ):
-                digest = sha(raw).digest()
-                if h != digest:
-                    raise CorruptionError(
-                        key, f"hash is {h.hex() if type(h) is bytes else h!r}, record hashes to {digest.hex()}",
-                        seq=seq,
-                    )
-                out.append(_new_entry(seq, prev, kind, ts, m["data"], digest, raw))
+                append(new_entry(seq, prev, kind, ts, m["data"], digest, raw))
                 continue
         raise _entry_error(m, key, record=True)
     return tuple(out)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import cbor2
 import pytest
@@ -224,6 +226,11 @@ def test_a_flipped_byte_in_the_heads_tail_names_the_head() -> None:
     assert info.value.key == hkey and info.value.seq == seq
 
 
+def _records(obj: dict[str, Any], records: list[bytes]) -> dict[str, Any]:
+    """The segment with other records, and their hashes, so only their shape is wrong."""
+    return {**obj, "entries": records, "hashes": [hashlib.sha256(r).digest() for r in records]}
+
+
 _EXTRA_FIELD = cbor2.dumps({"seq": 0, "prev": None, "kind": "k", "ts": 1, "data": 1, "x": 2}, canonical=True)
 
 
@@ -231,9 +238,10 @@ _EXTRA_FIELD = cbor2.dumps({"seq": 0, "prev": None, "kind": "k", "ts": 1, "data"
     ("mutate", "reason"),
     [
         (lambda o: {**o, "hashes": o["hashes"][:-1]}, "hashes"),
-        (lambda o: {**o, "entries": [cbor2.dumps([1, 2]), *o["entries"][1:]]}, "entry record is a list"),
-        (lambda o: {**o, "entries": [r + b"\0" for r in o["entries"]]}, "prev"),
-        (lambda o: {**o, "entries": [_EXTRA_FIELD, *o["entries"][1:]]}, "fields besides"),
+        (lambda o: _records(o, [cbor2.dumps([1, 2]), *o["entries"][1:]]), "entry record is a list"),
+        (lambda o: {**o, "entries": [r + b"\0" for r in o["entries"]]}, "hashes to"),
+        (lambda o: _records(o, [r + b"\0" for r in o["entries"]]), "end with its prev"),
+        (lambda o: _records(o, [_EXTRA_FIELD, *o["entries"][1:]]), "fields besides"),
         (lambda o: {**o, "entries": [1] * len(o["entries"])}, "byte strings"),
     ],
 )
