@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from . import protocol, retention
 from ._extras import extra
-from .codec import Entry, Head, dumps
+from .codec import Entry, Head, data_cbor_column
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
 from .log import Log
@@ -202,7 +202,8 @@ class _Columns:
             pa.array([e.hash.hex() for e in entries], pa.string()),
             pa.array([e.prev.hex() if e.prev else None for e in entries], pa.string()),
             pa.array([parent] * n, pa.string()),
-            pa.array([dumps(e.data) for e in entries], pa.binary()),
+            # A slice of each entry's stored record (format v2, or made here): no re-encoding.
+            pa.array(data_cbor_column(entries), pa.binary()),
             pa.array([_json(e.data) for e in entries], pa.string()),
             _days_to_dates(days),
         ], schema=SCHEMA)

@@ -1,23 +1,34 @@
-"""Encoding of entries, segments and heads (format v1) as deterministic CBOR.
+"""Encoding of entries, segments and heads (formats v1 and v2) as deterministic CBOR.
 
 Everything here is pure: bytes in, values out, or the reverse. An entry's hash is
 SHA-256 over the deterministic encoding (RFC 8949 §4.2.1) of the map
-``{seq, prev, kind, ts, data}``; the same encoding is used for whole objects so the
-same content always gives the same bytes (and so the same key gives the same body).
+``{seq, prev, kind, ts, data}``: its *record*. Format v1 stores each entry as that map
+plus ``hash``, so a reader re-encodes every entry to check it; format v2 stores the
+record itself as a byte string, so a reader hashes the stored bytes and decodes the
+records of a whole segment in one call, and never encodes anything. The hash of an
+entry is the same in both formats, so one chain may mix v1 and v2 objects. The same
+encoding is used for whole objects so the same content always gives the same bytes
+(and so the same key gives the same body).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
 
-from .errors import CorruptionError, FormatVersionError, InvalidEntryError
+from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, InvalidEntryError
 
-FORMAT_VERSION = 1
+#: The format this build writes by default (``LogConfig.format_version``).
+FORMAT_VERSION = 2
+#: Every format this build reads; anything else is refused with FormatVersionError.
+READABLE_VERSIONS = (1, 2)
 HASH_LEN = 32
 #: Kinds starting with this prefix are written by s3log itself.
 RESERVED_KIND_PREFIX = "s3log."
@@ -44,8 +55,10 @@ class Entry:
     ts: int
     data: Any
     hash: bytes
-    #: The entry's deterministic encoding when it was built here (empty when decoded):
-    #: segments and heads splice it instead of encoding the entry again.
+    #: The entry's record, the deterministic encoding of ``{seq, prev, kind, ts, data}``
+    #: whose SHA-256 is ``hash`` (empty when decoded from a v1 object). Set only by
+    #: :func:`make_entry` and the v2 decoder, which derive ``hash`` from it, so an entry
+    #: with a record needs no re-encoding to be verified or written again.
     raw: bytes = field(default=b"", compare=False, repr=False)
 
     @property
@@ -68,11 +81,45 @@ class Entry:
 # A CBOR map and an array of the same items differ only in the first byte (major type
 # 5 vs 4, same length): encoding the key/value sequence as one canonical array in one
 # C call, then swapping the header, gives the deterministic map with keys already in
-# canonical order ("ts", "seq", "data", "hash", "kind", "prev": shorter keys first,
-# then bytewise), without building and sorting a dict per entry.
+# canonical order ("ts", "seq", "data", "kind", "prev", and "hash" between "data" and
+# "kind" in a v1 entry: shorter keys first, then bytewise), without building and
+# sorting a dict per entry.
 
 
 _K_HASH = dumps("hash")
+#: How a record ends after its data: the "kind" key, then the kind, then "prev".
+_K_KIND = dumps("kind")
+_K_DATA = dumps("data")
+_PREV_NULL = dumps("prev") + dumps(None)
+_PREV_HASH = dumps("prev") + b"\x58\x20"  # a 32-byte string follows
+
+
+class _NewEntry:
+    """Makes an :class:`Entry` in one plain ``__init__`` (hot paths only).
+
+    A frozen dataclass sets each field through ``object.__setattr__``, which costs
+    more than hashing a small entry. This class has the same slots; its ``__init__``
+    assigns them directly and then turns the object into an ``Entry`` (CPython allows
+    ``__class__`` assignment between classes with the same slot layout and raises
+    TypeError otherwise, so a change to Entry's fields cannot go unnoticed). The result is
+    an ordinary frozen Entry.
+    """
+
+    __slots__ = ("seq", "prev", "kind", "ts", "data", "hash", "raw")  # noqa: RUF023 - Entry's order
+
+    def __init__(self, seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> None:
+        self.seq = seq
+        self.prev = prev
+        self.kind = kind
+        self.ts = ts
+        self.data = data
+        self.hash = h
+        self.raw = raw
+        self.__class__ = Entry  # type: ignore[assignment]
+
+
+def _new_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> Entry:
+    return _NewEntry(seq, prev, kind, ts, data, h, raw)  # type: ignore[return-value]
 
 
 def entry_hash(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> bytes:
@@ -80,33 +127,108 @@ def entry_hash(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> b
 
     Equal to hashing ``dumps({...})`` (``test_spliced_hash_equals_the_canonical_map``).
     """
-    body = dumps(["ts", ts, "seq", seq, "data", data, "kind", kind, "prev", prev])
-    return hashlib.sha256(b"\xa5" + body[1:]).digest()
+    return hashlib.sha256(_record(seq, prev, kind, ts, data)).digest()
+
+
+def _record(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> bytes:
+    return b"\xa5" + dumps(["ts", ts, "seq", seq, "data", data, "kind", kind, "prev", prev])[1:]
+
+
+def entry_record(e: Entry) -> bytes:
+    """The entry's record: the deterministic encoding of ``{seq, prev, kind, ts, data}``."""
+    return e.raw or _record(e.seq, e.prev, e.kind, e.ts, e.data)
+
+
+def _head_len(n: int) -> int:
+    """Bytes of the CBOR head of an integer or a length ``n`` (shortest form)."""
+    if n < 0:
+        n = -1 - n
+    return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
+
+
+def _kind_offset(e: Entry) -> int:
+    """Where the "kind" key starts in the entry's record (just after its data)."""
+    k = len(e.kind) if e.kind.isascii() else len(e.kind.encode("utf-8"))
+    return len(e.raw) - (len(_PREV_NULL) if e.prev is None else len(_PREV_HASH) + HASH_LEN) - k - _head_len(k) - 5
+
+
+#: Bytes taken by an integer whose CBOR encoding starts with this byte (major types 0
+#: and 1, the only ones a record's ts and seq may have); 0 for any other byte.
+_INT_LEN = bytes(
+    1 if (b & 0x1F) < 24 else {24: 2, 25: 3, 26: 5, 27: 9}.get(b & 0x1F, 0) if b < 0x40 else 0 for b in range(256)
+)
+
+
+def entry_data_cbor(e: Entry) -> bytes:
+    """The deterministic encoding of ``e.data``: a slice of the record when there is one."""
+    return data_cbor_column([e])[0]
+
+
+def data_cbor_column(entries: Sequence[Entry]) -> list[bytes]:
+    """:func:`entry_data_cbor` of many entries (the analytics ``data_cbor`` column)."""
+    out: list[bytes] = []
+    kind_len: dict[str, int] = {}
+    k_data, k_kind, int_len = _K_DATA, _K_KIND, _INT_LEN
+    for e in entries:
+        raw = e.raw
+        if raw:
+            # a5 62"ts" <ts> 63"seq" <seq> 64"data" <data> 64"kind" <kind> 64"prev" <prev>
+            p = 4 + int_len[raw[4]]
+            q = p + 4 + int_len[raw[p + 4]] if len(raw) > p + 4 else 0
+            k = kind_len.get(e.kind)
+            if k is None:
+                n = len(e.kind.encode("utf-8"))
+                k = kind_len[e.kind] = 5 + _head_len(n) + n
+            end = len(raw) - (6 if e.prev is None else 39) - k
+            # A record not in the shape s3log writes falls back to encoding the data
+            # rather than returning a wrong slice.
+            if raw[q : q + 5] == k_data and raw[end : end + 5] == k_kind and q + 5 < end:
+                out.append(raw[q + 5 : end])
+                continue
+        out.append(dumps(e.data))
+    return out
 
 
 def entry_bytes(e: Entry) -> bytes:
-    """The deterministic encoding of an entry's full map (with ``hash``)."""
+    """The deterministic encoding of an entry's full map (with ``hash``): format v1."""
     if e.raw:
-        return e.raw
+        cut = _kind_offset(e)
+        return b"\xa6" + e.raw[1:cut] + _K_HASH + b"\x58\x20" + e.hash + e.raw[cut:]
     body = dumps(["ts", e.ts, "seq", e.seq, "data", e.data, "hash", e.hash, "kind", e.kind, "prev", e.prev])
     return b"\xa6" + body[1:]
 
 
 def _array_head(n: int) -> bytes:
     """The header of a CBOR array of ``n`` items (major type 4, shortest length form)."""
+    return _length_head(0x80, n)
+
+
+def _length_head(major: int, n: int) -> bytes:
     if n < 24:
-        return bytes([0x80 | n])
+        return bytes([major | n])
     if n < 0x100:
-        return b"\x98" + n.to_bytes(1, "big")
+        return bytes([major | 24]) + n.to_bytes(1, "big")
     if n < 0x10000:
-        return b"\x99" + n.to_bytes(2, "big")
+        return bytes([major | 25]) + n.to_bytes(2, "big")
     if n < 0x100000000:
-        return b"\x9a" + n.to_bytes(4, "big")
-    return b"\x9b" + n.to_bytes(8, "big")
+        return bytes([major | 26]) + n.to_bytes(4, "big")
+    return bytes([major | 27]) + n.to_bytes(8, "big")
 
 
 def _entries_array(entries: Sequence[Entry]) -> bytes:
+    """Format v1: the entries as an array of full maps (with ``hash``)."""
     return _array_head(len(entries)) + b"".join(entry_bytes(e) for e in entries)
+
+
+def _records_array(entries: Sequence[Entry]) -> bytes:
+    """Format v2: the entries' records as an array of byte strings."""
+    records = [entry_record(e) for e in entries]
+    return _array_head(len(records)) + b"".join(_length_head(0x40, len(r)) + r for r in records)
+
+
+def _hashes_array(entries: Sequence[Entry]) -> bytes:
+    """Format v2: the entries' hashes as an array of 32-byte strings."""
+    return _array_head(len(entries)) + b"".join(b"\x58\x20" + e.hash for e in entries)
 
 
 def _map_with_raw(fields: Mapping[str, Any], raw: Mapping[str, bytes]) -> bytes:
@@ -193,12 +315,9 @@ def normalize_data(kind: str, data: Any, *, session: str | None = None, max_dept
 
 
 def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> Entry:
-    """Build an entry with its hash and encoding. ``data`` must already be normalized."""
-    # The hashed map and the stored map share every item but "hash": encode them once.
-    front = dumps(["ts", ts, "seq", seq, "data", data])[1:]
-    back = dumps(["kind", kind, "prev", prev])[1:]
-    h = hashlib.sha256(b"\xa5" + front + back).digest()
-    return Entry(seq, prev, kind, ts, data, h, b"\xa6" + front + _K_HASH + dumps(h) + back)
+    """Build an entry with its record and hash. ``data`` must already be normalized."""
+    raw = _record(seq, prev, kind, ts, data)
+    return _new_entry(seq, prev, kind, ts, data, hashlib.sha256(raw).digest(), raw)
 
 
 def _entry_from_map(obj: Any, key: str) -> Entry:
@@ -212,36 +331,131 @@ def _entry_from_map(obj: Any, key: str) -> Entry:
             and (prev is None or (type(prev) is bytes and len(prev) == HASH_LEN))
             and "data" in obj
         ):
-            return Entry(seq, prev, kind, ts, obj["data"], h)
+            return _new_entry(seq, prev, kind, ts, obj["data"], h, b"")
     raise _entry_error(obj, key)
 
 
-def _entry_error(obj: Any, key: str) -> CorruptionError:
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_resume = False
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a whole object is decoded.
+
+    Decoding a segment allocates a few containers per entry, none of them in a cycle,
+    so every collection those allocations trigger finds nothing to free; in a process
+    with a large heap each one still walks it (measured: restores 1.5x faster with a
+    large heap). Nested and concurrent pauses share one pause; the collector is turned
+    back on when the last ends, and only if it was on when the first began.
+    """
+    global _gc_depth, _gc_resume
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_resume:
+                gc.enable()
+
+
+def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
+    with _gc_paused():
+        return _decode_records(records, hashes, key)
+
+
+def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
+    """Decode the entries of a v2 object from their records, checking each stored hash.
+
+    The records of the whole object are decoded in one call, as one CBOR array made of
+    their concatenation, and each is hashed as stored: nothing is encoded again. Every
+    record must end with its own ``prev`` (the "prev" key and the value the entry
+    decodes to), and the verifier checks that value is the hash of the record before;
+    so each record's bytes are pinned, through the chain of hashes, by the next record,
+    and the last by the segment key or the head: whatever a record holds, a reader
+    decodes exactly the bytes the chain commits to.
+    """
+    if type(records) is not list or not all(type(r) is bytes for r in records):
+        raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)")
+    if type(hashes) is not list or len(hashes) != len(records):
+        raise CorruptionError(key, f"hashes is not an array of {len(records)} hashes, one per entry")
+    try:
+        maps = loads(_array_head(len(records)) + b"".join(records))
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
+    sha = hashlib.sha256
+    digests = [sha(r).digest() for r in records]
+    if digests != hashes:
+        for h, digest, m in zip(hashes, digests, maps, strict=True):
+            if h != digest:
+                seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+                shown = h.hex() if type(h) is bytes else repr(h)
+                raise CorruptionError(key, f"hash is {shown}, record hashes to {digest.hex()}", seq=seq)
+    out: list[Any] = []  # of Entry: _NewEntry turns itself into one
+    append, new_entry = out.append, _NewEntry
+    for raw, digest, m in zip(records, digests, maps, strict=True):
+        if type(m) is dict and len(m) == 5 and "data" in m and "prev" in m and "seq" in m:
+            seq, prev, kind, ts = m["seq"], m["prev"], m.get("kind"), m.get("ts")
+            if (
+                type(seq) is int and seq >= 0 and type(ts) is int and type(kind) is str
+                and (raw.endswith(_PREV_NULL) if prev is None
+                     else type(prev) is bytes and len(prev) == HASH_LEN and raw.endswith(_PREV_HASH + prev))
+            ):
+                append(new_entry(seq, prev, kind, ts, m["data"], digest, raw))
+                continue
+        raise _entry_error(m, key, record=True)
+    return tuple(out)
+
+
+_RECORD_FIELDS = frozenset({"seq", "prev", "kind", "ts", "data"})
+
+
+def _entry_error(obj: Any, key: str, *, record: bool = False) -> CorruptionError:
+    """Say what is wrong with an entry map (``record``: a v2 record, which has no hash)."""
+    what = "entry record" if record else "entry"
     if not isinstance(obj, Mapping):
-        return CorruptionError(key, f"entry is a {type(obj).__name__}, expected a map")
+        return CorruptionError(key, f"{what} is a {type(obj).__name__}, expected a map")
     seq = obj.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        return CorruptionError(key, f"entry seq is {seq!r}, expected an integer >= 0")
+        return CorruptionError(key, f"{what} seq is {seq!r}, expected an integer >= 0")
     prev = obj.get("prev")
     if prev is not None and not (isinstance(prev, bytes) and len(prev) == HASH_LEN):
-        return CorruptionError(key, "entry prev is not null or a 32-byte hash", seq=seq)
+        return CorruptionError(key, f"{what} prev is not null or a 32-byte hash", seq=seq)
     if not isinstance(obj.get("kind"), str):
-        return CorruptionError(key, "entry kind is not a string", seq=seq)
+        return CorruptionError(key, f"{what} kind is not a string", seq=seq)
     ts = obj.get("ts")
     if not isinstance(ts, int) or isinstance(ts, bool):
-        return CorruptionError(key, "entry ts is not an integer", seq=seq)
-    h = obj.get("hash")
-    if not (isinstance(h, bytes) and len(h) == HASH_LEN):
-        return CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
-    return CorruptionError(key, "entry has no data field", seq=seq)
+        return CorruptionError(key, f"{what} ts is not an integer", seq=seq)
+    if not record:
+        h = obj.get("hash")
+        if not (isinstance(h, bytes) and len(h) == HASH_LEN):
+            return CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
+    if "data" not in obj:
+        return CorruptionError(key, f"{what} has no data field", seq=seq)
+    if not record:
+        return CorruptionError(key, "entry is malformed", seq=seq)
+    extra = set(obj) - _RECORD_FIELDS
+    if extra:
+        return CorruptionError(
+            key, f"entry record has fields besides seq, prev, kind, ts, data: {sorted(map(str, extra))}", seq=seq
+        )
+    if "prev" not in obj:
+        return CorruptionError(key, "entry record has no prev field", seq=seq)
+    return CorruptionError(key, "entry record does not end with its prev field", seq=seq)
 
 
 def _check_version(obj: Any, key: str, what: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise CorruptionError(key, f"{what} is a {type(obj).__name__}, expected a map")
     v = obj.get("v")
-    if v != FORMAT_VERSION:
-        raise FormatVersionError(key, v, FORMAT_VERSION)
+    if type(v) is not int or v not in READABLE_VERSIONS:
+        raise FormatVersionError(key, v, READABLE_VERSIONS)
     return obj
 
 
@@ -263,9 +477,20 @@ class Segment:
     entries: tuple[Entry, ...]
 
 
-def encode_segment(session: str, entries: Sequence[Entry]) -> bytes:
-    """The bytes of a segment object."""
-    return _map_with_raw({"v": FORMAT_VERSION, "session": session}, {"entries": _entries_array(entries)})
+def encode_segment(session: str, entries: Sequence[Entry], version: int = FORMAT_VERSION) -> bytes:
+    """The bytes of a segment object in format ``version`` (1 or 2)."""
+    if check_format_version(version) == 1:
+        return _map_with_raw({"v": 1, "session": session}, {"entries": _entries_array(entries)})
+    return _map_with_raw(
+        {"v": version, "session": session}, {"entries": _records_array(entries), "hashes": _hashes_array(entries)}
+    )
+
+
+def check_format_version(version: object) -> int:
+    """Refuse a format version this build cannot write (ValueError naming it)."""
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise InvalidArgumentError("format_version", f"must be one of {READABLE_VERSIONS}, not {version!r}")
+    return version
 
 
 def decode_segment(body: bytes, key: str) -> Segment:
@@ -277,7 +502,9 @@ def decode_segment(body: bytes, key: str) -> Segment:
         raise CorruptionError(key, "segment session is not a string")
     if not isinstance(entries, list) or not entries:
         raise CorruptionError(key, "segment entries is not a non-empty array")
-    return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+    if obj["v"] == 1:
+        return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+    return Segment(session, _entries_from_records(entries, obj.get("hashes"), key))
 
 
 # --------------------------------------------------------------------------------- head
@@ -420,6 +647,16 @@ class Head:
 
     def to_map(self) -> dict[str, Any]:
         """The head as stored."""
+        out = self._fields()
+        if self.v == 1:
+            out["tail"] = [e.to_map() for e in self.tail]
+        else:
+            out["tail"] = [entry_record(e) for e in self.tail]
+            out["tail_hashes"] = [e.hash for e in self.tail]
+        return out
+
+    def _fields(self) -> dict[str, Any]:
+        """Every stored field but the tail."""
         out: dict[str, Any] = dict(self.extra)
         out.update(
             {
@@ -430,7 +667,6 @@ class Head:
                 "hash": self.hash,
                 "segments": list(self.segments),
                 "levels": list(self.levels),
-                "tail": [e.to_map() for e in self.tail],
                 "parent": self.parent.to_map() if self.parent else None,
                 "meta": self.meta,
                 "created_at": self.created_at,
@@ -453,13 +689,14 @@ class Head:
 
 def encode_head(head: Head) -> bytes:
     """The bytes of a head object (equal to ``dumps(head.to_map())``)."""
-    fields = head.to_map()
-    del fields["tail"]
-    return _map_with_raw(fields, {"tail": _entries_array(head.tail)})
+    fields = head._fields()
+    if check_format_version(head.v) == 1:
+        return _map_with_raw(fields, {"tail": _entries_array(head.tail)})
+    return _map_with_raw(fields, {"tail": _records_array(head.tail), "tail_hashes": _hashes_array(head.tail)})
 
 
 _HEAD_FIELDS = frozenset(
-    {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "parent",
+    {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "tail_hashes", "parent",
      "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig", "lease"}
 )
 
@@ -504,7 +741,8 @@ def decode_head(body: bytes, key: str) -> Head:
         hash=h,
         segments=tuple(segments),
         levels=tuple(levels),
-        tail=tuple(_entry_from_map(e, key) for e in need("tail", list)),
+        tail=(tuple(_entry_from_map(e, key) for e in need("tail", list)) if obj["v"] == 1
+              else _entries_from_records(need("tail", list), obj.get("tail_hashes"), key)),
         parent=ParentRef.from_map(parent, key) if parent is not None else None,
         meta=meta,
         created_at=need("created_at", int),
@@ -515,6 +753,7 @@ def decode_head(body: bytes, key: str) -> Head:
         retired_at=_opt_int(obj.get("retired_at"), key, "retired_at"),
         creator=obj["creator"] if isinstance(obj.get("creator"), str) else None,
         lease=Lease.from_map(obj["lease"], key) if obj.get("lease") is not None else None,
+        v=obj["v"],
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,

@@ -148,12 +148,13 @@ class SegmentMissing(CorruptionError):
 class FormatVersionError(S3LogError):
     """A head or segment carries a format version this release cannot read."""
 
-    def __init__(self, key: str, found: object, supported: int) -> None:
+    def __init__(self, key: str, found: object, supported: int | tuple[int, ...]) -> None:
         self.key = key
         self.found = found
         self.supported = supported
+        versions = ", ".join(map(str, supported)) if isinstance(supported, tuple) else str(supported)
         super().__init__(
-            f"object {key} has format version {found!r}; this s3log reads version {supported}"
+            f"object {key} has format version {found!r}; this s3log reads version {versions}"
         )
 
 

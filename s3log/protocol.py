@@ -19,12 +19,14 @@ from . import activity, decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
+    FORMAT_VERSION,
     MAX_INTERNAL_DEPTH,
     Entry,
     Head,
     Lease,
     ParentRef,
     Segment,
+    check_format_version,
     decode_head,
     decode_segment,
     dumps,
@@ -94,6 +96,8 @@ class LogConfig:
     honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
     ``activity_index``: a session's first commit of each UTC day also writes a tiny
     marker (:mod:`s3log.activity`), so "sessions active since T" need not read every head.
+    ``format_version``: the format heads and segments are written in (2, the default,
+    or 1 so that s3log 0.1 readers can read what is written; both are read, see docs/format.md).
     """
 
     tail_max_bytes: int = 8 * 1024
@@ -109,6 +113,10 @@ class LogConfig:
     #: Every head this log reads must be signed by a key it trusts; None: not checked.
     verifier: Verifier | None = None
     activity_index: bool = True
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        check_format_version(self.format_version)
 
 
 def now_ms() -> int:
@@ -613,6 +621,7 @@ def _plan_head(
         created_at=h.created_at if ws.etag is not None else t,
         writer=nonce,
         lease=_next_lease(h, lease, t),
+        v=cfg.format_version,
     )
     base = sign_head(cfg.signer, base)  # the payload is the same whether or not the tail is flushed
     inline = replace(base, tail=h.tail + tuple(entries))
@@ -645,7 +654,8 @@ def _plan_head(
         # Segments merged away stop being referenced now: gc counts its grace from here.
         retired_at=t if merged_keys else h.retired_at,
     )
-    return _HeadPlan(head, encode_head(head), seg_key, encode_segment(ws.session, run), tuple(run), plan.level)
+    segment_body = encode_segment(ws.session, run, cfg.format_version)
+    return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level)
 
 
 def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:

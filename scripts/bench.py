@@ -6,7 +6,11 @@ Starts the embedded local S3 once and, in one run, measures for each system:
   requests per append by method;
 - restore of a 10,000-entry session: time and requests, against one GET of the same bytes;
 - entries/s with 64 concurrent appenders (group commit) against one commit per entry;
-- encode + hash rate of small entries on one core.
+- CPU only (MemoryStore, one core): encode + hash of small entries, restore (read and
+  verify) of a 10,000-entry session in format v2 and v1, and the analytics scan.
+
+``--parts`` runs a subset (``append,restore,concurrent,cpu``): the peers are in
+``append``, which takes longest.
 
 Peers (the ``bench`` extra): delta-rs (``write_deltalake`` append), SlateDB (``put`` +
 durable flush per put), Icechunk (one chunk + ``commit()`` per append); the floor is a
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -25,6 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import s3log
@@ -117,23 +123,29 @@ async def _concurrent(store: Any, appenders: int, per: int) -> dict[str, Any]:
     return {"entries_per_s": appenders * per / dt, "puts": store.requests["PUT"], "entries": appenders * per}
 
 
-def restore(server: LocalS3, entries: int, fast: bool) -> dict[str, Any]:
-    bucket = server.create_bucket()
-    store: Any = (s3log.S3Store.fast if fast else s3log.S3Store)(bucket, endpoint_url=server.endpoint_url)
-    log = s3log.Log(store)
+def _fill(log: s3log.Log, entries: int) -> str:
+    """A session of ``entries`` entries of ~130 bytes, committed 50 at a time."""
     w = log.create()
     for i in range(entries):
         w.append("event", {"i": i, "text": "y" * 100})
         if i % 50 == 49:
             w.commit()
     w.commit()
-    head = log.head(w.session_id)
+    return w.session_id
+
+
+def restore(server: LocalS3, entries: int, fast: bool) -> dict[str, Any]:
+    bucket = server.create_bucket()
+    store: Any = (s3log.S3Store.fast if fast else s3log.S3Store)(bucket, endpoint_url=server.endpoint_url)
+    log = s3log.Log(store)
+    sid = _fill(log, entries)
+    head = log.head(sid)
     # The same bytes as one object: the floor of a restore.
-    keys = [*head.segments, f"s3log/sessions/{w.session_id}/head"]
+    keys = [*head.segments, f"s3log/sessions/{sid}/head"]
     total = sum(len(store.get(k).body) for k in keys)
     store.put_if_absent("floor/blob", b"z" * total)
     store.requests.reset()
-    samples = timed(5, lambda i: log.read(w.session_id))
+    samples = timed(5, lambda i: log.read(sid))
     req = {k: v / 8 for k, v in store.requests.snapshot().items() if v}
     single = timed(5, lambda i: store.get("floor/blob"))
     log.close()
@@ -141,11 +153,61 @@ def restore(server: LocalS3, entries: int, fast: bool) -> dict[str, Any]:
             "bytes": total, "single_get_ms": _ms(single), "ratio_to_single_get": _ms(samples) / _ms(single)}
 
 
+def _best(reps: int, fn: Callable[[], Any]) -> float:
+    """The fewest CPU seconds of ``reps`` runs of ``fn``, each after a full collection.
+
+    CPU time of the process, not wall time: on a machine shared with other work, time
+    spent waiting for a core is not the code's cost.
+    """
+    best = float("inf")
+    for _ in range(reps):
+        gc.collect()
+        t = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t)
+    return best
+
+
+def restore_memory(entries: int = 10_000) -> dict[str, Any]:
+    """Read and verify a session from a MemoryStore: pure CPU, per format version."""
+    out: dict[str, Any] = {"entries": entries}
+    for v in (2, 1):
+        log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(format_version=v))
+        sid = _fill(log, entries)
+        out[f"v{v}_entries_per_s"] = entries / _best(5, partial(log.read, sid))
+        log.close()
+    out["v2_over_v1"] = out["v2_entries_per_s"] / out["v1_entries_per_s"]
+    return out
+
+
+def scan_memory(sessions: int = 20, per: int = 1_000) -> dict[str, Any]:
+    """analytics.scan of ``sessions`` x ``per`` entries from a MemoryStore (chains verified)."""
+    from s3log import analytics
+
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    for s in range(sessions):
+        w = log.create()
+        for i in range(per):
+            w.append("tool_call" if i % 4 == 0 else "message", {"s": s, "i": i, "text": "lorem ipsum " * 8})
+            if i % 25 == 24:
+                w.commit()
+        w.commit()
+    log.close()
+    n = sessions * per
+
+    def run() -> None:
+        rows = sum(b.num_rows for b in analytics.scan(store, parallelism=1))
+        assert rows == n, rows
+
+    return {"entries": n, "entries_per_s": n / _best(3, run)}
+
+
 def cpu(n: int = 100_000) -> dict[str, Any]:
     from s3log.chain import PendingEntry, build_chain
 
     pending = [PendingEntry("event", 1_700_000_000_000, {"i": i, "text": "hello"}) for i in range(n)]
-    best = min(timed(3, lambda i: build_chain(pending, after_seq=-1, after_hash=None)))
+    best = _best(3, lambda: build_chain(pending, after_seq=-1, after_hash=None))
     return {"entries_per_s": n / best}
 
 
@@ -172,6 +234,44 @@ def signing_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
     plain, signed = _ms(samples["plain"]), _ms(samples["signed"])
     return {"plain_ms_per_commit": plain, "signed_ms_per_commit": signed, "ratio": signed / plain,
             "added_us_per_commit": (signed - plain) * 1000}
+
+
+def signing_overhead_http(server: LocalS3, n: int = 60, rounds: int = 3) -> dict[str, Any]:
+    """Median per small durable commit over the local S3 (boto3), without and with Ed25519."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer
+
+    def writer(signer: Any) -> Any:
+        store = s3log.S3Store(server.create_bucket(), endpoint_url=server.endpoint_url)
+        return s3log.Log(store, config=s3log.LogConfig(signer=signer)).create(meta={"user": "bench"})
+
+    writers = {"plain": writer(None), "signed": writer(Ed25519Signer(Ed25519PrivateKey.generate()))}
+    samples: dict[str, list[float]] = {name: [] for name in writers}
+    for _ in range(rounds):
+        for name, w in writers.items():
+            samples[name] += timed(n // rounds, lambda i, w=w: (w.append("event", PAYLOAD), w.commit()))
+    plain, signed = _ms(samples["plain"]), _ms(samples["signed"])
+    return {"plain_ms_per_commit": plain, "signed_ms_per_commit": signed, "ratio": signed / plain}
+
+
+def startup(runs: int = 7) -> dict[str, Any]:
+    """Wall time of ``import s3log`` and of ``s3log --help`` in fresh processes (best of ``runs``),
+    and of a bare interpreter for reference."""
+    import subprocess
+
+    def best(cmd: list[str]) -> float:
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            times.append(time.perf_counter() - t)
+        return min(times) * 1000
+
+    bare = best([sys.executable, "-c", "pass"])
+    imp = best([sys.executable, "-c", "import s3log"])
+    cli = best([sys.executable, "-m", "s3log.cli", "--help"])
+    return {"bare_ms": bare, "import_ms": imp - bare, "help_ms": cli}
 
 
 # ------------------------------------------------------------------------------ peers
@@ -248,47 +348,75 @@ def run_peer(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- main
 
 
+PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=200, help="appends per single-writer system")
     parser.add_argument("--restore-entries", type=int, default=10_000)
     parser.add_argument("--appenders", type=int, default=64)
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     parser.add_argument("--json", default="bench-results.json")
     args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not parts <= set(PARTS):
+        parser.error(f"unknown parts {sorted(parts - set(PARTS))}; choose from {', '.join(PARTS)}")
     n = args.n
     results: dict[str, Any] = {
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
         "n": n,
+        "parts": sorted(parts),
     }
-    with LocalS3() as server:
-        os.environ.update(server.env())
-        ep = server.endpoint_url
-        b = server.create_bucket
-        systems: dict[str, Any] = {}
-        systems["raw PUT (boto3)"] = floor_boto3(server, n)
-        systems["raw PUT (obstore)"] = run_peer("obstore", lambda: floor_obstore(server, n))
-        systems["s3log / boto3"] = s3log_sync(s3log.S3Store(b(), endpoint_url=ep), n)
-        systems["s3log / aioboto3"] = asyncio.run(_with_close(s3log.AsyncS3Store(b(), endpoint_url=ep), n))
-        systems["s3log / obstore"] = run_peer(
-            "obstore", lambda: s3log_sync(s3log.S3Store.fast(b(), endpoint_url=ep), n))
-        systems["s3log / obstore async"] = run_peer(
-            "obstore", lambda: asyncio.run(_s3log_async(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), n)))
-        peer_n = max(20, n // 4)
-        systems["delta-rs"] = run_peer("deltalake", lambda: peer_deltalake(server, peer_n))
-        systems["SlateDB"] = run_peer("slatedb", lambda: peer_slatedb(server, peer_n))
-        systems["Icechunk"] = run_peer("icechunk", lambda: peer_icechunk(server, peer_n))
-        results["append"] = systems
-        results["restore"] = {
-            "boto3": restore(server, args.restore_entries, fast=False),
-            "obstore": run_peer("obstore", lambda: restore(server, args.restore_entries, fast=True)),
-        }
-        conc = asyncio.run(_concurrent(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), args.appenders, 10))
-        single = 1000 / systems["s3log / obstore async"].get("ms_per_append", float("nan"))
-        conc["one_commit_per_entry_entries_per_s"] = single
-        conc["ratio"] = conc["entries_per_s"] / single
-        results["concurrent"] = conc
-    results["cpu"] = cpu()
-    results["signing"] = signing_overhead()
+    if "cpu" in parts:
+        # First, before the local S3 server starts: its threads would share the CPU
+        # time these measure.
+        results["cpu"] = cpu()
+        results["restore_memory"] = restore_memory(args.restore_entries)
+        results["scan_memory"] = scan_memory()
+    if parts & {"append", "restore", "concurrent"}:
+        with LocalS3() as server:
+            os.environ.update(server.env())
+            ep = server.endpoint_url
+            b = server.create_bucket
+            if "append" in parts:
+                systems: dict[str, Any] = {}
+                systems["raw PUT (boto3)"] = floor_boto3(server, n)
+                systems["raw PUT (obstore)"] = run_peer("obstore", lambda: floor_obstore(server, n))
+                systems["s3log / boto3"] = s3log_sync(s3log.S3Store(b(), endpoint_url=ep), n)
+                systems["s3log / aioboto3"] = asyncio.run(_with_close(s3log.AsyncS3Store(b(), endpoint_url=ep), n))
+                systems["s3log / obstore"] = run_peer(
+                    "obstore", lambda: s3log_sync(s3log.S3Store.fast(b(), endpoint_url=ep), n))
+                systems["s3log / obstore async"] = run_peer(
+                    "obstore", lambda: asyncio.run(_s3log_async(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), n)))
+                peer_n = max(20, n // 4)
+                systems["delta-rs"] = run_peer("deltalake", lambda: peer_deltalake(server, peer_n))
+                systems["SlateDB"] = run_peer("slatedb", lambda: peer_slatedb(server, peer_n))
+                systems["Icechunk"] = run_peer("icechunk", lambda: peer_icechunk(server, peer_n))
+                results["append"] = systems
+            if "restore" in parts:
+                results["restore"] = {
+                    "boto3": restore(server, args.restore_entries, fast=False),
+                    "obstore": run_peer("obstore", lambda: restore(server, args.restore_entries, fast=True)),
+                }
+            if "concurrent" in parts:
+                conc = asyncio.run(_concurrent(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), args.appenders, 10))
+                single_ms = results.get("append", {}).get("s3log / obstore async", {}).get("ms_per_append")
+                if single_ms is None:  # without the append part: measure one commit per entry here
+                    single_ms = run_peer("obstore", lambda: asyncio.run(
+                        _s3log_async(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), 50))).get("ms_per_append")
+                single = 1000 / single_ms if single_ms else float("nan")
+                conc["one_commit_per_entry_entries_per_s"] = single
+                conc["ratio"] = conc["entries_per_s"] / single
+                results["concurrent"] = conc
+    if "signing" in parts:
+        results["signing"] = signing_overhead()
+        with LocalS3() as server:
+            os.environ.update(server.env())
+            results["signing_http"] = signing_overhead_http(server)
+    if "startup" in parts:
+        results["startup"] = startup()
+    results["targets"] = targets(results)
     _report(results)
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
@@ -302,41 +430,87 @@ async def _with_close(store: Any, n: int) -> dict[str, Any]:
         await store.aclose()
 
 
-def _report(r: dict[str, Any]) -> None:
-    print(f"machine: {r['machine']}")
-    print(f"\n{'system':<24}{'ms/append':>10}   requests/append")
-    for name, s in r["append"].items():
-        if "skipped" in s:
-            print(f"{name:<24}{'-':>10}   skipped: {s['skipped']}")
-            continue
-        req = ", ".join(f"{k} {v:.2f}" for k, v in s.get("requests_per_append", {}).items())
-        print(f"{name:<24}{s['ms_per_append']:>10.2f}   {req}")
-    a = r["append"]
+def _slower_or_faster(ratio: float) -> str:
+    """``ratio`` = peer time / s3log time, said the right way round."""
+    return f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster"
 
-    def ratio(x: str, y: str) -> str:
-        if "ms_per_append" not in a.get(x, {}) or "ms_per_append" not in a.get(y, {}):
-            return "n/a"
-        return f"{a[x]['ms_per_append'] / a[y]['ms_per_append']:.2f}"
 
-    print("\ntargets (same run):")
-    print(f"  s3log/boto3 vs raw boto3 PUT: {ratio('s3log / boto3', 'raw PUT (boto3)')}x (target <= 1.2)")
-    print(f"  s3log/obstore vs SlateDB: {ratio('s3log / obstore', 'SlateDB')}x (target <= 1.0)")
+def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measured target: what, the figure, the bound, and whether it is met."""
+    out: list[dict[str, Any]] = []
+
+    def add(measure: str, value: float | None, shown: str, bound: str, ok: bool | None) -> None:
+        if value is not None:
+            out.append({"measure": measure, "value": value, "shown": shown, "target": bound, "ok": ok})
+
+    a = r.get("append", {})
+
+    def ms(name: str) -> float | None:
+        v = a.get(name, {}).get("ms_per_append")
+        return float(v) if v is not None else None
+
+    def ratio(x: str, y: str) -> float | None:
+        mx, my = ms(x), ms(y)
+        return mx / my if mx is not None and my is not None else None
+
+    v = ratio("s3log / boto3", "raw PUT (boto3)")
+    add("s3log/boto3 vs raw boto3 PUT", v, f"{v:.2f}x" if v else "", "<= 1.2x", v is not None and v <= 1.2)
+    v = ratio("s3log / obstore", "SlateDB")
+    add("s3log/obstore vs SlateDB", v, f"{v:.2f}x" if v else "", "<= 1.0x", v is not None and v <= 1.0)
     for s in ("s3log / boto3", "s3log / aioboto3", "s3log / obstore"):
-        print(f"  delta-rs vs {s}: {ratio('delta-rs', s)}x faster (target >= 8)")
-    for name, rs in r["restore"].items():
+        v = ratio("delta-rs", s)
+        add(f"delta-rs vs {s}", v, _slower_or_faster(v) if v else "", "delta-rs >= 8x slower",
+            v is not None and v >= 8)
+    for name, rs in r.get("restore", {}).items():
         if "skipped" in rs:
             continue
-        print(f"  restore {rs['entries']} entries ({name}): {rs['ms']:.1f} ms, {rs['requests']} per restore, "
-              f"{rs['segments']} segments, {rs['ratio_to_single_get']:.2f}x one GET of {rs['bytes']} bytes "
-              f"(target <= 21 GETs, <= 3x)")
-    c = r["concurrent"]
-    print(f"  {c['entries']} entries from 64 concurrent appenders: {c['entries_per_s']:.0f}/s in {c['puts']} PUTs, "
-          f"{c['ratio']:.1f}x one-commit-per-entry (target >= 20)")
-    print(f"  encode+hash: {r['cpu']['entries_per_s']:.0f} entries/s on one core (target >= 100,000)")
-    g = r["signing"]
-    print(f"  signing overhead (Ed25519, MemoryStore): {g['plain_ms_per_commit'] * 1000:.0f} -> "
-          f"{g['signed_ms_per_commit'] * 1000:.0f} us per small commit, {g['ratio']:.2f}x "
-          f"(+{g['added_us_per_commit']:.0f} us; target <= 1.10)")
+        gets = rs["requests"].get("GET", 0)
+        add(f"restore {rs['entries']:,} entries ({name}): GETs", gets, f"{gets:.0f} GETs", "<= 21", gets <= 21)
+        v = rs["ratio_to_single_get"]
+        add(f"restore {rs['entries']:,} entries ({name}) vs one GET of the same {rs['bytes']:,} bytes", v,
+            f"{v:.1f}x ({rs['ms']:.0f} ms vs {rs['single_get_ms']:.1f} ms)", "<= 3x", v <= 3)
+    if "concurrent" in r:
+        c = r["concurrent"]
+        add(f"{c['entries']} entries from concurrent appenders vs one commit per entry", c["ratio"],
+            f"{c['ratio']:.1f}x ({c['entries_per_s']:,.0f}/s in {c['puts']} PUTs)", ">= 20x", c["ratio"] >= 20)
+    if "cpu" in r:
+        v = r["cpu"]["entries_per_s"]
+        add("encode + hash of small entries, one core", v, f"{v:,.0f}/s", ">= 150,000/s", v >= 150_000)
+        m = r["restore_memory"]
+        v = m["v2_entries_per_s"]
+        add(f"restore {m['entries']:,} entries from MemoryStore (format v2)", v,
+            f"{v:,.0f}/s ({m['v2_over_v1']:.1f}x format v1's {m['v1_entries_per_s']:,.0f}/s)", ">= 300,000/s",
+            v >= 300_000)
+        v = r["scan_memory"]["entries_per_s"]
+        add("analytics.scan from MemoryStore, chains verified", v, f"{v:,.0f}/s", ">= 250,000/s", v >= 250_000)
+    if "signing_http" in r:
+        g, m = r["signing_http"], r["signing"]
+        v = g["ratio"]
+        add("Ed25519-signed vs unsigned small commit over the local S3 (boto3)", v,
+            f"{v:.2f}x ({g['plain_ms_per_commit']:.2f} -> {g['signed_ms_per_commit']:.2f} ms; "
+            f"+{m['added_us_per_commit']:.0f} us of CPU, {m['ratio']:.2f}x on MemoryStore)", "<= 1.10x", v <= 1.10)
+    if "startup" in r:
+        st = r["startup"]
+        add("import s3log (wall, fresh process, over a bare interpreter)", st["import_ms"],
+            f"{st['import_ms']:.0f} ms", "<= 100 ms", st["import_ms"] <= 100)
+        add("s3log --help (wall, fresh process)", st["help_ms"], f"{st['help_ms']:.0f} ms", "<= 500 ms",
+            st["help_ms"] <= 500)
+    return out
+
+
+def _report(r: dict[str, Any]) -> None:
+    print(f"machine: {r['machine']}")
+    if "append" in r:
+        print(f"\n{'system':<24}{'ms/append':>10}   requests/append")
+        for name, s in r["append"].items():
+            if "skipped" in s:
+                print(f"{name:<24}{'-':>10}   skipped: {s['skipped']}")
+                continue
+            req = ", ".join(f"{k} {v:.2f}" for k, v in s.get("requests_per_append", {}).items())
+            print(f"{name:<24}{s['ms_per_append']:>10.2f}   {req}")
+    print("\ntargets (same run; a shared machine is noisy: compare ratios, not times):")
+    for t in r["targets"]:
+        print(f"  {'✔' if t['ok'] else '✘'} {t['measure']}: {t['shown']} (target {t['target']})")
 
 
 if __name__ == "__main__":

@@ -227,9 +227,9 @@ def test_unknown_format_version_raises_format_version_error(backend: Backend) ->
     key = f"s3log/sessions/{w.session_id}/head"
     head = decode_head(backend.get_raw(key), key)
     m = head.to_map()
-    m["v"] = 2
+    m["v"] = 3
     backend.put_raw(key, cbor2.dumps(m, canonical=True))
-    with pytest.raises(s3log.FormatVersionError, match="version 2"):
+    with pytest.raises(s3log.FormatVersionError, match="version 3"):
         backend.log.read(w.session_id)
     assert encode_head(head)  # the original still encodes
 

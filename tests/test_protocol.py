@@ -164,13 +164,22 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     from s3log.protocol import empty_head
 
     entries = build_chain([PendingEntry(k, 5, d) for k, d in items], after_seq=-1, after_hash=None)
-    seg = encode_segment("s", entries)
+    seg = encode_segment("s", entries, 1)
     assert seg == cbor2.dumps({"v": 1, "session": "s", "entries": [e.to_map() for e in entries]}, canonical=True)
     assert list(decode_segment(seg, "k").entries) == entries
+    # Format v2 stores each entry's hashed map (its record) as a byte string.
+    records = [cbor2.dumps({"seq": e.seq, "prev": e.prev, "kind": e.kind, "ts": e.ts, "data": e.data},
+                           canonical=True) for e in entries]
+    seg2 = encode_segment("s", entries, 2)
+    assert seg2 == cbor2.dumps({"v": 2, "session": "s", "entries": records, "hashes": [e.hash for e in entries]},
+                               canonical=True)
+    assert list(decode_segment(seg2, "k").entries) == entries
     parent = ParentRef("p", 3, b"\1" * 32, "conflict") if fork else None
-    head = empty_head("s", {"labels": {"a": 1}}, parent)
-    head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries)})
-    assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
+    for v in (1, 2):
+        head = empty_head("s", {"labels": {"a": 1}}, parent)
+        head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries),
+                             "v": v})
+        assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
 
 
 @pytest.mark.parametrize(

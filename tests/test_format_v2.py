@@ -1,0 +1,290 @@
+"""Format v2: entries stored as their hashed records; v1 stays readable; chains mix both."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import cbor2
+import pytest
+
+import s3log
+from s3log import analytics, protocol
+from s3log.chain import PendingEntry, build_chain
+from s3log.codec import (
+    Entry,
+    decode_head,
+    decode_segment,
+    entry_bytes,
+    entry_data_cbor,
+    entry_record,
+    make_entry,
+)
+from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError
+
+SMALL = 600  # a small tail bound, so a few commits flush segments
+
+
+def _log(store: s3log.MemoryStore, version: int) -> s3log.Log:
+    return s3log.Log(store, config=s3log.LogConfig(format_version=version, tail_max_bytes=SMALL))
+
+
+def _write(w: s3log.Writer, start: int, n: int) -> None:
+    for i in range(start, start + n):
+        w.append("step", {"i": i, "text": f"marker-{i:04d}-" + "x" * 40})
+        if i % 3 == 2:
+            w.commit()
+    w.commit()
+
+
+def _versions(store: s3log.MemoryStore, log: s3log.Log, sid: str) -> tuple[int, list[int]]:
+    head = log.head(sid)
+    raw = cbor2.loads(store.get(log.layout.head(sid)).body)
+    return raw["v"], [cbor2.loads(store.get(k).body)["v"] for k in head.segments]
+
+
+def _datas(entries: Sequence[Entry]) -> list[int]:
+    return [e.data["i"] for e in entries]
+
+
+def test_v2_is_the_default_and_stores_records_and_hashes() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=SMALL))
+    w = log.create()
+    _write(w, 0, 12)
+    head_v, seg_vs = _versions(store, log, w.session_id)
+    assert head_v == 2 and seg_vs and set(seg_vs) == {2}
+    key = log.head(w.session_id).segments[0]
+    obj = cbor2.loads(store.get(key).body)
+    entries = log.read(w.session_id).entries
+    # Each record is exactly the canonical map the hash is taken over.
+    for rec, h, e in zip(obj["entries"], obj["hashes"], entries, strict=False):
+        assert rec == cbor2.dumps({"seq": e.seq, "prev": e.prev, "kind": e.kind, "ts": e.ts, "data": e.data},
+                                  canonical=True)
+        assert h == e.hash
+
+
+@pytest.mark.parametrize("first", [1, 2])
+def test_a_session_written_in_one_format_and_continued_in_the_other_reads_back(first: int) -> None:
+    store = s3log.MemoryStore()
+    w = _log(store, first).create()
+    sid = w.session_id
+    _write(w, 0, 10)
+    acked = {e.seq: e.hash for e in _log(store, first).read(sid).entries}
+    second = 3 - first
+    w2 = _log(store, second).open(sid)
+    _write(w2, 10, 4)
+    head_v, seg_vs = _versions(store, _log(store, second), sid)
+    assert head_v == second and set(seg_vs) == {1, 2}  # one chain, both formats
+    for version in (1, 2):  # whichever config reads, both formats are read
+        entries = _log(store, version).read(sid).entries
+        assert _datas(entries) == list(range(14))
+        assert all(acked[e.seq] == e.hash for e in entries if e.seq in acked)
+    # Merges rewrite older segments in the new format with the same hashes.
+    _write(w2, 14, 40)
+    entries = _log(store, first).read(sid).entries
+    assert _datas(entries) == list(range(54))
+    assert all(acked[e.seq] == e.hash for e in entries if e.seq in acked)
+    assert _log(store, 2).verify(sid)
+
+
+def test_hashes_and_entries_are_identical_in_both_formats() -> None:
+    chain = build_chain([PendingEntry(f"k{i}", 5 + i, {"i": i, "b": b"\0\1", "f": 1.5, "n": None, "l": [i] * i})
+                         for i in range(20)], after_seq=-1, after_hash=None)
+    from s3log.codec import encode_segment
+
+    v1 = decode_segment(encode_segment("s", chain, 1), "k1").entries
+    v2 = decode_segment(encode_segment("s", chain, 2), "k2").entries
+    assert list(v1) == list(v2) == chain
+    assert [e.hash for e in v1] == [e.hash for e in v2]
+    for e1, e2 in zip(v1, v2, strict=True):
+        assert not e1.raw and entry_record(e1) == e2.raw  # v1 entries get their record by encoding
+        assert entry_bytes(e2) == entry_bytes(e1) == cbor2.dumps(e1.to_map(), canonical=True)
+        assert entry_data_cbor(e2) == entry_data_cbor(e1) == cbor2.dumps(e1.data, canonical=True)
+
+
+def test_decoded_entries_are_ordinary_frozen_entries() -> None:
+    e = make_entry(0, None, "k", 1, {"a": 1})
+    assert type(e) is Entry and e == Entry(0, None, "k", 1, {"a": 1}, e.hash)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.seq = 5  # type: ignore[misc]
+    assert dataclasses.replace(e, seq=0) == e
+
+
+def test_a_v2_session_through_every_read_path() -> None:
+    store = s3log.MemoryStore()
+    log = _log(store, 2)
+    w = log.create()
+    sid = w.session_id
+    _write(w, 0, 30)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8192)).open(sid)
+    w.append("step", {"i": 30, "text": "marker-0030-" + "x" * 40})
+    w.commit()  # one entry inline in the head
+    head = log.head(sid)
+    assert len(head.segments) >= 2 and head.tail
+    assert _datas(log.read(sid).entries) == list(range(31))
+    data = log.run(protocol.load(log.layout, sid, upto_seq=7))
+    assert _datas(data.entries) == list(range(8))
+    got_head, suffix = log.run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 5))
+    assert got_head == head and _datas(suffix) == list(range(suffix[0].seq, 31)) and len(suffix) >= 5
+    for seq in (0, 4, 29, 30):
+        e = log.run(protocol.entry_at(log.layout, head, seq))
+        assert e is not None and e.seq == seq and e.data["i"] == seq
+    child = log.fork(sid, at_seq=12)
+    fork_entry = log.read(child).entries[0]
+    assert fork_entry.data["parent"]["hash"] == log.read(sid).entries[12].hash
+    assert [m["data"]["i"] for m in fork_entry.data["seed"]] == list(range(13))
+    table = analytics.to_arrow(store, sessions=[sid])
+    assert table.column("data_cbor").to_pylist() == [
+        cbor2.dumps({"i": i, "text": f"marker-{i:04d}-" + "x" * 40}, canonical=True) for i in range(31)
+    ]
+    assert table.column("hash").to_pylist() == [e.hash.hex() for e in log.read(sid).entries]
+
+
+def _segment(store: s3log.MemoryStore, log: s3log.Log, sid: str) -> tuple[str, dict[str, object]]:
+    key = log.head(sid).segments[0]
+    return key, cbor2.loads(store.get(key).body)
+
+
+def _v2_session(store: s3log.MemoryStore) -> tuple[s3log.Log, str]:
+    log = _log(store, 2)
+    w = log.create()
+    _write(w, 0, 12)
+    return log, w.session_id
+
+
+def test_a_flipped_byte_in_a_record_names_the_key_and_the_entry() -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key = log.head(sid).segments[0]
+    body = bytearray(store.get(key).body)
+    pos = body.index(b"marker-0001-")
+    body[pos] = ord("M")
+    store.put_raw(key, bytes(body))
+    with pytest.raises(CorruptionError) as info:
+        log.read(sid)
+    assert info.value.key == key and info.value.seq == 1 and "hashes to" in str(info.value)
+
+
+def test_a_flipped_byte_in_a_stored_hash_names_the_key_and_the_entry() -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key, obj = _segment(store, log, sid)
+    hashes = list(obj["hashes"])  # type: ignore[call-overload]
+    hashes[2] = bytes([hashes[2][0] ^ 1]) + hashes[2][1:]
+    store.put_raw(key, cbor2.dumps({**obj, "hashes": hashes}, canonical=True))
+    with pytest.raises(CorruptionError) as info:
+        log.read(sid)
+    assert info.value.key == key and info.value.seq == 2
+
+
+def test_a_changed_prev_and_hash_still_break_the_chain() -> None:
+    # Rewriting an entry consistently (new record, matching hash) breaks the next link.
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key, obj = _segment(store, log, sid)
+    records, hashes = list(obj["entries"]), list(obj["hashes"])  # type: ignore[call-overload]
+    old = decode_segment(store.get(key).body, key).entries[1]
+    forged = make_entry(old.seq, old.prev, old.kind, old.ts, {"i": 1, "text": "forged"})
+    records[1], hashes[1] = forged.raw, forged.hash
+    store.put_raw(key, cbor2.dumps({**obj, "entries": records, "hashes": hashes}, canonical=True))
+    with pytest.raises(CorruptionError) as info:
+        log.read(sid)
+    assert info.value.key == key and info.value.seq == 2 and "prev" in str(info.value)
+
+
+def test_reordered_records_are_corruption_naming_the_key_and_seq() -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key, obj = _segment(store, log, sid)
+    records, hashes = list(obj["entries"]), list(obj["hashes"])  # type: ignore[call-overload]
+    records[1], records[2] = records[2], records[1]
+    hashes[1], hashes[2] = hashes[2], hashes[1]
+    store.put_raw(key, cbor2.dumps({**obj, "entries": records, "hashes": hashes}, canonical=True))
+    with pytest.raises(CorruptionError) as info:
+        log.read(sid)
+    assert info.value.key == key and info.value.seq == 2 and "expected seq 1" in str(info.value)
+
+
+def test_a_flipped_byte_in_the_heads_tail_names_the_head() -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8192)).open(sid)
+    w.append("step", {"i": 99, "text": "marker-tail-"})
+    w.commit()
+    seq = log.head(sid).seq
+    hkey = log.layout.head(sid)
+    body = bytearray(store.get(hkey).body)
+    pos = body.index(b"marker-tail-")
+    body[pos] = ord("M")
+    store.put_raw(hkey, bytes(body))
+    with pytest.raises(CorruptionError) as info:
+        log.read(sid)
+    assert info.value.key == hkey and info.value.seq == seq
+
+
+def _records(obj: dict[str, Any], records: list[bytes]) -> dict[str, Any]:
+    """The segment with other records, and their hashes, so only their shape is wrong."""
+    return {**obj, "entries": records, "hashes": [hashlib.sha256(r).digest() for r in records]}
+
+
+_EXTRA_FIELD = cbor2.dumps({"seq": 0, "prev": None, "kind": "k", "ts": 1, "data": 1, "x": 2}, canonical=True)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda o: {**o, "hashes": o["hashes"][:-1]}, "hashes"),
+        (lambda o: _records(o, [cbor2.dumps([1, 2]), *o["entries"][1:]]), "entry record is a list"),
+        (lambda o: {**o, "entries": [r + b"\0" for r in o["entries"]]}, "hashes to"),
+        (lambda o: _records(o, [r + b"\0" for r in o["entries"]]), "end with its prev"),
+        (lambda o: _records(o, [_EXTRA_FIELD, *o["entries"][1:]]), "fields besides"),
+        (lambda o: {**o, "entries": [1] * len(o["entries"])}, "byte strings"),
+    ],
+)
+def test_malformed_v2_segments_are_corruption(mutate: object, reason: str) -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key, obj = _segment(store, log, sid)
+    store.put_raw(key, cbor2.dumps(mutate(obj), canonical=True))  # type: ignore[operator]
+    with pytest.raises(CorruptionError, match=reason) as info:
+        log.read(sid)
+    assert info.value.key == key
+    assert gc.isenabled()  # the collector, paused while records decode, is back on
+
+
+def test_decoding_leaves_a_disabled_collector_disabled() -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    gc.disable()
+    try:
+        assert _datas(log.read(sid).entries) == list(range(12))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("version", [3, 0, True, "2", None])
+def test_a_format_this_build_cannot_read_is_refused(version: object) -> None:
+    store = s3log.MemoryStore()
+    log, sid = _v2_session(store)
+    key, obj = _segment(store, log, sid)
+    store.put_raw(key, cbor2.dumps({**obj, "v": version}, canonical=True))
+    with pytest.raises(FormatVersionError) as info:
+        log.read(sid)
+    assert info.value.key == key and info.value.found == version
+    hkey = log.layout.head(sid)
+    head_obj = cbor2.loads(store.get(hkey).body)
+    store.put_raw(hkey, cbor2.dumps({**head_obj, "v": version}, canonical=True))
+    with pytest.raises(FormatVersionError, match="reads version 1, 2"):
+        decode_head(store.get(hkey).body, hkey)
+
+
+@pytest.mark.parametrize("version", [0, 3, True, "2"])
+def test_a_format_this_build_cannot_write_is_refused_up_front(version: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="format_version") as info:
+        s3log.LogConfig(format_version=version)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
