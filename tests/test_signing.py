@@ -322,7 +322,7 @@ def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey)
     assert head.parent is not None and head.sig is not None
     # docs/format.md, "Signed heads", rebuilt independently of s3log.signing.
     expected = cbor2.dumps({
-        "purpose": "s3log/head", "v": 1, "session": child, "seq": head.seq, "hash": head.hash,
+        "purpose": "s3log/head", "v": head.v, "session": child, "seq": head.seq, "hash": head.hash,
         "parent": {"session": head.parent.session, "seq": head.parent.seq, "hash": head.parent.hash,
                    "reason": head.parent.reason},
         "meta_digest": hashlib.sha256(cbor2.dumps(head.meta, canonical=True)).digest(),
