@@ -1145,7 +1145,7 @@ class ProbeReport:
 
 
 def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
-    """Check that the store honours ``If-None-Match: *`` and ``If-Match``; write nothing lasting.
+    """Check that the store honours ``If-None-Match: *`` and ``If-Match``; leave one small object.
 
     Two requests in one round trip once the probe object exists: a create-only PUT of
     ``{P}/sessions/_probe/head`` (must meet 412) and an ``If-Match`` PUT of
