@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,26 @@ def test_progress_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -
     with export_cli.scan_progress("exporting", quiet=False) as update:
         assert update is None
     assert pipe.getvalue() == ""
+
+
+def test_piped_query_output_is_plain_and_unwrapped(s3log_server: LocalS3) -> None:
+    # Piped, `query` printed a rich table wrapped at 80 columns: rows must stay whole.
+    import subprocess
+    import sys
+
+    bucket = s3log_server.create_bucket()
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    w = log.create()
+    long_kind = "k" + "x" * 150
+    w.append(long_kind, 1)
+    w.commit()
+    env = {**os.environ, **s3log_server.env(), "S3LOG_BUCKET": bucket, "COLUMNS": "40"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "s3log.cli", "query", "--quiet",
+         "SELECT kind, count(*) AS n FROM entries GROUP BY kind"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["kind", "n"]
+    assert lines[1].split() == [long_kind, "1"]
+    assert "│" not in proc.stdout and "┃" not in proc.stdout

@@ -12,9 +12,9 @@ from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
+from .common import print_table
 from .maintenance import parse_duration
 
 
@@ -181,7 +181,5 @@ def query(
     if as_json:
         emit_json([dict(zip(names, r, strict=True)) for r in rows])
         return
-    table = Table(*names)
-    for r in rows:
-        table.add_row(*(str(v) for v in r))
-    console.print(table)
+    # Piped: plain, padded, never wrapped or cut; on a terminal a table. Cells are never markup.
+    print_table(names, [[str(v) for v in r] for r in rows])
