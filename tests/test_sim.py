@@ -28,7 +28,7 @@ from s3log.reducer import EntriesReducer
 from s3log.sim import Scenario, SimStore, Simulation, run_seed
 
 #: Seeds run by `make test` (scripts/sim.py runs thousands).
-SEEDS = 200
+SEEDS = 300
 CHUNK = 20
 
 
