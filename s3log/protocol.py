@@ -2,18 +2,21 @@
 
 Each procedure is a generator that yields :mod:`s3log.ops` requests and receives
 their results (or has the store's error thrown in). It never touches a socket: the
-sync driver (:mod:`s3log.log`) and the async driver (:mod:`s3log.aio`) run the same
-procedures, so the commit decision table, chain verification, merging and forking
-are reviewed and tested in one place.
+blocking and the asyncio drivers (:mod:`s3log.drive`) run the same procedures, so
+the commit decision table, chain verification, merging and forking are reviewed and
+tested in one place.
+
+The values procedures return live in :mod:`s3log.results`, the tunables they read in
+:mod:`s3log.config`; both are re-exported here for the code that imported them from
+this module.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Literal
 
 from . import activity, decide
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
@@ -32,7 +35,9 @@ from .codec import (
     encode_segment,
     normalize_data,
 )
-from .env import DEFAULT_ENV, Env, wall_clock_ms
+from .config import LogConfig as LogConfig
+from .config import RetryPolicy as RetryPolicy
+from .env import wall_clock_ms
 from .errors import (
     ConflictError,
     CorruptionError,
@@ -51,8 +56,14 @@ from .ids import validate_session_id
 from .layout import MAX_SEGMENTS, Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
-from .reducer import Reducer, fold, replay
-from .signing import Signer, Verifier, sign_head, verify_head
+from .reducer import Reducer, S, fold, replay
+from .results import CommitResult as CommitResult
+from .results import ForkInfo as ForkInfo
+from .results import GcReport as GcReport
+from .results import HeadRow as HeadRow
+from .results import LineageStep as LineageStep
+from .results import ProbeReport as ProbeReport
+from .signing import sign_head, verify_head
 
 log = logging.getLogger("s3log")
 
@@ -61,62 +72,12 @@ OnConflict = Literal["fork", "raise"]
 STALE_ETAG = '"s3log-stale"'
 
 
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How transient failures are retried: exponential backoff with full jitter, bounded."""
-
-    attempts: int = 8
-    initial: float = 0.02
-    max_backoff: float = 1.0
-    max_time: float = 30.0
-
-    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before attempt ``attempt + 1`` (full jitter from ``rng``)."""
-        upper = min(self.max_backoff, self.initial * (2 ** (attempt - 1)))
-        return (rng or DEFAULT_ENV.rng).uniform(0, upper)
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """Tunables of a log.
-
-    ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
-    at most this big, a commit is one PUT; past it the tail is flushed to a segment.
-    ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
-    bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
-    entries of segments below this level in memory, so the merges it will do soon
-    need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
-    this long after it wrote a segment gives up (nothing acknowledged; the next commit
-    writes a new segment), so gc may treat an unreferenced segment older than this as
-    garbage no commit will ever reference. ``env``: clock, randomness and new ids.
-    ``verify_preconditions``: probe, before the first write to a store, that it
-    honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
-    ``activity_index``: a session's first commit of each UTC day also writes a tiny
-    marker (:mod:`s3log.activity`), so "sessions active since T" need not read every head.
-    """
-
-    tail_max_bytes: int = 8 * 1024
-    fanout: int = 4
-    max_parallel: int = 16
-    cache_levels: int = 3
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    commit_deadline_ms: int = 10 * 60 * 1000
-    env: Env = DEFAULT_ENV
-    verify_preconditions: bool = True
-    #: Signs every head this log writes (:mod:`s3log.signing`); None: heads are unsigned.
-    signer: Signer | None = None
-    #: Every head this log reads must be signed by a key it trusts; None: not checked.
-    verifier: Verifier | None = None
-    activity_index: bool = True
-
-
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch (procedures use their config's ``env``)."""
     return wall_clock_ms()
 
 
-# ------------------------------------------------------------------------------ results
+# ------------------------------------------------------------------------- internal state
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,69 +92,24 @@ class SessionData:
 
 
 @dataclass(frozen=True, slots=True)
-class WriterState:
-    """What a writer knows: the head it builds on, its ETag, its reducer state.
+class ChainPosition(Generic[S]):
+    """Where a writer stands on its chain: the head it builds on, its ETag, the
+    reducer state of the entries up to there.
 
     ``etag`` is None while the session is not stored yet (lazy creation).
     ``cache`` holds the entries of small segments of the manifest, for merging.
+    Immutable: every commit procedure returns a new one.
     """
 
     session: str
     head: Head
     etag: str | None
-    state: Any
+    state: S
     cache: Mapping[str, tuple[Entry, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class ForkInfo:
-    """A fork made because of a conflict (or explicitly)."""
-
-    parent: ParentRef
-    child: str
-    found: dict[str, Any] | None
-
-    def __repr__(self) -> str:
-        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
-        return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
-                f"reason={self.parent.reason!r})")
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """The outcome of a commit.
-
-    ``entries``: every entry this commit made durable (a fork entry included);
-    ``acked``: the committed form of each pending entry, in order; ``fork``: where the
-    writer forked to, if it had to.
-    """
-
-    #: The writer's state after the commit (internal: use ``head`` / ``etag``).
-    ws: WriterState = field(repr=False)
-    entries: list[Entry]
-    acked: list[Entry]
-    fork: ForkInfo | None = None
-
-    @property
-    def session_id(self) -> str:
-        """The session the entries were committed to."""
-        return self.ws.session
-
-    @property
-    def head(self) -> Head:
-        """The head this commit wrote (or found its entries under)."""
-        return self.ws.head
-
-    @property
-    def etag(self) -> str | None:
-        """The ETag of that head."""
-        return self.ws.etag
-
-    def __repr__(self) -> str:
-        seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
-        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
-        return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
-                f"version={self.ws.head.version}, fork={self.fork!r})")
+#: The former name of :class:`ChainPosition`.
+WriterState = ChainPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,30 +127,6 @@ class _HeadOutcome:
     kind: Literal["committed", "conflict"]
     etag: str | None
     found: tuple[Head, str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class HeadRow:
-    """A session's head as listed: the head, or None with ``error`` when it is unreadable.
-
-    A listing reports a broken session and goes on: one bad object never hides the rest.
-    """
-
-    session: str
-    head: Head | None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LineageStep:
-    """One session of a lineage and where it forked from (None for the root).
-
-    ``expired``: the session was expired by retention; its fork still holds its seed.
-    """
-
-    session: str
-    parent: ParentRef | None
-    expired: bool = False
 
 
 # ------------------------------------------------------------------------- basic reads
@@ -554,21 +446,21 @@ def empty_head(
 
 def new_writer_state(
     session: str,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     meta: Mapping[str, Any] | None = None,
     parent: ParentRef | None = None,
     now: int | None = None,
     creator: str | None = None,
-) -> WriterState:
+) -> ChainPosition[S]:
     """The state of a writer of a session that is not stored yet."""
-    return WriterState(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
+    return ChainPosition(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
 
 
-def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) -> WriterState:
+def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) -> ChainPosition[S]:
     """The state of a writer continuing a session that was just loaded."""
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
-    return WriterState(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
+    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,7 +483,7 @@ def _next_lease(h: Head, plan: LeasePlan | None, now: int) -> Lease | None:
 def _plan_head(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[Any],
     entries: Sequence[Entry],
     nonce: str,
     lease: LeasePlan | None = None,
@@ -693,7 +585,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
 
 
 def _put_head(
-    layout: Layout, cfg: LogConfig, ws: WriterState, plan: _HeadPlan, deadline_ms: int | None
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, deadline_ms: int | None
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
@@ -745,7 +637,7 @@ def _put_head(
 def _write(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[Any],
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
@@ -785,31 +677,31 @@ def _write(
     return plan, outcome, confirmed
 
 
-def _advance(cfg: LogConfig, ws: WriterState, plan: _HeadPlan, etag: str, state: Any) -> WriterState:
+def _advance(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, etag: str, state: S) -> ChainPosition[S]:
     live = set(plan.head.segments)
     cache = {k: v for k, v in ws.cache.items() if k in live}
     if plan.segment_key is not None and plan.segment_level < cfg.cache_levels:
         cache[plan.segment_key] = plan.segment_entries
-    return WriterState(ws.session, plan.head, etag, state, cache)
+    return ChainPosition(ws.session, plan.head, etag, state, cache)
 
 
-def _adopt(ws: WriterState, head: Head, etag: str, state: Any) -> WriterState:
+def _adopt(ws: ChainPosition[Any], head: Head, etag: str, state: S) -> ChainPosition[S]:
     """Continue from a stored head that ends with our own entries (no competitor)."""
     live = set(head.segments)
-    return WriterState(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
+    return ChainPosition(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
 
 
 def commit(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[S],
     pending: Sequence[PendingEntry],
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     on_conflict: OnConflict = "fork",
     *,
     lease: LeasePlan | None = None,
     touch: bool = False,
-) -> Proc[CommitResult]:
+) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
     ``lease``: what this commit records about the head's lease. ``touch``: write the
@@ -878,7 +770,7 @@ def commit(
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
-def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[WriterState]:
+def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
     """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
     plan, outcome, _ = yield from _write(layout, cfg, ws, [])
     if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
@@ -886,11 +778,11 @@ def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[Writ
     raise SessionExists(ws.session)
 
 
-def _stale(ws: WriterState, done: Sequence[Entry], state: Any) -> WriterState:
+def _stale(ws: ChainPosition[S], done: Sequence[Entry], state: S) -> ChainPosition[S]:
     if not done:
         return replace(ws, etag=STALE_ETAG)
     known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
-    return WriterState(ws.session, known, STALE_ETAG, state, {})
+    return ChainPosition(ws.session, known, STALE_ETAG, state, {})
 
 
 def create_fork(
@@ -898,13 +790,13 @@ def create_fork(
     cfg: LogConfig,
     parent: ParentRef,
     seed: Any,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     meta: Mapping[str, Any] | None,
     pending: Sequence[PendingEntry] = (),
     child: str | None = None,
     *,
     lease: LeasePlan | None = None,
-) -> Proc[tuple[WriterState, list[Entry]]]:
+) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
     followed by ``pending``; mark it under the parent.
 
@@ -959,14 +851,14 @@ def fork_at(
     layout: Layout,
     cfg: LogConfig,
     session: str,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     *,
     at_seq: int | None = None,
     at_hash: bytes | str | None = None,
     meta: Mapping[str, Any] | None = None,
     child: str | None = None,
     reason: str = "explicit",
-) -> Proc[tuple[WriterState, list[Entry]]]:
+) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Fork ``session`` at a committed entry (the latest when neither point is given)."""
     if at_seq is not None and at_hash is not None:
         raise InvalidArgumentError("at_seq/at_hash", "give at_seq or at_hash, not both", session=session)
@@ -1017,20 +909,6 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
             if isinstance(res, BaseException):
                 raise res
     return 1 + len(objects)
-
-
-@dataclass(frozen=True, slots=True)
-class GcReport:
-    """What garbage collection found (and deleted unless it was a dry run).
-
-    ``broken``: sessions whose head could not be read; their objects were left alone.
-    """
-
-    sessions: int
-    unreferenced: list[str]
-    deleted: list[str]
-    kept_young: int
-    broken: list[str] = field(default_factory=list)
 
 
 def gc(
@@ -1117,23 +995,6 @@ def gc(
 PROBE_DIR = "_probe/"
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeReport:
-    """What the precondition probe saw: whether the store honours each conditional PUT.
-
-    ``None`` for a header the probe could not test (access denied, persistent faults).
-    """
-
-    if_none_match: bool | None
-    if_match: bool | None
-    detail: str
-
-    @property
-    def ok(self) -> bool:
-        """Neither header was seen ignored."""
-        return self.if_none_match is not False and self.if_match is not False
-
-
 def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
     """Check that the store honours ``If-None-Match: *`` and ``If-Match``; write nothing lasting.
 
@@ -1195,11 +1056,11 @@ def append_latest(
     cfg: LogConfig,
     session: str,
     pending: Sequence[PendingEntry],
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     *,
     create_meta: Mapping[str, Any] | None = None,
-    hint: WriterState | None = None,
-) -> Proc[CommitResult]:
+    hint: ChainPosition[S] | None = None,
+) -> Proc[CommitResult[S]]:
     """Append ``pending`` at the end of ``session`` whatever other writers did: never fork.
 
     For entries that do not depend on what precedes them (a checkpoint, a message):
@@ -1219,7 +1080,7 @@ def append_latest(
                     raise SessionNotFound(session)
                 ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
             else:
-                ws = WriterState(session, current[0], current[1], reducer.initial(), {})
+                ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:
             result = yield from commit(layout, cfg, ws, pending, reducer, "raise")
         except ConflictError as err:

@@ -33,18 +33,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import activity, decide
 from .codec import Head, decode_head, encode_head
+from .config import LogConfig
 from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, ObjectNotFound
 from .ids import uuid7_time_ms
 from .layout import Layout
 from .listing import matches
 from .ops import Delete, Get, ListKeys, ListPage, Parallel, Proc, PutIfMatch
-from .protocol import EXPIRED_FIELD, LogConfig, check_head, is_expired, list_all, list_head_rows, list_session_ids
+from .protocol import EXPIRED_FIELD, check_head, is_expired, list_all, list_head_rows, list_session_ids
+from .results import ActiveSessions as ActiveSessions
+from .results import ExpireProgress as ExpireProgress
+from .results import ExpireReport as ExpireReport
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
@@ -125,19 +129,6 @@ def window_ids(layout: Layout, since_ms: int) -> Proc[list[str] | None]:
     return (yield from indexed_ids(layout, since_ms))
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveSessions:
-    """Sessions committed to since a time, newest id first, and how they were found.
-
-    ``indexed``: from the activity index (no head read); otherwise from every head.
-    With the index, a session appears if it had a commit on the first day of the window
-    or later, so it may have been idle since slightly before ``since`` (a superset).
-    """
-
-    ids: list[str]
-    indexed: bool
-
-
 def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH) -> Proc[ActiveSessions]:
     """The sessions committed to since ``since_ms`` (see :class:`ActiveSessions`)."""
     if (yield from index_covers(layout, since_ms)):
@@ -152,41 +143,6 @@ def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH)
 
 
 # ----------------------------------------------------------------------------- expire
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireProgress:
-    """Where a sweep stands: sessions looked at so far of ``total``, and what became of them."""
-
-    done: int
-    total: int
-    expired: int
-    kept: int
-    errors: int
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireReport:
-    """What :meth:`~s3log.Log.expire` did (or, with ``dry_run``, would do).
-
-    ``examined``: sessions listed; ``expired``: ids tombstoned (would be, in a dry
-    run); ``kept``: sessions active within the threshold (most without a head read:
-    created recently, or in the activity index); ``raced``: ids that committed during
-    the sweep and were kept; ``skipped_labels``: idle sessions the label filter kept;
-    ``errors``: ``"id: reason"`` for heads that could not be read or written (the next
-    sweep tries again); ``pruned_days``: activity index days deleted; ``heads_read``:
-    GETs of heads the sweep needed.
-    """
-
-    examined: int
-    expired: list[str]
-    kept: int
-    raced: list[str] = field(default_factory=list)
-    skipped_labels: int = 0
-    errors: list[str] = field(default_factory=list)
-    pruned_days: list[str] = field(default_factory=list)
-    heads_read: int = 0
-    dry_run: bool = False
 
 
 def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
