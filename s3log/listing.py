@@ -33,7 +33,8 @@ from .codec import Head, dumps, loads
 from .ids import uuid7_time_ms, validate_session_id
 from .layout import Layout
 from .ops import ListKeys, ListPage, Proc
-from .protocol import HeadRow, _session_ids, is_expired, list_head_rows
+from .protocol import _session_ids, is_expired, list_head_rows
+from .results import HeadRow
 
 #: How far back each window of :func:`newest_ids` reaches from its start, in ms.
 WINDOWS_MS: tuple[int, ...] = (
