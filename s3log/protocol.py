@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal
 
-from . import activity, decide
+from . import activity, decide, ops
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
@@ -55,7 +55,7 @@ from .errors import (
 from .ids import validate_session_id
 from .layout import MAX_SEGMENTS, Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
-from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
+from .ops import Blob, Delete, Get, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
@@ -145,7 +145,7 @@ def read_head(layout: Layout, session: str, *, expired_ok: bool = False) -> Proc
     """GET and decode a session's head; a tombstone raises SessionExpired unless ``expired_ok``."""
     key = layout.head(session)
     try:
-        blob: Blob = yield Get(key)
+        blob = yield from ops.get(key)
     except ObjectNotFound:
         raise SessionNotFound(session) from None
     head = decode_head(blob.body, key)
@@ -323,7 +323,7 @@ def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[Ob
     prefixes: list[str] = []
     token: str | None = None
     while True:
-        page: ListPage = yield ListKeys(prefix, delimiter=delimiter, token=token)
+        page = yield from ops.list_page(prefix, delimiter=delimiter, token=token)
         objects.extend(page.objects)
         prefixes.extend(page.prefixes)
         token = page.next_token
@@ -370,7 +370,7 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
     """
     if not sessions:
         return []
-    results: list[Any] = yield Parallel(tuple(Get(layout.head(s)) for s in sessions))
+    results = yield from ops.parallel([Get(layout.head(s)) for s in sessions])
     out: list[HeadRow] = []
     for sid, res in zip(sessions, results, strict=True):
         key = layout.head(sid)
@@ -553,7 +553,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
     attempt = 0
     while todo:
         attempt += 1
-        results: list[Any] = yield Parallel(tuple(todo))
+        results = yield from ops.parallel(todo)
         confirm: list[PutIfAbsent] = []
         again: list[PutIfAbsent] = []
         for op, res in zip(todo, results, strict=True):
@@ -565,12 +565,12 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
             elif step is decide.CreateStep.RETRY:
                 again.append(op)
             else:
-                raise res
+                raise _failure(res)
         if confirm:
-            got: list[Any] = yield Parallel(tuple(Get(op.key) for op in confirm))
-            for op, res in zip(confirm, got, strict=True):
-                stored = None if isinstance(res, BaseException) else res.body
-                verdict = decide.after_confirm(decide.classify(res), stored, op.body)
+            got = yield from ops.parallel([Get(op.key) for op in confirm])
+            for op, blob in zip(confirm, got, strict=True):
+                stored = None if isinstance(blob, StoreError) else blob.body
+                verdict = decide.after_confirm(decide.classify(blob), stored, op.body)
                 if verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
                     out[op.key] = verdict
                 else:
@@ -579,9 +579,14 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
             log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:
                 raise StoreError(f"could not create {again[0].key} after {attempt} attempts", key=again[0].key)
-            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+            yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
         todo = again
     return out
+
+
+def _failure(result: object) -> BaseException:
+    """The error of a request :func:`decide.classify` found fatal (so it is one)."""
+    return result if isinstance(result, BaseException) else StoreError(f"request failed: {result!r}")
 
 
 def _put_head(
@@ -602,22 +607,22 @@ def _put_head(
         if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
             raise StoreError(f"commit to session {ws.session} passed its deadline undecided; nothing acknowledged",
                              key=key)
-        result: Any
+        result: str | StoreError
         try:
             if expected is None:
-                result = yield PutIfAbsent(key, plan.body)
+                result = yield from ops.put_if_absent(key, plan.body)
             else:
-                result = yield PutIfMatch(key, plan.body, expected)
+                result = yield from ops.put_if_match(key, plan.body, expected)
         except StoreError as exc:
             result = exc
-        step = decide.after_head_put(decide.classify(result), None if isinstance(result, BaseException) else result,
+        step = decide.after_head_put(decide.classify(result), None if isinstance(result, StoreError) else result,
                                      creating=creating)
         if isinstance(step, decide.Committed):
             return _HeadOutcome("committed", step.etag, None)
         if isinstance(step, decide.SessionGone):
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(step, decide.Fatal):
-            raise result
+            raise _failure(result)
         current = yield from _read_head_or_none(layout, ws.session)
         stored = decide.StoredHead(current[0].writer, current[1]) if current else None
         verdict = decide.after_reread(stored, expected_etag=expected, nonce=plan.head.writer, attempt=attempt,
@@ -631,7 +636,7 @@ def _put_head(
         if isinstance(verdict, decide.GiveUp):
             raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
         log.info("session %s: head PUT undecided (%s); the head is unchanged, retrying", ws.session, result)
-        yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+        yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
 
 
 def _write(
@@ -896,7 +901,7 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
     Returns how many objects were deleted.
     """
     head, _ = yield from read_head(layout, session, expired_ok=True)
-    yield Delete(layout.head(session))
+    yield from ops.delete(layout.head(session))
     objects, _ = yield from list_all(layout.session_dir(session))
     keys = [o.key for o in objects]
     if head.parent is not None:
@@ -904,9 +909,9 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
     # Its activity markers (s3log.activity), on any day it may have been committed to.
     keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
     if keys:
-        results: list[Any] = yield Parallel(tuple(Delete(k) for k in keys))
+        results = yield from ops.parallel([Delete(k) for k in keys])
         for res in results:
-            if isinstance(res, BaseException):
+            if res is not None:
                 raise res
     return 1 + len(objects)
 
@@ -982,8 +987,8 @@ def gc(
             doomed.append(layout.head(sid))  # the tombstone goes with (or after) its last segment
     deleted: list[str] = []
     if doomed and not dry_run:
-        results: list[Any] = yield Parallel(tuple(Delete(k) for k in doomed))
-        deleted = [k for k, r in zip(doomed, results, strict=True) if not isinstance(r, BaseException)]
+        results = yield from ops.parallel([Delete(k) for k in doomed])
+        deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)
     return GcReport(len(heads), doomed, deleted, young, broken)
@@ -1011,15 +1016,15 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
     details: list[str] = []
     created = False
     for attempt in range(1, cfg.retry.attempts + 1):
-        ops: list[PutIfAbsent | PutIfMatch] = []
+        probes: list[PutIfAbsent | PutIfMatch] = []
         if none_match is None:
-            ops.append(PutIfAbsent(exists_key, body))
+            probes.append(PutIfAbsent(exists_key, body))
         if match is None:
-            ops.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
-        if not ops:
+            probes.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
+        if not probes:
             break
-        results: list[Any] = yield Parallel(tuple(ops))
-        for op, res in zip(ops, results, strict=True):
+        results = yield from ops.parallel(probes)
+        for op, res in zip(probes, results, strict=True):
             reply = decide.classify(res)
             if isinstance(op, PutIfAbsent):
                 if reply is decide.Reply.PRECONDITION:
@@ -1044,7 +1049,7 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
         if none_match is not None and match is not None:
             break
         if attempt < cfg.retry.attempts and not (created and none_match is None):
-            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+            yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
     return ProbeReport(none_match, match, "; ".join(details) or "conditional writes are honoured")
 
 
