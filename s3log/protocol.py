@@ -390,12 +390,6 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
     return out
 
 
-def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
-    """The readable heads of ``sessions`` as (id, head) pairs (see :func:`list_head_rows`)."""
-    rows = yield from list_head_rows(layout, sessions)
-    return [(r.session, r.head) for r in rows if r.head is not None]
-
-
 def children(layout: Layout, session: str) -> Proc[list[str]]:
     """The sessions forked from ``session``, found through its fork markers."""
     objects, _ = yield from list_all(layout.forks_dir(session))

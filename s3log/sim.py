@@ -931,14 +931,6 @@ class Simulation:
         self.known_hits[name] += 1
         self.note(actor, f"KNOWN BUG {name}: {detail}")
 
-    def stored_head(self, sid: str) -> Head | None:
-        """The head stored now (read with no fault), or None."""
-        try:
-            head: Head = run_direct(self.store, protocol.read_head(self.layout, sid))[0]
-        except SessionNotFound:
-            return None
-        return head
-
     def retired_since(self, key: str) -> int | None:
         """How long ago the last head listing segment ``key`` stopped being current
         (None if one still is, or none ever listed it)."""
