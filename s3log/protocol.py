@@ -446,12 +446,12 @@ def new_writer_state(
     now: int | None = None,
     creator: str | None = None,
 ) -> ChainPosition[S]:
-    """The state of a writer of a session that is not stored yet."""
+    """The chain position of a writer of a session that is not stored yet."""
     return ChainPosition(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
 
 
 def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) -> ChainPosition[S]:
-    """The state of a writer continuing a session that was just loaded."""
+    """The chain position of a writer continuing a session that was just loaded (its entries replayed)."""
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
     return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
