@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .codec import Entry, Head, ParentRef
+from .config import LogConfig, RetryPolicy
 from .env import Env
 from .errors import (
     ConflictError,
@@ -26,11 +27,9 @@ from .errors import (
     SessionNotFound,
     StoreError,
 )
-from .protocol import CommitResult, ForkInfo, LineageStep, LogConfig, RetryPolicy
 from .reducer import EntriesReducer, NullReducer, Reducer
-from .retention import ExpireReport
+from .results import CommitResult, ExpireReport, ForkInfo, LineageStep, SessionInfo, SessionView, VerifyReport
 from .store.memory import AsyncMemoryStore, MemoryStore
-from .writer import SessionInfo, SessionView, VerifyReport
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter

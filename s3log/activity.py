@@ -33,12 +33,6 @@ def day_of(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
 
 
-def day_start_ms(day: str) -> int:
-    """Midnight UTC of ``YYYY-MM-DD``, in ms."""
-    d = date.fromisoformat(day)
-    return int(datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() * 1000)
-
-
 def days_between(lo_ms: int, hi_ms: int) -> list[str]:
     """Every UTC day from the day of ``lo_ms`` to the day of ``hi_ms``, inclusive."""
     first = date.fromisoformat(day_of(lo_ms))

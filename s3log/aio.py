@@ -10,31 +10,36 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
+from .config import LogConfig
+from .core import CommitQueue, ForkListener, LogCore, LogVerbs
 from .drive import AsyncDriver
 from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
-from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
-from .reducer import Reducer
-from .retention import ActiveSessions, ExpireProgress, ExpireReport
-from .store.base import AsyncObjectStore
-from .writer import (
-    ForkListener,
-    LogBase,
-    LogCore,
+from .protocol import OnConflict, list_session_ids
+from .reducer import Reducer, S
+from .results import (
+    ActiveSessions,
+    CommitResult,
+    ExpireProgress,
+    ExpireReport,
+    GcReport,
+    HeadRow,
+    LineageStep,
+    ProbeReport,
     SessionInfo,
     SessionView,
     TicketStatus,
     VerifyReport,
-    WriterBase,
-    WriterCore,
 )
+from .store.base import AsyncObjectStore
+from .writer import WriterVerbs
 
 T = TypeVar("T")
 LIST_PAGE = 100
 
 
-class AsyncWriter(WriterBase):
+class AsyncWriter(WriterVerbs[S]):
     """Appends to one session from asyncio code.
 
     The verbs of :class:`~s3log.Writer`, awaited where they do I/O: ``append`` queues
@@ -50,7 +55,7 @@ class AsyncWriter(WriterBase):
     :meth:`submit`, :meth:`wait` and :meth:`status` (see docs/design.md).
     """
 
-    def __init__(self, log: AsyncLog, core: WriterCore) -> None:
+    def __init__(self, log: AsyncLog, core: CommitQueue[S]) -> None:
         self._log = log
         self._core = core
         self._lock = asyncio.Lock()
@@ -116,7 +121,7 @@ class AsyncWriter(WriterBase):
             self._core.forget(ticket)
             raise
 
-    async def commit(self) -> CommitResult:
+    async def commit(self) -> CommitResult[S]:
         """Make every queued entry durable; fork (or raise ConflictError) on conflict.
 
         The commit runs in its own task: cancelling the caller does not cancel it.
@@ -127,13 +132,13 @@ class AsyncWriter(WriterBase):
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
-    async def renew_lease(self) -> CommitResult:
+    async def renew_lease(self) -> CommitResult[S]:
         """Write the head now, renewing (or releasing) this writer's lease (see ``Writer.renew_lease``)."""
         task = asyncio.ensure_future(self._commit_task(touch=True))
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
-    async def _commit_task(self, touch: bool = False) -> CommitResult:
+    async def _commit_task(self, touch: bool = False) -> CommitResult[S]:
         async with self._lock:
             proc = self._core.touch() if touch else self._core.commit()
             return await self._log.run(self._log._core.writing(proc))
@@ -165,7 +170,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-class AsyncLog(LogBase):
+class AsyncLog(LogVerbs):
     """The :class:`~s3log.Log` verbs, awaited, over an async store."""
 
     def __init__(
@@ -220,25 +225,25 @@ class AsyncLog(LogBase):
         session_id: str | None = None,
         *,
         meta: Mapping[str, Any] | None = None,
-        reducer: Reducer[Any] | None = None,
+        reducer: Reducer[S] | None = None,
         on_conflict: OnConflict = "fork",
         lazy: bool = False,
         on_fork: ForkListener | None = None,
-    ) -> AsyncWriter:
+    ) -> AsyncWriter[S]:
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = await self.run(self._core.writing(self._core.create(ws, reducer)))
+            ws = await self.run(self._core.writing(self._core.create(ws)))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def open(
         self,
         session_id: str,
         *,
-        reducer: Reducer[Any] | None = None,
+        reducer: Reducer[S] | None = None,
         on_conflict: OnConflict = "fork",
         on_fork: ForkListener | None = None,
-    ) -> AsyncWriter:
+    ) -> AsyncWriter[S]:
         """Continue a stored session: read, verify and replay it."""
         ws = await self.run(self._core.open(session_id, reducer))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from . import protocol, retention
+from . import retention
 from ._extras import extra
 from .codec import Entry, Head, data_cbor_column
+from .config import LogConfig
+from .core import head_outside
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
 from .log import Log
 from .store.base import ObjectStore
-from .writer import head_outside
 
 with extra("analytics"):
     import pyarrow as pa
@@ -351,7 +352,7 @@ def _scan(
     progress: ProgressCallback | None,
     on_head: Callable[[Head], None] | None,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
+    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
 
     def read(sid: str) -> tuple[Head, list[Entry]] | None:
         try:
@@ -442,7 +443,7 @@ def _sessions(
     store: ObjectStore, wanted: list[str] | None, lo: int | None, hi: int | None, prefix: str | None,
     batch_size: int, parallelism: int,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=protocol.LogConfig(max_parallel=parallelism))
+    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
     try:
         ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []

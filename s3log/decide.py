@@ -30,7 +30,6 @@ from .errors import (
     ConditionalRequestConflict,
     ObjectNotFound,
     PreconditionFailed,
-    StoreError,
     TransientStoreError,
 )
 
@@ -296,8 +295,3 @@ def after_lost(
 def may_retry_read(reply: Reply) -> bool:
     """Whether a driver may repeat an idempotent request (GET, LIST, DELETE) by itself."""
     return reply in (Reply.UNKNOWN, Reply.CONFLICT)
-
-
-def store_error(result: object) -> StoreError | None:
-    """``result`` if it is a store error, else None."""
-    return result if isinstance(result, StoreError) else None

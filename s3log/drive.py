@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import decide
+from .config import RetryPolicy
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
 from .ops import (
@@ -33,7 +34,6 @@ from .ops import (
     is_retryable,
     list_kwargs,
 )
-from .protocol import RetryPolicy
 from .store.base import AsyncObjectStore, ObjectStore
 
 T = TypeVar("T")

@@ -29,11 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import ops
 from .codec import Head, dumps, loads
 from .ids import uuid7_time_ms, validate_session_id
 from .layout import Layout
-from .ops import ListKeys, ListPage, Proc
-from .protocol import HeadRow, _session_ids, is_expired, list_head_rows
+from .ops import ListPage, Proc
+from .protocol import _session_ids, is_expired, list_head_rows
+from .results import HeadRow
 
 #: How far back each window of :func:`newest_ids` reaches from its start, in ms.
 WINDOWS_MS: tuple[int, ...] = (
@@ -63,10 +65,9 @@ class _Window:
 
 def _page(layout: Layout, lower: str | None, token: str | None) -> Proc[ListPage]:
     base = layout.sessions_prefix
-    page: ListPage = yield ListKeys(
+    return (yield from ops.list_page(
         base, delimiter="/", token=token, max_keys=PAGE, start_after=None if lower is None else base + lower
-    )
-    return page
+    ))
 
 
 def _ids_of(layout: Layout, page: ListPage, upper: str | None) -> tuple[list[str], bool]:

@@ -8,25 +8,30 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
+from .config import LogConfig
+from .core import CommitQueue, ForkListener, LogCore, LogVerbs
 from .drive import SyncDriver
 from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
-from .protocol import CommitResult, GcReport, HeadRow, LineageStep, LogConfig, OnConflict, ProbeReport, list_session_ids
-from .reducer import Reducer
-from .retention import ActiveSessions, ExpireProgress, ExpireReport
-from .store.base import ObjectStore
-from .writer import (
-    ForkListener,
-    LogBase,
-    LogCore,
+from .protocol import OnConflict, list_session_ids
+from .reducer import Reducer, S
+from .results import (
+    ActiveSessions,
+    CommitResult,
+    ExpireProgress,
+    ExpireReport,
+    GcReport,
+    HeadRow,
+    LineageStep,
+    ProbeReport,
     SessionInfo,
     SessionView,
     TicketStatus,
     VerifyReport,
-    WriterBase,
-    WriterCore,
 )
+from .store.base import ObjectStore
+from .writer import WriterVerbs
 
 T = TypeVar("T")
 
@@ -34,7 +39,7 @@ T = TypeVar("T")
 LIST_PAGE = 100
 
 
-class Writer(WriterBase):
+class Writer(WriterVerbs[S]):
     """Appends to one session. ``append`` queues; ``commit`` makes durable.
 
     Safe to share between threads: appends from many threads are carried by the
@@ -42,7 +47,7 @@ class Writer(WriterBase):
     (group commit). ``session_id`` changes when a conflict made the writer fork.
     """
 
-    def __init__(self, log: Log, core: WriterCore) -> None:
+    def __init__(self, log: Log, core: CommitQueue[S]) -> None:
         self._log = log
         self._core = core
         # Group commit: one thread at a time leads a commit carrying everything queued;
@@ -54,7 +59,7 @@ class Writer(WriterBase):
         """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once."""
         return self._core.add(kind, data, ts)
 
-    def commit(self) -> CommitResult:
+    def commit(self) -> CommitResult[S]:
         """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
         with self._cond:
             while self._committing:
@@ -62,7 +67,7 @@ class Writer(WriterBase):
             self._committing = True
         return self._lead()
 
-    def _lead(self) -> CommitResult:
+    def _lead(self) -> CommitResult[S]:
         try:
             return self._log.run(self._log._core.writing(self._core.commit()))
         finally:
@@ -99,7 +104,7 @@ class Writer(WriterBase):
                     self._cond.wait()
             self._lead()
 
-    def renew_lease(self) -> CommitResult:
+    def renew_lease(self) -> CommitResult[S]:
         """Write the head now, renewing (or releasing) this writer's lease: one PUT.
 
         Commits whatever is queued too. Raises ConflictError if another writer appended
@@ -130,7 +135,7 @@ class Writer(WriterBase):
             self._core.forget(ticket)
             raise
 
-    def __enter__(self) -> Writer:
+    def __enter__(self) -> Writer[S]:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -138,7 +143,7 @@ class Writer(WriterBase):
             self.commit()
 
 
-class Log(LogBase):
+class Log(LogVerbs):
     """Sessions under one store prefix: create, open, read, fork, list, verify, delete."""
 
     def __init__(
@@ -195,11 +200,11 @@ class Log(LogBase):
         session_id: str | None = None,
         *,
         meta: Mapping[str, Any] | None = None,
-        reducer: Reducer[Any] | None = None,
+        reducer: Reducer[S] | None = None,
         on_conflict: OnConflict = "fork",
         lazy: bool = False,
         on_fork: ForkListener | None = None,
-    ) -> Writer:
+    ) -> Writer[S]:
         """Start a session (a UUIDv7 id unless given) and return its writer.
 
         The head is stored at once (``SessionExists`` if the id is taken) unless
@@ -207,17 +212,17 @@ class Log(LogBase):
         """
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = self.run(self._core.writing(self._core.create(ws, reducer)))
+            ws = self.run(self._core.writing(self._core.create(ws)))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     def open(
         self,
         session_id: str,
         *,
-        reducer: Reducer[Any] | None = None,
+        reducer: Reducer[S] | None = None,
         on_conflict: OnConflict = "fork",
         on_fork: ForkListener | None = None,
-    ) -> Writer:
+    ) -> Writer[S]:
         """Continue a stored session: read, verify and replay it."""
         ws = self.run(self._core.open(session_id, reducer))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))

@@ -3,13 +3,20 @@
 A protocol procedure is a generator: it yields an op, the driver performs it against
 a store and sends the result back in (or throws the store's error in). The sync and
 async drivers differ only in how they wait; every decision stays in the procedure.
+
+What a ``yield`` evaluates to is not typed (a generator has one send type for every
+op), so procedures perform ops through the typed helpers at the end of this module
+(:func:`get`, :func:`put_if_absent`, ...: ``blob = yield from ops.get(key)``), the one
+place each op is paired with the type of its result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
+
+from .errors import StoreError
 
 T = TypeVar("T")
 
@@ -145,3 +152,67 @@ def list_kwargs(op: ListKeys) -> dict[str, Any]:
         # Only when set: a store written before start_after existed keeps working.
         kwargs["start_after"] = op.start_after
     return kwargs
+
+
+# ------------------------------------------------------------------ typed requests
+# Each helper yields one op and returns what the drivers send back for it, typed:
+# the driver contract of the op's docstring, written down once for mypy.
+
+
+def get(key: str) -> Proc[Blob]:
+    """GET ``key``: its body and ETag. Raises ObjectNotFound (or the store's error)."""
+    blob: Blob = yield Get(key)
+    return blob
+
+
+def put_if_absent(key: str, body: bytes) -> Proc[str]:
+    """Create ``key`` (``If-None-Match: *``): the new ETag. Raises PreconditionFailed if it exists."""
+    etag: str = yield PutIfAbsent(key, body)
+    return etag
+
+
+def put_if_match(key: str, body: bytes, etag: str) -> Proc[str]:
+    """Replace ``key`` if its ETag is ``etag``: the new ETag. Raises PreconditionFailed otherwise."""
+    new: str = yield PutIfMatch(key, body, etag)
+    return new
+
+
+def list_page(
+    prefix: str,
+    *,
+    delimiter: str | None = None,
+    token: str | None = None,
+    max_keys: int = 1000,
+    start_after: str | None = None,
+) -> Proc[ListPage]:
+    """One page of keys under ``prefix`` (see :class:`ListKeys`)."""
+    page: ListPage = yield ListKeys(prefix, delimiter, token, max_keys, start_after)
+    return page
+
+
+def delete(key: str) -> Proc[None]:
+    """DELETE ``key`` (a missing key is no error)."""
+    yield Delete(key)
+
+
+def sleep(seconds: float) -> Proc[None]:
+    """Wait ``seconds`` (virtual time under the simulator)."""
+    yield Sleep(seconds)
+
+
+@overload
+def parallel(ops: Sequence[Get]) -> Proc[list[Blob | StoreError]]: ...
+@overload
+def parallel(ops: Sequence[PutIfAbsent | PutIfMatch]) -> Proc[list[str | StoreError]]: ...
+@overload
+def parallel(ops: Sequence[Delete]) -> Proc[list[StoreError | None]]: ...
+@overload
+def parallel(ops: Sequence[Op]) -> Proc[list[Any]]: ...
+def parallel(ops: Sequence[Op]) -> Proc[list[Any]]:
+    """Perform ``ops`` concurrently: per op, in order, its result or the StoreError it met.
+
+    Errors are returned, not raised, so one failed request does not hide the others'
+    outcomes; the caller decides what each means.
+    """
+    results: list[Any] = yield Parallel(tuple(ops))
+    return results

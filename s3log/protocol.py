@@ -2,31 +2,32 @@
 
 Each procedure is a generator that yields :mod:`s3log.ops` requests and receives
 their results (or has the store's error thrown in). It never touches a socket: the
-sync driver (:mod:`s3log.log`) and the async driver (:mod:`s3log.aio`) run the same
-procedures, so the commit decision table, chain verification, merging and forking
-are reviewed and tested in one place.
+blocking and the asyncio drivers (:mod:`s3log.drive`) run the same procedures, so
+the commit decision table, chain verification, merging and forking are reviewed and
+tested in one place.
+
+The values procedures return live in :mod:`s3log.results`, the tunables they read in
+:mod:`s3log.config`; both are re-exported here for the code that imported them from
+this module.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Literal
 
-from . import activity, decide
+from . import activity, decide, ops
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
     FORK_KIND,
-    FORMAT_VERSION,
     MAX_INTERNAL_DEPTH,
     Entry,
     Head,
     Lease,
     ParentRef,
     Segment,
-    check_format_version,
     decode_head,
     decode_segment,
     dumps,
@@ -34,7 +35,9 @@ from .codec import (
     encode_segment,
     normalize_data,
 )
-from .env import DEFAULT_ENV, Env, wall_clock_ms
+from .config import LogConfig as LogConfig
+from .config import RetryPolicy as RetryPolicy
+from .env import wall_clock_ms
 from .errors import (
     ConflictError,
     CorruptionError,
@@ -52,9 +55,15 @@ from .errors import (
 from .ids import validate_session_id
 from .layout import MAX_SEGMENTS, Layout
 from .manifest import plan_merge, segment_ranges, segments_for_range
-from .ops import Blob, Delete, Get, ListKeys, ListPage, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch, Sleep
-from .reducer import Reducer, fold, replay
-from .signing import Signer, Verifier, sign_head, verify_head
+from .ops import Blob, Delete, Get, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch
+from .reducer import Reducer, S, fold, replay
+from .results import CommitResult as CommitResult
+from .results import ForkInfo as ForkInfo
+from .results import GcReport as GcReport
+from .results import HeadRow as HeadRow
+from .results import LineageStep as LineageStep
+from .results import ProbeReport as ProbeReport
+from .signing import sign_head, verify_head
 
 log = logging.getLogger("s3log")
 
@@ -63,68 +72,12 @@ OnConflict = Literal["fork", "raise"]
 STALE_ETAG = '"s3log-stale"'
 
 
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How transient failures are retried: exponential backoff with full jitter, bounded."""
-
-    attempts: int = 8
-    initial: float = 0.02
-    max_backoff: float = 1.0
-    max_time: float = 30.0
-
-    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before attempt ``attempt + 1`` (full jitter from ``rng``)."""
-        upper = min(self.max_backoff, self.initial * (2 ** (attempt - 1)))
-        return (rng or DEFAULT_ENV.rng).uniform(0, upper)
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """Tunables of a log.
-
-    ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
-    at most this big, a commit is one PUT; past it the tail is flushed to a segment.
-    ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
-    bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
-    entries of segments below this level in memory, so the merges it will do soon
-    need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
-    this long after it wrote a segment gives up (nothing acknowledged; the next commit
-    writes a new segment), so gc may treat an unreferenced segment older than this as
-    garbage no commit will ever reference. ``env``: clock, randomness and new ids.
-    ``verify_preconditions``: probe, before the first write to a store, that it
-    honours ``If-None-Match`` and ``If-Match`` (see :func:`probe_preconditions`).
-    ``activity_index``: a session's first commit of each UTC day also writes a tiny
-    marker (:mod:`s3log.activity`), so "sessions active since T" need not read every head.
-    ``format_version``: the format heads and segments are written in (2, the default,
-    or 1 so that s3log 0.1 readers can read what is written; both are read, see docs/format.md).
-    """
-
-    tail_max_bytes: int = 8 * 1024
-    fanout: int = 4
-    max_parallel: int = 16
-    cache_levels: int = 3
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    commit_deadline_ms: int = 10 * 60 * 1000
-    env: Env = DEFAULT_ENV
-    verify_preconditions: bool = True
-    #: Signs every head this log writes (:mod:`s3log.signing`); None: heads are unsigned.
-    signer: Signer | None = None
-    #: Every head this log reads must be signed by a key it trusts; None: not checked.
-    verifier: Verifier | None = None
-    activity_index: bool = True
-    format_version: int = FORMAT_VERSION
-
-    def __post_init__(self) -> None:
-        check_format_version(self.format_version)
-
-
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch (procedures use their config's ``env``)."""
     return wall_clock_ms()
 
 
-# ------------------------------------------------------------------------------ results
+# ------------------------------------------------------------------------- internal state
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,69 +92,24 @@ class SessionData:
 
 
 @dataclass(frozen=True, slots=True)
-class WriterState:
-    """What a writer knows: the head it builds on, its ETag, its reducer state.
+class ChainPosition(Generic[S]):
+    """Where a writer stands on its chain: the head it builds on, its ETag, the
+    reducer state of the entries up to there.
 
     ``etag`` is None while the session is not stored yet (lazy creation).
     ``cache`` holds the entries of small segments of the manifest, for merging.
+    Immutable: every commit procedure returns a new one.
     """
 
     session: str
     head: Head
     etag: str | None
-    state: Any
+    state: S
     cache: Mapping[str, tuple[Entry, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class ForkInfo:
-    """A fork made because of a conflict (or explicitly)."""
-
-    parent: ParentRef
-    child: str
-    found: dict[str, Any] | None
-
-    def __repr__(self) -> str:
-        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
-        return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
-                f"reason={self.parent.reason!r})")
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """The outcome of a commit.
-
-    ``entries``: every entry this commit made durable (a fork entry included);
-    ``acked``: the committed form of each pending entry, in order; ``fork``: where the
-    writer forked to, if it had to.
-    """
-
-    #: The writer's state after the commit (internal: use ``head`` / ``etag``).
-    ws: WriterState = field(repr=False)
-    entries: list[Entry]
-    acked: list[Entry]
-    fork: ForkInfo | None = None
-
-    @property
-    def session_id(self) -> str:
-        """The session the entries were committed to."""
-        return self.ws.session
-
-    @property
-    def head(self) -> Head:
-        """The head this commit wrote (or found its entries under)."""
-        return self.ws.head
-
-    @property
-    def etag(self) -> str | None:
-        """The ETag of that head."""
-        return self.ws.etag
-
-    def __repr__(self) -> str:
-        seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
-        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
-        return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
-                f"version={self.ws.head.version}, fork={self.fork!r})")
+#: The former name of :class:`ChainPosition`.
+WriterState = ChainPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,30 +129,6 @@ class _HeadOutcome:
     found: tuple[Head, str] | None
 
 
-@dataclass(frozen=True, slots=True)
-class HeadRow:
-    """A session's head as listed: the head, or None with ``error`` when it is unreadable.
-
-    A listing reports a broken session and goes on: one bad object never hides the rest.
-    """
-
-    session: str
-    head: Head | None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LineageStep:
-    """One session of a lineage and where it forked from (None for the root).
-
-    ``expired``: the session was expired by retention; its fork still holds its seed.
-    """
-
-    session: str
-    parent: ParentRef | None
-    expired: bool = False
-
-
 # ------------------------------------------------------------------------- basic reads
 
 
@@ -261,7 +145,7 @@ def read_head(layout: Layout, session: str, *, expired_ok: bool = False) -> Proc
     """GET and decode a session's head; a tombstone raises SessionExpired unless ``expired_ok``."""
     key = layout.head(session)
     try:
-        blob: Blob = yield Get(key)
+        blob = yield from ops.get(key)
     except ObjectNotFound:
         raise SessionNotFound(session) from None
     head = decode_head(blob.body, key)
@@ -439,7 +323,7 @@ def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[Ob
     prefixes: list[str] = []
     token: str | None = None
     while True:
-        page: ListPage = yield ListKeys(prefix, delimiter=delimiter, token=token)
+        page = yield from ops.list_page(prefix, delimiter=delimiter, token=token)
         objects.extend(page.objects)
         prefixes.extend(page.prefixes)
         token = page.next_token
@@ -486,7 +370,7 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
     """
     if not sessions:
         return []
-    results: list[Any] = yield Parallel(tuple(Get(layout.head(s)) for s in sessions))
+    results = yield from ops.parallel([Get(layout.head(s)) for s in sessions])
     out: list[HeadRow] = []
     for sid, res in zip(sessions, results, strict=True):
         key = layout.head(sid)
@@ -504,12 +388,6 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
             continue
         out.append(HeadRow(sid, head))
     return out
-
-
-def list_heads(layout: Layout, sessions: Sequence[str]) -> Proc[list[tuple[str, Head | None]]]:
-    """The readable heads of ``sessions`` as (id, head) pairs (see :func:`list_head_rows`)."""
-    rows = yield from list_head_rows(layout, sessions)
-    return [(r.session, r.head) for r in rows if r.head is not None]
 
 
 def children(layout: Layout, session: str) -> Proc[list[str]]:
@@ -562,21 +440,21 @@ def empty_head(
 
 def new_writer_state(
     session: str,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     meta: Mapping[str, Any] | None = None,
     parent: ParentRef | None = None,
     now: int | None = None,
     creator: str | None = None,
-) -> WriterState:
-    """The state of a writer of a session that is not stored yet."""
-    return WriterState(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
+) -> ChainPosition[S]:
+    """The chain position of a writer of a session that is not stored yet."""
+    return ChainPosition(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
 
 
-def writer_state_from(data: SessionData, reducer: Reducer[Any], cfg: LogConfig) -> WriterState:
-    """The state of a writer continuing a session that was just loaded."""
+def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) -> ChainPosition[S]:
+    """The chain position of a writer continuing a session that was just loaded (its entries replayed)."""
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
-    return WriterState(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
+    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,7 +477,7 @@ def _next_lease(h: Head, plan: LeasePlan | None, now: int) -> Lease | None:
 def _plan_head(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[Any],
     entries: Sequence[Entry],
     nonce: str,
     lease: LeasePlan | None = None,
@@ -671,7 +549,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
     attempt = 0
     while todo:
         attempt += 1
-        results: list[Any] = yield Parallel(tuple(todo))
+        results = yield from ops.parallel(todo)
         confirm: list[PutIfAbsent] = []
         again: list[PutIfAbsent] = []
         for op, res in zip(todo, results, strict=True):
@@ -683,12 +561,12 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
             elif step is decide.CreateStep.RETRY:
                 again.append(op)
             else:
-                raise res
+                raise _failure(res)
         if confirm:
-            got: list[Any] = yield Parallel(tuple(Get(op.key) for op in confirm))
-            for op, res in zip(confirm, got, strict=True):
-                stored = None if isinstance(res, BaseException) else res.body
-                verdict = decide.after_confirm(decide.classify(res), stored, op.body)
+            got = yield from ops.parallel([Get(op.key) for op in confirm])
+            for op, blob in zip(confirm, got, strict=True):
+                stored = None if isinstance(blob, StoreError) else blob.body
+                verdict = decide.after_confirm(decide.classify(blob), stored, op.body)
                 if verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
                     out[op.key] = verdict
                 else:
@@ -697,13 +575,18 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
             log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:
                 raise StoreError(f"could not create {again[0].key} after {attempt} attempts", key=again[0].key)
-            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+            yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
         todo = again
     return out
 
 
+def _failure(result: object) -> BaseException:
+    """The error of a request :func:`decide.classify` found fatal (so it is one)."""
+    return result if isinstance(result, BaseException) else StoreError(f"request failed: {result!r}")
+
+
 def _put_head(
-    layout: Layout, cfg: LogConfig, ws: WriterState, plan: _HeadPlan, deadline_ms: int | None
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, deadline_ms: int | None
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
@@ -720,22 +603,22 @@ def _put_head(
         if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
             raise StoreError(f"commit to session {ws.session} passed its deadline undecided; nothing acknowledged",
                              key=key)
-        result: Any
+        result: str | StoreError
         try:
             if expected is None:
-                result = yield PutIfAbsent(key, plan.body)
+                result = yield from ops.put_if_absent(key, plan.body)
             else:
-                result = yield PutIfMatch(key, plan.body, expected)
+                result = yield from ops.put_if_match(key, plan.body, expected)
         except StoreError as exc:
             result = exc
-        step = decide.after_head_put(decide.classify(result), None if isinstance(result, BaseException) else result,
+        step = decide.after_head_put(decide.classify(result), None if isinstance(result, StoreError) else result,
                                      creating=creating)
         if isinstance(step, decide.Committed):
             return _HeadOutcome("committed", step.etag, None)
         if isinstance(step, decide.SessionGone):
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(step, decide.Fatal):
-            raise result
+            raise _failure(result)
         current = yield from _read_head_or_none(layout, ws.session)
         stored = decide.StoredHead(current[0].writer, current[1]) if current else None
         verdict = decide.after_reread(stored, expected_etag=expected, nonce=plan.head.writer, attempt=attempt,
@@ -749,13 +632,13 @@ def _put_head(
         if isinstance(verdict, decide.GiveUp):
             raise StoreError(f"could not commit session {ws.session} after {attempt} attempts", key=key)
         log.info("session %s: head PUT undecided (%s); the head is unchanged, retrying", ws.session, result)
-        yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+        yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
 
 
 def _write(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[Any],
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
@@ -795,31 +678,31 @@ def _write(
     return plan, outcome, confirmed
 
 
-def _advance(cfg: LogConfig, ws: WriterState, plan: _HeadPlan, etag: str, state: Any) -> WriterState:
+def _advance(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, etag: str, state: S) -> ChainPosition[S]:
     live = set(plan.head.segments)
     cache = {k: v for k, v in ws.cache.items() if k in live}
     if plan.segment_key is not None and plan.segment_level < cfg.cache_levels:
         cache[plan.segment_key] = plan.segment_entries
-    return WriterState(ws.session, plan.head, etag, state, cache)
+    return ChainPosition(ws.session, plan.head, etag, state, cache)
 
 
-def _adopt(ws: WriterState, head: Head, etag: str, state: Any) -> WriterState:
+def _adopt(ws: ChainPosition[Any], head: Head, etag: str, state: S) -> ChainPosition[S]:
     """Continue from a stored head that ends with our own entries (no competitor)."""
     live = set(head.segments)
-    return WriterState(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
+    return ChainPosition(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
 
 
 def commit(
     layout: Layout,
     cfg: LogConfig,
-    ws: WriterState,
+    ws: ChainPosition[S],
     pending: Sequence[PendingEntry],
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     on_conflict: OnConflict = "fork",
     *,
     lease: LeasePlan | None = None,
     touch: bool = False,
-) -> Proc[CommitResult]:
+) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
     ``lease``: what this commit records about the head's lease. ``touch``: write the
@@ -888,7 +771,7 @@ def commit(
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
-def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[WriterState]:
+def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
     """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
     plan, outcome, _ = yield from _write(layout, cfg, ws, [])
     if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
@@ -896,11 +779,11 @@ def create_session(layout: Layout, cfg: LogConfig, ws: WriterState) -> Proc[Writ
     raise SessionExists(ws.session)
 
 
-def _stale(ws: WriterState, done: Sequence[Entry], state: Any) -> WriterState:
+def _stale(ws: ChainPosition[S], done: Sequence[Entry], state: S) -> ChainPosition[S]:
     if not done:
         return replace(ws, etag=STALE_ETAG)
     known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
-    return WriterState(ws.session, known, STALE_ETAG, state, {})
+    return ChainPosition(ws.session, known, STALE_ETAG, state, {})
 
 
 def create_fork(
@@ -908,13 +791,13 @@ def create_fork(
     cfg: LogConfig,
     parent: ParentRef,
     seed: Any,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     meta: Mapping[str, Any] | None,
     pending: Sequence[PendingEntry] = (),
     child: str | None = None,
     *,
     lease: LeasePlan | None = None,
-) -> Proc[tuple[WriterState, list[Entry]]]:
+) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
     followed by ``pending``; mark it under the parent.
 
@@ -969,14 +852,14 @@ def fork_at(
     layout: Layout,
     cfg: LogConfig,
     session: str,
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     *,
     at_seq: int | None = None,
     at_hash: bytes | str | None = None,
     meta: Mapping[str, Any] | None = None,
     child: str | None = None,
     reason: str = "explicit",
-) -> Proc[tuple[WriterState, list[Entry]]]:
+) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Fork ``session`` at a committed entry (the latest when neither point is given)."""
     if at_seq is not None and at_hash is not None:
         raise InvalidArgumentError("at_seq/at_hash", "give at_seq or at_hash, not both", session=session)
@@ -1014,7 +897,7 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
     Returns how many objects were deleted.
     """
     head, _ = yield from read_head(layout, session, expired_ok=True)
-    yield Delete(layout.head(session))
+    yield from ops.delete(layout.head(session))
     objects, _ = yield from list_all(layout.session_dir(session))
     keys = [o.key for o in objects]
     if head.parent is not None:
@@ -1022,25 +905,11 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
     # Its activity markers (s3log.activity), on any day it may have been committed to.
     keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
     if keys:
-        results: list[Any] = yield Parallel(tuple(Delete(k) for k in keys))
+        results = yield from ops.parallel([Delete(k) for k in keys])
         for res in results:
-            if isinstance(res, BaseException):
+            if res is not None:
                 raise res
     return 1 + len(objects)
-
-
-@dataclass(frozen=True, slots=True)
-class GcReport:
-    """What garbage collection found (and deleted unless it was a dry run).
-
-    ``broken``: sessions whose head could not be read; their objects were left alone.
-    """
-
-    sessions: int
-    unreferenced: list[str]
-    deleted: list[str]
-    kept_young: int
-    broken: list[str] = field(default_factory=list)
 
 
 def gc(
@@ -1114,8 +983,8 @@ def gc(
             doomed.append(layout.head(sid))  # the tombstone goes with (or after) its last segment
     deleted: list[str] = []
     if doomed and not dry_run:
-        results: list[Any] = yield Parallel(tuple(Delete(k) for k in doomed))
-        deleted = [k for k, r in zip(doomed, results, strict=True) if not isinstance(r, BaseException)]
+        results = yield from ops.parallel([Delete(k) for k in doomed])
+        deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)
     return GcReport(len(heads), doomed, deleted, young, broken)
@@ -1125,23 +994,6 @@ def gc(
 
 #: A folder no session id can name (ids start with a letter or digit): listings and gc skip it.
 PROBE_DIR = "_probe/"
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeReport:
-    """What the precondition probe saw: whether the store honours each conditional PUT.
-
-    ``None`` for a header the probe could not test (access denied, persistent faults).
-    """
-
-    if_none_match: bool | None
-    if_match: bool | None
-    detail: str
-
-    @property
-    def ok(self) -> bool:
-        """Neither header was seen ignored."""
-        return self.if_none_match is not False and self.if_match is not False
 
 
 def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
@@ -1160,15 +1012,15 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
     details: list[str] = []
     created = False
     for attempt in range(1, cfg.retry.attempts + 1):
-        ops: list[PutIfAbsent | PutIfMatch] = []
+        probes: list[PutIfAbsent | PutIfMatch] = []
         if none_match is None:
-            ops.append(PutIfAbsent(exists_key, body))
+            probes.append(PutIfAbsent(exists_key, body))
         if match is None:
-            ops.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
-        if not ops:
+            probes.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
+        if not probes:
             break
-        results: list[Any] = yield Parallel(tuple(ops))
-        for op, res in zip(ops, results, strict=True):
+        results = yield from ops.parallel(probes)
+        for op, res in zip(probes, results, strict=True):
             reply = decide.classify(res)
             if isinstance(op, PutIfAbsent):
                 if reply is decide.Reply.PRECONDITION:
@@ -1193,7 +1045,7 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
         if none_match is not None and match is not None:
             break
         if attempt < cfg.retry.attempts and not (created and none_match is None):
-            yield Sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+            yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
     return ProbeReport(none_match, match, "; ".join(details) or "conditional writes are honoured")
 
 
@@ -1205,11 +1057,11 @@ def append_latest(
     cfg: LogConfig,
     session: str,
     pending: Sequence[PendingEntry],
-    reducer: Reducer[Any],
+    reducer: Reducer[S],
     *,
     create_meta: Mapping[str, Any] | None = None,
-    hint: WriterState | None = None,
-) -> Proc[CommitResult]:
+    hint: ChainPosition[S] | None = None,
+) -> Proc[CommitResult[S]]:
     """Append ``pending`` at the end of ``session`` whatever other writers did: never fork.
 
     For entries that do not depend on what precedes them (a checkpoint, a message):
@@ -1229,7 +1081,7 @@ def append_latest(
                     raise SessionNotFound(session)
                 ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
             else:
-                ws = WriterState(session, current[0], current[1], reducer.initial(), {})
+                ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:
             result = yield from commit(layout, cfg, ws, pending, reducer, "raise")
         except ConflictError as err:

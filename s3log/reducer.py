@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .codec import FORK_KIND, Entry
 
-S = TypeVar("S")
+if TYPE_CHECKING:
+    # A default (PEP 696) lets a bare ``Writer`` or ``Reducer`` mean ``Writer[Any]``
+    # under ``mypy --strict``; typing_extensions is only needed by the type checker.
+    from typing_extensions import TypeVar
+
+    #: The state a reducer folds entries into (``Any`` when not given).
+    S = TypeVar("S", default=Any)
+else:
+    from typing import TypeVar
+
+    S = TypeVar("S")
 
 
 class Reducer(Protocol[S]):

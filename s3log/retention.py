@@ -33,18 +33,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
-from . import activity, decide
+from . import activity, decide, ops
 from .codec import Head, decode_head, encode_head
-from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, ObjectNotFound
+from .config import LogConfig
+from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, ObjectNotFound, StoreError
 from .ids import uuid7_time_ms
 from .layout import Layout
 from .listing import matches
-from .ops import Delete, Get, ListKeys, ListPage, Parallel, Proc, PutIfMatch
-from .protocol import EXPIRED_FIELD, LogConfig, check_head, is_expired, list_all, list_head_rows, list_session_ids
+from .ops import Delete, Get, Proc, PutIfMatch
+from .protocol import EXPIRED_FIELD, check_head, is_expired, list_all, list_head_rows, list_session_ids
+from .results import ActiveSessions as ActiveSessions
+from .results import ExpireProgress as ExpireProgress
+from .results import ExpireReport as ExpireReport
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
@@ -89,7 +92,7 @@ def index_covers(layout: Layout, since_ms: int) -> Proc[bool]:
     part way); every later day is complete as long as every writer of the prefix has
     ``LogConfig.activity_index`` on.
     """
-    page: ListPage = yield ListKeys(activity.activity_prefix(layout), delimiter="/", max_keys=1)
+    page = yield from ops.list_page(activity.activity_prefix(layout), delimiter="/", max_keys=1)
     if not page.prefixes:
         return False
     first = page.prefixes[0][len(activity.activity_prefix(layout)):].rstrip("/")
@@ -103,7 +106,7 @@ def indexed_ids(layout: Layout, since_ms: int) -> Proc[list[str]]:
     token: str | None = None
     start = base + activity.day_of(since_ms)  # every key of that day and later sorts after this
     while True:
-        page: ListPage = yield ListKeys(base, token=token, start_after=start)
+        page = yield from ops.list_page(base, token=token, start_after=start)
         for o in page.objects:
             _, _, sid = o.key[len(base):].partition("/")
             if sid:
@@ -125,19 +128,6 @@ def window_ids(layout: Layout, since_ms: int) -> Proc[list[str] | None]:
     return (yield from indexed_ids(layout, since_ms))
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveSessions:
-    """Sessions committed to since a time, newest id first, and how they were found.
-
-    ``indexed``: from the activity index (no head read); otherwise from every head.
-    With the index, a session appears if it had a commit on the first day of the window
-    or later, so it may have been idle since slightly before ``since`` (a superset).
-    """
-
-    ids: list[str]
-    indexed: bool
-
-
 def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH) -> Proc[ActiveSessions]:
     """The sessions committed to since ``since_ms`` (see :class:`ActiveSessions`)."""
     if (yield from index_covers(layout, since_ms)):
@@ -152,41 +142,6 @@ def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH)
 
 
 # ----------------------------------------------------------------------------- expire
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireProgress:
-    """Where a sweep stands: sessions looked at so far of ``total``, and what became of them."""
-
-    done: int
-    total: int
-    expired: int
-    kept: int
-    errors: int
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireReport:
-    """What :meth:`~s3log.Log.expire` did (or, with ``dry_run``, would do).
-
-    ``examined``: sessions listed; ``expired``: ids tombstoned (would be, in a dry
-    run); ``kept``: sessions active within the threshold (most without a head read:
-    created recently, or in the activity index); ``raced``: ids that committed during
-    the sweep and were kept; ``skipped_labels``: idle sessions the label filter kept;
-    ``errors``: ``"id: reason"`` for heads that could not be read or written (the next
-    sweep tries again); ``pruned_days``: activity index days deleted; ``heads_read``:
-    GETs of heads the sweep needed.
-    """
-
-    examined: int
-    expired: list[str]
-    kept: int
-    raced: list[str] = field(default_factory=list)
-    skipped_labels: int = 0
-    errors: list[str] = field(default_factory=list)
-    pruned_days: list[str] = field(default_factory=list)
-    heads_read: int = 0
-    dry_run: bool = False
 
 
 def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
@@ -219,9 +174,9 @@ def _write_tombstones(
 ) -> Proc[tuple[list[str], list[str], list[str]]]:
     """PUT the tombstones of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
     plans = [(h, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms)) for h, _ in doomed]
-    ops = tuple(PutIfMatch(layout.head(h.session), encode_head(t), etag)
-                for (h, t), (_, etag) in zip(plans, doomed, strict=True))
-    results: list[Any] = yield Parallel(ops)
+    puts = [PutIfMatch(layout.head(h.session), encode_head(t), etag)
+            for (h, t), (_, etag) in zip(plans, doomed, strict=True)]
+    results = yield from ops.parallel(puts)
     expired: list[str] = []
     raced: list[str] = []
     errors: list[str] = []
@@ -240,13 +195,13 @@ def _write_tombstones(
             errors.append(f"{head.session}: {res}")
     if unknown:
         # The tombstone may have landed: the head says (our nonce, or anything else).
-        got: list[Any] = yield Parallel(tuple(Get(layout.head(h.session)) for h, _ in unknown))
-        for (head, tomb), res in zip(unknown, got, strict=True):
-            if isinstance(res, BaseException):
-                errors.append(f"{head.session}: tombstone outcome unknown ({res}); the next sweep decides")
+        got = yield from ops.parallel([Get(layout.head(h.session)) for h, _ in unknown])
+        for (head, tomb), blob in zip(unknown, got, strict=True):
+            if isinstance(blob, StoreError):
+                errors.append(f"{head.session}: tombstone outcome unknown ({blob}); the next sweep decides")
                 continue
             try:
-                stored = decode_head(res.body, layout.head(head.session))
+                stored = decode_head(blob.body, layout.head(head.session))
             except (CorruptionError, FormatVersionError) as exc:
                 errors.append(f"{head.session}: {exc}")
                 continue
@@ -301,13 +256,13 @@ def expire(
     for i in range(0, len(candidates), batch):
         chunk = candidates[i : i + batch]
         # One GET per head, in parallel: the head decides, and its ETag guards the tombstone.
-        blobs: list[Any] = yield Parallel(tuple(Get(layout.head(sid)) for sid in chunk))
+        blobs = yield from ops.parallel([Get(layout.head(sid)) for sid in chunk])
         heads_read += len(chunk)
         doomed: list[tuple[Head, str]] = []
         for sid, blob in zip(chunk, blobs, strict=True):
             if isinstance(blob, ObjectNotFound):
                 continue  # no head: deleted meanwhile, or a folder gc collects
-            if isinstance(blob, BaseException):
+            if isinstance(blob, StoreError):
                 errors.append(f"{sid}: {blob}")
                 continue
             key = layout.head(sid)
@@ -358,8 +313,8 @@ def prune_activity_days(layout: Layout, before_ms: int, *, dry_run: bool = False
     for day in old:
         objects, _ = yield from list_all(activity.day_dir(layout, day))
         if objects:
-            results: list[Any] = yield Parallel(tuple(Delete(o.key) for o in objects))
+            results = yield from ops.parallel([Delete(o.key) for o in objects])
             for res in results:
-                if isinstance(res, BaseException):
+                if res is not None:
                     raise res
     return old

@@ -11,7 +11,7 @@ end. Writers crash (their process dies: pending entries vanish, the request in f
 lands or not) and restart by opening their session again; async-style writers have
 commits cancelled at a yield point (the procedure is abandoned, the request in flight
 lands now, later, or never) and start a new commit from the same
-:class:`~s3log.writer.WriterCore`.
+:class:`~s3log.core.CommitQueue`.
 
 Everything follows from the seed: the scenario, the interleaving, the faults, the
 clock, and (through :meth:`s3log.env.Env.deterministic`) nonces and session ids. A
@@ -38,12 +38,14 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import decide, protocol
 from .codec import FORK_KIND, Entry, Head, decode_head
+from .config import LogConfig, RetryPolicy
+from .core import CommitQueue, LogCore
 from .env import Env
 from .errors import (
     ConditionalRequestConflict,
@@ -71,9 +73,9 @@ from .ops import (
     call_store,
     is_retryable,
 )
-from .protocol import CommitResult, LogConfig, RetryPolicy, SessionData, WriterState
+from .protocol import ChainPosition, OnConflict, SessionData
+from .results import CommitResult, GcReport
 from .store.memory import MemoryStore
-from .writer import LogCore, WriterCore
 
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000
@@ -111,7 +113,7 @@ class Scenario:
     seed: int
     solo: bool
     sessions: int
-    writers: tuple[tuple[int, str, str], ...]  # (session index, "sync"/"async", on_conflict)
+    writers: tuple[tuple[int, str, OnConflict], ...]  # (session index, "sync"/"async", on_conflict)
     readers: int
     gc: bool
     forker: bool
@@ -136,14 +138,13 @@ class Scenario:
         solo = r.random() < 0.5
         if solo:
             sessions = r.randint(1, 3)
-            writers = tuple((i, r.choice(("sync", "async")), "fork") for i in range(sessions))
+            fork: OnConflict = "fork"
+            writers = tuple((i, r.choice(("sync", "async")), fork) for i in range(sessions))
         else:
             sessions = r.randint(1, 2)
             n = r.randint(2, 4)
-            writers = tuple(
-                (i % sessions, r.choice(("sync", "async")), "raise" if r.random() < 0.15 else "fork")
-                for i in range(n)
-            )
+            modes: list[OnConflict] = ["raise" if r.random() < 0.15 else "fork" for _ in range(n)]
+            writers = tuple((i % sessions, r.choice(("sync", "async")), modes[i]) for i in range(n))
         faults = tuple(f for f in FAULTS if r.random() < 0.7) or ("timeout-landed",)
         deadline = r.choice((1_000, 3_000, 10_000))
         return Scenario(
@@ -338,12 +339,12 @@ class WriterActor(Actor):
     """A writer process: opens (or lazily creates) its session, appends unique payloads,
     commits. Crashes lose its core; cancellations abandon a commit at a yield point."""
 
-    def __init__(self, name: str, sid: str, style: str, on_conflict: str) -> None:
+    def __init__(self, name: str, sid: str, style: str, on_conflict: OnConflict) -> None:
         super().__init__(name)
         self.sid = sid
         self.style = style
         self.on_conflict = on_conflict
-        self.core: WriterCore | None = None
+        self.core: CommitQueue | None = None
         #: Payloads queued in the current core and not acked yet, in order.
         self.queued: list[str] = []
         self.tickets: dict[str, int] = {}
@@ -414,17 +415,17 @@ class WriterActor(Actor):
             names.append(payload)
         sim.note(self, f"append {' '.join(names)} (pending {self.core.pending_count})")
 
-    def _open(self, sim: Simulation) -> Proc[WriterState]:
+    def _open(self, sim: Simulation) -> Proc[ChainPosition]:
         try:
-            ws: WriterState = yield from sim.core.open(self.sid, None)
+            ws: ChainPosition = yield from sim.core.open(self.sid, None)
         except SessionNotFound:
             # Not stored yet (a lazy create that never landed): create it lazily again.
             ws = sim.core.new_session(self.sid, {"by": self.name}, None)
         return ws
 
     def done(self, sim: Simulation, value: Any) -> None:
-        if isinstance(value, WriterState):
-            self.core = sim.core.writer(value, None, self.on_conflict, None)  # type: ignore[arg-type]
+        if isinstance(value, ChainPosition):
+            self.core = sim.core.writer(value, None, self.on_conflict, None)
             self.sid = value.session
             sim.note(self, f"opened {sim.short(value.session)} at seq {value.head.seq} "
                            f"({'stored' if value.etag else 'lazy'})")
@@ -520,7 +521,7 @@ class GcActor(Actor):
         )
 
     def done(self, sim: Simulation, value: Any) -> None:
-        assert isinstance(value, protocol.GcReport)
+        assert isinstance(value, GcReport)
         if value.deleted:
             sim.note(self, f"deleted {' '.join(sim.short(k) for k in value.deleted)}")
         for sid in value.broken:
@@ -706,7 +707,7 @@ class Simulation:
         return Outcome(self.scenario, violation, self.step_no, self.requests, len(self.acked), self.forks,
                        self.injected, self.lines, dict(self.known_hits))
 
-    def _tick(self, actors: list[Actor]) -> None:
+    def _tick(self, actors: Sequence[Actor]) -> None:
         self.now += self.rng.randint(0, self.scenario.max_advance_ms)
         self._events()
         ready = [a for a in actors if a.runnable(self.now)]
@@ -733,7 +734,7 @@ class Simulation:
                     raise Violation("2", f"appended, never acked nor dropped, with every writer drained: {lost[:5]}")
                 return
             self.step_no += 1
-            self._tick(writers)  # type: ignore[arg-type]
+            self._tick(writers)
         stuck = [f"{w.name} (pending {w.core.pending_count if w.core else '-'}, {w.what or 'idle'})"
                  for w in writers if not w.drained()]
         raise Violation("liveness", f"writers could not commit with no faults in {DRAIN_STEPS} steps: {stuck}")
@@ -929,14 +930,6 @@ class Simulation:
             raise Violation(name, f"{KNOWN_BUGS[name]}: {detail}")
         self.known_hits[name] += 1
         self.note(actor, f"KNOWN BUG {name}: {detail}")
-
-    def stored_head(self, sid: str) -> Head | None:
-        """The head stored now (read with no fault), or None."""
-        try:
-            head: Head = run_direct(self.store, protocol.read_head(self.layout, sid))[0]
-        except SessionNotFound:
-            return None
-        return head
 
     def retired_since(self, key: str) -> int | None:
         """How long ago the last head listing segment ``key`` stopped being current

@@ -38,8 +38,8 @@ from .errors import S3LogError
 
 if TYPE_CHECKING:
     from .aio import AsyncLog
+    from .config import LogConfig
     from .log import Log
-    from .protocol import LogConfig
     from .reducer import Reducer
 
 __all__ = ["InvalidURLError", "LogURL", "open_async_log", "open_log", "parse_url"]

@@ -11,11 +11,10 @@ from typing import Any
 
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import S3LogError
-from ..protocol import ForkInfo
-from ..writer import SessionInfo
+from ..results import ForkInfo, SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
-from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, Status
+from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
 
 ForkCallback = Callable[["AsyncAgentSession", ForkInfo], None]
 Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
@@ -79,12 +78,12 @@ class AsyncAgentSession(SessionCore):
     """
 
     log: AsyncLog
-    _writer: AsyncWriter
+    _writer: AsyncWriter[SessionState]
 
     def __init__(
         self,
         log: AsyncLog,
-        writer: AsyncWriter,
+        writer: AsyncWriter[SessionState],
         *,
         max_buffer_entries: int = 64,
         max_buffer_bytes: int = 256 * 1024,

@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 from ..codec import Entry, Head, dumps
 from ..errors import ConflictError, InvalidEntryError, S3LogError
-from ..protocol import ForkInfo
-from ..writer import SessionInfo, WriterBase
+from ..results import ForkInfo, SessionInfo
+from ..writer import WriterVerbs
 from .state import (
     CACHE_LOCKED,
     CACHE_UNLOCKED,
@@ -50,6 +50,8 @@ from .state import (
 
 T = TypeVar("T")
 _log = logging.getLogger("s3log")
+#: The writer of an agent session (either shell's): its state is a SessionState.
+AgentWriter = WriterVerbs[SessionState]
 
 
 class SessionScopeError(S3LogError):
@@ -124,7 +126,7 @@ class Open:
 class Append:
     """Queue one record on a writer (no I/O in either shell); result: None."""
 
-    writer: WriterBase
+    writer: AgentWriter
     kind: str
     data: Any
 
@@ -133,7 +135,7 @@ class Append:
 class Commit:
     """Commit a writer's queued records; result: the CommitResult."""
 
-    writer: WriterBase
+    writer: AgentWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +180,7 @@ class ListSessions:
 class Renew:
     """Write a writer's head now (its lease renewed or released); result: the CommitResult."""
 
-    writer: WriterBase
+    writer: AgentWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,9 +330,9 @@ def header(
 # ---------------------------------------------------------------------- procedures
 
 
-def create_proc(session_id: str | None, meta: dict[str, Any]) -> Proc[WriterBase]:
+def create_proc(session_id: str | None, meta: dict[str, Any]) -> Proc[AgentWriter]:
     """A lazy writer for a new session."""
-    writer: WriterBase = yield Create(session_id, meta)
+    writer: AgentWriter = yield Create(session_id, meta)
     return writer
 
 
@@ -370,7 +372,7 @@ def restore_proc(
     owner: str | None = None,
     wait: float = 0.0,
     force: bool = False,
-) -> Proc[WriterBase]:
+) -> Proc[AgentWriter]:
     """Open a session (or its newest fork), check its scope, close a turn a crashed worker left open.
 
     A turn left open under another worker's live lease is that worker's, still running:
@@ -389,7 +391,7 @@ def restore_proc(
         check_scope(session_id, root.meta, labels)  # refuse before walking someone else's tree
         target = yield from newest_leaf_proc(session_id, labels)
     while True:
-        writer: WriterBase = yield Open(target)
+        writer: AgentWriter = yield Open(target)
         check_scope(writer.session_id, writer.head.meta, labels)
         fixes = repair_records(writer.state)
         if not fixes:
@@ -435,7 +437,7 @@ def fork_at_proc(
     at_hash: bytes | str | None,
     at_seq: int | None,
     labels: Mapping[str, Any] | None,
-) -> Proc[WriterBase]:
+) -> Proc[AgentWriter]:
     """A new session holding ``session_id``'s state at a stored point, exactly as replayed.
 
     The fork is not repaired: forking at a user message (to ask the model again) must
@@ -447,7 +449,7 @@ def fork_at_proc(
     if given is not None:
         meta["labels"] = given
     child: str = yield Fork(session_id, at_seq, at_hash, meta)
-    writer: WriterBase = yield Open(child)
+    writer: AgentWriter = yield Open(child)
     writer.on_conflict = "fork"
     return writer
 
@@ -470,12 +472,12 @@ class SessionCore(ABC):
     the buffered state, and every decision, as procedures the shells run."""
 
     log: Any
-    _writer: WriterBase
+    _writer: AgentWriter
 
     def __init__(
         self,
         log: Any,
-        writer: WriterBase,
+        writer: AgentWriter,
         *,
         max_buffer_entries: int = 64,
         max_buffer_bytes: int = 256 * 1024,
@@ -532,7 +534,7 @@ class SessionCore(ABC):
     @property
     def committed_state(self) -> SessionState:
         """The state of what is durable (read-only)."""
-        return self._writer.state  # type: ignore[no-any-return]
+        return self._writer.state
 
     @property
     def meta(self) -> Mapping[str, Any]:
@@ -696,7 +698,7 @@ class SessionCore(ABC):
                 return
         yield from self._p_flush()
 
-    def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[WriterBase]:
+    def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[AgentWriter]:
         # The parent must be stored to be forked, even if it holds only its start.
         yield from self._p_flush(force=True)
         return (yield from fork_at_proc(self.session_id, self._writer.head.hash, None, labels))

@@ -11,11 +11,10 @@ from typing import Any
 
 from ..errors import S3LogError
 from ..log import Log, Writer
-from ..protocol import ForkInfo
-from ..writer import SessionInfo
+from ..results import ForkInfo, SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
-from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, Status
+from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
 
 ForkCallback = Callable[["AgentSession", ForkInfo], None]
 Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
@@ -81,12 +80,12 @@ class AgentSession(SessionCore):
     """
 
     log: Log
-    _writer: Writer
+    _writer: Writer[SessionState]
 
     def __init__(
         self,
         log: Log,
-        writer: Writer,
+        writer: Writer[SessionState],
         *,
         max_buffer_entries: int = 64,
         max_buffer_bytes: int = 256 * 1024,

@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
-from ..protocol import LogConfig, RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,7 +9,7 @@ import time
 
 import typer
 
-from ..retention import ExpireProgress
+from ..results import ExpireProgress
 from .app import app
 from .common import command_log, echo, emit_json, err_console, fail, handle_errors, is_tty, settings, styled
 

@@ -1,0 +1,70 @@
+"""Configuration of a log: its tunables (:class:`LogConfig`) and retry policy (:class:`RetryPolicy`).
+
+Plain values, no I/O: the drivers read the retry policy, the protocol procedures
+the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log.protocol`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from .codec import FORMAT_VERSION, check_format_version
+from .env import DEFAULT_ENV, Env
+from .signing import Signer, Verifier
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How transient failures are retried: exponential backoff with full jitter, bounded."""
+
+    attempts: int = 8
+    initial: float = 0.02
+    max_backoff: float = 1.0
+    max_time: float = 30.0
+
+    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (full jitter from ``rng``)."""
+        upper = min(self.max_backoff, self.initial * (2 ** (attempt - 1)))
+        return (rng or DEFAULT_ENV.rng).uniform(0, upper)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Tunables of a log.
+
+    ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
+    at most this big, a commit is one PUT; past it the tail is flushed to a segment.
+    ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
+    bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
+    entries of segments below this level in memory, so the merges it will do soon
+    need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
+    this long after it wrote a segment gives up (nothing acknowledged; the next commit
+    writes a new segment), so gc may treat an unreferenced segment older than this as
+    garbage no commit will ever reference. ``env``: clock, randomness and new ids.
+    ``verify_preconditions``: probe, before the first write to a store, that it
+    honours ``If-None-Match`` and ``If-Match`` (see
+    :func:`s3log.protocol.probe_preconditions`). ``activity_index``: a session's first
+    commit of each UTC day also writes a tiny marker (:mod:`s3log.activity`), so
+    "sessions active since T" need not read every head. ``format_version``: the
+    format heads and segments are written in (2, the default, or 1 so that s3log 0.1
+    readers can read what is written; both are read, see docs/format.md).
+    """
+
+    tail_max_bytes: int = 8 * 1024
+    fanout: int = 4
+    max_parallel: int = 16
+    cache_levels: int = 3
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    commit_deadline_ms: int = 10 * 60 * 1000
+    env: Env = DEFAULT_ENV
+    verify_preconditions: bool = True
+    #: Signs every head this log writes (:mod:`s3log.signing`); None: heads are unsigned.
+    signer: Signer | None = None
+    #: Every head this log reads must be signed by a key it trusts; None: not checked.
+    verifier: Verifier | None = None
+    activity_index: bool = True
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        check_format_version(self.format_version)

@@ -1,0 +1,508 @@
+"""The I/O-free engine the blocking and the asyncio APIs share.
+
+:class:`CommitQueue` keeps one writer's pending entries and its
+:class:`~s3log.protocol.ChainPosition`, hands out commit procedures and applies
+their results; :class:`LogCore` builds the procedure behind each verb of
+:class:`~s3log.Log` and :class:`~s3log.AsyncLog`; :class:`LogVerbs` is what those two
+expose alike. The drivers (:mod:`s3log.drive`) run the procedures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from . import listing, protocol, retention
+from .chain import PendingEntry
+from .codec import MAX_TS, Entry, Head, check_kind, normalize_data
+from .config import LogConfig
+from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
+from .ids import validate_session_id
+from .layout import DEFAULT_PREFIX, Layout
+from .ops import ObjectInfo, Proc
+from .protocol import ChainPosition, OnConflict, SessionData
+from .reducer import EntriesReducer, NullReducer, Reducer, S
+from .results import (
+    ActiveSessions,
+    CommitResult,
+    ExpireProgress,
+    ExpireReport,
+    ForkInfo,
+    GcReport,
+    HeadRow,
+    LineageStep,
+    ProbeReport,
+    SessionInfo,
+    SessionView,
+    TicketStatus,
+    VerifyReport,
+)
+
+#: Called with a :class:`~s3log.ForkInfo` when a conflict makes a writer fork.
+ForkListener = Callable[[ForkInfo], None]
+T = TypeVar("T")
+
+
+class CommitQueue(Generic[S]):
+    """One writer's queue of pending entries and its chain position. Thread-safe.
+
+    It hands out commit procedures (:meth:`commit`, :meth:`touch`) that carry what is
+    queued when they start, and applies their results: which tickets became durable,
+    the new :class:`~s3log.protocol.ChainPosition`, forks. No I/O.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        config: LogConfig,
+        ws: ChainPosition[S],
+        reducer: Reducer[S],
+        on_conflict: OnConflict,
+        on_fork: ForkListener | None = None,
+    ) -> None:
+        if on_conflict not in ("fork", "raise"):
+            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {on_conflict!r}")
+        self.layout = layout
+        self.config = config
+        self.ws = ws
+        self.reducer = reducer
+        self.on_conflict: OnConflict = on_conflict
+        self.forks: list[ForkInfo] = []
+        self._listeners: list[ForkListener] = [on_fork] if on_fork else []
+        self._lock = threading.Lock()
+        self._pending: list[tuple[int, PendingEntry]] = []
+        self._next_ticket = 0
+        # Entries of tickets someone waits for, filled in by whichever commit carried them.
+        self._waiting: set[int] = set()
+        self._done: dict[int, Entry] = {}
+        # Tickets carried by the commit in flight, and tickets of a commit that failed
+        # with its outcome unknown (its head may have landed): neither may be withdrawn.
+        self._inflight: set[int] = set()
+        self._uncertain: set[int] = set()
+        self._withdrawn: set[int] = set()
+        self._claimed: set[int] = set()
+        #: What this writer's commits record about the head's lease (None: leave it).
+        self.lease: protocol.LeasePlan | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session this writer appends to (changes when it forks)."""
+        return self.ws.session
+
+    @property
+    def state(self) -> S:
+        """The reducer state of the committed chain."""
+        return self.ws.state
+
+    @property
+    def pending_count(self) -> int:
+        """Entries appended but not yet committed."""
+        with self._lock:
+            return len(self._pending)
+
+    def add_fork_listener(self, listener: ForkListener) -> None:
+        """Call ``listener`` with a :class:`ForkInfo` whenever this writer forks."""
+        self._listeners.append(listener)
+
+    def add(self, kind: str, data: Any, ts: int | None, *, wait: bool = False) -> int:
+        """Validate and queue an entry; return its ticket. Nothing is written.
+
+        With ``wait``, the committed entry is kept for :meth:`claim`.
+        """
+        check_kind(kind)
+        if ts is None:
+            ts = self.config.env.now_ms()
+        elif not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
+            raise InvalidEntryError(
+                kind, f"ts must be an integer of milliseconds in [0, 2**63), not {ts!r}", session=self.ws.session
+            )
+        entry = PendingEntry(kind, ts, normalize_data(kind, data, session=self.ws.session))
+        with self._lock:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._pending.append((ticket, entry))
+            if wait:
+                self._waiting.add(ticket)
+        return ticket
+
+    def claim(self, ticket: int) -> Entry | None:
+        """The committed entry of a waited-for ticket, once a commit carried it."""
+        with self._lock:
+            entry = self._done.pop(ticket, None)
+            if entry is not None:
+                self._waiting.discard(ticket)
+                self._claimed.add(ticket)
+            return entry
+
+    def status(self, ticket: int) -> TicketStatus:
+        """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
+        with self._lock:
+            if ticket in self._done or ticket in self._claimed:
+                return "committed"
+            if ticket in self._withdrawn:
+                return "withdrawn"
+            if ticket in self._inflight:
+                return "committing"
+            if any(t == ticket for t, _ in self._pending):
+                return "uncertain" if ticket in self._uncertain else "pending"
+            return "unknown"
+
+    def withdraw(self, ticket: int) -> bool:
+        """Take a queued entry back; True if it was, so it will never be stored.
+
+        Refused (False) once a commit carries it, or after a commit that carried it
+        failed with an unknown outcome: its fate is then that of the commits.
+        """
+        with self._lock:
+            if ticket in self._inflight or ticket in self._uncertain:
+                return False
+            for i, (t, _) in enumerate(self._pending):
+                if t == ticket:
+                    del self._pending[i]
+                    self._withdrawn.add(ticket)
+                    self._waiting.discard(ticket)
+                    return True
+            return False
+
+    def watch(self, ticket: int) -> bool:
+        """Start keeping the committed entry of a queued ticket for :meth:`claim`.
+
+        False if the ticket is no longer queued (committed or withdrawn already).
+        """
+        with self._lock:
+            if ticket in self._inflight or any(t == ticket for t, _ in self._pending):
+                self._waiting.add(ticket)
+                return True
+            return False
+
+    def forget(self, ticket: int) -> None:
+        """Stop keeping the entry of ``ticket`` (its waiter gave up)."""
+        with self._lock:
+            self._waiting.discard(ticket)
+            self._done.pop(ticket, None)
+
+    def hold_lease(self, owner: str, ttl_ms: int) -> None:
+        """Record a lease for ``owner`` lasting ``ttl_ms`` with every commit from now on."""
+        if not isinstance(owner, str) or not owner:
+            raise InvalidArgumentError("owner", f"must be a non-empty string, not {owner!r}", session=self.session_id)
+        if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0:
+            raise InvalidArgumentError("ttl_ms", f"must be a positive integer, not {ttl_ms!r}", session=self.session_id)
+        self.lease = protocol.LeasePlan(owner, ttl_ms)
+
+    def release_lease(self) -> None:
+        """Clear this writer's lease with the next commit (or :meth:`touch`)."""
+        if self.lease is not None:
+            self.lease = protocol.LeasePlan(self.lease.owner, None)
+
+    def touch(self) -> Proc[CommitResult[S]]:
+        """A commit that writes the head even with nothing pending: renews or releases a lease."""
+        return self._commit(touch=True)
+
+    def commit(self) -> Proc[CommitResult[S]]:
+        """A procedure committing every entry pending when it starts, then applying the result.
+
+        Only one may run at a time per writer (the drivers hold a lock around it).
+        """
+        return self._commit(touch=False)
+
+    def _commit(self, *, touch: bool) -> Proc[CommitResult[S]]:
+        with self._lock:
+            batch = list(self._pending)
+            ws = self.ws
+            self._inflight = {t for t, _ in batch}
+            lease = self.lease
+        try:
+            result = yield from protocol.commit(
+                self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
+                lease=lease, touch=touch,
+            )
+        except ConflictError as err:
+            # Entries found durable despite the conflict must not be committed again.
+            self._settle(batch[: len(err.landed)], err.landed, ws)
+            raise
+        except BaseException:
+            # Failed or abandoned (an async cancellation, a crash of the caller): the
+            # head may have landed. These entries stay queued for the next commit,
+            # which finds them landed (and adopts the head) or writes them; they can
+            # no longer be withdrawn.
+            with self._lock:
+                self._uncertain |= self._inflight
+                self._inflight = set()
+            raise
+        self._settle(batch, result.acked, result.ws)
+        wrote = touch or bool(result.entries)
+        if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
+            self.lease = None  # released: later commits leave the head's lease alone
+        if result.fork is not None:
+            self.forks.append(result.fork)
+            for listener in self._listeners:
+                listener(result.fork)
+        return result
+
+    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: ChainPosition[S]) -> None:
+        with self._lock:
+            n = len(acked)
+            self._pending = self._pending[n:]
+            self.ws = ws
+            self._inflight = set()
+            for ticket, _ in batch[:n]:
+                self._uncertain.discard(ticket)
+            for (ticket, _), entry in zip(batch[:n], acked, strict=True):
+                if ticket in self._waiting:
+                    self._done[ticket] = entry
+
+
+#: Stores the precondition probe has passed in this process.
+_PROBED: weakref.WeakSet[object] = weakref.WeakSet()
+_log = logging.getLogger("s3log")
+
+
+class LogCore:
+    """The procedures behind each verb of :class:`~s3log.Log` and :class:`~s3log.AsyncLog`."""
+
+    def __init__(
+        self,
+        store: object,
+        prefix: str | None,
+        config: LogConfig | None,
+        reducer: Reducer[Any] | None,
+    ) -> None:
+        self.config = config or LogConfig()
+        self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX),
+                             verifier=self.config.verifier)
+        self.reducer: Reducer[Any] = reducer or EntriesReducer()
+        self.store = store
+        # Stores that are known to honour conditional writes (the in-memory ones say so)
+        # are never probed; the others once per store object and process.
+        self._verified = not self.config.verify_preconditions or bool(getattr(store, "honours_preconditions", False))
+
+    def writing(self, proc: Proc[T]) -> Proc[T]:
+        """``proc``, preceded the first time by the precondition probe of this store.
+
+        Raises :class:`~s3log.errors.PreconditionsIgnoredError` before anything of
+        ``proc`` is written if the store ignores ``If-None-Match`` or ``If-Match``.
+        """
+        if not self._verified and self.store not in _PROBED:
+            report = yield from protocol.probe_preconditions(self.layout, self.config)
+            if not report.ok:
+                raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
+                                                report.detail)
+            if report.if_none_match is None or report.if_match is None:
+                _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
+            with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
+                _PROBED.add(self.store)
+        self._verified = True
+        return (yield from proc)
+
+    def probe(self) -> Proc[ProbeReport]:
+        """Run the precondition probe now, whatever was found before."""
+        return protocol.probe_preconditions(self.layout, self.config)
+
+    def writer(
+        self,
+        ws: ChainPosition[S],
+        reducer: Reducer[S] | None,
+        on_conflict: OnConflict,
+        on_fork: ForkListener | None,
+    ) -> CommitQueue[S]:
+        """The commit queue of a writer starting at ``ws``."""
+        return CommitQueue(self.layout, self.config, ws, reducer or self.reducer, on_conflict, on_fork)
+
+    def new_session(
+        self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[S] | None
+    ) -> ChainPosition[S]:
+        """The chain position of a session not stored yet (validates the id and meta)."""
+        sid = validate_session_id(session_id) if session_id is not None else self.config.env.new_id()
+        meta = check_meta(meta, sid)
+        return protocol.new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms(),
+                                         creator=self.config.env.nonce())
+
+    def create(self, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
+        """Store the empty head of ``ws``."""
+        return protocol.create_session(self.layout, self.config, ws)
+
+    def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
+        """Load and verify a session, and replay it into a chain position."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return protocol.writer_state_from(data, reducer or self.reducer, self.config)
+
+    def read(self, session_id: str) -> Proc[SessionView]:
+        """Load and verify a session."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return SessionView(data.session, data.head, data.etag, data.entries)
+
+    def verify(self, session_id: str) -> Proc[VerifyReport]:
+        """Load and verify a session; report what was checked."""
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        return VerifyReport(data.session, len(data.entries), len(data.head.segments), data.head.version)
+
+    def fork(
+        self,
+        session_id: str,
+        at_seq: int | None,
+        at_hash: bytes | str | None,
+        meta: Mapping[str, Any] | None,
+        reducer: Reducer[Any] | None,
+        child: str | None,
+    ) -> Proc[str]:
+        """Fork a stored session at a committed entry; return the child's id."""
+        ws, _ = yield from protocol.fork_at(
+            self.layout, self.config, validate_session_id(session_id), reducer or self.reducer,
+            at_seq=at_seq, at_hash=at_hash,
+            meta=None if meta is None else check_meta(meta, session_id),
+            child=None if child is None else validate_session_id(child),
+        )
+        return ws.session
+
+    def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
+        """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
+        rows = yield from protocol.list_head_rows(self.layout, ids)
+        # Expired: gone, as far as listings go.
+        return [SessionInfo.from_row(r) for r in rows if r.head is None or not protocol.is_expired(r.head)]
+
+    def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
+        """``session_id`` and its ancestors."""
+        return protocol.lineage(self.layout, validate_session_id(session_id))
+
+    def children(self, session_id: str) -> Proc[list[str]]:
+        """Sessions forked from ``session_id``."""
+        return protocol.children(self.layout, validate_session_id(session_id))
+
+    def delete(self, session_id: str) -> Proc[int]:
+        """Delete a session and everything under it."""
+        return protocol.delete_session(self.layout, validate_session_id(session_id))
+
+    def gc(self, older_than_ms: int, dry_run: bool) -> Proc[GcReport]:
+        """Collect unreferenced segments and dangling fork markers older than the grace period."""
+        if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool) or older_than_ms < 0:
+            raise InvalidArgumentError("older_than_ms", f"must be a non-negative integer, not {older_than_ms!r}")
+        return protocol.gc(
+            self.layout, older_than_ms=older_than_ms, now=self.config.env.now_ms(), dry_run=dry_run,
+            commit_deadline_ms=self.config.commit_deadline_ms,
+        )
+
+    def append_latest(
+        self,
+        session_id: str,
+        entries: Sequence[tuple[str, Any]],
+        create_meta: Mapping[str, Any] | None,
+        after: CommitResult | None,
+    ) -> Proc[CommitResult]:
+        """Validate ``(kind, data)`` pairs and append them at the session's latest head."""
+        sid = validate_session_id(session_id)
+        now = self.config.env.now_ms()
+        pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        meta = None if create_meta is None else check_meta(create_meta, sid)
+        hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
+        return protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(), create_meta=meta,
+                                      hint=hint)
+
+    def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[SessionView | None]:
+        """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
+        head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
+        if head_outside(head, since, until):
+            return None
+        data: SessionData = yield from protocol.load_from_head(self.layout, head, etag)
+        return SessionView(data.session, data.head, data.etag, data.entries)
+
+    def read_suffix(
+        self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
+    ) -> Proc[tuple[Head, list[Entry]]]:
+        """The newest entries of a session, read backwards until ``enough(entries)``."""
+        return protocol.load_suffix(self.layout, validate_session_id(session_id), enough)
+
+    def heads(self, session_ids: Sequence[str]) -> Proc[list[HeadRow]]:
+        """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
+        return protocol.list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
+
+    def find_session_ids(self, id_prefix: str) -> Proc[list[str]]:
+        """The session ids starting with ``id_prefix``, sorted."""
+        if not isinstance(id_prefix, str):
+            raise InvalidArgumentError("id_prefix", f"must be a string, not {id_prefix!r}")
+        return protocol.list_session_ids_with_prefix(self.layout, id_prefix)
+
+    def object_keys(self, session_id: str) -> Proc[list[str]]:
+        """Every key stored under a session's folder (head, segments, fork markers)."""
+        return _keys_of(protocol.list_all(self.layout.session_dir(validate_session_id(session_id))))
+
+    def head(self, session_id: str) -> Proc[tuple[Head, str]]:
+        """A session's head and ETag."""
+        return protocol.read_head(self.layout, validate_session_id(session_id))
+
+    # -------------------------------------------- bounded listings and retention (issue 17)
+
+    def session_page(
+        self, want: int, labels: Mapping[str, str] | None, after: str | None, batch: int
+    ) -> Proc[tuple[list[SessionInfo], str | None]]:
+        """Up to ``want`` sessions before ``after``, newest first (:func:`s3log.listing.session_page`)."""
+        rows, cursor = yield from listing.session_page(
+            self.layout, want, labels=labels, after=after, now=self.config.env.now_ms(), batch=batch)
+        return [SessionInfo.from_row(r) for r in rows], cursor
+
+    def expire(
+        self,
+        idle_for: object,
+        labels: object,
+        dry_run: bool,
+        progress: Callable[[ExpireProgress], None] | None,
+    ) -> Proc[ExpireReport]:
+        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments checked first."""
+        ms = retention.idle_ms(idle_for)
+        wanted = listing.check_labels(labels)
+        return retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
+                                labels=wanted, dry_run=bool(dry_run), progress=progress)
+
+    def active_sessions(self, since: object) -> Proc[ActiveSessions]:
+        """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""
+        return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))
+
+
+def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:
+    objects, _ = yield from proc
+    return [o.key for o in objects]
+
+
+def head_outside(head: Head, since: int | None, until: int | None) -> bool:
+    """Whether no entry of the session can fall inside ``[since, until)`` (or it is empty),
+    from the head's ``ts_min``/``ts_max`` alone."""
+    return head.ts_min is None or (since is not None and head.ts_max is not None and head.ts_max < since) or (
+        until is not None and head.ts_min >= until
+    )
+
+
+def check_meta(meta: object, session: str | None) -> dict[str, Any]:
+    """Validate a session header: a map with string keys that CBOR can store."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise InvalidArgumentError("meta", f"must be a mapping, not {type(meta).__name__}", session=session)
+    bad = [k for k in meta if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgumentError("meta", f"keys must be strings, found {bad[0]!r}", session=session)
+    normalized: dict[str, Any] = normalize_data("meta", dict(meta), session=session)
+    return normalized
+
+
+class LogVerbs:
+    """What :class:`~s3log.Log` and :class:`~s3log.AsyncLog` expose alike (over their :class:`LogCore`)."""
+
+    _core: LogCore
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix sessions live under."""
+        return self._core.layout.prefix
+
+    @property
+    def layout(self) -> Layout:
+        """The key layout of this log (for running protocol procedures directly)."""
+        return self._core.layout
+
+    @property
+    def config(self) -> LogConfig:
+        """This log's tunables."""
+        return self._core.config

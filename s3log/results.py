@@ -1,0 +1,280 @@
+"""What the verbs of :class:`~s3log.Log` and :class:`~s3log.AsyncLog` return.
+
+Plain frozen values, no I/O: commits (:class:`CommitResult`, :class:`ForkInfo`),
+reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`), listings
+(:class:`SessionInfo`, :class:`HeadRow`), maintenance (:class:`GcReport`,
+:class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
+submitted entry stands (:data:`TicketStatus`). Each is also importable from the
+module that used to define it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal
+
+from .codec import FORK_KIND, Entry, Head, ParentRef
+from .reducer import EntriesReducer, Reducer, S, replay
+
+if TYPE_CHECKING:
+    from .protocol import ChainPosition
+
+# ------------------------------------------------------------------------------ commits
+
+
+@dataclass(frozen=True, slots=True)
+class ForkInfo:
+    """A fork made because of a conflict (or explicitly)."""
+
+    parent: ParentRef
+    child: str
+    found: dict[str, Any] | None
+
+    def __repr__(self) -> str:
+        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
+        return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
+                f"reason={self.parent.reason!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult(Generic[S]):
+    """The outcome of a commit.
+
+    ``entries``: every entry this commit made durable (a fork entry included);
+    ``acked``: the committed form of each pending entry, in order; ``fork``: where the
+    writer forked to, if it had to.
+    """
+
+    #: Internal: the writer's chain position after the commit (use ``session_id``,
+    #: ``head`` and ``etag``); passed back by ``append_latest(after=...)``.
+    ws: ChainPosition[S] = field(repr=False)
+    entries: list[Entry]
+    acked: list[Entry]
+    fork: ForkInfo | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session the entries were committed to."""
+        return self.ws.session
+
+    @property
+    def head(self) -> Head:
+        """The head this commit wrote (or found its entries under)."""
+        return self.ws.head
+
+    @property
+    def etag(self) -> str | None:
+        """The ETag of that head."""
+        return self.ws.etag
+
+    def __repr__(self) -> str:
+        seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
+        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
+        return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
+                f"version={self.ws.head.version}, fork={self.fork!r})")
+
+
+#: Where an appended entry stands: queued and withdrawable (``pending``), carried by
+#: the commit in flight (``committing``), queued after a commit whose outcome is
+#: unknown (``uncertain``: the next commit finds it landed or writes it), durable
+#: (``committed``), taken back before any commit carried it (``withdrawn``), or not
+#: tracked (``unknown``).
+TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]
+
+# -------------------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A session as read: its verified entries and its head."""
+
+    session_id: str
+    head: Head
+    etag: str
+    entries: list[Entry]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The session header."""
+        return self.head.meta
+
+    @property
+    def parent(self) -> ParentRef | None:
+        """Where this session forked from, or None."""
+        return self.head.parent
+
+    @property
+    def seed(self) -> Any:
+        """The seed a fork started from (None if this session is not a fork)."""
+        if self.entries and self.entries[0].kind == FORK_KIND and isinstance(self.entries[0].data, dict):
+            return self.entries[0].data.get("seed")
+        return None
+
+    def state(self, reducer: Reducer[Any] | None = None) -> Any:
+        """The state the reducer (default: the entries themselves) folds these entries to."""
+        return replay(reducer or EntriesReducer(), self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :meth:`Log.verify` checked: every entry and segment of a chain that verified."""
+
+    session_id: str
+    entries: int
+    segments: int
+    version: int
+    ok: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LineageStep:
+    """One session of a lineage and where it forked from (None for the root).
+
+    ``expired``: the session was expired by retention; its fork still holds its seed.
+    """
+
+    session: str
+    parent: ParentRef | None
+    expired: bool = False
+
+# ----------------------------------------------------------------------------- listings
+
+
+@dataclass(frozen=True, slots=True)
+class HeadRow:
+    """A session's head as listed: the head, or None with ``error`` when it is unreadable.
+
+    A listing reports a broken session and goes on: one bad object never hides the rest.
+    """
+
+    session: str
+    head: Head | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One row of :meth:`Log.list_sessions`."""
+
+    session_id: str
+    entries: int
+    version: int
+    created_at: int
+    updated_at: int
+    parent: ParentRef | None
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: Why the session's head could not be read (None for a healthy session): a
+    #: listing reports a broken session as a row and goes on.
+    error: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """Whether the head of this session could not be read."""
+        return self.error is not None
+
+    @staticmethod
+    def broken_row(session_id: str, error: str) -> SessionInfo:
+        """The row of a session whose head is unreadable."""
+        return SessionInfo(session_id, 0, 0, 0, 0, None, {}, error)
+
+    @staticmethod
+    def from_head(head: Head) -> SessionInfo:
+        """The row of a head."""
+        return SessionInfo(
+            head.session, head.entry_count, head.version, head.created_at, head.updated_at, head.parent, head.meta
+        )
+
+    @staticmethod
+    def from_row(row: HeadRow) -> SessionInfo:
+        """The row of a listed head (a broken row when it was unreadable)."""
+        if row.head is None:
+            return SessionInfo.broken_row(row.session, row.error or "")
+        return SessionInfo.from_head(row.head)
+
+# -------------------------------------------------------------------------- maintenance
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What garbage collection found (and deleted unless it was a dry run).
+
+    ``broken``: sessions whose head could not be read; their objects were left alone.
+    """
+
+    sessions: int
+    unreferenced: list[str]
+    deleted: list[str]
+    kept_young: int
+    broken: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    """What the precondition probe saw: whether the store honours each conditional PUT.
+
+    ``None`` for a header the probe could not test (access denied, persistent faults).
+    """
+
+    if_none_match: bool | None
+    if_match: bool | None
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        """Neither header was seen ignored."""
+        return self.if_none_match is not False and self.if_match is not False
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSessions:
+    """Sessions committed to since a time, newest id first, and how they were found.
+
+    ``indexed``: from the activity index (no head read); otherwise from every head.
+    With the index, a session appears if it had a commit on the first day of the window
+    or later, so it may have been idle since slightly before ``since`` (a superset).
+    """
+
+    ids: list[str]
+    indexed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireProgress:
+    """Where a sweep stands: sessions looked at so far of ``total``, and what became of them."""
+
+    done: int
+    total: int
+    expired: int
+    kept: int
+    errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireReport:
+    """What :meth:`~s3log.Log.expire` did (or, with ``dry_run``, would do).
+
+    ``examined``: sessions listed; ``expired``: ids tombstoned (would be, in a dry
+    run); ``kept``: sessions active within the threshold (most without a head read:
+    created recently, or in the activity index); ``raced``: ids that committed during
+    the sweep and were kept; ``skipped_labels``: idle sessions the label filter kept;
+    ``errors``: ``"id: reason"`` for heads that could not be read or written (the next
+    sweep tries again); ``pruned_days``: activity index days deleted; ``heads_read``:
+    GETs of heads the sweep needed.
+    """
+
+    examined: int
+    expired: list[str]
+    kept: int
+    raced: list[str] = field(default_factory=list)
+    skipped_labels: int = 0
+    errors: list[str] = field(default_factory=list)
+    pruned_days: list[str] = field(default_factory=list)
+    heads_read: int = 0
+    dry_run: bool = False

@@ -1,0 +1,156 @@
+"""Types live where their name says, old import paths keep working, and I/O is typed (issue 16).
+
+``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
+``s3log.core`` the commit queue and the log's procedures; the modules that used to
+define them re-export them under their old names. The typed request helpers of
+``s3log.ops`` return what both drivers send back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import s3log
+from s3log import config, core, ops, results
+from s3log.errors import ObjectNotFound, PreconditionFailed
+
+#: (old module, old name, new object): every former home still answers.
+MOVED = [
+    ("s3log.protocol", "LogConfig", config.LogConfig),
+    ("s3log.protocol", "RetryPolicy", config.RetryPolicy),
+    ("s3log.protocol", "CommitResult", results.CommitResult),
+    ("s3log.protocol", "ForkInfo", results.ForkInfo),
+    ("s3log.protocol", "LineageStep", results.LineageStep),
+    ("s3log.protocol", "GcReport", results.GcReport),
+    ("s3log.protocol", "ProbeReport", results.ProbeReport),
+    ("s3log.protocol", "HeadRow", results.HeadRow),
+    ("s3log.protocol", "WriterState", importlib.import_module("s3log.protocol").ChainPosition),
+    ("s3log.writer", "SessionView", results.SessionView),
+    ("s3log.writer", "SessionInfo", results.SessionInfo),
+    ("s3log.writer", "VerifyReport", results.VerifyReport),
+    ("s3log.writer", "TicketStatus", results.TicketStatus),
+    ("s3log.writer", "WriterCore", core.CommitQueue),
+    ("s3log.writer", "LogCore", core.LogCore),
+    ("s3log.writer", "LogBase", core.LogVerbs),
+    ("s3log.writer", "WriterBase", importlib.import_module("s3log.writer").WriterVerbs),
+    ("s3log.writer", "check_meta", core.check_meta),
+    ("s3log.writer", "head_outside", core.head_outside),
+    ("s3log.retention", "ExpireReport", results.ExpireReport),
+    ("s3log.retention", "ExpireProgress", results.ExpireProgress),
+    ("s3log.retention", "ActiveSessions", results.ActiveSessions),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "obj"), MOVED, ids=[f"{m}.{n}" for m, n, _ in MOVED])
+def test_old_import_paths_name_the_moved_objects(module: str, name: str, obj: object) -> None:
+    assert getattr(importlib.import_module(module), name) is obj
+
+
+def test_public_names_come_from_the_new_homes() -> None:
+    for name in ("LogConfig", "RetryPolicy"):
+        assert getattr(s3log, name) is getattr(config, name)
+    for name in ("CommitResult", "ForkInfo", "LineageStep", "SessionInfo", "SessionView", "VerifyReport",
+                 "ExpireReport"):
+        assert getattr(s3log, name) is getattr(results, name)
+
+
+def test_writers_are_built_on_the_shared_verbs() -> None:
+    from s3log.writer import WriterVerbs
+
+    assert issubclass(s3log.Writer, WriterVerbs) and issubclass(s3log.AsyncWriter, WriterVerbs)
+    assert issubclass(s3log.Log, core.LogVerbs) and issubclass(s3log.AsyncLog, core.LogVerbs)
+
+
+def _typed_requests() -> ops.Proc[list[object]]:
+    # Every helper once, against a fresh store; each result is what its annotation says.
+    etag = yield from ops.put_if_absent("k/a", b"one")
+    try:
+        yield from ops.put_if_absent("k/a", b"two")
+    except PreconditionFailed:
+        refused = True
+    else:
+        refused = False
+    blob = yield from ops.get("k/a")
+    replaced = yield from ops.put_if_match("k/a", b"three", blob.etag)
+    page = yield from ops.list_page("k/", max_keys=10)
+    got = yield from ops.parallel([ops.Get("k/a"), ops.Get("k/missing")])
+    puts = yield from ops.parallel([ops.PutIfAbsent("k/b", b"b"), ops.PutIfAbsent("k/a", b"taken")])
+    yield from ops.sleep(0)
+    yield from ops.delete("k/b")
+    yield from ops.delete("k/never-there")
+    deleted = yield from ops.parallel([ops.Delete("k/a")])
+    after = yield from ops.list_page("k/")
+    return [etag, refused, blob, replaced, page, got, puts, deleted, after]
+
+
+def _check(out: list[object]) -> None:
+    etag, refused, blob, replaced, page, got, puts, deleted, after = out
+    assert isinstance(etag, str) and refused is True
+    assert isinstance(blob, ops.Blob) and blob.body == b"one" and blob.etag == etag
+    assert isinstance(replaced, str) and replaced != etag
+    assert isinstance(page, ops.ListPage) and [o.key for o in page.objects] == ["k/a"]
+    assert isinstance(got, list) and isinstance(got[0], ops.Blob) and got[0].body == b"three"
+    assert isinstance(got[1], ObjectNotFound)  # returned, not raised: the other outcome stays visible
+    assert isinstance(puts, list) and isinstance(puts[0], str) and isinstance(puts[1], PreconditionFailed)
+    assert deleted == [None]
+    assert isinstance(after, ops.ListPage) and after.objects == []
+
+
+def test_typed_requests_return_what_the_sync_driver_sends() -> None:
+    with s3log.Log(s3log.MemoryStore()) as log:
+        _check(log.run(_typed_requests()))
+
+
+def test_typed_requests_return_what_the_async_driver_sends() -> None:
+    async def main() -> list[object]:
+        async with s3log.AsyncLog(s3log.AsyncMemoryStore()) as log:
+            return await log.run(_typed_requests())
+
+    _check(asyncio.run(main()))
+
+
+def test_a_writer_carries_its_reducers_state() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create("typed", reducer=s3log.EntriesReducer())
+    w.append("k", 1)
+    result = w.commit()
+    assert w.state == [e.to_map() for e in log.read("typed").entries]
+    assert result.ws.state is w.state  # the queue's position is the commit's
+
+
+TYPED = '''
+from typing import Any
+import s3log
+from s3log.agent.state import AgentReducer, SessionState
+
+log = s3log.Log(s3log.MemoryStore())
+w = log.create(reducer=s3log.EntriesReducer())
+history: list[dict[str, Any]] = w.state
+agent = log.open("x", reducer=AgentReducer())
+state: SessionState = agent.state
+plain: s3log.Writer = log.create()
+wrong: int = agent.state  # the only error: a SessionState is not an int
+'''
+
+
+def test_mypy_sees_the_state_type_of_a_writer(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    src = tmp_path / "typed_use.py"
+    src.write_text(textwrap.dedent(TYPED).lstrip())
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
+         "--config-file", str(root / "pyproject.toml"), str(src)],
+        capture_output=True, text=True, cwd=root, check=False,
+    )
+    errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, proc.stdout
+    assert "typed_use.py:11:" in errors[0] and '"SessionState"' in errors[0] and '"int"' in errors[0]
