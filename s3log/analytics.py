@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from . import retention
 from ._extras import extra
 from .codec import Entry, Head, data_cbor_column
 from .config import LogConfig
@@ -270,7 +269,7 @@ def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = No
     if sessions is None:
         if since is not None:
             # Only the sessions committed to since then, from the activity index (s3log.retention).
-            active = lg.run(retention.window_ids(lg.layout, since))
+            active = lg.indexed_session_ids(since=since)
             if active is not None:
                 return active
         return lg.list_session_ids()

@@ -456,6 +456,14 @@ class LogCore:
         return retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
 
+    def indexed_session_ids(self, since: object) -> Proc[list[str] | None]:
+        """Ids in the activity index from ``since``'s day on, or None if the index does not cover it."""
+        return retention.window_ids(self.layout, retention.since_ms(since, self.config.env.now_ms()))
+
+    def compact(self, session_id: str, select: protocol.Selector) -> Proc[bool]:
+        """Rewrite a session as a new root chain of what ``select`` keeps (see :func:`protocol.compact_session`)."""
+        return protocol.compact_session(self.layout, self.config, validate_session_id(session_id), select)
+
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""
         return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))

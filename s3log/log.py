@@ -14,7 +14,7 @@ from .drive import SyncDriver
 from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
-from .protocol import OnConflict, list_session_ids
+from .protocol import OnConflict, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
     ActiveSessions,
@@ -258,6 +258,21 @@ class Log(LogVerbs):
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
         return self.run(self._core.read_window(session_id, since, until))
+
+    def indexed_session_ids(self, *, since: datetime | timedelta | int) -> list[str] | None:
+        """Session ids the activity index holds from ``since``'s day on (no head read), or
+        None when the index does not cover that window (then list or scan instead)."""
+        return self.run(self._core.indexed_session_ids(since))
+
+    def compact(self, session_id: str, select: Selector) -> bool:
+        """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
+
+        ``select(history, head)`` gets the logical history (``{"kind", "ts", "data"}``
+        maps) and returns those to keep, or None for no change; an empty list deletes
+        the session. Atomic against commits (ConflictError if one lands first); for
+        retention of stores that keep only recent states (a checkpointer's prune).
+        """
+        return self.run(self._core.writing(self._core.compact(session_id, select)))
 
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]

@@ -1096,3 +1096,46 @@ def append_latest(
             continue
         return CommitResult(result.ws, acked + result.entries, acked + result.acked)
     raise StoreError(f"could not append to session {session}: the head kept changing")
+
+
+# ---------------------------------------------------------------------------- compaction
+
+#: Chooses what a compacted session keeps: given the session's logical history (the
+#: entries replayed as ``{"kind", "ts", "data"}`` maps, a fork's seed included) and its
+#: head, the maps to keep, in order; None to leave the session unchanged.
+Selector = Callable[[list[dict[str, Any]], Head], list[dict[str, Any]] | None]
+
+
+def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Selector) -> Proc[bool]:
+    """Rewrite a session, at the same id, as a new root chain of what ``select`` keeps.
+
+    The head is replaced with If-Match on the ETag just read, so a concurrent commit
+    wins and this raises ConflictError (try again). The old segments are no longer
+    referenced; ``retired_at`` gives readers holding the old head gc's grace period.
+    Nothing kept deletes the session. Returns whether anything changed. For retention
+    (pruning a checkpointer's old states): the new chain does not verify against the
+    old one, by design.
+    """
+    from .reducer import EntriesReducer
+
+    data = yield from load(layout, session)
+    reducer = EntriesReducer()
+    history = replay(reducer, data.entries)
+    kept = select(history, data.head)
+    if kept is None:
+        return False
+    if not kept:
+        yield from delete_session(layout, session)
+        return True
+    now = cfg.env.now_ms()
+    fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
+                    ts_min=None, ts_max=None, retired_at=now)
+    ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
+    entries = build_chain([PendingEntry(e["kind"], e["ts"], e["data"]) for e in kept], after_seq=-1, after_hash=None)
+    # Not commit(): its landed-prefix check would take a concurrent chain that merely
+    # starts with the same entries for ours. Any other head is a conflict here.
+    _, outcome, _ = yield from _write(layout, cfg, ws, entries)
+    if outcome.kind != "committed":
+        found = dict(outcome.found[0].summary(), etag=outcome.found[1]) if outcome.found else None
+        raise ConflictError(session, dict(data.head.summary(), etag=data.etag), found)
+    return True

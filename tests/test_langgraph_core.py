@@ -109,8 +109,8 @@ def test_strict_raises_conflict_when_another_writer_moved_the_thread(make: Any) 
     assert pair.checkpoints("t") == [_id(ours), _id(theirs), _id(again)]
 
 
-def test_the_savers_use_public_log_verbs_but_for_the_one_rewrite() -> None:
-    """No protocol procedure is run through ``log.run`` except prune's rewrite, in one place."""
+def test_the_savers_use_public_log_verbs_only() -> None:
+    """No protocol procedure is run through ``log.run``: prune's rewrite is ``Log.compact``."""
     import ast
     from pathlib import Path
 
@@ -123,4 +123,4 @@ def test_the_savers_use_public_log_verbs_but_for_the_one_rewrite() -> None:
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 runs += [(path.name, fn.name) for node in ast.walk(fn) if isinstance(node, ast.Call)
                          and isinstance(node.func, ast.Attribute) and node.func.attr == "run"]
-    assert runs == [("core.py", "perform_rewrite")]
+    assert runs == []

@@ -60,3 +60,43 @@ async def test_async_verbs_match() -> None:
     _, entries = await alog.read_suffix("t", lambda es: True)
     assert [e.data for e in entries] == [1, 2]
     assert await alog.find_session_ids("t") == ["t"]
+
+
+def test_compact_rewrites_a_session_at_its_id_and_conflicts_with_a_concurrent_commit() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create("c1", meta={"m": 1})
+    for i in range(6):
+        w.append("k", i)
+    w.commit()
+    assert log.compact("c1", lambda history, head: None) is False  # unchanged
+    changed = log.compact("c1", lambda history, head: [e for e in history if e["data"] % 2 == 0])
+    view = log.read("c1")
+    assert changed and [e.data for e in view.entries] == [0, 2, 4] and view.meta == {"m": 1}
+    assert view.head.retired_at is not None  # the old chain's segments reach gc after the grace period
+
+    def select_while_someone_commits(history: list[dict], head: s3log.Head) -> list[dict]:
+        other = log.open("c1")
+        other.append("k", 99)
+        other.commit()
+        return history[:1]
+
+    with pytest.raises(s3log.ConflictError):
+        log.compact("c1", select_while_someone_commits)
+    assert [e.data for e in log.read("c1").entries] == [0, 2, 4, 99]  # the commit won
+    assert log.compact("c1", lambda history, head: []) is True
+    with pytest.raises(s3log.SessionNotFound):
+        log.read("c1")
+
+
+def test_indexed_session_ids_come_from_the_activity_index() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create("a1")
+    w.append("k", 1)
+    w.commit()
+    # The index's first day may be partial: it covers only the days after it.
+    assert log.indexed_session_ids(since=s3log.protocol.now_ms() - 1000) is None
+    store.put_raw("s3log/activity/2020-01-01/old-1", b"")
+    store.requests.reset()
+    assert log.indexed_session_ids(since=s3log.protocol.now_ms() - 1000) == ["a1"]
+    assert store.requests["GET"] == 0  # no head read

@@ -82,20 +82,7 @@ class AgentSession(SessionCore):
     log: Log
     _writer: Writer[SessionState]
 
-    def __init__(
-        self,
-        log: Log,
-        writer: Writer[SessionState],
-        *,
-        max_buffer_entries: int = 64,
-        max_buffer_bytes: int = 256 * 1024,
-        max_delay: float = 2.0,
-        on_fork: ForkCallback | None = None,
-        owner: str | None = None,
-        lease_ttl: float = 300.0,
-    ) -> None:
-        super().__init__(log, writer, max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
-                         max_delay=max_delay, on_fork=on_fork, owner=owner, lease_ttl=lease_ttl)
+    # The constructor is SessionCore's: only the types of log and writer narrow here.
 
     def _run(self, proc: Proc[T]) -> T:
         return run(self.log, proc)

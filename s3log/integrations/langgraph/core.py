@@ -19,19 +19,16 @@ import contextlib
 import hashlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from ..._extras import extra
 from ...aio import AsyncLog
-from ...chain import PendingEntry
 from ...codec import Head
 from ...errors import ConflictError, SessionExists, SessionNotFound
-from ...layout import Layout
 from ...log import Log
-from ...ops import Proc as ProtocolProc
-from ...protocol import CommitResult, LogConfig, WriterState, commit, delete_session, load
-from ...reducer import EntriesReducer, replay
+from ...protocol import CommitResult, Selector
+from ...reducer import EntriesReducer
 from ...writer import LogBase, SessionView, WriterBase
 from .. import IntegrationError
 from .serde import AllowedType, UnsafePayloadError, refuse_permissive, strict_serializer, tag_allowed
@@ -277,45 +274,25 @@ def _kept_entries(history: Sequence[dict[str, Any]], drop: set[str]) -> builtins
     return [e for e in history if (cid := checkpoint_of(e)) is not None and cid not in drop]
 
 
-def rewrite(layout: Layout, cfg: LogConfig, sid: str, drop_of: Keep) -> ProtocolProc[bool]:
-    """Rewrite a thread's session without the checkpoints ``drop_of`` names (and their writes).
+def _selector(drop_of: Keep) -> Selector:
+    """What :meth:`s3log.Log.compact` keeps of a thread's session: every entry but the
+    checkpoints ``drop_of`` names (and their writes); None when nothing is dropped."""
 
-    The head is replaced, with If-Match on the ETag read, by the head of a compacted
-    chain (seq 0 up, the kept entries as they were): atomic against a concurrent writer
-    (it meets 412 and the saver appends again on the new head; this raises
-    ConflictError and is retried by the caller). The old segments are no longer
-    referenced; the head's ``retired_at`` gives readers holding the old head gc's grace
-    period to finish. Nothing kept: the session is deleted. Returns whether it changed.
-    """
-    data = yield from load(layout, sid)
-    reducer = EntriesReducer()
-    history = replay(reducer, data.entries)
-    drop = drop_of(fold(history, data.head.meta.get("langgraph", {})))
-    if not drop:
-        return False
-    kept = _kept_entries(history, drop)
-    if not kept:
-        yield from delete_session(layout, sid)
-        return True
-    now = cfg.env.now_ms()
-    # A new root chain at the same id (the saver finds threads by id); its own parent, if
-    # it was a copy, is forgotten with the history the pruned checkpoints held.
-    fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
-                    ts_min=None, ts_max=None, retired_at=now)
-    ws = WriterState(sid, fresh, data.etag, reducer.initial(), {})
-    pending = [PendingEntry(e["kind"], e["ts"], e["data"]) for e in kept]
-    yield from commit(layout, cfg, ws, pending, reducer, on_conflict="raise")
-    return True
+    def select(history: list[dict[str, Any]], head: Head) -> list[dict[str, Any]] | None:
+        drop = drop_of(fold(history, head.meta.get("langgraph", {})))
+        return _kept_entries(history, drop) if drop else None
+
+    return select
 
 
 def perform_rewrite(log: Log | AsyncLog, op: Rewrite) -> Any:
     """Perform :class:`Rewrite` on ``log`` (a Log: the result; an AsyncLog: an awaitable).
 
-    The one place the savers go below the public verbs of Log / AsyncLog: no verb
-    replaces a session's chain under If-Match yet, so the :func:`rewrite` protocol
-    procedure is run through ``log.run``.
+    A new root chain at the same id (the saver finds threads by id) holding what is
+    kept; atomic against a concurrent writer (ConflictError, retried by the caller);
+    the old segments reach gc through ``retired_at`` (see :meth:`s3log.Log.compact`).
     """
-    return log.run(rewrite(log.layout, log.config, op.session_id, op.drop_of))
+    return log.compact(op.session_id, _selector(op.drop_of))
 
 
 def _keep_latest(n: int) -> Keep:
