@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ class Entry:
 
     @property
     def hash_hex(self) -> str:
-        """The hash as 64 lowercase hex digits."""
+        """Deprecated (unused, and ``entry.hash.hex()`` says the same): the hash as hex."""
+        warnings.warn("Entry.hash_hex is deprecated: use entry.hash.hex()", DeprecationWarning, stacklevel=2)
         return self.hash.hex()
 
     def to_map(self) -> dict[str, Any]:

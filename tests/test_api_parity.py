@@ -70,3 +70,12 @@ def test_append_queues_on_both_sides() -> None:
         assert [e.data for e in (await alog.read(aw.session_id)).entries] == [1, 2, 3]
 
     asyncio.run(run())
+
+
+def test_entry_hash_hex_is_deprecated() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    w.append("k", 1)
+    entry = w.commit().acked[0]
+    with pytest.warns(DeprecationWarning, match="hash.hex"):
+        assert entry.hash_hex == entry.hash.hex()
