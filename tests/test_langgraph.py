@@ -124,7 +124,7 @@ def test_graph_on_from_conn_string_savers_sync_and_async(s3log_server: LocalS3,
         assert _shape(list(app.get_state_history(cfg))) == expected
     # Both histories are stored where the URLs said.
     for prefix in ("lg-async", "lg-sync"):
-        log = s3log.Log(s3log.S3Store(bucket, prefix, endpoint_url=s3log_server.endpoint_url))
+        log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url), prefix=prefix)
         assert len(list(S3LogSaver(log).list(cfg))) == len(expected)
 
 
