@@ -797,6 +797,15 @@ class Simulation:
         # are decided before it comes back (in solo scenarios this keeps the promise's
         # premise, "no competitor"; a later zombie write is a competitor).
         self._abandon(w, "crash", ghosts=False)
+        # Requests still on their way from commits this process abandoned earlier (an
+        # async cancellation) are decided now too, before the restart: otherwise the
+        # restarted writer would meet its own previous life as a competitor.
+        for ghost in [g for g in self.ghosts if g[0] == w.name]:
+            self.ghosts.remove(ghost)
+            if self.rng.random() < 0.5:
+                self._land(ghost[0], ghost[1], "ghost lands before the restart")
+            else:
+                self.note(None, f"ghost dies with the crash ({ghost[0]}): {self._describe(ghost[1])} never lands")
         w.drop(self, "crash")
         w.dead = True
         w.wake_at = self.now + self.rng.randint(1, 500)

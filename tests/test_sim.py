@@ -309,3 +309,12 @@ def test_direct_runner_reads_what_it_wrote() -> None:
         return "found"
 
     assert run_procedure(mem, proc()) == "404"
+
+
+def test_a_crash_decides_the_requests_its_cancelled_commits_left_in_flight() -> None:
+    # Seed 2856: a head PUT left in flight by a cancelled commit landed after the writer
+    # crashed and restarted, and the restarted writer (rightly) forked away from its own
+    # previous life; the simulator now decides such requests at the crash, as it does
+    # for the crash's own, so a solo scenario stays solo.
+    o = run_seed(2856)
+    assert o.violation is None, str(o.violation)
