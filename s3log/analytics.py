@@ -293,11 +293,6 @@ class _Progress:
             self.callback(ScanProgress(self.done, self.total, self.entries, time.perf_counter() - self.start))
 
 
-def _outside(head: Head, lo: int | None, hi: int | None) -> bool:
-    """Whether no entry of the session can fall inside ``[lo, hi)`` (or it is empty)."""
-    return head_outside(head, lo, hi)
-
-
 def scan(
     store: ObjectStore,
     sessions: Iterable[str] | None = None,
@@ -449,7 +444,7 @@ def _sessions(
         for start in range(0, len(ids), batch_size):
             heads = lg.heads(ids[start : start + batch_size])
             rows = [_session_row(r.head) for r in heads if r.head is not None and (
-                (lo is None and hi is None) or not _outside(r.head, lo, hi))]
+                (lo is None and hi is None) or not head_outside(r.head, lo, hi))]
             if rows:
                 yield _sessions_batch(rows)
     finally:

@@ -406,7 +406,7 @@ class LogCore:
         head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
         if head_outside(head, since, until):
             return None
-        data: SessionData = yield from protocol.load_from_head(self.layout, head, etag)
+        data: SessionData = yield from protocol.load_latest_from(self.layout, head, etag)
         return SessionView(data.session, data.head, data.etag, data.entries)
 
     def read_suffix(

@@ -202,6 +202,15 @@ def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[S
     the chain is verified up to there.
     """
     head, etag = yield from read_head(layout, session)
+    return (yield from load_latest_from(layout, head, etag, upto_seq=upto_seq))
+
+
+def load_latest_from(
+    layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None
+) -> Proc[SessionData]:
+    """:func:`load_from_head` for a head just read as the current one: if a segment it
+    lists is gone because the head has moved since, load from the new head instead."""
+    session = head.session
     for _ in range(3):
         try:
             return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
@@ -829,12 +838,15 @@ def create_fork(
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return _advance(cfg, ws, plan, outcome.etag, state), entries
-        if outcome.found is not None:
-            # Lost the create of a head at a fresh id: a landed first attempt carries
-            # our nonce and was recognised as committed, so the id is someone else's.
-            landed = yield from landed_prefix(layout, outcome.found[0], entries)
-            if landed == len(entries) and outcome.found[0].hash == entries[-1].hash:
-                return _adopt(ws, outcome.found[0], outcome.found[1], fold(reducer, ws.state, entries)), entries
+        if outcome.found is not None and outcome.found[0].creator == ws.head.creator:
+            # Our own create landed unacknowledged (its creator nonce is ours) and was
+            # changed since: the entries are there; continue from that head, or behind
+            # it if someone wrote after them (the next commit meets them).
+            found_head, found_etag = outcome.found
+            state = fold(reducer, ws.state, entries)
+            if found_head.hash == entries[-1].hash:
+                return _adopt(ws, found_head, found_etag, state), entries
+            return _stale(ws, entries, state), entries
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")
