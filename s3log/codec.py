@@ -590,6 +590,42 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Pending:
+    """A segment written in the same round trip as the head that names it here.
+
+    The head keeps the segment's entries inline as well: it does not *reference* the
+    segment (no reader reads it) until a later commit, whose writer has confirmed the
+    segment is stored, moves it into ``segments``. ``key`` holds the entries from the
+    first seq its name carries through ``last``; promoted, it replaces the last
+    ``take`` segments of the manifest and the tail entries up to ``last``, at merge
+    level ``level``.
+    """
+
+    key: str
+    last: int
+    level: int
+    take: int
+
+    def to_map(self) -> dict[str, Any]:
+        """The pending segment as stored in the head."""
+        return {"key": self.key, "last": self.last, "level": self.level, "take": self.take}
+
+    @staticmethod
+    def from_map(obj: Any, key: str) -> Pending:
+        """Decode a head's ``pending`` field."""
+        if not isinstance(obj, Mapping):
+            raise CorruptionError(key, "head field 'pending' is not a map")
+        seg, last, level, take = obj.get("key"), obj.get("last"), obj.get("level"), obj.get("take")
+        ints = (last, level, take)
+        if not isinstance(seg, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ints):
+            raise CorruptionError(key, f"head field 'pending' is malformed: {dict(obj)!r}")
+        assert isinstance(last, int) and isinstance(level, int) and isinstance(take, int)
+        if level < 0 or take < 0:
+            raise CorruptionError(key, f"head field 'pending' is malformed: {dict(obj)!r}")
+        return Pending(seg, last, level, take)
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """A session's head: its manifest and commit point.
 
@@ -627,6 +663,9 @@ class Head:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The writer's signature over the head's identity (see :mod:`s3log.signing`); None unsigned.
     sig: Signature | None = None
+    #: A segment written alongside this head and not yet part of the manifest (see
+    #: :class:`Pending`); readers ignore it, every entry it holds is also listed here.
+    pending: Pending | None = None
 
     @property
     def entry_count(self) -> int:
@@ -686,6 +725,8 @@ class Head:
             out["sig"] = self.sig.to_map()
         if self.lease is not None:
             out["lease"] = self.lease.to_map()
+        if self.pending is not None:
+            out["pending"] = self.pending.to_map()
         return out
 
 
@@ -699,7 +740,8 @@ def encode_head(head: Head) -> bytes:
 
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "tail_hashes", "parent",
-     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig", "lease"}
+     "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig", "lease",
+     "pending"}
 )
 
 
@@ -759,4 +801,5 @@ def decode_head(body: bytes, key: str) -> Head:
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,
+        pending=Pending.from_map(obj["pending"], key) if obj.get("pending") is not None else None,
     )

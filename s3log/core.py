@@ -327,7 +327,8 @@ class LogCore:
 
     def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
         """Load and verify a session, and replay it into a chain position."""
-        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id),
+                                                     confirm_pending=True)
         return protocol.writer_state_from(data, reducer or self.reducer, self.config)
 
     def read(self, session_id: str) -> Proc[SessionView]:

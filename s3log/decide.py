@@ -5,9 +5,13 @@ procedures of :mod:`s3log.protocol` ask these functions what to do and do it, so
 whole commit protocol can be read (and is tested, row by row, in
 ``tests/test_decide.py``) here, top to bottom.
 
-A commit is: (1) create-only PUTs of immutable objects (a segment, a fork marker),
-then (2) one conditional PUT of the head, then (3) if the head PUT met another
-writer, the log-level decision (acknowledge what landed, adopt, fork or raise).
+A commit is: (0) planning: what becomes of a segment written by an earlier commit
+and not yet referenced (:func:`pending_step`) and whether the new entries fit the
+head or go to a segment, written before or beside the head (:func:`flush_mode`);
+(1) create-only PUTs of immutable objects (a segment, a fork marker), then (2) one
+conditional PUT of the head (with (1), in the same round trip, when the head keeps
+the segment's entries inline), then (3) if the head PUT met another writer, the
+log-level decision (acknowledge what landed, adopt, fork or raise).
 
 Replies are classified once (:func:`classify`):
 
@@ -287,6 +291,59 @@ def after_lost(
     if on_conflict == "raise":
         return RaiseConflict(landed)
     return ForkRest(landed)
+
+
+# -------------------------------------------------- 0. planning: pending segments, flushes
+
+
+class PendingStep(Enum):
+    """What a commit does with the segment its head lists as pending."""
+
+    NONE = "none"          # the head lists none
+    PROMOTE = "promote"    # confirmed stored: move it into the manifest now
+    CARRY = "carry"        # not confirmed by this writer: leave it pending as it is
+    DROP = "drop"          # not confirmed, and this commit writes a segment of its own
+
+
+#: (confirmed, this commit flushes) -> step, for a head that lists a pending segment.
+#: Only a segment this writer saw stored, byte for byte its own (its create-only PUT
+#: answered 2xx, or a GET of it verified against the chain), may enter the manifest:
+#: a head never references a segment that is not confirmed.
+PENDING_TABLE: dict[tuple[bool, bool], PendingStep] = {
+    (True, False): PendingStep.PROMOTE,
+    (True, True): PendingStep.PROMOTE,   # promoted first; the flush plans on top of it
+    (False, False): PendingStep.CARRY,   # a later writer may confirm it and promote it
+    (False, True): PendingStep.DROP,     # the new segment holds those entries too
+}
+
+
+def pending_step(*, has_pending: bool, confirmed: bool, flushes: bool) -> PendingStep:
+    """What to do with the head's pending segment (see :data:`PENDING_TABLE`)."""
+    return PENDING_TABLE[(confirmed, flushes)] if has_pending else PendingStep.NONE
+
+
+class FlushMode(Enum):
+    """Where a commit's entries go."""
+
+    INLINE = "inline"          # the head's tail holds them: one PUT
+    PARALLEL = "parallel"      # a new segment and the head (still holding them inline), together
+    SEQUENTIAL = "sequential"  # the segment first, confirmed, then the head referencing it
+
+
+def flush_mode(*, inline_bytes: int, tail_max_bytes: int, format_version: int, has_tail: bool) -> FlushMode:
+    """Choose how to write a commit from the size of its head with every entry inline.
+
+    Within ``tail_max_bytes`` the head holds them. Up to twice that (format v2), the
+    segment and the head go out in one round trip, the head keeping the entries inline
+    until a later commit confirms the segment; beyond (a large batch), the head would
+    grow unbounded, so the segment is written and confirmed before the head names it.
+    Format v1 heads have no ``pending`` field: always sequential.
+    """
+    if inline_bytes <= tail_max_bytes or not has_tail:
+        return FlushMode.INLINE
+    if format_version >= 2 and inline_bytes <= 2 * tail_max_bytes:
+        return FlushMode.PARALLEL
+    return FlushMode.SEQUENTIAL
 
 
 # ------------------------------------------------------------------ retries of reads

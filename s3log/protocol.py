@@ -27,6 +27,7 @@ from .codec import (
     Head,
     Lease,
     ParentRef,
+    Pending,
     Segment,
     decode_head,
     decode_segment,
@@ -53,7 +54,7 @@ from .errors import (
     StoreError,
 )
 from .ids import validate_session_id
-from .layout import MAX_SEGMENTS, Layout
+from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, Get, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
@@ -82,13 +83,17 @@ def now_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class SessionData:
-    """A session as read and verified: head, ETag, entries, and entries by segment."""
+    """A session as read and verified: head, ETag, entries, and entries by segment.
+
+    ``confirmed``: the head's pending segment, when it was read and verified too.
+    """
 
     session: str
     head: Head
     etag: str
     entries: list[Entry]
     segments: dict[str, tuple[Entry, ...]]
+    confirmed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,10 @@ class ChainPosition(Generic[S]):
     etag: str | None
     state: S
     cache: Mapping[str, tuple[Entry, ...]]
+    #: The key of the head's pending segment if this writer saw it stored as written
+    #: (its own create-only PUT, or a GET verified against the chain): only then may
+    #: its next commit move it into the manifest (see :func:`s3log.decide.pending_step`).
+    confirmed: str | None = None
 
 
 #: The former name of :class:`ChainPosition`.
@@ -120,6 +129,8 @@ class _HeadPlan:
     segment_body: bytes | None
     segment_entries: tuple[Entry, ...]
     segment_level: int
+    #: The segment goes out beside the head (which lists it as pending), not before it.
+    parallel: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +180,9 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
     for seg in head.segments:
         if not layout.is_segment_of(session, seg):
             raise CorruptionError(key, f"head lists {seg!r}, which is not a segment key of session {session}")
+    if head.pending is not None and not layout.is_segment_of(session, head.pending.key):
+        raise CorruptionError(key, f"head names {head.pending.key!r} as pending, which is not a segment key of "
+                                   f"session {session}")
     verify_head(layout.verifier, head, key)  # signed heads: every read path comes through here
 
 
@@ -185,35 +199,32 @@ def fetch_segments(layout: Layout, session: str, keys: Sequence[str]) -> Proc[di
     if not keys:
         return {}
     results: list[Any] = yield Parallel(tuple(Get(k) for k in keys))
-    out: dict[str, Segment] = {}
-    for key, res in zip(keys, results, strict=True):
-        if isinstance(res, ObjectNotFound):
-            raise SegmentMissing(key, f"segment listed in the head of session {session} is missing")
-        if isinstance(res, BaseException):
-            raise res
-        out[key] = decode_segment(res.body, key)
-    return out
+    return _decoded_segments(session, keys, results)
 
 
-def load(layout: Layout, session: str, *, upto_seq: int | None = None) -> Proc[SessionData]:
+def load(
+    layout: Layout, session: str, *, upto_seq: int | None = None, confirm_pending: bool = False
+) -> Proc[SessionData]:
     """Read and verify a session: the head, then its segments in parallel.
 
     With ``upto_seq`` only the segments holding entries ``0..upto_seq`` are read, and
-    the chain is verified up to there.
+    the chain is verified up to there. ``confirm_pending`` (a writer about to
+    continue the session): read the head's pending segment in the same round trip and
+    check it, so the writer's next commit can move it into the manifest.
     """
     head, etag = yield from read_head(layout, session)
-    return (yield from load_latest_from(layout, head, etag, upto_seq=upto_seq))
+    return (yield from load_latest_from(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
 
 
 def load_latest_from(
-    layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None
+    layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None, confirm_pending: bool = False
 ) -> Proc[SessionData]:
     """:func:`load_from_head` for a head just read as the current one: if a segment it
     lists is gone because the head has moved since, load from the new head instead."""
     session = head.session
     for _ in range(3):
         try:
-            return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
+            return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
         except SegmentMissing:
             # A slow reader can meet a segment gc collected after a newer head stopped
             # listing it: if the head moved, read again from the new one.
@@ -221,17 +232,31 @@ def load_latest_from(
             if current is None or decide.etags_equal(current[1], etag):
                 raise
             head, etag = current
-    return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq))
+    return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
 
 
-def load_from_head(layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None) -> Proc[SessionData]:
+def load_from_head(
+    layout: Layout, head: Head, etag: str, *, upto_seq: int | None = None, confirm_pending: bool = False
+) -> Proc[SessionData]:
     """:func:`load` for a head already read: its segments in parallel, then verify."""
     session = head.session
     if upto_seq is not None and not -1 <= upto_seq <= head.seq:
         raise EntryNotFound(session, f"seq {upto_seq} (the session ends at seq {head.seq})")
     head_key = layout.head(session)
     keys = list(head.segments) if upto_seq is None else segments_for_range(head, 0, upto_seq)
-    segs = yield from fetch_segments(layout, session, keys)
+    pending_key = None
+    if confirm_pending and upto_seq is None and head.pending is not None and promotable(head):
+        pending_key = head.pending.key
+    if pending_key is not None and pending_key not in keys:
+        # Fetched with the segments (one round trip); a pending segment may be missing
+        # (its PUT failed, or a later head dropped it and gc collected it): then it is
+        # simply not confirmed.
+        results: list[Any] = yield Parallel((*(Get(k) for k in keys), Get(pending_key)))
+        pending_blob = results[-1]
+        segs = _decoded_segments(session, keys, results[:-1])
+    else:
+        pending_blob = None
+        segs = yield from fetch_segments(layout, session, keys)
     verifier = ChainVerifier(session)
     entries: list[Entry] = []
     by_key: dict[str, tuple[Entry, ...]] = {}
@@ -248,7 +273,77 @@ def load_from_head(layout: Layout, head: Head, etag: str, *, upto_seq: int | Non
         check_fork_origin(head_key, head, entries[0] if entries else None)
     if upto_seq is not None:
         entries = entries[: upto_seq + 1]
-    return SessionData(session, head, etag, entries, by_key)
+    confirmed = None
+    if pending_key is not None and isinstance(pending_blob, Blob):
+        seg_entries = _pending_entries(head, pending_key, pending_blob.body, entries)
+        if seg_entries is not None:
+            confirmed = pending_key
+            by_key[pending_key] = seg_entries
+    return SessionData(session, head, etag, entries, by_key, confirmed)
+
+
+def _pending_entries(head: Head, key: str, body: bytes, entries: Sequence[Entry]) -> tuple[Entry, ...] | None:
+    """The entries of the pending segment ``key`` read as ``body``, if it holds exactly
+    entries ``first..pending.last`` of the verified chain ``entries``; else None.
+
+    Each record's hash is checked as it is decoded and each hash is compared with the
+    verified chain's, so equal hashes mean equal entries.
+    """
+    assert head.pending is not None
+    try:
+        seg = decode_segment(body, key)
+    except CorruptionError:
+        log.warning("session %s: pending segment %s does not decode; not promoted", head.session, key)
+        return None
+    got = seg.entries
+    first = pending_first(head)
+    try:
+        if got:
+            ChainVerifier(head.session, start_seq=got[0].seq, start_hash=got[0].prev).feed(key, got)
+    except CorruptionError:
+        got = ()
+    if (seg.session != head.session or len(got) != head.pending.last - first + 1
+            or any(e.seq != first + i or e.hash != entries[e.seq].hash for i, e in enumerate(got))):
+        log.warning("session %s: pending segment %s does not match the chain; not promoted", head.session, key)
+        return None
+    return got
+
+
+def _decoded_segments(session: str, keys: Sequence[str], results: Sequence[Any]) -> dict[str, Segment]:
+    """The segments GET returned, decoded; a missing one is corruption."""
+    out: dict[str, Segment] = {}
+    for key, res in zip(keys, results, strict=True):
+        if isinstance(res, ObjectNotFound):
+            raise SegmentMissing(key, f"segment listed in the head of session {session} is missing")
+        if isinstance(res, BaseException):
+            raise res
+        out[key] = decode_segment(res.body, key)
+    return out
+
+
+def pending_first(head: Head) -> int:
+    """The first seq of the head's pending segment (carried in its key)."""
+    assert head.pending is not None
+    parsed = parse_segment_key(head.pending.key)
+    return -1 if parsed is None else parsed[0]
+
+
+def promotable(head: Head) -> bool:
+    """Whether the head's pending segment fits its manifest as its writer planned it:
+    it starts where the ``take`` segments it replaces start (or where the tail does),
+    and ends inside the tail, at the entry its key names."""
+    p = head.pending
+    if p is None:
+        return False
+    parsed = parse_segment_key(p.key)
+    if parsed is None or p.take > len(head.segments):
+        return False
+    first, last_hash = parsed
+    ranges = segment_ranges(head)
+    start = ranges[len(ranges) - p.take][1] if p.take else head.tail_first_seq
+    if first != start or not head.tail_first_seq <= p.last <= head.seq:
+        return False
+    return head.tail[p.last - head.tail_first_seq].hash == last_hash
 
 
 def load_suffix(
@@ -463,7 +558,10 @@ def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) ->
     """The chain position of a writer continuing a session that was just loaded (its entries replayed)."""
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
-    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache)
+    pending = data.head.pending
+    if data.confirmed is not None and pending is not None and pending.level < cfg.cache_levels:
+        cache[data.confirmed] = data.segments[data.confirmed]
+    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache, data.confirmed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +581,23 @@ def _next_lease(h: Head, plan: LeasePlan | None, now: int) -> Lease | None:
     return None if h.lease is None or h.lease.owner == plan.owner else h.lease
 
 
+def _promote(h: Head, t: int) -> Head:
+    """``h`` with its pending segment moved into the manifest (it replaces the last
+    ``take`` segments and the tail entries it holds)."""
+    p = h.pending
+    assert p is not None
+    keep = len(h.segments) - p.take
+    return replace(
+        h,
+        segments=(*h.segments[:keep], p.key),
+        levels=(*h.levels[:keep], p.level),
+        tail=tuple(e for e in h.tail if e.seq > p.last),
+        pending=None,
+        # Segments merged away stop being referenced now: gc counts its grace from here.
+        retired_at=t if p.take else h.retired_at,
+    )
+
+
 def _plan_head(
     layout: Layout,
     cfg: LogConfig,
@@ -497,6 +612,10 @@ def _plan_head(
     stamps = [e.ts for e in entries]
     if h.ts_min is not None:
         stamps += [h.ts_min, h.ts_max or h.ts_min]
+    confirmed = h.pending is not None and ws.confirmed == h.pending.key and promotable(h)
+    if decide.pending_step(has_pending=h.pending is not None, confirmed=confirmed, flushes=False) \
+            is decide.PendingStep.PROMOTE:
+        h = _promote(h, t)
     base = replace(
         h,
         ts_min=min(stamps) if stamps else None,
@@ -512,9 +631,17 @@ def _plan_head(
     )
     base = sign_head(cfg.signer, base)  # the payload is the same whether or not the tail is flushed
     inline = replace(base, tail=h.tail + tuple(entries))
+    if cfg.format_version < 2:
+        inline = replace(inline, pending=None)  # v1 heads have no pending field
     body = encode_head(inline)
-    if len(body) <= cfg.tail_max_bytes or not inline.tail:
+    mode = decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
+                             format_version=cfg.format_version, has_tail=bool(inline.tail))
+    if mode is decide.FlushMode.INLINE:
         return _HeadPlan(inline, body, None, None, (), 0)
+    # This commit writes a segment: an unconfirmed pending one is dropped (the new
+    # segment holds its entries too; gc collects it once no head names it).
+    assert decide.pending_step(has_pending=h.pending is not None, confirmed=False, flushes=True) in (
+        decide.PendingStep.DROP, decide.PendingStep.NONE)
 
     # Flush: the tail and the new entries go to one segment, merged with the
     # trailing run of segments the policy picks, so the manifest stays short.
@@ -533,15 +660,21 @@ def _plan_head(
     verifier.feed(merged_keys[0] if merged_keys else layout.head(ws.session), run)
     # The nonce makes the key new to this write: see s3log.layout.
     seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
+    segment_body = encode_segment(ws.session, run, cfg.format_version)
+    if mode is decide.FlushMode.PARALLEL:
+        # One round trip: the head keeps every entry inline and names the segment as
+        # pending; the writer's next commit, having seen it stored, references it.
+        head = replace(inline, pending=Pending(seg_key, run[-1].seq, plan.level, plan.take))
+        return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level, parallel=True)
     head = replace(
         base,
         segments=(*h.segments[:keep], seg_key),
         levels=(*h.levels[:keep], plan.level),
         tail=(),
+        pending=None,
         # Segments merged away stop being referenced now: gc counts its grace from here.
         retired_at=t if merged_keys else h.retired_at,
     )
-    segment_body = encode_segment(ws.session, run, cfg.format_version)
     return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level)
 
 
@@ -594,14 +727,22 @@ def _failure(result: object) -> BaseException:
     return result if isinstance(result, BaseException) else StoreError(f"request failed: {result!r}")
 
 
+def _head_op(layout: Layout, ws: ChainPosition[Any], body: bytes) -> PutIfAbsent | PutIfMatch:
+    """The conditional PUT of a new head: create-only for a new session, else If-Match."""
+    key = layout.head(ws.session)
+    return PutIfAbsent(key, body) if ws.etag is None else PutIfMatch(key, body, ws.etag)
+
+
 def _put_head(
-    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, deadline_ms: int | None
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, deadline_ms: int | None,
+    first: str | StoreError | None = None,
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
     The decisions are :func:`s3log.decide.after_head_put` and
     :func:`s3log.decide.after_reread`. ``deadline_ms``: past it (a segment written for
     this commit could be collected by gc as garbage) no further attempt is made.
+    ``first``: the result of a first attempt already made (beside a segment PUT).
     """
     key = layout.head(ws.session)
     expected = ws.etag
@@ -613,13 +754,16 @@ def _put_head(
             raise StoreError(f"commit to session {ws.session} passed its deadline undecided; nothing acknowledged",
                              key=key)
         result: str | StoreError
-        try:
-            if expected is None:
-                result = yield from ops.put_if_absent(key, plan.body)
-            else:
-                result = yield from ops.put_if_match(key, plan.body, expected)
-        except StoreError as exc:
-            result = exc
+        if attempt == 1 and first is not None:
+            result = first
+        else:
+            try:
+                if expected is None:
+                    result = yield from ops.put_if_absent(key, plan.body)
+                else:
+                    result = yield from ops.put_if_match(key, plan.body, expected)
+            except StoreError as exc:
+                result = exc
         step = decide.after_head_put(decide.classify(result), None if isinstance(result, StoreError) else result,
                                      creating=creating)
         if isinstance(step, decide.Committed):
@@ -674,29 +818,59 @@ def _write(
         layout, ws.session, ws.etag is None, ws.head.updated_at, plan.head.updated_at)
     if marker is not None:
         puts.append(marker)
+    segment = None
     if plan.segment_key is not None and plan.segment_body is not None:
-        puts.append(PutIfAbsent(plan.segment_key, plan.segment_body))
+        segment = PutIfAbsent(plan.segment_key, plan.segment_body)
+        if not plan.parallel:
+            puts.append(segment)
     confirmed: dict[str, decide.Confirmed] = {}
     if puts:
         confirmed = yield from put_immutable(cfg, puts)
-        if plan.segment_key is not None and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
+        if not plan.parallel and plan.segment_key is not None \
+                and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
         if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
             return plan, _HeadOutcome("conflict", None, None), confirmed
-    outcome = yield from _put_head(layout, cfg, ws, plan, deadline if puts or plan.head.retired_at else None)
+    deadline_ms = deadline if puts or plan.head.retired_at else None
+    if segment is None or not plan.parallel:
+        outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms)
+        return plan, outcome, confirmed
+    # The head does not reference the segment (it keeps the entries inline), so both
+    # go out together. The segment counts as confirmed only on a plain 2xx: anything
+    # else leaves it unconfirmed, and a later commit writes another (nothing is lost,
+    # the head holds every entry).
+    seg_result, head_result = yield from ops.parallel([segment, _head_op(layout, ws, plan.body)])
+    if decide.after_create(decide.classify(seg_result)) is decide.CreateStep.DONE:
+        confirmed[segment.key] = decide.Confirmed.OURS
+    else:
+        log.info("session %s: segment %s beside the head not confirmed (%s); kept inline",
+                 ws.session, segment.key, seg_result)
+    outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, first=head_result)
     return plan, outcome, confirmed
 
 
-def _advance(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, etag: str, state: S) -> ChainPosition[S]:
+def _advance(
+    cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, etag: str, state: S,
+    confirmed: Mapping[str, decide.Confirmed],
+) -> ChainPosition[S]:
     live = set(plan.head.segments)
+    pending = plan.head.pending
+    ours = None
+    if pending is not None and plan.parallel and confirmed.get(pending.key) is decide.Confirmed.OURS:
+        ours = pending.key
+        live.add(pending.key)
     cache = {k: v for k, v in ws.cache.items() if k in live}
-    if plan.segment_key is not None and plan.segment_level < cfg.cache_levels:
+    if plan.segment_key is not None and plan.segment_key in live and plan.segment_level < cfg.cache_levels:
         cache[plan.segment_key] = plan.segment_entries
-    return ChainPosition(ws.session, plan.head, etag, state, cache)
+    return ChainPosition(ws.session, plan.head, etag, state, cache, ours)
 
 
 def _adopt(ws: ChainPosition[Any], head: Head, etag: str, state: S) -> ChainPosition[S]:
-    """Continue from a stored head that ends with our own entries (no competitor)."""
+    """Continue from a stored head that ends with our own entries (no competitor).
+
+    Its pending segment, if any, is not taken as confirmed (whether our own PUT of it
+    succeeded is not known here): a later commit writes another if it needs one.
+    """
     live = set(head.segments)
     return ChainPosition(ws.session, head, etag, state, {k: v for k, v in ws.cache.items() if k in live})
 
@@ -728,10 +902,11 @@ def commit(
     acked: list[Entry] = []
     for _ in range(cfg.retry.attempts):
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
-        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, lease=lease)
+        plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
-            return CommitResult(_advance(cfg, ws, plan, outcome.etag, state), acked + entries, acked + entries)
+            return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written), acked + entries,
+                                acked + entries)
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found
@@ -782,16 +957,16 @@ def commit(
 
 def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
     """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
-    plan, outcome, _ = yield from _write(layout, cfg, ws, [])
+    plan, outcome, written = yield from _write(layout, cfg, ws, [])
     if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
-        return _advance(cfg, ws, plan, outcome.etag, ws.state)
+        return _advance(cfg, ws, plan, outcome.etag, ws.state, written)
     raise SessionExists(ws.session)
 
 
 def _stale(ws: ChainPosition[S], done: Sequence[Entry], state: S) -> ChainPosition[S]:
     if not done:
         return replace(ws, etag=STALE_ETAG)
-    known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=())
+    known = replace(ws.head, seq=done[-1].seq, hash=done[-1].hash, tail=(), segments=(), levels=(), pending=None)
     return ChainPosition(ws.session, known, STALE_ETAG, state, {})
 
 
@@ -834,10 +1009,10 @@ def create_fork(
             layout.fork_marker(parent.session, sid),
             dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
         )
-        plan, outcome, _ = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease)
+        plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
-            return _advance(cfg, ws, plan, outcome.etag, state), entries
+            return _advance(cfg, ws, plan, outcome.etag, state, written), entries
         if outcome.found is not None and outcome.found[0].creator == ws.head.creator:
             # Our own create landed unacknowledged (its creator nonce is ours) and was
             # changed since: the entries are there; continue from that head, or behind
@@ -961,7 +1136,8 @@ def gc(
     heads = {r.session: r.head for r in rows if r.head is not None}
     broken = sorted(r.session for r in rows if r.head is None)
     with_head = {r.session for r in rows}
-    referenced = {k for h in heads.values() for k in h.segments}
+    # A pending segment is kept too: its writer may move it into the manifest next.
+    referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
     doomed: list[str] = []
     young = 0
     for sid, objs in by_session.items():
@@ -1141,7 +1317,7 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
         return True
     now = cfg.env.now_ms()
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
-                    ts_min=None, ts_max=None, retired_at=now)
+                    ts_min=None, ts_max=None, retired_at=now, pending=None)
     ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain([PendingEntry(e["kind"], e["ts"], e["data"]) for e in kept], after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely

@@ -164,6 +164,7 @@ def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
         ts_min=None,
         ts_max=None,
         retired_at=now,
+        pending=None,
         extra={**head.extra, EXPIRED_FIELD: {"at": now, "seq": head.seq, "hash": head.hash,
                                              "idle_for_ms": idle_for_ms}},
     )

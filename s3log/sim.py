@@ -28,7 +28,10 @@ each session it touched:
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
    ever forks, meets a conflict or finds its session taken;
 5. gc never deletes a segment referenced by a head that was current within the grace
-   period before the delete.
+   period before the delete;
+6. no head ever lands listing a segment that is not stored at that moment (a segment
+   written beside its head stays pending until confirmed: "acknowledged means
+   readable now", not after a later commit).
 
 Run ``python scripts/sim.py --seeds 5000`` for a campaign, ``--seed N --trace`` to replay one.
 """
@@ -210,6 +213,8 @@ class SimStore(MemoryStore):
         self.heads: dict[str, list[HeadLife]] = {}
         self.dirty: set[str] = set()
         self.deletes: list[tuple[str, int]] = []
+        #: Heads that landed listing a segment not stored at that moment (invariant 6).
+        self.dangling: list[str] = []
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create-only PUT, stamped with virtual time."""
@@ -239,6 +244,7 @@ class SimStore(MemoryStore):
         sid = self.layout.session_of(key)
         assert sid is not None
         head = decode_head(body, key)
+        self.dangling += [f"{key} v{head.version} lists {k}" for k in head.segments if k not in self._objects]
         lives = self.heads.setdefault(sid, [])
         if lives:
             lives[-1].end = now
@@ -1006,6 +1012,8 @@ class Simulation:
 
     def check(self, *, full: bool = False) -> None:
         """Re-verify every session the last step changed (every session when ``full``)."""
+        if self.store.dangling:
+            raise Violation("6", f"a head landed listing a segment not stored: {self.store.dangling[0]}")
         self._check_deletes()
         dirty = set(self.store.heads) if full else set(self.store.dirty)
         for sid in sorted(dirty):

@@ -8,6 +8,7 @@ and "already exists" on a create-only PUT.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from s3log.decide import Confirmed, CreateStep, Reply
 from s3log.env import Env
 from s3log.errors import (
     ConditionalRequestConflict,
+    ConflictError,
     ObjectNotFound,
     PreconditionFailed,
     SessionExists,
@@ -299,3 +301,85 @@ def test_own_landed_prefix_is_adopted_without_a_fork() -> None:
     assert [e.data for e in result.acked] == ["a", "b"] and result.fork is None
     final = decode_head(head_put_body(script.seen), "k")
     assert [e.data for e in final.tail] == ["a", "b"] and result.ws.etag == '"e3"'
+
+
+# ------------------------------------------------- planning: pending segments, flushes
+
+
+@pytest.mark.parametrize(
+    ("has", "confirmed", "flushes", "step"),
+    [
+        (False, False, False, decide.PendingStep.NONE),
+        (False, False, True, decide.PendingStep.NONE),
+        (True, True, False, decide.PendingStep.PROMOTE),
+        (True, True, True, decide.PendingStep.PROMOTE),    # promoted, then the flush plans on top
+        (True, False, False, decide.PendingStep.CARRY),    # another writer may still confirm it
+        (True, False, True, decide.PendingStep.DROP),      # never referenced: the new segment holds it all
+    ],
+)
+def test_pending_rows(has: bool, confirmed: bool, flushes: bool, step: decide.PendingStep) -> None:
+    assert decide.pending_step(has_pending=has, confirmed=confirmed, flushes=flushes) is step
+
+
+@pytest.mark.parametrize(
+    ("inline", "version", "has_tail", "mode"),
+    [
+        (800, 2, True, decide.FlushMode.INLINE),
+        (1000, 2, True, decide.FlushMode.INLINE),          # at the bound: still inline
+        (1001, 2, True, decide.FlushMode.PARALLEL),
+        (2000, 2, True, decide.FlushMode.PARALLEL),        # at twice the bound: still one round trip
+        (2001, 2, True, decide.FlushMode.SEQUENTIAL),      # a big batch: segment first
+        (1500, 1, True, decide.FlushMode.SEQUENTIAL),      # v1 heads have no pending field
+        (5000, 2, False, decide.FlushMode.INLINE),         # nothing to flush (a huge meta)
+    ],
+)
+def test_flush_mode_rows(inline: int, version: int, has_tail: bool, mode: decide.FlushMode) -> None:
+    got = decide.flush_mode(inline_bytes=inline, tail_max_bytes=1000, format_version=version, has_tail=has_tail)
+    assert got is mode
+
+
+def mid_pending() -> list[PendingEntry]:
+    """Entries that overflow CFG's 400-byte tail but fit twice that: one round trip."""
+    return pending("m" * 150, "n" * 150)
+
+
+def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_and_nothing_is_lost() -> None:
+    # The segment PUT and the head PUT go out together; the segment's 412 is not
+    # confirmed by a GET (that would cost the round trip): the head holds the entries.
+    script = Script([
+        Step("Parallel", [E412, '"e1"'], check=lambda op: _pair(op)),
+    ])
+    result = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
+    assert len(result.acked) == 2 and result.ws.etag == '"e1"'
+    assert result.ws.confirmed is None and result.ws.head.pending is not None
+    assert not result.ws.head.segments and len(result.ws.head.tail) == 2
+
+
+def test_a_segment_beside_the_head_confirmed_by_a_2xx_is_promoted_by_the_next_commit() -> None:
+    script = Script([Step("Parallel", ['"s"', '"e1"'], check=lambda op: _pair(op))])
+    first = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
+    assert first.ws.confirmed == first.ws.head.pending.key  # type: ignore[union-attr]
+    script = Script([Step("PutIfMatch", '"e2"', key="/head")])
+    roomy = replace(CFG, tail_max_bytes=700)  # the promoted head plus "o" fits: no new flush
+    second = script.run(commit(LAYOUT, roomy, first.ws, pending("o"), R))
+    assert second.ws.head.segments == (first.ws.confirmed,) and second.ws.head.pending is None
+    assert [e.data for e in second.ws.head.tail] == ["o"]
+
+
+def test_a_head_put_beside_a_segment_that_loses_the_race_forks_as_usual() -> None:
+    other = stored_ws(1).head
+    script = Script([
+        Step("Parallel", ['"s"', E412], check=lambda op: _pair(op)),
+        Step("Get", lambda seen: Blob(encode_head(other), '"other"'), key="/head"),
+    ])
+    with pytest.raises(ConflictError):
+        script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R, on_conflict="raise"))
+
+
+def _pair(op: Any) -> None:
+    kinds = sorted(type(o).__name__ for o in op.ops)
+    assert kinds == ["PutIfAbsent", "PutIfMatch"], kinds
+    seg = next(o for o in op.ops if type(o).__name__ == "PutIfAbsent")
+    head = decode_head(next(o for o in op.ops if type(o).__name__ == "PutIfMatch").body, "h")
+    assert "/seg/" in seg.key and head.pending is not None and head.pending.key == seg.key
+    assert seg.key not in head.segments, "the head never references the segment it is written beside"
