@@ -1,10 +1,12 @@
-"""The s3log command line."""
+"""The s3log command line (typer and rich: the ``cli`` extra)."""
 
 from __future__ import annotations
 
 
 def main() -> None:
-    """Entry point of the ``s3log`` console script."""
-    from .app import app
+    """Run the ``s3log`` command; without the ``cli`` extra, name it in one line and exit 2."""
+    # The console script's entry point holds the missing-extra message; nothing here
+    # imports typer, so ``python -m s3log.cli`` reaches it too.
+    from .._console import main as console_main
 
-    app()
+    console_main()

@@ -1,4 +1,4 @@
-"""``python -m s3log.cli``."""
+"""``python -m s3log.cli``: the ``s3log`` command."""
 
 from . import main
 
