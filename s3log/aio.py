@@ -59,6 +59,8 @@ class AsyncWriter(WriterVerbs[S]):
         self._log = log
         self._core = core
         self._lock = asyncio.Lock()
+        #: The newest commit task (see :meth:`wait`: waiters follow it, not queue more).
+        self._running: asyncio.Future[CommitResult[S]] | None = None
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
@@ -103,6 +105,14 @@ class AsyncWriter(WriterVerbs[S]):
             if self._core.status(ticket) in ("withdrawn", "unknown"):
                 raise InvalidArgumentError("ticket", f"entry {ticket} is not waiting for a commit "
                                            f"({self._core.status(ticket)})", session=self.session_id)
+            running = self._running
+            if running is not None and not running.done():
+                # A commit is in flight: follow it instead of queueing another behind
+                # it. The first waiter to find none in flight leads the next commit,
+                # which takes everything queued meanwhile (as Writer.wait's leader does);
+                # a commit per waiter would split the group into tiny commits.
+                await asyncio.wait([running])
+                continue
             await self.commit()
 
     async def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
@@ -130,6 +140,7 @@ class AsyncWriter(WriterVerbs[S]):
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued as "uncertain".
         task.add_done_callback(_retrieve)
+        self._running = task
         return await asyncio.shield(task)
 
     async def renew_lease(self) -> CommitResult[S]:

@@ -83,6 +83,39 @@ def test_async_concurrent_appenders_share_commits() -> None:
     assert store.requests["PUT"] <= 4
 
 
+class AsyncSlowPuts(s3log.AsyncMemoryStore):
+    """Async head PUTs that suspend for a few milliseconds, like a network round trip."""
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        await asyncio.sleep(0.003)
+        return await super().put_if_match(key, body, etag)
+
+
+def test_async_appenders_in_rounds_share_commits_instead_of_one_commit_each() -> None:
+    """64 tasks each appending durably 10 times: a waiter follows the commit in flight.
+
+    Regression: every waiter used to queue a commit of its own behind the one in
+    flight; each took the few entries queued when it got its turn (576 head PUTs here).
+    """
+    store = AsyncSlowPuts()
+    alog = s3log.AsyncLog(store)
+
+    async def main() -> tuple[list[s3log.Entry], int]:
+        w = await alog.create()
+        store.requests.reset()
+
+        async def appender(a: int) -> list[s3log.Entry]:
+            return [await w.append_durable("k", {"a": a, "i": i}) for i in range(10)]
+
+        done = await asyncio.gather(*(appender(a) for a in range(64)))
+        return [e for es in done for e in es], store.requests["PUT"]
+
+    entries, puts = asyncio.run(main())
+    assert len({e.seq for e in entries}) == 640
+    # One commit per round of 64 (a few more when a round straddles a commit).
+    assert puts <= 30, puts
+
+
 class SlowPuts(s3log.MemoryStore):
     """PUTs take a few milliseconds, like a network round trip."""
 
