@@ -35,6 +35,11 @@ class LogConfig:
 
     ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
     at most this big, a commit is one PUT; past it the tail is flushed to a segment.
+    ``pending_max_bytes``: the flushing commit writes that segment beside its head (one
+    round trip) while the head keeping the entries inline is at most this big, until
+    the next commit references the segment; a bigger head is written after its
+    segment instead (two round trips), and 0 always does that. Up to 256 KiB,
+    uploading the entries twice costs less than a round trip.
     ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
     bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
     entries of segments below this level in memory, so the merges it will do soon
@@ -52,6 +57,7 @@ class LogConfig:
     """
 
     tail_max_bytes: int = 8 * 1024
+    pending_max_bytes: int = 256 * 1024
     fanout: int = 4
     max_parallel: int = 16
     cache_levels: int = 3

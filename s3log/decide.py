@@ -330,18 +330,21 @@ class FlushMode(Enum):
     SEQUENTIAL = "sequential"  # the segment first, confirmed, then the head referencing it
 
 
-def flush_mode(*, inline_bytes: int, tail_max_bytes: int, format_version: int, has_tail: bool) -> FlushMode:
+def flush_mode(
+    *, inline_bytes: int, tail_max_bytes: int, pending_max_bytes: int, format_version: int, has_tail: bool
+) -> FlushMode:
     """Choose how to write a commit from the size of its head with every entry inline.
 
-    Within ``tail_max_bytes`` the head holds them. Up to twice that (format v2), the
-    segment and the head go out in one round trip, the head keeping the entries inline
-    until a later commit confirms the segment; beyond (a large batch), the head would
-    grow unbounded, so the segment is written and confirmed before the head names it.
-    Format v1 heads have no ``pending`` field: always sequential.
+    Within ``tail_max_bytes`` the head holds them. Up to ``pending_max_bytes`` (format
+    v2), the segment and the head go out in one round trip, the head keeping the
+    entries inline until a later commit confirms the segment; beyond (a very large
+    batch, or always with ``pending_max_bytes=0``) the head is not allowed to grow, so
+    the segment is written and confirmed before the head names it. Format v1 heads
+    have no ``pending`` field: always sequential.
     """
     if inline_bytes <= tail_max_bytes or not has_tail:
         return FlushMode.INLINE
-    if format_version >= 2 and inline_bytes <= 2 * tail_max_bytes:
+    if format_version >= 2 and inline_bytes <= pending_max_bytes:
         return FlushMode.PARALLEL
     return FlushMode.SEQUENTIAL
 

@@ -635,7 +635,8 @@ def _plan_head(
         inline = replace(inline, pending=None)  # v1 heads have no pending field
     body = encode_head(inline)
     mode = decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
-                             format_version=cfg.format_version, has_tail=bool(inline.tail))
+                             pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
+                             has_tail=bool(inline.tail))
     if mode is decide.FlushMode.INLINE:
         return _HeadPlan(inline, body, None, None, (), 0)
     # This commit writes a segment: an unconfirmed pending one is dropped (the new

@@ -133,6 +133,8 @@ class Scenario:
     grace_ms: int
     steps: int
     max_advance_ms: int
+    #: LogConfig.pending_max_bytes: 0 writes every segment before its head.
+    pending_max_bytes: int = 0
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -171,6 +173,7 @@ class Scenario:
             grace_ms=r.choice((300, 1_000, 3_000)),
             steps=steps if steps is not None else r.choice((150, 250, 400)),
             max_advance_ms=r.choice((2, 10, 40)),
+            pending_max_bytes=r.choice((0, 256 * 1024)),
         )
 
     def describe(self) -> str:
@@ -183,7 +186,7 @@ class Scenario:
             f"crash={self.crash_rate} cancel={self.cancel_rate} ghosts={self.ghosts} tail={self.tail_max_bytes} "
             f"fanout={self.fanout} cache={self.cache_levels} attempts={self.attempts} "
             f"deadline={self.commit_deadline_ms}ms grace={self.grace_ms}ms steps={self.steps} "
-            f"advance<={self.max_advance_ms}ms"
+            f"advance<={self.max_advance_ms}ms pending<={self.pending_max_bytes}"
         )
 
 
@@ -609,6 +612,7 @@ class Simulation:
         self.env = Env.deterministic(scenario.seed, lambda: self.now)
         self.config = LogConfig(
             tail_max_bytes=scenario.tail_max_bytes,
+            pending_max_bytes=scenario.pending_max_bytes,
             fanout=scenario.fanout,
             cache_levels=scenario.cache_levels,
             retry=RetryPolicy(attempts=scenario.attempts, initial=0.02, max_backoff=1.0, max_time=30.0),

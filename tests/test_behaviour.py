@@ -43,18 +43,41 @@ def test_small_commit_is_one_put_and_no_get(backend: Backend) -> None:
     assert backend.requests.snapshot() == {"GET": 0, "PUT": 1, "LIST": 0, "DELETE": 0}
 
 
-def test_large_commit_is_a_segment_then_the_head(backend: Backend) -> None:
+def test_large_commit_writes_its_segment_beside_the_head_and_the_next_commit_references_it(
+    backend: Backend,
+) -> None:
     w = backend.log.create()
     backend.requests.reset()
     for _ in range(4):
         w.append("blob", "x" * 8000)
     w.commit()
+    # One round trip: the segment and the head (which keeps the entries inline).
     assert backend.requests.snapshot() == {"GET": 0, "PUT": 2, "LIST": 0, "DELETE": 0}
     head = backend.log.head(w.session_id)
-    assert len(head.segments) == 1 and head.tail == ()
+    assert head.segments == () and len(head.tail) == 4 and head.pending is not None
     # {first seq}-{last hash}-{nonce of this write}.cbor
-    assert re.search(rf"/seg/000000000000-{head.hash.hex()}-[0-9a-f]{{16}}\.cbor$", head.segments[0])
+    assert re.search(rf"/seg/000000000000-{head.hash.hex()}-[0-9a-f]{{16}}\.cbor$", head.pending.key)
     assert len(backend.log.read(w.session_id)) == 4
+    backend.requests.reset()
+    w.append("k", 1)
+    w.commit()
+    assert backend.requests.snapshot() == {"GET": 0, "PUT": 1, "LIST": 0, "DELETE": 0}
+    after = backend.log.head(w.session_id)
+    assert after.segments == (head.pending.key,) and [e.seq for e in after.tail] == [4] and after.pending is None
+    assert len(backend.log.read(w.session_id)) == 5
+
+
+def test_a_batch_beyond_pending_max_bytes_is_a_segment_then_the_head(backend: Backend) -> None:
+    w = backend.log.create()
+    backend.requests.reset()
+    for _ in range(40):  # ~320 KB: more than LogConfig.pending_max_bytes
+        w.append("blob", "x" * 8000)
+    w.commit()
+    assert backend.requests.snapshot() == {"GET": 0, "PUT": 2, "LIST": 0, "DELETE": 0}
+    head = backend.log.head(w.session_id)
+    assert len(head.segments) == 1 and head.tail == () and head.pending is None
+    assert re.search(rf"/seg/000000000000-{head.hash.hex()}-[0-9a-f]{{16}}\.cbor$", head.segments[0])
+    assert len(backend.log.read(w.session_id)) == 40
 
 
 def test_creating_an_existing_id_raises_session_exists(backend: Backend) -> None:
@@ -194,6 +217,8 @@ def test_flipped_byte_in_a_segment_is_corruption_naming_key_and_seq(backend: Bac
     for i in range(3):
         w.append("big", f"{i}" * 9000)
     w.commit()
+    w.append("small", 0)
+    w.commit()  # references the segment written beside the previous head
     key = log.head(w.session_id).segments[0]
     body = bytearray(backend.get_raw(key))
     pos = body.index(b"1" * 100)

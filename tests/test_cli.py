@@ -74,6 +74,8 @@ def test_verify_catches_a_flipped_byte_naming_key_and_seq(env: dict[str, str], s
     for i in range(3):
         w.append("big", str(i) * 9000)
     w.commit()
+    w.append("small", 0)
+    w.commit()  # references the segment written beside the previous head
     code, out = _invoke(env, "verify", "--all")
     assert code == 0 and "1 verified" in out
     key = log.head(w.session_id).segments[0]
@@ -98,7 +100,9 @@ def test_gc_deletes_orphans_but_never_a_referenced_segment(env: dict[str, str], 
     b.commit()  # b loses the head race: its segment is an orphan, b forks
     client = s3log_server.client()
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=env["S3LOG_BUCKET"])["Contents"]]
-    referenced = {k for sid in log.list_session_ids() for k in log.head(sid).segments}
+    # A pending segment (written beside its head, not yet referenced) is kept too.
+    referenced = {k for sid in log.list_session_ids() for h in [log.head(sid)]
+                  for k in (*h.segments, *([h.pending.key] if h.pending else []))}
     orphans = [k for k in keys if "/seg/" in k and k not in referenced]
     assert len(orphans) == 1
     code, out = _invoke(env, "gc", "--older-than", "1h", "--json")

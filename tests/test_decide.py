@@ -131,6 +131,7 @@ SID = "sess"
 CFG = LogConfig(
     env=Env.deterministic(7, lambda: 1_000_000), retry=RetryPolicy(attempts=5, initial=0.0, max_backoff=0.0),
     tail_max_bytes=400,
+    pending_max_bytes=800,  # a head with a pending segment stays within twice the tail bound
     # The scripts spell out the decision table's requests; the activity marker a
     # creating commit adds is scripted in tests/test_retention.py.
     activity_index=False,
@@ -322,19 +323,23 @@ def test_pending_rows(has: bool, confirmed: bool, flushes: bool, step: decide.Pe
 
 
 @pytest.mark.parametrize(
-    ("inline", "version", "has_tail", "mode"),
+    ("inline", "pending_max", "version", "has_tail", "mode"),
     [
-        (800, 2, True, decide.FlushMode.INLINE),
-        (1000, 2, True, decide.FlushMode.INLINE),          # at the bound: still inline
-        (1001, 2, True, decide.FlushMode.PARALLEL),
-        (2000, 2, True, decide.FlushMode.PARALLEL),        # at twice the bound: still one round trip
-        (2001, 2, True, decide.FlushMode.SEQUENTIAL),      # a big batch: segment first
-        (1500, 1, True, decide.FlushMode.SEQUENTIAL),      # v1 heads have no pending field
-        (5000, 2, False, decide.FlushMode.INLINE),         # nothing to flush (a huge meta)
+        (800, 2000, 2, True, decide.FlushMode.INLINE),
+        (1000, 2000, 2, True, decide.FlushMode.INLINE),       # at the tail bound: still inline
+        (1001, 2000, 2, True, decide.FlushMode.PARALLEL),
+        (2000, 2000, 2, True, decide.FlushMode.PARALLEL),     # at the pending bound: still one round trip
+        (2001, 2000, 2, True, decide.FlushMode.SEQUENTIAL),   # a big batch: segment first
+        (1001, 0, 2, True, decide.FlushMode.SEQUENTIAL),      # 0: never beside the head
+        (5000, 5000, 2, True, decide.FlushMode.PARALLEL),
+        (5001, 5000, 2, True, decide.FlushMode.SEQUENTIAL),
+        (1500, 5000, 1, True, decide.FlushMode.SEQUENTIAL),   # v1 heads have no pending field
+        (9000, 5000, 2, False, decide.FlushMode.INLINE),      # nothing to flush (a huge meta)
     ],
 )
-def test_flush_mode_rows(inline: int, version: int, has_tail: bool, mode: decide.FlushMode) -> None:
-    got = decide.flush_mode(inline_bytes=inline, tail_max_bytes=1000, format_version=version, has_tail=has_tail)
+def test_flush_mode_rows(inline: int, pending_max: int, version: int, has_tail: bool, mode: decide.FlushMode) -> None:
+    got = decide.flush_mode(inline_bytes=inline, tail_max_bytes=1000, pending_max_bytes=pending_max,
+                            format_version=version, has_tail=has_tail)
     assert got is mode
 
 

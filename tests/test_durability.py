@@ -6,6 +6,8 @@ comment on each names the defect.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import s3log
@@ -138,7 +140,8 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
     # Defect 4a: a segment created long ago and merged away a moment ago was deleted
     # at once, and a reader holding the previous head got CorruptionError.
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=600, fanout=2))
+    # Segments written first (pending_max_bytes=0): merges retire at once.
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=600, fanout=2, pending_max_bytes=0))
     w = log.create()
     for i in range(3):
         w.append("k", "z" * 500 + str(i))
@@ -170,7 +173,9 @@ def test_gc_never_deletes_a_segment_a_retried_commit_will_reference() -> None:
             return "timeout-lost"
         return None
 
-    faulty = s3log.Log(FaultyStore(store, plan), config=FAST)
+    # The segment is written before the head here (pending_max_bytes=0), as every
+    # batch beyond pending_max_bytes is.
+    faulty = s3log.Log(FaultyStore(store, plan), config=replace(FAST, pending_max_bytes=0))
     w = faulty.open(sid)
     for i in range(10):
         w.append("k", "q" * 200 + str(i))

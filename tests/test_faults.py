@@ -201,10 +201,11 @@ async def test_async_segment_put_failure_is_resolved_without_loss_or_repeat(faul
     log = s3log.Log(mem, config=FAST)
     sid = log.create().session_id
     store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_absent", 1): fault}))
+    # Beyond pending_max_bytes: the segment is written (and retried) before the head.
     w = await s3log.AsyncLog(store, config=FAST).open(sid)
-    await w.append_durable("big", "x" * 30000)  # too big for the head's tail: a segment is written
+    await w.append_durable("big", "x" * 300_000)
     assert [m for m, _, _ in store.injected] == ["put_if_absent"]
-    assert [e.data for e in log.read(sid).entries] == ["x" * 30000]
+    assert [e.data for e in log.read(sid).entries] == ["x" * 300_000]
     assert len([k for k in mem.all_keys() if "/seg/" in k]) == 1
 
 

@@ -56,7 +56,7 @@ def _commit(log: s3log.Log, w: s3log.Writer) -> list[Op]:
 # ------------------------------------------------------------------ the activity hook
 
 
-def test_the_days_first_commit_writes_its_marker_in_the_segments_round_trip() -> None:
+def test_the_days_first_commit_writes_its_marker_before_its_head() -> None:
     store, clock = s3log.MemoryStore(), Clock(T0)
     log = _log(store, clock, tail_max_bytes=1024)
     w = log.create("s1")  # creating marks the day
@@ -64,11 +64,11 @@ def test_the_days_first_commit_writes_its_marker_in_the_segments_round_trip() ->
     w.append("k", 1)
     assert [type(op) for op in _commit(log, w)] == [PutIfMatch], "same day: no marker, one round trip"
     clock.t += DAY_MS
-    w.append("big", "x" * 4000)  # needs a segment
+    w.append("big", "x" * 4000)  # needs a segment, written beside the head
     ops = _commit(log, w)
-    assert [type(op) for op in ops] == [Parallel, PutIfMatch], "the marker rides with the segment"
-    assert isinstance(ops[0], Parallel) and {type(o) for o in ops[0].ops} == {PutIfAbsent} and len(ops[0].ops) == 2
-    assert marker_key(log.layout, day_of(clock.t), "s1") in {o.key for o in ops[0].ops}  # type: ignore[union-attr]
+    assert [type(op) for op in ops] == [Parallel, Parallel], "the marker first, then the segment and the head"
+    assert [o.key for o in ops[0].ops] == [marker_key(log.layout, day_of(clock.t), "s1")]  # type: ignore[union-attr]
+    assert isinstance(ops[1], Parallel) and {type(o) for o in ops[1].ops} == {PutIfAbsent, PutIfMatch}
     clock.t += DAY_MS
     w.append("k", 2)
     ops = _commit(log, w)

@@ -233,7 +233,8 @@ def test_lazy_writer_whose_create_landed_unacknowledged_adopts_it() -> None:
 def test_writer_whose_merge_landed_unacknowledged_survives_gc() -> None:
     clock = Clock()
     mem = SimStore(clock, Layout())  # objects stamped with the test's clock
-    cfg = LogConfig(tail_max_bytes=1, fanout=2, cache_levels=0, retry=FAST, commit_deadline_ms=1000,
+    cfg = LogConfig(tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
+                    commit_deadline_ms=1000,
                     env=Env(clock_ms=clock))
     armed = {"on": False}
 
@@ -266,7 +267,8 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
     clock = Clock()
     mem = SimStore(clock, Layout())
     grace = 1000
-    cfg = LogConfig(tail_max_bytes=1, fanout=2, cache_levels=0, retry=FAST, commit_deadline_ms=grace,
+    cfg = LogConfig(tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
+                    commit_deadline_ms=grace,
                     env=Env(clock_ms=clock))
     log = s3log.Log(mem, config=cfg)
     layout = log.layout
