@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal
 
 from . import activity, decide, ops
@@ -56,7 +56,7 @@ from .errors import (
 from .ids import validate_session_id
 from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
-from .ops import Blob, Delete, Get, ObjectInfo, Parallel, Proc, PutIfAbsent, PutIfMatch
+from .ops import Blob, Delete, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
@@ -138,6 +138,8 @@ class _HeadOutcome:
     kind: Literal["committed", "conflict"]
     etag: str | None
     found: tuple[Head, str] | None
+    #: Segments read ahead for the next merge (see :func:`merge_ahead`).
+    fetched: Mapping[str, tuple[Entry, ...]] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------- basic reads
@@ -833,37 +835,93 @@ def _write(
         if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
             return plan, _HeadOutcome("conflict", None, None), confirmed
     deadline_ms = deadline if puts or plan.head.retired_at else None
-    if segment is None or not plan.parallel:
+    beside = segment if segment is not None and plan.parallel else None
+    ahead = merge_ahead(cfg, ws, plan)
+    if beside is None and not ahead:
         outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms)
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
-    # go out together. The segment counts as confirmed only on a plain 2xx: anything
-    # else leaves it unconfirmed, and a later commit writes another (nothing is lost,
-    # the head holds every entry).
-    seg_result, head_result = yield from ops.parallel([segment, _head_op(layout, ws, plan.body)])
-    if decide.after_create(decide.classify(seg_result)) is decide.CreateStep.DONE:
-        confirmed[segment.key] = decide.Confirmed.OURS
-    else:
-        log.info("session %s: segment %s beside the head not confirmed (%s); kept inline",
-                 ws.session, segment.key, seg_result)
+    # go out together, with the GETs of segments the next flush will merge.
+    batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k) for k in ahead)]
+    if beside is not None:
+        batch.append(beside)
+    results: list[Any] = yield Parallel(tuple(batch))
+    head_result = results[0]
+    if beside is not None:
+        # Confirmed only on a plain 2xx: anything else leaves it unconfirmed, and a
+        # later commit writes another (nothing is lost, the head holds every entry).
+        seg_result = results[-1]
+        if decide.after_create(decide.classify(seg_result)) is decide.CreateStep.DONE:
+            confirmed[beside.key] = decide.Confirmed.OURS
+        else:
+            log.info("session %s: segment %s beside the head not confirmed (%s); kept inline",
+                     ws.session, beside.key, seg_result)
+    fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, first=head_result)
-    return plan, outcome, confirmed
+    return plan, replace(outcome, fetched=fetched), confirmed
+
+
+def merge_ahead(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan) -> list[str]:
+    """Segments the next flush will merge that this writer does not hold in memory.
+
+    They are read in this commit's round trip (beside its head PUT), so that flush
+    needs no GET of its own: every commit stays one round trip. Only when a flush is
+    near (this commit flushed, or its head is past half the tail bound), so a writer
+    holds them no longer than it must.
+    """
+    if plan.segment_key is None and len(plan.body) <= cfg.tail_max_bytes // 2:
+        return []
+    return [k for k in _next_merge(cfg, plan) if k not in ws.cache and k != plan.segment_key]
+
+
+def _next_merge(cfg: LogConfig, plan: _HeadPlan) -> tuple[str, ...]:
+    """The segments the flush after ``plan``'s commit will merge (if it comes before
+    any other flush)."""
+    h = plan.head
+    segments, levels = h.segments, h.levels
+    if plan.parallel and h.pending is not None:  # the next commit promotes it first
+        keep = len(segments) - h.pending.take
+        segments, levels = (*segments[:keep], h.pending.key), (*levels[:keep], h.pending.level)
+    take = plan_merge(levels, cfg.fanout).take
+    return tuple(segments[len(segments) - take:]) if take else ()
+
+
+def _fetched_ahead(keys: Sequence[str], results: Sequence[Any]) -> dict[str, tuple[Entry, ...]]:
+    """The entries of the segments :func:`merge_ahead` named that came back whole; the
+    rest are read again when the merge needs them (and checked then, like any)."""
+    out: dict[str, tuple[Entry, ...]] = {}
+    for key, res in zip(keys, results, strict=True):
+        if isinstance(res, Blob):
+            try:
+                out[key] = decode_segment(res.body, key).entries
+            except CorruptionError:
+                continue
+    return out
 
 
 def _advance(
     cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, etag: str, state: S,
-    confirmed: Mapping[str, decide.Confirmed],
+    confirmed: Mapping[str, decide.Confirmed], fetched: Mapping[str, tuple[Entry, ...]] | None = None,
 ) -> ChainPosition[S]:
-    live = set(plan.head.segments)
-    pending = plan.head.pending
+    head = plan.head
+    pending = head.pending
     ours = None
+    level = dict(zip(head.segments, head.levels, strict=True))
     if pending is not None and plan.parallel and confirmed.get(pending.key) is decide.Confirmed.OURS:
         ours = pending.key
-        live.add(pending.key)
-    cache = {k: v for k, v in ws.cache.items() if k in live}
-    if plan.segment_key is not None and plan.segment_key in live and plan.segment_level < cfg.cache_levels:
+        level[pending.key] = pending.level
+    # Kept in memory: segments below cache_levels, and whatever the next flush merges
+    # (our own pending segment, segments read ahead): never more than one merge's worth.
+    wanted = set(_next_merge(cfg, plan))
+
+    def keep(k: str) -> bool:
+        return k in level and (level[k] < cfg.cache_levels or k in wanted or k == ours)
+
+    cache = {k: v for k, v in ws.cache.items() if keep(k)}
+    cache.update((k, v) for k, v in (fetched or {}).items() if keep(k))
+    if plan.segment_key is not None and keep(plan.segment_key):
         cache[plan.segment_key] = plan.segment_entries
-    return ChainPosition(ws.session, plan.head, etag, state, cache, ours)
+    return ChainPosition(ws.session, head, etag, state, cache, ours)
 
 
 def _adopt(ws: ChainPosition[Any], head: Head, etag: str, state: S) -> ChainPosition[S]:
@@ -906,8 +964,8 @@ def commit(
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
-            return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written), acked + entries,
-                                acked + entries)
+            return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
+                                acked + entries, acked + entries)
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found

@@ -352,7 +352,7 @@ def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_an
     # The segment PUT and the head PUT go out together; the segment's 412 is not
     # confirmed by a GET (that would cost the round trip): the head holds the entries.
     script = Script([
-        Step("Parallel", [E412, '"e1"'], check=lambda op: _pair(op)),
+        Step("Parallel", ['"e1"', E412], check=lambda op: _pair(op)),
     ])
     result = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
     assert len(result.acked) == 2 and result.ws.etag == '"e1"'
@@ -361,7 +361,7 @@ def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_an
 
 
 def test_a_segment_beside_the_head_confirmed_by_a_2xx_is_promoted_by_the_next_commit() -> None:
-    script = Script([Step("Parallel", ['"s"', '"e1"'], check=lambda op: _pair(op))])
+    script = Script([Step("Parallel", ['"e1"', '"s"'], check=lambda op: _pair(op))])
     first = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
     assert first.ws.confirmed == first.ws.head.pending.key  # type: ignore[union-attr]
     script = Script([Step("PutIfMatch", '"e2"', key="/head")])
@@ -374,7 +374,7 @@ def test_a_segment_beside_the_head_confirmed_by_a_2xx_is_promoted_by_the_next_co
 def test_a_head_put_beside_a_segment_that_loses_the_race_forks_as_usual() -> None:
     other = stored_ws(1).head
     script = Script([
-        Step("Parallel", ['"s"', E412], check=lambda op: _pair(op)),
+        Step("Parallel", [E412, '"s"'], check=lambda op: _pair(op)),
         Step("Get", lambda seen: Blob(encode_head(other), '"other"'), key="/head"),
     ])
     with pytest.raises(ConflictError):
@@ -382,8 +382,8 @@ def test_a_head_put_beside_a_segment_that_loses_the_race_forks_as_usual() -> Non
 
 
 def _pair(op: Any) -> None:
-    kinds = sorted(type(o).__name__ for o in op.ops)
-    assert kinds == ["PutIfAbsent", "PutIfMatch"], kinds
+    kinds = [type(o).__name__ for o in op.ops]
+    assert kinds == ["PutIfMatch", "PutIfAbsent"], kinds  # replies are scripted in this order
     seg = next(o for o in op.ops if type(o).__name__ == "PutIfAbsent")
     head = decode_head(next(o for o in op.ops if type(o).__name__ == "PutIfMatch").body, "h")
     assert "/seg/" in seg.key and head.pending is not None and head.pending.key == seg.key
