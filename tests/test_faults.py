@@ -93,7 +93,7 @@ def test_crash_between_segment_and_head_leaves_the_session_intact() -> None:
     sid = w0.session_id
     store = FaultyStore(mem, scripted({("put_if_match", 1): "crash"}))
     w = s3log.Log(store, config=FAST).open(sid)
-    w.append("big", "x" * 30000)
+    w.append("big", "x" * 300_000)  # beyond pending_max_bytes: the segment goes first
     with pytest.raises(Crash):
         w.commit()
     segs = [k for k in mem.all_keys() if "/seg/" in k]
