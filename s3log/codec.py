@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import cbor2
@@ -118,6 +120,10 @@ class _NewEntry:
         self.hash = h
         self.raw = raw
         self.__class__ = Entry  # type: ignore[assignment]
+
+
+#: :class:`_NewEntry` typed as what it returns (an Entry), for ``map``.
+_NEW_ENTRY: Callable[..., Entry] = _NewEntry  # type: ignore[assignment]
 
 
 def _new_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> Entry:
@@ -367,38 +373,158 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+class LinkedRun(tuple[Entry, ...]):
+    """Entries decoded from one v2 object whose links the decoder has already checked.
+
+    Made only by the v2 decoder, after checking that the seqs run without a gap, that
+    every entry's ``prev`` is the hash of the entry before it and that every hash is
+    the SHA-256 of the record it was read from. :class:`s3log.chain.ChainVerifier`
+    then checks only where the run joins the chain (its first seq and ``prev``),
+    instead of every entry again. An ordinary tuple otherwise.
+    """
+
+    __slots__ = ()
+
+
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     with _gc_paused():
         return _decode_records(records, hashes, key)
 
 
+def _refuse_shared(value: Any, immutable: bool) -> Any:
+    raise ValueError("value sharing (tags 28 and 29) is not allowed in an entry record")
+
+
+#: Options for decoding records. Records are decoded together, in one call, and cbor2
+#: shares the "shareable value" table (tags 28/29) across everything one call decodes,
+#: so a record could refer to a value inside another record: refuse both tags (s3log
+#: never writes them). cbor2 < 6 cannot be told to: there the records' hashes and the
+#: chain still hold, only a crafted record that no s3log writer makes decodes
+#: differently alone than beside the others.
+_RECORD_LOADS: dict[str, Any] = {"semantic_decoders": {28: _refuse_shared, 29: _refuse_shared}}
+try:
+    cbor2.loads(b"\x00", **_RECORD_LOADS)
+except TypeError:  # pragma: no cover - cbor2 < 6
+    _RECORD_LOADS = {}
+
+#: The five values of a record map, in the order Entry takes them (a C call per record).
+_RECORD_VALUES = itemgetter("seq", "prev", "kind", "ts", "data")
+
+
+def _decode_each(records: list[bytes], key: str) -> list[Any]:
+    """Decode each record on its own, all of them in one C call.
+
+    A record must be exactly one CBOR data item: decoding the plain concatenation of
+    the records would let a malformed record end early or late, so that an item made of
+    bytes of two records, or a record with bytes after its map, decodes as an entry the
+    record's hash was not taken over. So each record is followed by a delimiter that
+    no record can forge: a byte string of 16 random bytes drawn for this call. The
+    whole is decoded as one array and every second item must be that byte string. It
+    can only be decoded from a delimiter's own bytes (nothing written before the draw
+    holds them) starting at its first byte: the 16-byte string head ``0x50`` cannot be
+    reached any other way, and an indefinite-length string holding it would have to
+    end on a ``0xff`` after it, where the next record starts with ``0xa5``. With as
+    many delimiters as records, each record item therefore spans exactly its record.
+    """
+    n = len(records)
+    mark = os.urandom(16)
+    sep = b"\x50" + mark
+    try:
+        body = sep.join(records)
+    except TypeError:
+        raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)") from None
+    # Every record starts with the head of a 5-entry map (0xa5), which is also what keeps
+    # a delimiter from being read as part of an indefinite-length string (see above).
+    if body[:1] != b"\xa5" or body.count(sep + b"\xa5") != n - 1:
+        raise _first_record_error(records, key)
+    try:
+        items = cbor2.loads(_array_head(2 * n) + body + sep, **_RECORD_LOADS)
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
+    maps = items[0::2]
+    delimiters = items[1::2]
+    if delimiters.count(mark) != n:
+        i = next(i for i, d in enumerate(delimiters) if d != mark)
+        m = maps[i]
+        seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+        raise CorruptionError(key, f"entry record {i} is not exactly one CBOR data item", seq=seq)
+    out: list[Any] = maps
+    return out
+
+
+def _loads_or_none(record: bytes) -> Any:
+    try:
+        return cbor2.loads(record, **_RECORD_LOADS)
+    except Exception:  # cbor2 raises several types for garbage input
+        return None
+
+
+def _first_record_error(records: list[bytes], key: str) -> CorruptionError:
+    """Say what is wrong with the first record that does not start with 0xa5."""
+    i = next((i for i, r in enumerate(records) if r[:1] != b"\xa5"), 0)
+    try:
+        m = cbor2.loads(records[i], **_RECORD_LOADS)
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        return CorruptionError(key, f"entry record {i} is not valid CBOR: {exc}")
+    if type(m) is not dict or len(m) != 5:
+        return _entry_error(m, key, record=True)
+    return CorruptionError(key, f"entry record {i} does not start with the head of a 5-entry map (0xa5)",
+                           seq=m["seq"] if type(m.get("seq")) is int else None)
+
+
 def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     """Decode the entries of a v2 object from their records, checking each stored hash.
 
-    The records of the whole object are decoded in one call, as one CBOR array made of
-    their concatenation, and each is hashed as stored: nothing is encoded again. Every
-    record must end with its own ``prev`` (the "prev" key and the value the entry
-    decodes to), and the verifier checks that value is the hash of the record before;
-    so each record's bytes are pinned, through the chain of hashes, by the next record,
-    and the last by the segment key or the head: whatever a record holds, a reader
-    decodes exactly the bytes the chain commits to.
+    Each record is decoded on its own (:func:`_decode_each`, one C call for all) and
+    hashed as stored: nothing is encoded again. Every record must end with its own
+    ``prev`` (the "prev" key and the value the entry decodes to). The common case is
+    checked column-wise, a few C calls per object rather than a Python loop per entry;
+    when the records are also linked to one another the result is a :class:`LinkedRun`.
+    Anything else takes the per-entry loop, which says what is wrong with which entry,
+    and leaves the links to the verifier (and its messages).
     """
-    if type(records) is not list or not all(type(r) is bytes for r in records):
+    if type(records) is not list:
         raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)")
     if type(hashes) is not list or len(hashes) != len(records):
         raise CorruptionError(key, f"hashes is not an array of {len(records)} hashes, one per entry")
-    try:
-        maps = loads(_array_head(len(records)) + b"".join(records))
-    except Exception as exc:  # cbor2 raises several types for garbage input
-        raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
+    n = len(records)
+    if n == 0:
+        return ()
     sha = hashlib.sha256
-    digests = [sha(r).digest() for r in records]
+    try:
+        digests = [sha(r).digest() for r in records]
+    except TypeError:
+        raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)") from None
     if digests != hashes:
-        for h, digest, m in zip(hashes, digests, maps, strict=True):
-            if h != digest:
-                seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
-                shown = h.hex() if type(h) is bytes else repr(h)
-                raise CorruptionError(key, f"hash is {shown}, record hashes to {digest.hex()}", seq=seq)
+        # Before anything is decoded: a changed byte is named as such, with the seq its
+        # record claims when it still decodes (for the message only).
+        i = next(i for i, (h, d) in enumerate(zip(hashes, digests, strict=True)) if h != d)
+        h, m = hashes[i], _loads_or_none(records[i])
+        seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+        shown = h.hex() if type(h) is bytes else repr(h)
+        raise CorruptionError(key, f"hash is {shown}, record hashes to {digests[i].hex()}", seq=seq)
+    maps = _decode_each(records, key)
+    try:
+        # A dict with these five keys and no other is a record map; anything else
+        # (a missing key, an array, a string) goes to the loop below for a diagnosis.
+        fields = list(map(_RECORD_VALUES, maps)) if set(map(type, maps)) == {dict} else None
+    except KeyError:
+        fields = None
+    if fields is not None and set(map(len, maps)) == {5}:
+        seqs, prevs, kinds, tss, datas = zip(*fields, strict=True)
+        s0, p0, r0 = seqs[0], prevs[0], records[0]
+        if (
+            set(map(type, seqs)) == {int} and s0 >= 0 and set(map(type, tss)) == {int}
+            and set(map(type, kinds)) == {str}
+            and (r0.endswith(_PREV_NULL) if p0 is None
+                 else type(p0) is bytes and len(p0) == HASH_LEN and r0.endswith(_PREV_HASH + p0))
+            # Linked: contiguous seqs, each prev the hash of the record before (so a
+            # 32-byte string) and each record ending with it.
+            and seqs == tuple(range(s0, s0 + n))
+            and list(prevs[1:]) == digests[:-1]
+            and all(map(bytes.endswith, records[1:], map(_PREV_HASH.__add__, digests[:-1])))
+        ):
+            return LinkedRun(map(_NEW_ENTRY, seqs, prevs, kinds, tss, datas, digests, records))
     out: list[Any] = []  # of Entry: _NewEntry turns itself into one
     append, new_entry = out.append, _NewEntry
     for raw, digest, m in zip(records, digests, maps, strict=True):

@@ -12,7 +12,7 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import analytics, protocol
+from s3log import analytics, codec, protocol
 from s3log.chain import PendingEntry, build_chain
 from s3log.codec import (
     Entry,
@@ -240,7 +240,7 @@ _EXTRA_FIELD = cbor2.dumps({"seq": 0, "prev": None, "kind": "k", "ts": 1, "data"
         (lambda o: {**o, "hashes": o["hashes"][:-1]}, "hashes"),
         (lambda o: _records(o, [cbor2.dumps([1, 2]), *o["entries"][1:]]), "entry record is a list"),
         (lambda o: {**o, "entries": [r + b"\0" for r in o["entries"]]}, "hashes to"),
-        (lambda o: _records(o, [r + b"\0" for r in o["entries"]]), "end with its prev"),
+        (lambda o: _records(o, [r + b"\0" for r in o["entries"]]), "exactly one CBOR data item"),
         (lambda o: _records(o, [_EXTRA_FIELD, *o["entries"][1:]]), "fields besides"),
         (lambda o: {**o, "entries": [1] * len(o["entries"])}, "byte strings"),
     ],
@@ -288,3 +288,127 @@ def test_a_format_this_build_cannot_write_is_refused_up_front(version: object) -
     with pytest.raises(InvalidArgumentError, match="format_version") as info:
         s3log.LogConfig(format_version=version)  # type: ignore[arg-type]
     assert isinstance(info.value, ValueError)
+
+
+# ------------------------------------------------------------------ records decoded one by one
+# A v2 reader decodes all records of an object in one call. Each must still decode as if
+# alone: exactly one CBOR item, from its own bytes, referring to nothing outside itself.
+# Each crafted segment below has valid hashes, links and prev suffixes, so only that rule
+# stands between it and a reader taking, as an entry, something its hash was not taken over.
+
+
+def _raw_record(seq: int, prev: bytes | None, data: bytes, kind: str = "k", ts: int = 0) -> bytes:
+    """A record with ``data`` as its data bytes, laid out as s3log lays records out."""
+    head = cbor2.dumps(["ts", ts, "seq", seq, "data"], canonical=True)[1:]
+    tail = cbor2.dumps(["kind", kind, "prev", prev], canonical=True)[1:]
+    return b"\xa5" + head + data + tail
+
+
+def _segment_body(records: list[bytes], session: str = "s") -> bytes:
+    hashes = [hashlib.sha256(r).digest() for r in records]
+    return cbor2.dumps({"v": 2, "session": session, "entries": records, "hashes": hashes}, canonical=True)
+
+
+_KEY = "s3log/sessions/s/seg/000000000000-" + "0" * 64 + "-0000000000000000.cbor"
+
+
+def test_a_record_with_bytes_after_its_map_is_refused() -> None:
+    good = make_entry(0, None, "k", 0, {"a": 1}).raw
+    # The extra bytes end like the record does, so the prev suffix check alone passes.
+    with pytest.raises(CorruptionError, match="exactly one CBOR data item") as info:
+        decode_segment(_segment_body([good + b"\x64prev\xf6"]), _KEY)
+    assert info.value.key == _KEY and info.value.seq == 0
+
+
+def test_a_record_reaching_into_the_next_record_is_refused() -> None:
+    # r1's data claims 7 bytes but holds 6: read together, it swallows the first byte of
+    # r2 and r2's first bytes finish r1's map, so both "decode" with valid hashes and links.
+    r1 = _raw_record(0, None, b"\x58\x07")[:-len(b"\x64kind\x61k\x64prev\xf6")] + b"\x64prev\xf6"
+    rest = make_entry(1, hashlib.sha256(r1).digest(), "k", 0, 0).raw
+    r2 = b"\xa5" + b"\x64kind\x61k\x64prev\xf6" + rest
+    joined = cbor2.loads(b"\x82" + r1 + r2)  # what reading the concatenation gives
+    assert [m["seq"] for m in joined] == [0, 1] and joined[0]["data"] == b"dprev\xf6\xa5"
+    with pytest.raises(CorruptionError, match="CBOR") as info:
+        decode_segment(_segment_body([r1, r2]), _KEY)
+    assert info.value.key == _KEY
+
+
+@pytest.mark.skipif(not codec._RECORD_LOADS, reason="cbor2 < 6 cannot refuse value sharing")
+def test_a_record_cannot_refer_to_a_value_in_another_record() -> None:
+    r1 = _raw_record(0, None, b"\xd8\x1c\x81\x01")  # tag 28: shareable [1]
+    r2 = _raw_record(1, hashlib.sha256(r1).digest(), b"\xd8\x1d\x00")  # tag 29: shared value 0
+    with pytest.raises(CorruptionError, match="semantic tag 2[89]|value sharing"):
+        decode_segment(_segment_body([r1, r2]), _KEY)
+
+
+def test_a_record_whose_prev_is_not_last_is_refused() -> None:
+    # The same map with "kind" after "prev": not how records are laid out (nor canonical).
+    raw = b"\xa5" + cbor2.dumps(["ts", 0, "seq", 0, "data", 1, "prev", None, "kind", "k"], canonical=True)[1:]
+    assert cbor2.loads(raw) == {"ts": 0, "seq": 0, "data": 1, "prev": None, "kind": "k"}
+    with pytest.raises(CorruptionError, match="end with its prev"):
+        decode_segment(_segment_body([raw]), _KEY)
+
+
+def test_a_record_not_starting_as_a_five_entry_map_is_refused() -> None:
+    canonical = make_entry(0, None, "k", 0, 1).raw
+    long_head = b"\xb8\x05" + canonical[1:]  # the same map with a non-shortest length
+    with pytest.raises(CorruptionError, match="0xa5"):
+        decode_segment(_segment_body([long_head]), _KEY)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, {}, [], "", b"", 0, {"a": {"b": [1, {"c": None}]}}, [[[[[[[[[[]]]]]]]]]],
+     {"deep": __import__("functools").reduce(lambda acc, _: [acc], range(250), 1)}],
+    ids=["null", "empty-map", "empty-list", "empty-text", "empty-bytes", "zero", "nested", "nested-lists", "deep"],
+)
+def test_empty_and_nested_data_read_back_in_both_formats_and_mixed(data: Any) -> None:
+    store = s3log.MemoryStore()
+    w = _log(store, 1).create()
+    sid = w.session_id
+    for i in range(6):
+        w.append("step", data if i % 2 else {"i": i, "text": "x" * 200})
+        w.commit()
+    w2 = _log(store, 2).open(sid)
+    for i in range(6, 12):
+        w2.append("step", data if i % 2 else {"i": i, "text": "x" * 200})
+        w2.commit()
+    _, seg_vs = _versions(store, _log(store, 2), sid)
+    assert set(seg_vs) == {1, 2}  # a mixed chain
+    for version in (1, 2):
+        entries = _log(store, version).read(sid).entries
+        assert [e.data for e in entries[1::2]] == [data] * 6
+        for e in entries:
+            assert e.hash == hashlib.sha256(
+                cbor2.dumps({"seq": e.seq, "prev": e.prev, "kind": e.kind, "ts": e.ts, "data": e.data},
+                            canonical=True)).digest()
+
+
+def test_a_linked_run_is_checked_where_it_joins_the_chain() -> None:
+    from s3log.chain import ChainVerifier
+    from s3log.codec import LinkedRun
+
+    entries = build_chain([PendingEntry("k", 1, {"i": i}) for i in range(5)], after_seq=-1, after_hash=None)
+    seg = decode_segment(_segment_body([e.raw for e in entries[2:]], session="s"), _KEY)
+    assert type(seg.entries) is LinkedRun and [e.seq for e in seg.entries] == [2, 3, 4]
+    ok = ChainVerifier("s")
+    ok.feed("a", entries[:2])
+    ok.feed("b", seg.entries)
+    assert (ok.next_seq, ok.last_hash) == (5, entries[-1].hash)
+    gap = ChainVerifier("s")
+    gap.feed("a", entries[:1])
+    with pytest.raises(CorruptionError, match="expected seq 1, found 2") as info:
+        gap.feed("b", seg.entries)
+    assert info.value.key == "b" and info.value.seq == 2
+    forked = ChainVerifier("s", start_seq=2, start_hash=entries[0].hash)
+    with pytest.raises(CorruptionError, match="prev is") as info:
+        forked.feed("b", seg.entries)
+    assert info.value.seq == 2
+
+
+def test_records_that_are_not_linked_are_left_to_the_verifier() -> None:
+    entries = build_chain([PendingEntry("k", 1, {"i": i}) for i in range(4)], after_seq=-1, after_hash=None)
+    records = [e.raw for e in entries]
+    records[1], records[2] = records[2], records[1]
+    seg = decode_segment(_segment_body(records), _KEY)
+    assert type(seg.entries) is tuple and [e.seq for e in seg.entries] == [0, 2, 1, 3]
