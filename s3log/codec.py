@@ -429,16 +429,20 @@ def _decode_each(records: list[bytes], key: str) -> list[Any]:
     n = len(records)
     mark = os.urandom(16)
     sep = b"\x50" + mark
+    # One copy: the array head joined to the first record, a delimiter after each.
+    parts = list(records)
+    parts.append(b"")
     try:
-        body = sep.join(records)
+        parts[0] = _array_head(2 * n) + parts[0]
+        body = sep.join(parts)
     except TypeError:
         raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)") from None
     # Every record starts with the head of a 5-entry map (0xa5), which is also what keeps
     # a delimiter from being read as part of an indefinite-length string (see above).
-    if body[:1] != b"\xa5" or body.count(sep + b"\xa5") != n - 1:
+    if records[0][:1] != b"\xa5" or body.count(sep + b"\xa5") != n - 1:
         raise _first_record_error(records, key)
     try:
-        items = cbor2.loads(_array_head(2 * n) + body + sep, **_RECORD_LOADS)
+        items = cbor2.loads(body, **_RECORD_LOADS)
     except Exception as exc:  # cbor2 raises several types for garbage input
         raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
     maps = items[0::2]

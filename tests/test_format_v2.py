@@ -337,7 +337,7 @@ def test_a_record_reaching_into_the_next_record_is_refused() -> None:
 def test_a_record_cannot_refer_to_a_value_in_another_record() -> None:
     r1 = _raw_record(0, None, b"\xd8\x1c\x81\x01")  # tag 28: shareable [1]
     r2 = _raw_record(1, hashlib.sha256(r1).digest(), b"\xd8\x1d\x00")  # tag 29: shared value 0
-    with pytest.raises(CorruptionError, match="semantic tag 2[89]|value sharing"):
+    with pytest.raises(CorruptionError, match=r"semantic tag 2[89]|value sharing"):
         decode_segment(_segment_body([r1, r2]), _KEY)
 
 
