@@ -398,10 +398,14 @@ def _refuse_shared(value: Any, immutable: bool) -> Any:
 #: Options for decoding records. Records are decoded together, in one call, and cbor2
 #: shares the "shareable value" table (tags 28/29) across everything one call decodes,
 #: so a record could refer to a value inside another record: refuse both tags (s3log
-#: never writes them). cbor2 < 6 cannot be told to: there the records' hashes and the
-#: chain still hold, only a crafted record that no s3log writer makes decodes
+#: never writes them). cbor2 < 6 takes neither option: there the records' hashes and
+#: the chain still hold, only a crafted record that no s3log writer makes could decode
 #: differently alone than beside the others.
-_RECORD_LOADS: dict[str, Any] = {"semantic_decoders": {28: _refuse_shared, 29: _refuse_shared}}
+_RECORD_LOADS: dict[str, Any] = {
+    "semantic_decoders": {28: _refuse_shared, 29: _refuse_shared},
+    # A deterministic encoding has no indefinite lengths.
+    "allow_indefinite": False,
+}
 try:
     cbor2.loads(b"\x00", **_RECORD_LOADS)
 except TypeError:  # pragma: no cover - cbor2 < 6

@@ -412,3 +412,12 @@ def test_records_that_are_not_linked_are_left_to_the_verifier() -> None:
     records[1], records[2] = records[2], records[1]
     seg = decode_segment(_segment_body(records), _KEY)
     assert type(seg.entries) is tuple and [e.seq for e in seg.entries] == [0, 2, 1, 3]
+
+
+@pytest.mark.skipif(not codec._RECORD_LOADS, reason="cbor2 < 6 cannot refuse indefinite lengths")
+def test_a_record_with_an_indefinite_length_item_is_refused() -> None:
+    # Never in a deterministic encoding; its hash is over bytes no s3log writer makes.
+    raw = _raw_record(0, None, b"\x7f\x61a\xff")  # the text "a" in chunks
+    assert cbor2.loads(raw)["data"] == "a"
+    with pytest.raises(CorruptionError, match="indefinite"):
+        decode_segment(_segment_body([raw]), _KEY)
