@@ -22,7 +22,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import add as _add
 from operator import attrgetter, itemgetter
+from operator import lt as _lt
+from operator import sub as _sub
 from typing import Any, cast
 
 import cbor2
@@ -178,46 +181,8 @@ def entry_data_cbor(e: Entry) -> bytes:
     return data_cbor_column([e])[0]
 
 
-def _uint_len(lo: int, hi: int) -> int | None:
-    """Bytes of the deterministic encoding of every integer in [lo, hi], if all the same."""
-    if lo < 0 or hi >= 2**64:
-        return None
-    size = _head_len(lo)
-    return size if _head_len(hi) == size else None
-
-
 def data_cbor_column(entries: Sequence[Entry]) -> list[bytes]:
-    """:func:`entry_data_cbor` of many entries (the analytics ``data_cbor`` column).
-
-    Usually a few C calls for all: when every entry has its record and their ts and
-    seqs each encode in one length, the data starts at the same offset in every record
-    and ends before the kind and prev, whose lengths are known; the "data" and "kind"
-    keys must sit where that says, else the entries take the loop below.
-    """
-    raws = list(map(_RAW_OF, entries))
-    if raws and b"" not in raws:
-        tss, seqs = list(map(_TS_OF, entries)), list(map(_SEQ_OF, entries))
-        lt, ls = _uint_len(min(tss), max(tss)), _uint_len(min(seqs), max(seqs))
-        if lt is not None and ls is not None:
-            start = 4 + lt + 4 + ls + 5
-            kinds = list(map(_KIND_OF, entries))
-            # Bytes after the data with a 32-byte prev: "kind" key, kind, "prev" key, prev.
-            after = {k: 5 + len(dumps(k)) + 5 + 34 for k in set(kinds)}
-            back = list(map(after.__getitem__, kinds))
-            prevs = list(map(_PREV_OF, entries))
-            i = -1
-            for _ in range(prevs.count(None)):  # a null prev takes 1 byte, not 34
-                i = prevs.index(None, i + 1)
-                back[i] -= 33
-            ends = list(map(int.__neg__, back))
-            n = len(raws)
-            if (
-                list(map(bytes.__getitem__, raws, repeat(slice(start - 5, start)))).count(_K_DATA) == n
-                and list(map(bytes.__getitem__, raws, map(slice, ends, map(int.__add__, ends, repeat(5))))
-                         ).count(_K_KIND) == n
-                and min(map(int.__add__, map(len, raws), ends)) > start
-            ):
-                return list(map(bytes.__getitem__, raws, map(slice, repeat(start), ends)))
+    """:func:`entry_data_cbor` of many entries (the analytics ``data_cbor`` column)."""
     out: list[bytes] = []
     kind_len: dict[str, int] = {}
     k_data, k_kind, int_len = _K_DATA, _K_KIND, _INT_LEN
@@ -576,7 +541,7 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
             # 32-byte string) and each record ending with it.
             and seqs == tuple(range(s0, s0 + n))
             and list(prevs[1:]) == digests[:-1]
-            and all(map(bytes.endswith, records[1:], map(_PREV_HASH.__add__, digests[:-1])))
+            and all(map(bytes.endswith, records[1:], map(_add, repeat(_PREV_HASH), digests[:-1])))
         ):
             _check_layout(records, seqs, prevs, kinds, tss, key)
             return LinkedRun(map(_NEW_ENTRY, seqs, prevs, kinds, tss, datas, digests, records))
@@ -613,9 +578,9 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     fronts = list(map(b"".join, zip(
         repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ),
         _uint_heads(seqs, min(seqs), max(seqs)), repeat(_K_DATA), strict=False)))
-    backs = list(map(bytes.__add__, map(kind_tails.__getitem__, kinds), map(dumps, prevs)))
+    backs = list(map(_add, map(kind_tails.__getitem__, kinds), map(dumps, prevs)))
     if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
-            and all(map(int.__lt__, map(len, fronts), map(int.__sub__, map(len, records), map(len, backs))))):
+            and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
         i = next(i for i, (r, f, b) in enumerate(zip(records, fronts, backs, strict=True))
                  if not (r.startswith(f) and r.endswith(b) and len(f) + len(b) < len(r)))
         raise CorruptionError(key, "entry record is not laid out as format v2 says (deterministic ts, seq, "
@@ -706,8 +671,7 @@ def encode_segment(session: str, entries: Sequence[Entry], version: int = FORMAT
     )
 
 
-_PREV_OF, _HASH_OF, _RAW_OF = attrgetter("prev"), attrgetter("hash"), attrgetter("raw")
-_TS_OF, _SEQ_OF, _KIND_OF = attrgetter("ts"), attrgetter("seq"), attrgetter("kind")
+_PREV_OF, _HASH_OF = attrgetter("prev"), attrgetter("hash")
 
 
 def _bytes_array(items: Sequence[bytes]) -> bytes:
@@ -744,11 +708,11 @@ def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
     seqs of a segment) the head byte is known and the value is only laid out as bytes.
     """
     if lo >= 2**32 and hi < 2**64:
-        return list(map(b"\x1b".__add__, map(int.to_bytes, values, repeat(8))))
+        return list(map(_add, repeat(b"\x1b"), map(int.to_bytes, values, repeat(8))))
     if lo >= 0x10000 and hi < 2**32:
-        return list(map(b"\x1a".__add__, map(int.to_bytes, values, repeat(4))))
+        return list(map(_add, repeat(b"\x1a"), map(int.to_bytes, values, repeat(4))))
     if lo >= 0x100 and hi < 0x10000:
-        return list(map(b"\x19".__add__, map(int.to_bytes, values, repeat(2))))
+        return list(map(_add, repeat(b"\x19"), map(int.to_bytes, values, repeat(2))))
     return list(map(dumps, values))
 
 
@@ -782,7 +746,7 @@ def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
     records = list(map(b"".join, zip(
         repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _uint_heads(seqs, s0, s0 + n - 1),
         repeat(_K_DATA), data, map(kind_tails.__getitem__, kinds),
-        [dumps(prev0), *map(_BYTES32.__add__, hashes[:-1])], strict=False,
+        [dumps(prev0), *map(_add, repeat(_BYTES32), hashes[:-1])], strict=False,
     )))
     sha = hashlib.sha256
     digests = [sha(r).digest() for r in records]
