@@ -728,6 +728,9 @@ def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
     s0, prev0, tss, kinds, data, hashes = (
         obj.get("seq"), obj.get("prev"), obj.get("ts"), obj.get("kinds"), obj.get("data"), obj.get("hashes"))
     if type(data) is not list or not data:
+        if "entries" in obj:  # written by a pre-release build of format v2
+            raise CorruptionError(key, "v2 segment in the pre-release layout (entries as records): not readable "
+                                  "by this build, which reads v2 segments as columns (docs/format.md)")
         raise CorruptionError(key, "segment data is not a non-empty array")
     n = len(data)
     if type(s0) is not int or s0 < 0:

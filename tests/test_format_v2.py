@@ -261,6 +261,8 @@ def _rehashed(obj: dict[str, Any], **changes: Any) -> dict[str, Any]:
         (lambda o: {**o, "prev": b"x"}, "prev is not null or a 32-byte hash"),
         (lambda o: {k: v for k, v in o.items() if k != "kinds"}, "kinds is not an array"),
         (lambda o: {**o, "data": []}, "data is not a non-empty array"),
+        (lambda o: {"v": 2, "session": o["session"], "entries": [b"\xa5"], "hashes": [b"\0" * 32]},
+         "pre-release layout"),
     ],
 )
 def test_malformed_v2_segments_are_corruption(mutate: object, reason: str) -> None:
