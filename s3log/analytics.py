@@ -168,6 +168,21 @@ else:  # pragma: no cover - depends on the environment
     _json = _json_std
 
 
+def _json_column(values: list[Any]) -> list[str | None]:
+    """:func:`_json` of many values, in C calls to orjson's plain form when every value
+    takes it (text keys, JSON types: then the same text), else value by value."""
+    if _orjson is not None:
+        try:
+            # Each bytes object is decoded, and freed, before the next is made: keeping
+            # them all first costs several times more (orjson allocates generously).
+            out: list[str | None] = list(map(bytes.decode, map(_orjson.dumps, values)))
+        except (TypeError, ValueError):  # integer keys, bytes, ints over 64 bits...
+            pass
+        else:
+            return out
+    return list(map(_json, values))
+
+
 def _label(value: Any) -> str:
     return value if isinstance(value, str) else (_json_std(value) or str(value))
 
@@ -204,7 +219,7 @@ class _Columns:
             pa.array([parent] * n, pa.string()),
             # A slice of each entry's stored record (format v2, or made here): no re-encoding.
             pa.array(data_cbor_column(entries), pa.binary()),
-            pa.array([_json(e.data) for e in entries], pa.string()),
+            pa.array(_json_column([e.data for e in entries]), pa.string()),
             _days_to_dates(days),
         ], schema=SCHEMA)
         self.chunks.append(batch)

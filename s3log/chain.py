@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .codec import FORK_KIND, Entry, Head, ParentRef, Segment, entry_hash, make_entry
+from .codec import FORK_KIND, Entry, Head, LinkedRun, ParentRef, Segment, entry_hash, make_entry
 from .errors import CorruptionError
 from .layout import parse_segment_key
 
@@ -51,9 +51,17 @@ class ChainVerifier:
 
         An entry with a record (read from a v2 object, or made here) carries the
         SHA-256 of that record as its hash, so only the links are checked; an entry
-        read from a v1 object is re-encoded to recompute its hash.
+        read from a v1 object is re-encoded to recompute its hash. A :class:`LinkedRun`
+        (a v2 object's entries, their links checked as they were decoded) is checked
+        where it joins the chain only: its first entry here, the rest by the decoder.
         """
         seq, last = self.next_seq, self.last_hash
+        if type(entries) is LinkedRun and entries:
+            first = entries[0]
+            if first.seq == seq and first.prev == last:
+                self.next_seq, self.last_hash = seq + len(entries), entries[-1].hash
+                return
+            # else: the loop below names the first entry that does not fit
         for e in entries:
             if e.seq != seq:
                 raise CorruptionError(key, f"expected seq {seq}, found {e.seq}", seq=e.seq)

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import repeat
+from operator import add as _add
+from operator import attrgetter, itemgetter
+from operator import lt as _lt
+from operator import sub as _sub
+from typing import Any, cast
 
 import cbor2
 
@@ -92,7 +98,12 @@ _K_HASH = dumps("hash")
 #: How a record ends after its data: the "kind" key, then the kind, then "prev".
 _K_KIND = dumps("kind")
 _K_DATA = dumps("data")
+_K_PREV = dumps("prev")
 _PREV_NULL = dumps("prev") + dumps(None)
+#: A record up to its ts value, and the "seq" key (see the layout in docs/format.md).
+_R_TS = b"\xa5" + dumps("ts")
+_R_SEQ = dumps("seq")
+_BYTES32 = b"\x58\x20"  # the head of a 32-byte string
 _PREV_HASH = dumps("prev") + b"\x58\x20"  # a 32-byte string follows
 
 
@@ -118,6 +129,10 @@ class _NewEntry:
         self.hash = h
         self.raw = raw
         self.__class__ = Entry  # type: ignore[assignment]
+
+
+#: :class:`_NewEntry` typed as what it returns (an Entry), for ``map``.
+_NEW_ENTRY: Callable[..., Entry] = _NewEntry  # type: ignore[assignment]
 
 
 def _new_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> Entry:
@@ -367,38 +382,169 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+class LinkedRun(tuple[Entry, ...]):
+    """Entries decoded from one v2 object whose links the decoder has already checked.
+
+    Made only by the v2 decoder, after checking that the seqs run without a gap, that
+    every entry's ``prev`` is the hash of the entry before it and that every hash is
+    the SHA-256 of the record it was read from. :class:`s3log.chain.ChainVerifier`
+    then checks only where the run joins the chain (its first seq and ``prev``),
+    instead of every entry again. An ordinary tuple otherwise.
+    """
+
+    __slots__ = ()
+
+
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     with _gc_paused():
         return _decode_records(records, hashes, key)
 
 
+def _refuse_shared(value: Any, immutable: bool) -> Any:
+    raise ValueError("value sharing (tags 28 and 29) is not allowed in an entry record")
+
+
+#: Options for decoding records. Records are decoded together, in one call, and cbor2
+#: shares the "shareable value" table (tags 28/29) across everything one call decodes,
+#: so a record could refer to a value inside another record: refuse both tags (s3log
+#: never writes them). cbor2 < 6 takes neither option: there the records' hashes and
+#: the chain still hold, only a crafted record that no s3log writer makes could decode
+#: differently alone than beside the others.
+_RECORD_LOADS: dict[str, Any] = {
+    "semantic_decoders": {28: _refuse_shared, 29: _refuse_shared},
+    # A deterministic encoding has no indefinite lengths.
+    "allow_indefinite": False,
+}
+try:
+    cbor2.loads(b"\x00", **_RECORD_LOADS)
+except TypeError:  # pragma: no cover - cbor2 < 6
+    _RECORD_LOADS = {}
+
+#: The five values of a record map, in the order Entry takes them (a C call per record).
+_RECORD_VALUES = itemgetter("seq", "prev", "kind", "ts", "data")
+
+
+def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False) -> list[Any]:
+    """Decode each chunk as exactly one CBOR data item on its own, all in one C call.
+
+    Decoding the plain concatenation of the chunks would let a malformed chunk end early
+    or late, so that an item made of bytes of two chunks, or a chunk with bytes after its
+    item, decodes as something its hash was not taken over. So each chunk is followed by
+    a delimiter that no chunk can forge: a byte string of 16 random bytes drawn for this
+    call. The whole is decoded as one array and every second item must be that byte
+    string. It can only be decoded from a delimiter's own bytes (nothing written before
+    the draw holds them) starting at its first byte: the 16-byte string head ``0x50``
+    cannot be reached any other way, and an indefinite-length string holding it would
+    have to end on a ``0xff`` just after it, where the next chunk starts (refused below
+    for every cbor2; cbor2 >= 6 also refuses indefinite lengths outright). With as many
+    delimiters as chunks, each item therefore spans exactly its chunk. ``records``:
+    the chunks are entry records, which must start with 0xa5 (a 5-entry map).
+    """
+    n = len(chunks)
+    mark = os.urandom(16)
+    sep = b"\x50" + mark
+    # One copy: the array head joined to the first chunk, a delimiter after each.
+    parts = list(chunks)
+    parts.append(b"")
+    try:
+        parts[0] = _array_head(2 * n) + parts[0]
+        body = sep.join(parts)
+    except TypeError:
+        raise CorruptionError(key, f"{what} is not an array of byte strings") from None
+    if records:
+        if chunks[0][:1] != b"\xa5" or body.count(sep + b"\xa5") != n - 1:
+            raise _first_record_error(chunks, key)
+    elif body.count(sep + b"\xff"):
+        raise CorruptionError(key, f"an item of {what} starts with a break (0xff)")
+    try:
+        items = cbor2.loads(body, **_RECORD_LOADS)
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        raise CorruptionError(key, f"{what} are not valid CBOR: {exc}") from exc
+    values = items[0::2]
+    delimiters = items[1::2]
+    if delimiters.count(mark) != n:
+        i = next(i for i, d in enumerate(delimiters) if d != mark)
+        m = values[i]
+        seq = m.get("seq") if records and type(m) is dict and type(m.get("seq")) is int else None
+        raise CorruptionError(key, f"item {i} of {what} is not exactly one CBOR data item", seq=seq)
+    out: list[Any] = values
+    return out
+
+
+def _loads_or_none(record: bytes) -> Any:
+    try:
+        return cbor2.loads(record, **_RECORD_LOADS)
+    except Exception:  # cbor2 raises several types for garbage input
+        return None
+
+
+def _first_record_error(records: list[bytes], key: str) -> CorruptionError:
+    """Say what is wrong with the first record that does not start with 0xa5."""
+    i = next((i for i, r in enumerate(records) if r[:1] != b"\xa5"), 0)
+    try:
+        m = cbor2.loads(records[i], **_RECORD_LOADS)
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        return CorruptionError(key, f"entry record {i} is not valid CBOR: {exc}")
+    if type(m) is not dict or len(m) != 5:
+        return _entry_error(m, key, record=True)
+    return CorruptionError(key, f"entry record {i} does not start with the head of a 5-entry map (0xa5)",
+                           seq=m["seq"] if type(m.get("seq")) is int else None)
+
+
 def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     """Decode the entries of a v2 object from their records, checking each stored hash.
 
-    The records of the whole object are decoded in one call, as one CBOR array made of
-    their concatenation, and each is hashed as stored: nothing is encoded again. Every
-    record must end with its own ``prev`` (the "prev" key and the value the entry
-    decodes to), and the verifier checks that value is the hash of the record before;
-    so each record's bytes are pinned, through the chain of hashes, by the next record,
-    and the last by the segment key or the head: whatever a record holds, a reader
-    decodes exactly the bytes the chain commits to.
+    Each record is decoded on its own (:func:`_decode_items`, one C call for all) and
+    hashed as stored: nothing is encoded again. Every record must end with its own
+    ``prev`` (the "prev" key and the value the entry decodes to). The common case is
+    checked column-wise, a few C calls per object rather than a Python loop per entry;
+    when the records are also linked to one another the result is a :class:`LinkedRun`.
+    Anything else takes the per-entry loop, which says what is wrong with which entry,
+    and leaves the links to the verifier (and its messages).
     """
-    if type(records) is not list or not all(type(r) is bytes for r in records):
+    if type(records) is not list:
         raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)")
     if type(hashes) is not list or len(hashes) != len(records):
         raise CorruptionError(key, f"hashes is not an array of {len(records)} hashes, one per entry")
-    try:
-        maps = loads(_array_head(len(records)) + b"".join(records))
-    except Exception as exc:  # cbor2 raises several types for garbage input
-        raise CorruptionError(key, f"entry records are not valid CBOR: {exc}") from exc
+    n = len(records)
+    if n == 0:
+        return ()
     sha = hashlib.sha256
-    digests = [sha(r).digest() for r in records]
+    try:
+        digests = [sha(r).digest() for r in records]
+    except TypeError:
+        raise CorruptionError(key, "entries is not an array of byte strings (format v2 records)") from None
     if digests != hashes:
-        for h, digest, m in zip(hashes, digests, maps, strict=True):
-            if h != digest:
-                seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
-                shown = h.hex() if type(h) is bytes else repr(h)
-                raise CorruptionError(key, f"hash is {shown}, record hashes to {digest.hex()}", seq=seq)
+        # Before anything is decoded: a changed byte is named as such, with the seq its
+        # record claims when it still decodes (for the message only).
+        i = next(i for i, (h, d) in enumerate(zip(hashes, digests, strict=True)) if h != d)
+        h, m = hashes[i], _loads_or_none(records[i])
+        seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+        shown = h.hex() if type(h) is bytes else repr(h)
+        raise CorruptionError(key, f"hash is {shown}, record hashes to {digests[i].hex()}", seq=seq)
+    maps = _decode_items(records, key, "entry records", records=True)
+    try:
+        # A dict with these five keys and no other is a record map; anything else
+        # (a missing key, an array, a string) goes to the loop below for a diagnosis.
+        fields = list(map(_RECORD_VALUES, maps)) if set(map(type, maps)) == {dict} else None
+    except KeyError:
+        fields = None
+    if fields is not None and set(map(len, maps)) == {5}:
+        seqs, prevs, kinds, tss, datas = zip(*fields, strict=True)
+        s0, p0, r0 = seqs[0], prevs[0], records[0]
+        if (
+            set(map(type, seqs)) == {int} and s0 >= 0 and set(map(type, tss)) == {int}
+            and set(map(type, kinds)) == {str}
+            and (r0.endswith(_PREV_NULL) if p0 is None
+                 else type(p0) is bytes and len(p0) == HASH_LEN and r0.endswith(_PREV_HASH + p0))
+            # Linked: contiguous seqs, each prev the hash of the record before (so a
+            # 32-byte string) and each record ending with it.
+            and seqs == tuple(range(s0, s0 + n))
+            and list(prevs[1:]) == digests[:-1]
+            and all(map(bytes.endswith, records[1:], map(_add, repeat(_PREV_HASH), digests[:-1])))
+        ):
+            _check_layout(records, seqs, prevs, kinds, tss, key)
+            return LinkedRun(map(_NEW_ENTRY, seqs, prevs, kinds, tss, datas, digests, records))
     out: list[Any] = []  # of Entry: _NewEntry turns itself into one
     append, new_entry = out.append, _NewEntry
     for raw, digest, m in zip(records, digests, maps, strict=True):
@@ -412,7 +558,33 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
                 append(new_entry(seq, prev, kind, ts, m["data"], digest, raw))
                 continue
         raise _entry_error(m, key, record=True)
+    _check_layout(records, [e.seq for e in out], [e.prev for e in out], [e.kind for e in out],
+                  [e.ts for e in out], key)
     return tuple(out)
+
+
+def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence[bytes | None],
+                  kinds: Sequence[str], tss: Sequence[int], key: str) -> None:
+    """Each record must be laid out exactly as docs/format.md says, around its data.
+
+    That is: ``ts``, ``seq``, the "data" key in front and the "kind" key, kind, "prev"
+    key and prev behind, each in its deterministic encoding, as rebuilt here from the
+    values the record decodes to. With the record decoded as exactly one 5-entry map,
+    the bytes between them are then exactly its data item, so a writer that stores the
+    entry again (a v2 segment stores the data bytes and rebuilds the rest) stores the
+    same record, under the same hash.
+    """
+    kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
+    fronts = list(map(b"".join, zip(
+        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ),
+        _uint_heads(seqs, min(seqs), max(seqs)), repeat(_K_DATA), strict=False)))
+    backs = list(map(_add, map(kind_tails.__getitem__, kinds), map(dumps, prevs)))
+    if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
+            and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
+        i = next(i for i, (r, f, b) in enumerate(zip(records, fronts, backs, strict=True))
+                 if not (r.startswith(f) and r.endswith(b) and len(f) + len(b) < len(r)))
+        raise CorruptionError(key, "entry record is not laid out as format v2 says (deterministic ts, seq, "
+                              "kind and prev around its data)", seq=seqs[i])
 
 
 _RECORD_FIELDS = frozenset({"seq", "prev", "kind", "ts", "data"})
@@ -483,9 +655,28 @@ def encode_segment(session: str, entries: Sequence[Entry], version: int = FORMAT
     """The bytes of a segment object in format ``version`` (1 or 2)."""
     if check_format_version(version) == 1:
         return _map_with_raw({"v": 1, "session": session}, {"entries": _entries_array(entries)})
+    if not entries:
+        raise ValueError("a segment holds at least one entry")
+    first = entries[0]
+    # The reader rebuilds each record from these columns, taking each prev from the hash
+    # before: a run that is not one linked chain would be written unreadable.
+    if [e.seq for e in entries] != list(range(first.seq, first.seq + len(entries))) or list(
+        map(_PREV_OF, entries[1:])
+    ) != list(map(_HASH_OF, entries[:-1])):
+        raise ValueError("a segment's entries must be consecutive and linked")
     return _map_with_raw(
-        {"v": version, "session": session}, {"entries": _records_array(entries), "hashes": _hashes_array(entries)}
+        {"v": version, "session": session, "seq": first.seq, "prev": first.prev,
+         "ts": [e.ts for e in entries], "kinds": [e.kind for e in entries]},
+        {"data": _bytes_array(data_cbor_column(entries)), "hashes": _hashes_array(entries)},
     )
+
+
+_PREV_OF, _HASH_OF = attrgetter("prev"), attrgetter("hash")
+
+
+def _bytes_array(items: Sequence[bytes]) -> bytes:
+    """A CBOR array of byte strings."""
+    return _array_head(len(items)) + b"".join(_length_head(0x40, len(b)) + b for b in items)
 
 
 def check_format_version(version: object) -> int:
@@ -499,14 +690,74 @@ def decode_segment(body: bytes, key: str) -> Segment:
     """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
     obj = _check_version(_decode(body, key, "segment"), key, "segment")
     session = obj.get("session")
-    entries = obj.get("entries")
     if not isinstance(session, str):
         raise CorruptionError(key, "segment session is not a string")
+    if obj["v"] == 2:
+        with _gc_paused():
+            return Segment(session, _decode_columns(obj, key))
+    entries = obj.get("entries")
     if not isinstance(entries, list) or not entries:
         raise CorruptionError(key, "segment entries is not a non-empty array")
-    if obj["v"] == 1:
-        return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
-    return Segment(session, _entries_from_records(entries, obj.get("hashes"), key))
+    return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+
+
+def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
+    """The deterministic encodings of integers that all lie in [lo, hi].
+
+    One C call per value either way; when they share a length (timestamps in ms, the
+    seqs of a segment) the head byte is known and the value is only laid out as bytes.
+    """
+    if lo >= 2**32 and hi < 2**64:
+        return list(map(_add, repeat(b"\x1b"), map(int.to_bytes, values, repeat(8))))
+    if lo >= 0x10000 and hi < 2**32:
+        return list(map(_add, repeat(b"\x1a"), map(int.to_bytes, values, repeat(4))))
+    if lo >= 0x100 and hi < 0x10000:
+        return list(map(_add, repeat(b"\x19"), map(int.to_bytes, values, repeat(2))))
+    return list(map(dumps, values))
+
+
+def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
+    """The entries of a v2 segment: records rebuilt from its columns, then hashed.
+
+    Every record is laid out by this function from the segment's values (seq, ts, kind,
+    prev in their deterministic encodings, the data bytes as stored) and hashed; the
+    hashes must equal the stored ones. Each entry's prev is the stored hash of the entry
+    before, so equal hashes also mean a linked run. Only then are the data items decoded,
+    each as exactly one CBOR item, so what an entry holds is what its record encodes.
+    """
+    s0, prev0, tss, kinds, data, hashes = (
+        obj.get("seq"), obj.get("prev"), obj.get("ts"), obj.get("kinds"), obj.get("data"), obj.get("hashes"))
+    if type(data) is not list or not data:
+        if "entries" in obj:  # written by a pre-release build of format v2
+            raise CorruptionError(key, "v2 segment in the pre-release layout (entries as records): not readable "
+                                  "by this build, which reads v2 segments as columns (docs/format.md)")
+        raise CorruptionError(key, "segment data is not a non-empty array")
+    n = len(data)
+    if type(s0) is not int or s0 < 0:
+        raise CorruptionError(key, f"segment seq is {s0!r}, expected an integer >= 0")
+    if prev0 is not None and not (type(prev0) is bytes and len(prev0) == HASH_LEN):
+        raise CorruptionError(key, "segment prev is not null or a 32-byte hash", seq=s0)
+    for name, column, typ in (("ts", tss, int), ("kinds", kinds, str), ("data", data, bytes),
+                              ("hashes", hashes, bytes)):
+        if type(column) is not list or len(column) != n:
+            raise CorruptionError(key, f"segment {name} is not an array of {n} items, one per entry")
+        if set(map(type, column)) != {typ}:
+            raise CorruptionError(key, f"segment {name} holds items that are not {typ.__name__}")
+    tss, kinds, hashes = cast(list[int], tss), cast(list[str], kinds), cast(list[bytes], hashes)
+    kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
+    seqs = range(s0, s0 + n)
+    records = list(map(b"".join, zip(
+        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _uint_heads(seqs, s0, s0 + n - 1),
+        repeat(_K_DATA), data, map(kind_tails.__getitem__, kinds),
+        [dumps(prev0), *map(_add, repeat(_BYTES32), hashes[:-1])], strict=False,
+    )))
+    sha = hashlib.sha256
+    digests = [sha(r).digest() for r in records]
+    if digests != hashes:
+        i = next(i for i, (h, d) in enumerate(zip(hashes, digests, strict=True)) if h != d)
+        raise CorruptionError(key, f"hash is {hashes[i].hex()}, record hashes to {digests[i].hex()}", seq=s0 + i)
+    values = _decode_items(data, key, "segment data")
+    return LinkedRun(map(_NEW_ENTRY, seqs, [prev0, *digests[:-1]], kinds, tss, values, digests, records))
 
 
 # --------------------------------------------------------------------------------- head

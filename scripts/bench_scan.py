@@ -58,7 +58,7 @@ def sequential(client: object, bucket: str) -> int:
             head = cbor2.loads(client.get_object(Bucket=bucket, Key=p["Prefix"] + "head")["Body"].read())  # type: ignore[attr-defined]
             for key in head["segments"]:
                 seg = cbor2.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())  # type: ignore[attr-defined]
-                n += len(seg["entries"])
+                n += len(seg["entries"] if seg["v"] == 1 else seg["data"])
             n += len(head["tail"])
     return n
 

@@ -200,12 +200,12 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     seg = encode_segment("s", entries, 1)
     assert seg == cbor2.dumps({"v": 1, "session": "s", "entries": [e.to_map() for e in entries]}, canonical=True)
     assert list(decode_segment(seg, "k").entries) == entries
-    # Format v2 stores each entry's hashed map (its record) as a byte string.
-    records = [cbor2.dumps({"seq": e.seq, "prev": e.prev, "kind": e.kind, "ts": e.ts, "data": e.data},
-                           canonical=True) for e in entries]
+    # Format v2 stores the entries as columns, each data item as its encoding, and hashes.
     seg2 = encode_segment("s", entries, 2)
-    assert seg2 == cbor2.dumps({"v": 2, "session": "s", "entries": records, "hashes": [e.hash for e in entries]},
-                               canonical=True)
+    assert seg2 == cbor2.dumps({"v": 2, "session": "s", "seq": 0, "prev": None, "ts": [e.ts for e in entries],
+                                "kinds": [e.kind for e in entries],
+                                "data": [cbor2.dumps(e.data, canonical=True) for e in entries],
+                                "hashes": [e.hash for e in entries]}, canonical=True)
     assert list(decode_segment(seg2, "k").entries) == entries
     parent = ParentRef("p", 3, b"\1" * 32, "conflict") if fork else None
     for v in (1, 2):
