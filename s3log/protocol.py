@@ -831,7 +831,10 @@ def _write(
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
         if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
             return plan, _HeadOutcome("conflict", None, None), confirmed
-    deadline_ms = deadline if puts or plan.head.retired_at else None
+    # A segment written beside the head counts too: it is unreferenced until its head
+    # lands, so gc may collect it once older than the deadline; a head retried later
+    # would name it pending and its writer, holding the 2xx of its PUT, promote it.
+    deadline_ms = deadline if puts or segment is not None or plan.head.retired_at else None
     if segment is None or not plan.parallel:
         outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms)
         return plan, outcome, confirmed
