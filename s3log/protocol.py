@@ -665,7 +665,12 @@ def _plan_head(
         # One round trip: the head keeps every entry inline and names the segment as
         # pending; the writer's next commit, having seen it stored, references it.
         head = replace(inline, pending=Pending(seg_key, run[-1].seq, plan.level, plan.take))
-        return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level, parallel=True)
+        body = encode_head(head)
+        # The mode was chosen from the head without this pending field, which can take
+        # it past twice the bound: measured again with it, such a head goes sequentially.
+        if decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
+                             format_version=cfg.format_version, has_tail=True) is decide.FlushMode.PARALLEL:
+            return _HeadPlan(head, body, seg_key, segment_body, tuple(run), plan.level, parallel=True)
     head = replace(
         base,
         segments=(*h.segments[:keep], seg_key),

@@ -160,6 +160,27 @@ def test_a_head_put_retried_past_the_commit_deadline_never_leaves_a_promoted_seg
     assert [e.hash for e in _sound(store, log, "s1")["s1"]] == [e.hash for e in acked]
 
 
+# ------------------------------------------------------------------ the head's bound
+
+
+def test_a_head_naming_a_pending_segment_stays_within_twice_the_tail_bound() -> None:
+    """Defect: the mode was chosen from the head's size *before* the ``pending`` field
+    was added, so a head just under twice the bound landed ~150 bytes over it."""
+    worst = 0
+    for size in range(1200, 2050, 5):
+        clock = Clock()
+        store = s3log.MemoryStore()
+        log = _log(store, clock)
+        w = log.create("s1")
+        w.append("msg", {"tag": "t", "i": 0, "text": "x" * size})
+        w.commit()
+        body = store.get(log.layout.head("s1")).body
+        worst = max(worst, len(body))
+        assert len(body) <= 2 * TAIL, f"a {size}-byte entry left a {len(body)}-byte head"
+        assert [e.data["i"] for e in log.read("s1").entries] == [0]
+    assert worst > TAIL, "some heads held the entry inline beside a pending segment"
+
+
 # ------------------------------------------------------------------ two writers, one pending segment
 
 
