@@ -668,7 +668,13 @@ def _plan_head(
         # One round trip: the head keeps every entry inline and names the segment as
         # pending; the writer's next commit, having seen it stored, references it.
         head = replace(inline, pending=Pending(seg_key, run[-1].seq, plan.level, plan.take))
-        return _HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level, parallel=True)
+        body = encode_head(head)
+        # The mode was chosen from the head without this pending field, which can take
+        # it past the bound: measured again with it, such a head goes sequentially.
+        if decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
+                             pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
+                             has_tail=True) is decide.FlushMode.PARALLEL:
+            return _HeadPlan(head, body, seg_key, segment_body, tuple(run), plan.level, parallel=True)
     head = replace(
         base,
         segments=(*h.segments[:keep], seg_key),
@@ -834,7 +840,10 @@ def _write(
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
         if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
             return plan, _HeadOutcome("conflict", None, None), confirmed
-    deadline_ms = deadline if puts or plan.head.retired_at else None
+    # A segment written beside the head counts too: it is unreferenced until its head
+    # lands, so gc may collect it once older than the deadline; a head retried later
+    # would name it pending and its writer, holding the 2xx of its PUT, promote it.
+    deadline_ms = deadline if puts or segment is not None or plan.head.retired_at else None
     beside = segment if segment is not None and plan.parallel else None
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:

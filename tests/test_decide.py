@@ -345,7 +345,7 @@ def test_flush_mode_rows(inline: int, pending_max: int, version: int, has_tail: 
 
 def mid_pending() -> list[PendingEntry]:
     """Entries that overflow CFG's 400-byte tail but fit twice that: one round trip."""
-    return pending("m" * 150, "n" * 150)
+    return pending("m" * 120, "n" * 120)
 
 
 def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_and_nothing_is_lost() -> None:
