@@ -215,10 +215,12 @@ class CommitQueue(Generic[S]):
             ws = self.ws
             self._inflight = {t for t, _ in batch}
             lease = self.lease
+            # Entries of a commit that ended undecided may be stored already.
+            maybe_landed = any(t in self._uncertain for t, _ in batch)
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
-                lease=lease, touch=touch,
+                lease=lease, touch=touch, maybe_landed=maybe_landed,
             )
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.

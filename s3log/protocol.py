@@ -140,6 +140,8 @@ class _HeadOutcome:
     found: tuple[Head, str] | None
     #: Segments read ahead for the next merge (see :func:`merge_ahead`).
     fetched: Mapping[str, tuple[Entry, ...]] = field(default_factory=dict)
+    #: Some head PUT of this write had an unknown outcome: it may have landed.
+    uncertain: bool = False
 
 
 # ------------------------------------------------------------------------- basic reads
@@ -757,6 +759,7 @@ def _put_head(
     expected = ws.etag
     creating = expected is None
     attempt = 0
+    uncertain = False
     while True:
         attempt += 1
         if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
@@ -773,8 +776,9 @@ def _put_head(
                     result = yield from ops.put_if_match(key, plan.body, expected)
             except StoreError as exc:
                 result = exc
-        step = decide.after_head_put(decide.classify(result), None if isinstance(result, StoreError) else result,
-                                     creating=creating)
+        reply = decide.classify(result)
+        uncertain |= reply is decide.Reply.UNKNOWN
+        step = decide.after_head_put(reply, None if isinstance(result, StoreError) else result, creating=creating)
         if isinstance(step, decide.Committed):
             return _HeadOutcome("committed", step.etag, None)
         if isinstance(step, decide.SessionGone):
@@ -788,7 +792,7 @@ def _put_head(
         if isinstance(verdict, decide.Committed):
             return _HeadOutcome("committed", verdict.etag, None)
         if isinstance(verdict, decide.Lost):
-            return _HeadOutcome("conflict", None, current)
+            return _HeadOutcome("conflict", None, current, uncertain=uncertain)
         if isinstance(verdict, decide.SessionGone):
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(verdict, decide.GiveUp):
@@ -953,11 +957,17 @@ def commit(
     *,
     lease: LeasePlan | None = None,
     touch: bool = False,
+    maybe_landed: bool = True,
 ) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
     ``lease``: what this commit records about the head's lease. ``touch``: write the
     head even with nothing pending (a lease renewal or release), if it is stored.
+    ``maybe_landed``: an earlier commit of these entries ended undecided, so some may
+    be stored already. Otherwise only a head PUT of this commit with an unknown outcome
+    can have stored them: after definite refusals, entries found in the other writer's
+    chain are that writer's (equal entries, e.g. the same kind, ts and data appended at
+    the same place by two writers), not ours.
 
     A commit with nothing pending writes nothing, not even the head of a session not
     stored yet (a lazily created session stays unstored until it has an entry; use
@@ -968,9 +978,11 @@ def commit(
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
     acked: list[Entry] = []
+    uncertain = maybe_landed
     for _ in range(cfg.retry.attempts):
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease)
+        uncertain |= outcome.uncertain
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
@@ -978,7 +990,7 @@ def commit(
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found
-        landed = yield from landed_prefix(layout, found_head, entries)
+        landed = (yield from landed_prefix(layout, found_head, entries)) if uncertain else 0
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
         # A create that landed unacknowledged is ours, not a taken id: the stored head
@@ -1339,7 +1351,8 @@ def append_latest(
             else:
                 ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:
-            result = yield from commit(layout, cfg, ws, pending, reducer, "raise")
+            # Fresh entries: only this call's own undecided PUTs can have stored them.
+            result = yield from commit(layout, cfg, ws, pending, reducer, "raise", maybe_landed=False)
         except ConflictError as err:
             acked += err.landed
             pending = pending[len(err.landed):]

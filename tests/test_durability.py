@@ -357,3 +357,28 @@ def test_head_blob_roundtrip_keeps_retired_at() -> None:
     h = Head("s", 1, -1, None, (), (), (), None, {}, 0, 0, "w", retired_at=123)
     assert decode_head(encode_head(h), "k").retired_at == 123
     assert Blob(b"", "") is not None
+
+
+@pytest.mark.parametrize("on_conflict", ["raise", "fork"])
+def test_equal_entries_of_another_writer_are_not_taken_for_ours(on_conflict: str) -> None:
+    """Two writers append the same entry (kind, ts, data) at the same place. The one
+    whose head PUT is refused (a definite 412: nothing of it was stored) must not
+    acknowledge the other's equal entry as its own: two appends, one stored entry.
+    (Seen as two concurrent OpenAI-session pops both returning the same item.)"""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=FAST)
+    sid = log.create().session_id
+    a = log.open(sid, on_conflict=on_conflict)
+    b = log.open(sid)
+    b.append("pop", {"item": "x"}, ts=1000)
+    b.commit()
+    a.append("pop", {"item": "x"}, ts=1000)  # byte-identical to b's entry, same seq and prev
+    if on_conflict == "raise":
+        with pytest.raises(s3log.ConflictError) as info:
+            a.commit()
+        assert info.value.landed == []
+    else:
+        result = a.commit()
+        assert result.fork is not None, "a's entry was never stored in the parent: it goes to a fork"
+        assert [e.kind for e in log.read(result.fork.child).entries][-1] == "pop"
+    assert len(log.read(sid).entries) == 1
