@@ -195,8 +195,8 @@ async def _s3log_async(store: Any, n: int) -> dict[str, Any]:
     return {"ms_per_append": _ms(samples), "requests_per_append": {k: v / n for k, v in req.items() if v}}
 
 
-async def _concurrent(store: Any, appenders: int, per: int) -> dict[str, Any]:
-    alog = s3log.AsyncLog(store)
+async def _concurrent(store: Any, appenders: int, per: int, config: Any = None) -> dict[str, Any]:
+    alog = s3log.AsyncLog(store, config=config)
     w = await alog.create()
     store.requests.reset()
 
@@ -401,6 +401,40 @@ def peer_slatedb(server: LocalS3, n: int) -> dict[str, Any]:
     return {"ms_per_append": _ms(asyncio.run(run()))}
 
 
+def paired_slatedb(server: LocalS3, n: int) -> dict[str, Any]:
+    """SlateDB (put + WAL flush + await durable) and s3log/obstore's small durable
+    append, alternately in one loop, so both see the same machine load."""
+    from slatedb.uniffi import DbBuilder, FlushOptions, FlushType, ObjectStore
+
+    bucket = server.create_bucket()
+    os.environ.update({"AWS_ENDPOINT": server.endpoint_url, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"})
+    body = json.dumps(PAYLOAD).encode()
+    log = s3log.Log(s3log.S3Store.fast(server.create_bucket(), endpoint_url=server.endpoint_url))
+    w = log.create()
+
+    async def run() -> tuple[list[float], list[float]]:
+        db = await DbBuilder("db", ObjectStore.resolve(f"s3://{bucket}")).build()
+        theirs, ours = [], []
+        for i in range(n + 3):
+            t = time.perf_counter()
+            handle = await db.put(f"k{i}".encode(), body)
+            await db.flush_with_options(FlushOptions(flush_type=FlushType.WAL))
+            await handle.await_durable()
+            t1 = time.perf_counter()
+            w.append("event", PAYLOAD)
+            w.commit()
+            t2 = time.perf_counter()
+            if i >= 3:
+                theirs.append(t1 - t)
+                ours.append(t2 - t1)
+        await db.shutdown()
+        return theirs, ours
+
+    theirs, ours = asyncio.run(run())
+    log.close()
+    return {"slatedb_ms": _ms(theirs), "s3log_ms": _ms(ours), "ratio": _ms(ours) / _ms(theirs), "n": n}
+
+
 def peer_icechunk(server: LocalS3, n: int) -> dict[str, Any]:
     import icechunk
     import zarr
@@ -486,6 +520,7 @@ def main() -> None:
                     "s3log / boto3, a fresh session every 30 commits": paired(server, n, fast=False, fresh_every=30),
                     "s3log / obstore": run_peer("obstore", lambda: paired(server, n, fast=True)),
                 }
+                results["paired_slatedb"] = run_peer("slatedb", lambda: paired_slatedb(server, n))
                 results["round_trips"] = round_trips()
             if "restore" in parts:
                 results["restore"] = {
@@ -493,14 +528,22 @@ def main() -> None:
                     "obstore": run_peer("obstore", lambda: restore(server, args.restore_entries, fast=True)),
                 }
             if "concurrent" in parts:
-                conc = asyncio.run(_concurrent(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), args.appenders, 10))
-                single_ms = results.get("append", {}).get("s3log / obstore async", {}).get("ms_per_append")
-                if single_ms is None:  # without the append part: measure one commit per entry here
-                    single_ms = run_peer("obstore", lambda: asyncio.run(
-                        _s3log_async(s3log.AsyncS3Store.fast(b(), endpoint_url=ep), 50))).get("ms_per_append")
-                single = 1000 / single_ms if single_ms else float("nan")
+                # Three rounds, each measuring one commit per entry and the group commit
+                # (segments beside the head, and segment first) one after the other; the
+                # best of each, so a burst of load on the shared machine hits all alike.
+                fast_store = partial(s3log.AsyncS3Store.fast, endpoint_url=ep)
+                seq_first = s3log.LogConfig(pending_max_bytes=0)
+                singles, groups, firsts = [], [], []
+                for _ in range(3):
+                    singles.append(asyncio.run(_s3log_async(fast_store(b()), 50))["ms_per_append"])
+                    groups.append(asyncio.run(_concurrent(fast_store(b()), args.appenders, 10)))
+                    firsts.append(asyncio.run(_concurrent(fast_store(b()), args.appenders, 10, seq_first)))
+                single = 1000 / min(singles)
+                conc = max(groups, key=lambda g: g["entries_per_s"])
+                first = max(firsts, key=lambda g: g["entries_per_s"])
                 conc["one_commit_per_entry_entries_per_s"] = single
                 conc["ratio"] = conc["entries_per_s"] / single
+                conc["segment_first"] = {**first, "ratio": first["entries_per_s"] / single}
                 results["concurrent"] = conc
     if "signing" in parts:
         results["signing"] = signing_overhead()
@@ -557,9 +600,11 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         v = pr["ratio"]
         add(f"{mine} vs a raw conditional PUT of the same entry (measured alternately)", v,
             f"{v:.2f}x ({pr['s3log_ms']:.2f} vs {pr['raw_ms']:.2f} ms)", "<= 1.1x", v <= 1.1)
-    v = ratio("s3log / obstore", "SlateDB")
-    add("s3log/obstore vs SlateDB (put + durable flush)", v, f"{v:.2f}x" if v else "", "<= 0.9x",
-        v is not None and v <= 0.9)
+    ps = r.get("paired_slatedb", {})
+    if "ratio" in ps:
+        v = ps["ratio"]
+        add("s3log/obstore vs SlateDB (put + WAL flush + await durable; measured alternately)", v,
+            f"{v:.2f}x ({ps['s3log_ms']:.2f} vs {ps['slatedb_ms']:.2f} ms)", "<= 0.9x", v <= 0.9)
     if "round_trips" in r:
         rt = r["round_trips"]
         v = rt["round_trips_per_commit"]
@@ -579,8 +624,10 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             f"{v:.1f}x ({rs['ms']:.0f} ms vs {rs['single_get_ms']:.1f} ms)", "<= 3x", v <= 3)
     if "concurrent" in r:
         c = r["concurrent"]
+        sf = c.get("segment_first", {})
         add(f"{c['entries']} entries from concurrent appenders vs one commit per entry", c["ratio"],
-            f"{c['ratio']:.1f}x ({c['entries_per_s']:,.0f}/s in {c['puts']} PUTs)", ">= 30x", c["ratio"] >= 30)
+            f"{c['ratio']:.1f}x ({c['entries_per_s']:,.0f}/s in {c['puts']} PUTs; segment first: "
+            f"{sf.get('ratio', float('nan')):.1f}x)", ">= 30x", c["ratio"] >= 30)
     if "cpu" in r:
         v = r["cpu"]["entries_per_s"]
         add("encode + hash of small entries, one core", v, f"{v:,.0f}/s", ">= 150,000/s", v >= 150_000)
