@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import FORK_KIND, Entry, Head, LinkedRun, ParentRef, Segment, entry_hash, make_entry
@@ -18,6 +18,9 @@ class PendingEntry:
     kind: str
     ts: int
     data: Any
+    #: The deterministic encoding of ``data`` when known (from normalizing it at
+    #: append), so the commit splices it into the record instead of encoding it again.
+    data_cbor: bytes = field(default=b"", compare=False, repr=False)
 
 
 def build_chain(
@@ -27,7 +30,7 @@ def build_chain(
     out: list[Entry] = []
     seq, prev = after_seq + 1, after_hash
     for p in pending:
-        e = make_entry(seq, prev, p.kind, p.ts, p.data)
+        e = make_entry(seq, prev, p.kind, p.ts, p.data, p.data_cbor)
         out.append(e)
         seq, prev = seq + 1, e.hash
     return out

@@ -314,6 +314,13 @@ def _check_text(kind: str, text: str, session: str | None) -> None:
 
 
 def normalize_data(kind: str, data: Any, *, session: str | None = None, max_depth: int = MAX_DATA_DEPTH) -> Any:
+    """:func:`normalize_data_cbor` without the encoding."""
+    return normalize_data_cbor(kind, data, session=session, max_depth=max_depth)[0]
+
+
+def normalize_data_cbor(
+    kind: str, data: Any, *, session: str | None = None, max_depth: int = MAX_DATA_DEPTH
+) -> tuple[Any, bytes]:
     """Return ``data`` as a reader will see it after a round trip through CBOR.
 
     Raises :class:`InvalidEntryError` naming the kind when CBOR cannot encode it, when
@@ -325,15 +332,23 @@ def normalize_data(kind: str, data: Any, *, session: str | None = None, max_dept
     """
     _check_tree(kind, data, session, max_depth)
     try:
-        return loads(dumps(data))
+        encoded = dumps(data)
+        # Also the data's bytes in the record (a deterministic encoding is the same
+        # alone or nested), so a commit need not encode the data again.
+        return loads(encoded), encoded
     except (cbor2.CBOREncodeError, cbor2.CBORDecodeError, TypeError, ValueError, OverflowError,
             RecursionError) as exc:
         raise InvalidEntryError(kind, f"data cannot be encoded as CBOR: {exc}", session=session) from exc
 
 
-def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> Entry:
-    """Build an entry with its record and hash. ``data`` must already be normalized."""
-    raw = _record(seq, prev, kind, ts, data)
+def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, data_cbor: bytes = b"") -> Entry:
+    """Build an entry with its record and hash. ``data`` must already be normalized;
+    ``data_cbor``, if given, is its deterministic encoding (spliced into the record)."""
+    if data_cbor:
+        raw = (b"\xa5" + dumps(["ts", ts, "seq", seq])[1:] + _K_DATA + data_cbor
+               + dumps(["kind", kind, "prev", prev])[1:])
+    else:
+        raw = _record(seq, prev, kind, ts, data)
     return _new_entry(seq, prev, kind, ts, data, hashlib.sha256(raw).digest(), raw)
 
 

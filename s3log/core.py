@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from . import listing, protocol, retention
 from .chain import PendingEntry
-from .codec import MAX_TS, Entry, Head, check_kind, normalize_data
+from .codec import MAX_TS, Entry, Head, check_kind, normalize_data, normalize_data_cbor
 from .config import LogConfig
 from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from .ids import validate_session_id
@@ -120,7 +120,8 @@ class CommitQueue(Generic[S]):
             raise InvalidEntryError(
                 kind, f"ts must be an integer of milliseconds in [0, 2**63), not {ts!r}", session=self.ws.session
             )
-        entry = PendingEntry(kind, ts, normalize_data(kind, data, session=self.ws.session))
+        value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
+        entry = PendingEntry(kind, ts, value, encoded)
         with self._lock:
             ticket = self._next_ticket
             self._next_ticket += 1

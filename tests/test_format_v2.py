@@ -520,3 +520,18 @@ def test_data_cbor_is_each_datas_deterministic_encoding(first: int, count: int, 
     v1 = decode_segment(codec.encode_segment("s", entries, 1), _KEY).entries
     assert codec.data_cbor_column(v2) == codec.data_cbor_column(v1) == expected
     assert codec.data_cbor_column([*v1[:2], *v2[2:]]) == expected
+
+
+@pytest.mark.parametrize("data", [None, 0, -1, 2**40, 1.5, "x" * 300, {"b": [1, {"z": None}], "a": "é"}, [[]], b"\x00"])
+@pytest.mark.parametrize(("seq", "ts"), [(0, 0), (23, 1_800_000_000_000), (2**33, 2**62)])
+def test_a_record_spliced_from_the_appended_data_bytes_equals_the_encoded_record(data: Any, seq: int, ts: int) -> None:
+    """A commit splices the data bytes encoded at append into the record: the record
+    (and so the hash) must be the one encoding the whole map gives."""
+    from s3log.codec import dumps, make_entry, normalize_data_cbor
+
+    value, encoded = normalize_data_cbor("k", data)
+    prev = None if seq == 0 else bytes(range(32))
+    spliced = make_entry(seq, prev, "kind.x", ts, value, encoded)
+    whole = make_entry(seq, prev, "kind.x", ts, value)
+    assert spliced.raw == whole.raw == dumps({"seq": seq, "prev": prev, "kind": "kind.x", "ts": ts, "data": value})
+    assert spliced.hash == whole.hash
