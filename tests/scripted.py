@@ -7,7 +7,7 @@ decision of the commit protocol under replies a real store gives only rarely.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,3 +59,22 @@ class Script:
                 error = reply
             else:
                 value = reply
+
+
+def recorded(proc: Proc[Any], seen: list[Op]) -> Generator[Op, Any, Any]:
+    """Run ``proc`` under a real driver, appending each op it yields to ``seen``
+    (backoff sleeps left out): one op is one round trip, so request counts and round
+    trips can be asserted exactly."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as stop:
+            return stop.value
+        if not isinstance(op, Sleep):
+            seen.append(op)
+        try:
+            value, error = (yield op), None
+        except BaseException as exc:
+            value, error = None, exc

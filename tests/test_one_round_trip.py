@@ -21,7 +21,8 @@ from s3log import protocol
 from s3log.codec import Pending, decode_head, encode_head
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError
-from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch, Sleep
+from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch
+from tests.scripted import recorded
 
 TAIL = 1024
 
@@ -57,26 +58,10 @@ def _log(store: s3log.MemoryStore, clock: Clock | None = None, **kw: Any) -> s3l
     return s3log.Log(store, config=cfg)
 
 
-def _recorded(proc: Generator[Op, Any, Any], seen: list[Op]) -> Generator[Op, Any, Any]:
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            return stop.value
-        if not isinstance(op, Sleep):
-            seen.append(op)
-        try:
-            value, error = (yield op), None
-        except BaseException as exc:
-            value, error = None, exc
-
-
 def _commit(log: s3log.Log, w: s3log.Writer[Any]) -> list[Op]:
     """Commit ``w``'s queue; the ops it yielded, one per round trip."""
     seen: list[Op] = []
-    log.run(_recorded(w._core.commit(), seen))
+    log.run(recorded(w._core.commit(), seen))
     return seen
 
 
@@ -239,7 +224,7 @@ def test_a_reader_holding_the_head_of_a_commit_in_flight_reads_it_whole() -> Non
     while True:
         _fill(w)
         seen: list[Op] = []
-        proc = _recorded(w._core.commit(), seen)
+        proc = recorded(w._core.commit(), seen)
         op = next(proc)
         if isinstance(op, Parallel) and any(isinstance(o, PutIfAbsent) for o in op.ops):
             break
@@ -286,7 +271,7 @@ def test_a_restoring_writer_confirms_the_pending_segment_in_the_segments_round_t
     pending = _head(store, log, "s1").pending
     assert pending is not None
     seen: list[Op] = []
-    ws = log.run(_recorded(log._core.open("s1", None), seen))
+    ws = log.run(recorded(log._core.open("s1", None), seen))
     assert _kinds(seen) == ["Get", ["Get"] * (len(_head(store, log, "s1").segments) + 1)]
     assert ws.confirmed == pending.key
     w2 = log.open("s1")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Generator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import s3log
 from s3log.activity import DAY_MS, day_of, marker_key
 from s3log.env import Env
 from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch
+from tests.scripted import recorded
 
 T0 = 1_800_000_000_000
 
@@ -32,24 +32,9 @@ def _log(store: s3log.MemoryStore, clock: Clock, **kw: Any) -> s3log.Log:
     return s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(11, clock), **kw))
 
 
-def _recorded(proc: Generator[Op, Any, Any], seen: list[Op]) -> Generator[Op, Any, Any]:
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            return stop.value
-        seen.append(op)
-        try:
-            value, error = (yield op), None
-        except BaseException as exc:
-            value, error = None, exc
-
-
 def _commit(log: s3log.Log, w: s3log.Writer) -> list[Op]:
     seen: list[Op] = []
-    log.run(_recorded(w._core.commit(), seen))
+    log.run(recorded(w._core.commit(), seen))
     return seen
 
 
