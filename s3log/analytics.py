@@ -19,10 +19,12 @@ import threading
 import time
 import uuid
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, Literal
 
 from ._extras import extra
@@ -381,9 +383,20 @@ def _scan(
         tracker = _Progress(progress, len(ids))
         cols = _Columns()
         with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="s3log-scan") as pool:
-            # A window of `parallelism` sessions at a time keeps memory bounded.
-            for start in range(0, len(ids), parallelism):
-                for got in pool.map(read, ids[start : start + parallelism]):
+            # A sliding window: at most `parallelism` sessions read or being read ahead
+            # of the one consumed, which bounds memory; a session starts as soon as the
+            # oldest is taken, not when a whole window is done, so one slow session (a
+            # head then its segments: two round trips in a row) holds back no others.
+            # Sessions come out in order.
+            ahead: deque[Future[tuple[Head, list[Entry]] | None]] = deque()
+            todo = iter(ids)
+            try:
+                for sid in islice(todo, parallelism):
+                    ahead.append(pool.submit(read, sid))
+                while ahead:
+                    got = ahead.popleft().result()
+                    for sid in islice(todo, 1):
+                        ahead.append(pool.submit(read, sid))
                     n = 0
                     if got is not None:
                         head, entries = got
@@ -398,6 +411,11 @@ def _scan(
                         n = cols.add(head, entries)
                     tracker.step(n)
                     yield from cols.take(batch_size)
+            finally:
+                # Stopped early (an error, or the consumer closed the generator): sessions
+                # not yet started are not read at all.
+                for f in ahead:
+                    f.cancel()
         yield from cols.rest()
     finally:
         lg.close()

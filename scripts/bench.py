@@ -11,8 +11,11 @@ Starts the embedded local S3 once and, in one run, measures for each system:
 
 - cold start (``coldstart``, scripts/bench_coldstart.py): fresh processes that restore a
   session and make one append durable, against the same with bare boto3.
+- scan at realistic latency (``scan_latency``, scripts/bench_scan.py): ``analytics.scan``
+  of 200 sessions x 100 entries through a proxy adding 30 ms per request, against a
+  sequential boto3 loop through the same proxy; and the scan's peak memory.
 
-``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart``):
+``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency``):
 the peers are in ``append``, which takes longest.
 
 Peers (the ``bench`` extra): delta-rs (``write_deltalake`` append), SlateDB (``put`` +
@@ -469,7 +472,7 @@ def run_peer(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- main
 
 
-PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart")
+PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency")
 
 
 def main() -> None:
@@ -557,6 +560,10 @@ def main() -> None:
 
         with LocalS3() as server:
             results["coldstart"] = coldstart(server)
+    if "scan_latency" in parts:
+        from bench_scan import scan_latency  # scripts/, next to this file
+
+        results["scan_latency"] = scan_latency(30.0)
     results["targets"] = targets(results)
     _report(results)
     with open(args.json, "w") as f:
@@ -661,6 +668,24 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                 f"GET + conditional PUT (fresh process, best of {ours['runs']})", v,
                 f"{v:.2f}x ({mine:.0f} ms vs {floor:.0f} ms; medians {ours[f'{mark}_median_ms']:.0f} vs "
                 f"{base[f'{mark}_median_ms']:.0f})", "<= 1.5x", v <= 1.5)
+    if "scan_latency" in r:
+        # The bounds and why: docs/benchmarks.md, "Scan at realistic latency".
+        from bench_scan import PEAK_BOUND_MIB
+
+        sl = r["scan_latency"]
+        v = sl["ratio"]
+        add(f"scan vs sequential boto3 at {sl['latency_ms']:g} ms latency ({sl['sessions']} sessions x "
+            f"{sl['entries'] // sl['sessions']} entries, boto3, parallelism {sl['parallelism']}, chains verified)",
+            v, f"{v:.1f}x ({sl['entries_per_s']:,.0f} vs {sl['sequential_entries_per_s']:,.0f} entries/s)",
+            ">= 8x", v >= 8)
+        v = sl.get("fast_ratio")
+        add(f"the same scan over S3Store.fast (obstore) vs sequential boto3 at {sl['latency_ms']:g} ms latency", v,
+            f"{v:.1f}x" if v else "", ">= 8x", v is not None and v >= 8)
+        v = sl["peak_mib"]
+        add(f"scan peak memory at {sl['latency_ms']:g} ms latency (traced Python + Arrow pool, batch_size "
+            f"{sl['memory_batch_size']}), against half the sessions", v,
+            f"{v:.1f} MiB (half the sessions: {sl['half_peak_mib']:.1f} MiB)",
+            f"< {PEAK_BOUND_MIB:.0f} MiB, <= 1.25x half's", v < PEAK_BOUND_MIB and v <= 1.25 * sl["half_peak_mib"])
     return out
 
 
@@ -678,6 +703,11 @@ def _report(r: dict[str, Any]) -> None:
         from bench_coldstart import report
 
         report(r["coldstart"])
+    if "scan_latency" in r:
+        from bench_scan import report_latency
+
+        print()
+        report_latency(r["scan_latency"])
     print("\ntargets (same run; a shared machine is noisy: compare ratios, not times):")
     for t in r["targets"]:
         print(f"  {'✔' if t['ok'] else '✘'} {t['measure']}: {t['shown']} (target {t['target']})")
