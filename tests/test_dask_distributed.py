@@ -99,7 +99,7 @@ def test_two_consecutive_computes_on_a_process_cluster(s3log_server: LocalS3) ->
     assert max(threads) < 16, threads
 
 
-# ---------------------------------------------------------------- issue #14's cause
+# ------------------------------------------------- why a process cluster froze
 #
 # The hang was a worker freezing for good (docs/decisions/0024-dask-process-cluster.md):
 # distributed's profiler calls sys._current_frames() in every worker every 10 ms; on
