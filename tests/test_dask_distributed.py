@@ -117,7 +117,7 @@ class _CountedLocal(threading.local):
     created = 0
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _CountedLocal:
-        _CountedLocal.created += 1
+        cls.created += 1
         return super().__new__(cls, *args, **kwargs)
 
 
@@ -139,14 +139,17 @@ def _count_thread_locals() -> tuple[int, int, int]:
 def _thread_locals_made(threshold: tuple[int, int, int]) -> tuple[int, int, int]:
     import gc
 
-    threading.local = _CountedLocal.__mro__[1]  # type: ignore[misc]
+    # The class installed by _count_thread_locals (not this module's name for it: a
+    # function shipped by value would carry its own copy of the class).
+    counted: Any = threading.local
+    threading.local = counted.__mro__[1]  # type: ignore[misc]
     gc.collect()
     in_cycles = sum(1 for o in gc.garbage if isinstance(o, threading.local))
     collected = len(gc.garbage)
     gc.set_debug(0)
     gc.garbage.clear()
     gc.set_threshold(*threshold)
-    return _CountedLocal.created, in_cycles, collected
+    return int(counted.created), in_cycles, collected
 
 
 def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
