@@ -97,3 +97,85 @@ def test_two_consecutive_computes_on_a_process_cluster(s3log_server: LocalS3) ->
     assert {opened for opened, _ in state.values()} <= {1}
     threads = [n for _, n in state.values()]
     assert max(threads) < 16, threads
+
+
+# ------------------------------------------------- why a process cluster froze
+#
+# The hang was a worker freezing for good (docs/decisions/0026-dask-process-cluster.md):
+# distributed's profiler calls sys._current_frames() in every worker every 10 ms; on
+# CPython 3.11 a collection can start inside that call while it holds the interpreter's
+# thread-list lock, and freeing a threading.local takes that same lock again. The worker
+# then stops with the GIL held, its heartbeats stop, and after worker-ttl (5 minutes) the
+# scheduler drops it: CommClosedError, the nanny restarts it. What our code controls is
+# the other half: the read path must not leave a threading.local in cyclic garbage (the
+# old driver left one per store request, in tenacity's Retrying).
+
+
+class _CountedLocal(threading.local):
+    """threading.local that counts its instances (installed in a worker by the test)."""
+
+    created = 0
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _CountedLocal:
+        cls.created += 1
+        return super().__new__(cls, *args, **kwargs)
+
+
+def _count_thread_locals() -> tuple[int, int, int]:
+    import gc
+
+    threading.local = _CountedLocal  # type: ignore[misc]  # code that calls threading.local() now counts
+    _CountedLocal.created = 0
+    gc.collect()
+    threshold = gc.get_threshold()
+    # Keep what the collector finds instead of freeing it, and collect often, so a cycle
+    # is seen while the thread that made it still runs (a thread's exit drops its
+    # thread-local values, and the cycle is then freed without the collector).
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.set_threshold(100, 1, 1)
+    return threshold
+
+
+def _thread_locals_made(threshold: tuple[int, int, int]) -> tuple[int, int, int]:
+    import gc
+
+    # The class installed by _count_thread_locals (not this module's name for it: a
+    # function shipped by value would carry its own copy of the class).
+    counted: Any = threading.local
+    threading.local = counted.__mro__[1]  # type: ignore[misc]
+    gc.collect()
+    in_cycles = sum(1 for o in gc.garbage if isinstance(o, threading.local))
+    collected = len(gc.garbage)
+    gc.set_debug(0)
+    gc.garbage.clear()
+    gc.set_threshold(*threshold)
+    return int(counted.created), in_cycles, collected
+
+
+def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
+    from distributed import Client, LocalCluster
+
+    from s3log.dask import read_entries
+
+    bucket = s3log_server.create_bucket()
+    store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
+    log = s3log.Log(store)
+    for s in range(12):  # several segments per session: many GETs per partition
+        w = log.create()
+        for i in range(12):
+            w.append("message", {"s": s, "i": i}, ts=T0 + i)
+            if i % 4 == 3:
+                w.commit()
+        w.commit()
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        thresholds = client.run(_count_thread_locals)
+        df = read_entries(bucket, endpoint_url=s3log_server.endpoint_url, sessions_per_partition=4)
+        for _ in range(2):
+            assert len(client.compute(df).result(timeout=120)) == 144
+        made = {addr: client.run(_thread_locals_made, threshold, workers=[addr])[addr]
+                for addr, threshold in thresholds.items()}
+    assert all(collected > 0 for _, _, collected in made.values()), made  # the collector did run
+    # The old driver made one threading.local per store request (tenacity's Retrying)
+    # and dropped it in a reference cycle: see the comment above.
+    assert all(created == 0 and in_cycles == 0 for created, in_cycles, _ in made.values()), made
