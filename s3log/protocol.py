@@ -643,10 +643,9 @@ def _plan_head(
                              has_tail=bool(inline.tail))
     if mode is decide.FlushMode.INLINE:
         return _HeadPlan(inline, body, None, None, (), 0)
-    # This commit writes a segment: an unconfirmed pending one is dropped (the new
-    # segment holds its entries too; gc collects it once no head names it).
-    assert decide.pending_step(has_pending=h.pending is not None, confirmed=False, flushes=True) in (
-        decide.PendingStep.DROP, decide.PendingStep.NONE)
+    # This commit writes a segment: an unconfirmed pending one is dropped (the DROP row
+    # of decide.PENDING_TABLE: the new segment holds its entries too, and gc collects
+    # it once no head names it), as both heads below replace the field.
 
     # Flush: the tail and the new entries go to one segment, merged with the
     # trailing run of segments the policy picks, so the manifest stays short.

@@ -80,6 +80,14 @@ def _fill(w: s3log.Writer[Any], n: int = 1, size: int = 300) -> None:
         w.append("msg", {"i": i, "text": "x" * size})
 
 
+def _until_pending(store: s3log.MemoryStore, log: s3log.Log, w: s3log.Writer[Any]) -> s3log.Head:
+    """Commit one small entry at a time until the head names a pending segment; that head."""
+    while _head(store, log, "s1").pending is None:
+        _fill(w)
+        w.commit()
+    return _head(store, log, "s1")
+
+
 # ------------------------------------------------------------------ round trips
 
 
@@ -284,9 +292,7 @@ def test_a_pending_segment_that_does_not_match_the_chain_is_never_referenced() -
     store = s3log.MemoryStore()
     log = _log(store)
     w = log.create("s1")
-    while _head(store, log, "s1").pending is None:
-        _fill(w)
-        w.commit()
+    _until_pending(store, log, w)
     pending = _head(store, log, "s1").pending
     assert pending is not None
     # Someone replaces the segment's bytes with a segment of other entries.
@@ -323,9 +329,7 @@ def test_gc_keeps_a_pending_segment_until_no_head_names_it() -> None:
     store, clock = s3log.MemoryStore(), Clock()
     log = _log(store, clock)
     w = log.create("s1")
-    while _head(store, log, "s1").pending is None:
-        _fill(w)
-        w.commit()
+    _until_pending(store, log, w)
     pending = _head(store, log, "s1").pending
     assert pending is not None
     clock.t += 3_600_000
@@ -341,9 +345,7 @@ def test_protocol_promotable_checks_the_manifest_shape() -> None:
     store = s3log.MemoryStore()
     log = _log(store)
     w = log.create("s1")
-    while _head(store, log, "s1").pending is None:
-        _fill(w)
-        w.commit()
+    _until_pending(store, log, w)
     head = _head(store, log, "s1")
     assert head.pending is not None and protocol.promotable(head)
     assert not protocol.promotable(replace(head, pending=replace(head.pending, take=1)))  # no segment to replace
