@@ -71,7 +71,9 @@ def marker_for(layout: Layout, session: str, creating: bool, previous_ms: int, n
     head it replaces was written. Same-day commits write nothing extra. The body is
     the same for every writer of the session that day, so a repeat confirms as ours.
     """
-    day = day_of(now_ms)
-    if not creating and day_of(previous_ms) == day:
+    # Unix time has no leap seconds: a UTC day is exactly DAY_MS of it, so the common
+    # case (same day) is one integer division, not two date formattings per commit.
+    if not creating and previous_ms // DAY_MS == now_ms // DAY_MS:
         return None
+    day = day_of(now_ms)
     return PutIfAbsent(marker_key(layout, day, session), dumps({"v": 1, "session": session, "day": day}))

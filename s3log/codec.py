@@ -248,14 +248,64 @@ def _hashes_array(entries: Sequence[Entry]) -> bytes:
     return _array_head(len(entries)) + b"".join(b"\x58\x20" + e.hash for e in entries)
 
 
-def _map_with_raw(fields: Mapping[str, Any], raw: Mapping[str, bytes]) -> bytes:
-    """A deterministic CBOR map of ``fields`` plus already-encoded values ``raw``."""
-    items = [(dumps(k), dumps(v)) for k, v in fields.items()]
-    items += [(dumps(k), v) for k, v in raw.items()]
-    items.sort(key=lambda kv: kv[0])
-    n = len(items)
-    head = bytes([0xA0 | n]) if n < 24 else b"\xb8" + n.to_bytes(1, "big")
-    return head + b"".join(k + v for k, v in items)
+#: A map's layout (see :func:`_map_layout`), by its plain and raw keys: a head has the
+#: same few key sets commit after commit.
+_LAYOUTS: dict[tuple[tuple[Any, ...], tuple[Any, ...]], tuple[bytes, tuple[tuple[bool, Any, Any], ...]]] = {}
+
+
+def _map_layout(plain: tuple[Any, ...], raw: tuple[Any, ...]) -> tuple[bytes, tuple[tuple[bool, Any, Any], ...]]:
+    """The head of a map with these keys, then its pieces in key order: ``(True,
+    encoded key, key)`` for a raw value, ``(False, keys, None)`` for a run of plain keys
+    between raw ones."""
+    layout = _LAYOUTS.get((plain, raw))
+    if layout is not None:
+        return layout
+    keys = sorted([(dumps(k), k, False) for k in plain] + [(dumps(k), k, True) for k in raw], key=_encoded_order)
+    pieces: list[tuple[bool, Any, Any]] = []
+    run: list[Any] = []
+    for encoded, k, is_raw in keys:
+        if is_raw:
+            if run:
+                pieces.append((False, tuple(run), None))
+                run = []
+            pieces.append((True, encoded, k))
+        else:
+            run.append(k)
+    if run:
+        pieces.append((False, tuple(run), None))
+    n = len(keys)
+    layout = (bytes([0xA0 | n]) if n < 24 else b"\xb8" + n.to_bytes(1, "big"), tuple(pieces))
+    if len(_LAYOUTS) < 256:  # key sets of stored heads (extra fields) must not grow it unbounded
+        _LAYOUTS[(plain, raw)] = layout
+    return layout
+
+
+def _map_with_raw(fields: Mapping[Any, Any], raw: Mapping[Any, bytes]) -> bytes:
+    """A deterministic CBOR map of ``fields`` plus already-encoded values ``raw``.
+
+    The keys are in the deterministic order (their encodings, shorter first, then
+    bytewise; a head's own keys are short text, an extra field kept from a newer
+    writer may be anything). The
+    plain key/value pairs between two raw values are encoded as one array in one C
+    call (a deterministic encoding is the same alone or nested) whose head is cut off:
+    a commit encodes its head in a few calls, not two per field.
+    """
+    head, pieces = _map_layout(tuple(fields), tuple(raw))
+    out = [head]
+    for is_raw, a, b in pieces:
+        if is_raw:
+            out.append(a)
+            out.append(raw[b])
+        else:
+            flat: list[Any] = [None] * (2 * len(a))
+            flat[0::2] = a
+            flat[1::2] = map(fields.__getitem__, a)
+            out.append(dumps(flat)[_head_len(len(flat)):])
+    return b"".join(out)
+
+
+def _encoded_order(item: tuple[bytes, Any, bool]) -> tuple[int, bytes]:
+    return len(item[0]), item[0]
 
 
 def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
@@ -341,12 +391,40 @@ def normalize_data_cbor(
         raise InvalidEntryError(kind, f"data cannot be encoded as CBOR: {exc}", session=session) from exc
 
 
+#: The end of a record after its data, up to prev's value, by kind (see make_entry).
+_KIND_TAILS: dict[str, bytes] = {}
+_NULL = dumps(None)
+
+
+def _uint(n: int) -> bytes:
+    """The deterministic encoding of an integer (by hand when in [0, 2**64))."""
+    if n < 24:
+        return _SMALL_UINTS[n] if n >= 0 else dumps(n)
+    if n < 0x100:
+        return b"\x18" + n.to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\x19" + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return b"\x1a" + n.to_bytes(4, "big")
+    return b"\x1b" + n.to_bytes(8, "big") if n < 2**64 else dumps(n)
+
+
+_SMALL_UINTS = [bytes([i]) for i in range(24)]
+
+
 def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, data_cbor: bytes = b"") -> Entry:
     """Build an entry with its record and hash. ``data`` must already be normalized;
     ``data_cbor``, if given, is its deterministic encoding (spliced into the record)."""
     if data_cbor:
-        raw = (b"\xa5" + dumps(["ts", ts, "seq", seq])[1:] + _K_DATA + data_cbor
-               + dumps(["kind", kind, "prev", prev])[1:])
+        # The record laid out by hand around the data's bytes (docs/format.md, "Entry
+        # record"): no encoder call per entry. The kind's part is the same every time.
+        tail = _KIND_TAILS.get(kind)
+        if tail is None:
+            tail = _K_KIND + dumps(kind) + _K_PREV
+            if len(_KIND_TAILS) < 4096:  # kinds are few; a flood of new ones is not cached
+                _KIND_TAILS[kind] = tail
+        raw = b"".join((_R_TS, _uint(ts), _R_SEQ, _uint(seq), _K_DATA, data_cbor, tail,
+                        _NULL if prev is None else _BYTES32 + prev if len(prev) == HASH_LEN else dumps(prev)))
     else:
         raw = _record(seq, prev, kind, ts, data)
     return _new_entry(seq, prev, kind, ts, data, hashlib.sha256(raw).digest(), raw)

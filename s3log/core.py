@@ -75,6 +75,8 @@ class CommitQueue(Generic[S]):
         self._listeners: list[ForkListener] = [on_fork] if on_fork else []
         self._lock = threading.Lock()
         self._pending: list[tuple[int, PendingEntry]] = []
+        # The tickets in _pending, so status/watch are O(1) (every waiter asks, every commit).
+        self._queued: set[int] = set()
         self._next_ticket = 0
         # Entries of tickets someone waits for, filled in by whichever commit carried them.
         self._waiting: set[int] = set()
@@ -126,6 +128,7 @@ class CommitQueue(Generic[S]):
             ticket = self._next_ticket
             self._next_ticket += 1
             self._pending.append((ticket, entry))
+            self._queued.add(ticket)
             if wait:
                 self._waiting.add(ticket)
         return ticket
@@ -148,7 +151,7 @@ class CommitQueue(Generic[S]):
                 return "withdrawn"
             if ticket in self._inflight:
                 return "committing"
-            if any(t == ticket for t, _ in self._pending):
+            if ticket in self._queued:
                 return "uncertain" if ticket in self._uncertain else "pending"
             return "unknown"
 
@@ -159,11 +162,12 @@ class CommitQueue(Generic[S]):
         failed with an unknown outcome: its fate is then that of the commits.
         """
         with self._lock:
-            if ticket in self._inflight or ticket in self._uncertain:
+            if ticket in self._inflight or ticket in self._uncertain or ticket not in self._queued:
                 return False
             for i, (t, _) in enumerate(self._pending):
                 if t == ticket:
                     del self._pending[i]
+                    self._queued.discard(ticket)
                     self._withdrawn.add(ticket)
                     self._waiting.discard(ticket)
                     return True
@@ -175,7 +179,7 @@ class CommitQueue(Generic[S]):
         False if the ticket is no longer queued (committed or withdrawn already).
         """
         with self._lock:
-            if ticket in self._inflight or any(t == ticket for t, _ in self._pending):
+            if ticket in self._inflight or ticket in self._queued:
                 self._waiting.add(ticket)
                 return True
             return False
@@ -249,6 +253,7 @@ class CommitQueue(Generic[S]):
     def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: ChainPosition[S]) -> None:
         with self._lock:
             n = len(acked)
+            self._queued.difference_update(t for t, _ in self._pending[:n])
             self._pending = self._pending[n:]
             self.ws = ws
             self._inflight = set()

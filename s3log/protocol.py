@@ -620,7 +620,9 @@ def _plan_head(
     if decide.pending_step(has_pending=h.pending is not None, confirmed=confirmed, flushes=False) \
             is decide.PendingStep.PROMOTE:
         h = _promote(h, t)
-    base = replace(
+    # One copy of the head per commit on the common path (inline): a Head has twenty
+    # fields and each copy costs a few microseconds.
+    inline = replace(
         h,
         ts_min=min(stamps) if stamps else None,
         ts_max=max(stamps) if stamps else None,
@@ -632,11 +634,13 @@ def _plan_head(
         writer=nonce,
         lease=_next_lease(h, lease, t),
         v=cfg.format_version,
+        tail=h.tail + tuple(entries),
+        # v1 heads have no pending field; a v2 head keeps one not yet promoted.
+        pending=h.pending if cfg.format_version >= 2 else None,
     )
-    base = sign_head(cfg.signer, base)  # the payload is the same whether or not the tail is flushed
-    inline = replace(base, tail=h.tail + tuple(entries))
-    if cfg.format_version < 2:
-        inline = replace(inline, pending=None)  # v1 heads have no pending field
+    # The signed payload does not cover the tail or pending (it is the same whether or
+    # not this commit flushes), so the heads derived below keep the signature.
+    inline = sign_head(cfg.signer, inline)
     body = encode_head(inline)
     mode = decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
                              pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
@@ -677,7 +681,7 @@ def _plan_head(
                              has_tail=True) is decide.FlushMode.PARALLEL:
             return _HeadPlan(head, body, seg_key, segment_body, tuple(run), plan.level, parallel=True)
     head = replace(
-        base,
+        inline,
         segments=(*h.segments[:keep], seg_key),
         levels=(*h.levels[:keep], plan.level),
         tail=(),

@@ -199,3 +199,22 @@ def test_newest_first_over_http_costs_a_few_lists(s3log_server: Any, kind: str) 
     assert got == sorted(ids, reverse=True)[:20]
     assert store.requests["LIST"] <= 5 and store.requests["GET"] == 20
     log.close()
+
+
+def test_same_day_by_division_agrees_with_the_calendar() -> None:
+    """A commit tells "same day as the head it replaces" by integer division (no date
+    formatting per commit): it must agree with the UTC dates, around midnights too."""
+    from s3log.activity import marker_for
+    from s3log.layout import Layout
+
+    rng = random.Random(5)
+    layout = Layout("p")
+    for _ in range(3000):
+        midnight = rng.randrange(0, 80 * 365) * DAY_MS
+        prev = midnight + rng.randrange(-3, 4) * rng.choice([1, 1000, 3_600_000, DAY_MS])
+        now = prev + rng.choice([0, 1, 999, DAY_MS - 1, DAY_MS, rng.randrange(3 * DAY_MS)])
+        prev, now = max(prev, 0), max(now, 0)
+        marker = marker_for(layout, "s", False, prev, now)
+        assert (marker is None) == (day_of(prev) == day_of(now)), (prev, now)
+        if marker is not None:
+            assert marker.key == marker_key(layout, day_of(now), "s")

@@ -186,6 +186,24 @@ def test_spliced_hash_equals_the_canonical_map(seq: int, prev: bytes | None, kin
     assert entry_hash(seq, prev, kind, ts, data) == hashlib.sha256(body).digest()
 
 
+@given(
+    st.integers(0, 2**63 - 1), st.one_of(st.none(), st.binary(min_size=32, max_size=32)), st.text(min_size=1),
+    st.integers(0, 2**63 - 1), json_like,
+)
+def test_record_laid_out_around_appended_bytes_equals_the_canonical_map(
+    seq: int, prev: bytes | None, kind: str, ts: int, data: object
+) -> None:
+    """A commit lays each record out by hand around the data bytes encoded at append
+    (no encoder call per entry): the record must be the deterministic map all the same."""
+    import cbor2
+
+    from s3log.codec import dumps, make_entry
+
+    e = make_entry(seq, prev, kind, ts, data, dumps(data))
+    assert e.raw == cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
+    assert e == make_entry(seq, prev, kind, ts, data)
+
+
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=8), json_like), min_size=1, max_size=30), st.booleans())
 def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     items: list[tuple[str, object]], fork: bool
@@ -213,6 +231,37 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
         head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries),
                              "v": v})
         assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
+
+
+@given(
+    st.dictionaries(st.text(max_size=30) | st.integers(-(2**40), 2**40), json_like, max_size=5),
+    st.booleans(), st.booleans(), st.sampled_from([1, 2]),
+)
+def test_head_encoding_is_the_canonical_map_whatever_its_fields(
+    extra: dict[object, object], optional: bool, with_tail: bool, v: int
+) -> None:
+    """encode_head lays the map out from a cached key order in a few encoder calls: the
+    bytes must still be the deterministic map, with any fields a newer writer added
+    (kept as ``extra``, keys of any length or type) and every optional field."""
+    import dataclasses
+
+    import cbor2
+
+    from s3log.chain import PendingEntry, build_chain
+    from s3log.codec import _HEAD_FIELDS, Lease, Pending, Signature, decode_head, encode_head
+    from s3log.protocol import empty_head
+
+    extra = {k: x for k, x in extra.items() if k not in _HEAD_FIELDS}
+    entries = build_chain([PendingEntry("k", 5, {"i": i}) for i in range(3)], after_seq=-1, after_hash=None)
+    head = dataclasses.replace(empty_head("s", {"m": [1, 2]}, None), extra=extra, v=v,
+                               tail=tuple(entries) if with_tail else ())
+    if optional:
+        head = dataclasses.replace(head, retired_at=7, creator="c", lease=Lease("w", 9), sig=Signature("a", "k", b"x"),
+                                   pending=Pending("s3log/sessions/s/seg/x", 2, 0, 0) if v == 2 else None)
+    body = encode_head(head)
+    assert body == cbor2.dumps(head.to_map(), canonical=True)
+    assert encode_head(head) == body  # the cached layout gives the same bytes again
+    assert decode_head(body, "k").extra == extra
 
 
 @pytest.mark.parametrize(
