@@ -31,6 +31,7 @@ from .ops import (
     Sleep,
     StoreOp,
     call_store,
+    decoded,
     is_retryable,
     list_kwargs,
 )
@@ -114,7 +115,7 @@ class SyncDriver:
 
     def _capture(self, op: Op) -> Any:
         try:
-            return self._perform(op)
+            return decoded(op, self._perform(op))
         except StoreError as exc:
             return exc
 
@@ -189,6 +190,6 @@ class AsyncDriver:
         assert self._sem is not None
         async with self._sem:
             try:
-                return await self._perform(op)
+                return decoded(op, await self._perform(op))
             except StoreError as exc:
                 return exc

@@ -12,8 +12,8 @@ place each op is paired with the type of its result.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from .errors import StoreError
@@ -50,9 +50,17 @@ class ListPage:
 
 @dataclass(frozen=True, slots=True)
 class Get:
-    """GET an object. Result: :class:`Blob`; raises ObjectNotFound."""
+    """GET an object. Result: :class:`Blob`; raises ObjectNotFound.
+
+    ``decode``: a pure function of the blob (no I/O, no decision) that a driver may
+    apply as soon as the body arrives, inside a :class:`Parallel`, so decoding one
+    object overlaps the transfer of the others. The result is then what it returns, or
+    the exception it raised; a procedure accepts the plain blob as well (a driver need
+    not decode, see :func:`decoded`).
+    """
 
     key: str
+    decode: Callable[[Blob], Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,18 @@ def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
         case Delete(key):
             store.delete(key)
             return None
+
+
+def decoded(op: Op, result: Any) -> Any:
+    """A driver's result for ``op`` in a :class:`Parallel`: for a :class:`Get` with a
+    ``decode``, what it makes of the blob (or the exception it raised, which the
+    procedure raises in its place); anything else as it is."""
+    if type(op) is Get and op.decode is not None and type(result) is Blob:
+        try:
+            return op.decode(result)
+        except Exception as exc:  # the procedure raises it, in key order with the others
+            return exc
+    return result
 
 
 def list_kwargs(op: ListKeys) -> dict[str, Any]:

@@ -202,8 +202,14 @@ def fetch_segments(layout: Layout, session: str, keys: Sequence[str]) -> Proc[di
     """GET segments concurrently (one round trip); a missing one is corruption."""
     if not keys:
         return {}
-    results: list[Any] = yield Parallel(tuple(Get(k) for k in keys))
+    # Each segment is decoded as soon as its body arrives (Get.decode), while the
+    # others are still in transfer.
+    results: list[Any] = yield Parallel(tuple(Get(k, _segment_decoder(k)) for k in keys))
     return _decoded_segments(session, keys, results)
+
+
+def _segment_decoder(key: str) -> Callable[[Blob], Segment]:
+    return lambda blob: decode_segment(blob.body, key)
 
 
 def load(
@@ -321,7 +327,8 @@ def _decoded_segments(session: str, keys: Sequence[str], results: Sequence[Any])
             raise SegmentMissing(key, f"segment listed in the head of session {session} is missing")
         if isinstance(res, BaseException):
             raise res
-        out[key] = decode_segment(res.body, key)
+        # Decoded by the driver (see fetch_segments), or a plain blob from one that does not.
+        out[key] = res if isinstance(res, Segment) else decode_segment(res.body, key)
     return out
 
 
@@ -858,7 +865,7 @@ def _write(
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
-    batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k) for k in ahead)]
+    batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k, _segment_decoder(k)) for k in ahead)]
     if beside is not None:
         batch.append(beside)
     results: list[Any] = yield Parallel(tuple(batch))
@@ -907,7 +914,9 @@ def _fetched_ahead(keys: Sequence[str], results: Sequence[Any]) -> dict[str, tup
     rest are read again when the merge needs them (and checked then, like any)."""
     out: dict[str, tuple[Entry, ...]] = {}
     for key, res in zip(keys, results, strict=True):
-        if isinstance(res, Blob):
+        if isinstance(res, Segment):  # decoded by the driver as it arrived
+            out[key] = res.entries
+        elif isinstance(res, Blob):
             try:
                 out[key] = decode_segment(res.body, key).entries
             except CorruptionError:
