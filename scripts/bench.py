@@ -4,7 +4,8 @@ Starts the embedded local S3 once and, in one run, measures for each system:
 
 - ms per durable single-writer append (N appends of ~1 KB, one commit each) and HTTP
   requests per append by method;
-- restore of a 10,000-entry session: time and requests, against one GET of the same bytes;
+- restore of a 10,000-entry session: time and requests, against one GET of the same bytes,
+  on the local S3 and through a proxy adding 30 ms per request;
 - entries/s with 64 concurrent appenders (group commit) against one commit per entry;
 - CPU only (MemoryStore, one core): encode + hash of small entries, restore (read and
   verify) of a 10,000-entry session in format v2 and v1, and the analytics scan.
@@ -15,7 +16,10 @@ Starts the embedded local S3 once and, in one run, measures for each system:
   of 200 sessions x 100 entries through a proxy adding 30 ms per request, against a
   sequential boto3 loop through the same proxy; and the scan's peak memory.
 
-``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency``):
+- the tail bound (``tail``): commit latency over a raw PUT, PUTs and head bytes per commit,
+  and the round trips to restore a short session, per ``LogConfig.tail_max_bytes``.
+
+``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency,tail``):
 the peers are in ``append``, which takes longest.
 
 Peers (the ``bench`` extra): delta-rs (``write_deltalake`` append), SlateDB (``put`` +
@@ -146,6 +150,63 @@ def paired(server: LocalS3, n: int, *, fast: bool, fresh_every: int | None = Non
     return {"raw_ms": _ms(raw_s), "s3log_ms": _ms(ours), "ratio": _ms(ours) / _ms(raw_s), "n": n}
 
 
+def tail_sweep(server: LocalS3, n: int, bounds: tuple[int, ...] = (8, 16, 32)) -> dict[str, Any]:
+    """The tail bound (``LogConfig.tail_max_bytes``, KiB) against what it trades.
+
+    Per bound, measured alternately with a raw conditional PUT in one loop (boto3,
+    ~1 KB entries): the median and mean commit over the raw PUT's. Counted exactly on
+    a MemoryStore: PUTs per commit, head bytes per commit, and the round trips to
+    restore a 30-entry (~30 KB) session, the size of a short agent conversation.
+    """
+    bucket = server.create_bucket()
+    body = json.dumps(PAYLOAD).encode()
+    client = server.client()
+    logs = {b: s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url),
+                         config=s3log.LogConfig(tail_max_bytes=b * 1024)) for b in bounds}
+    writers = {b: log.create() for b, log in logs.items()}
+    raw: list[float] = []
+    ours: dict[int, list[float]] = {b: [] for b in bounds}
+    k = 0
+    for i in range(-3, n):
+        for b in bounds:
+            t = time.perf_counter()
+            client.put_object(Bucket=bucket, Key=f"raw/{k}", Body=body, IfNoneMatch="*")
+            t1 = time.perf_counter()
+            writers[b].append("event", PAYLOAD)
+            writers[b].commit()
+            t2 = time.perf_counter()
+            k += 1
+            if i >= 0:
+                raw.append(t1 - t)
+                ours[b].append(t2 - t1)
+    for log in logs.values():
+        log.close()
+    out: dict[str, Any] = {"n": n, "raw_ms": _ms(raw)}
+    for b in bounds:
+        mem = s3log.MemoryStore()
+        log = s3log.Log(mem, config=s3log.LogConfig(tail_max_bytes=b * 1024))
+        w = log.create()
+        head_key = log.layout.head(w.session_id)
+        sizes = []
+        mem.requests.reset()
+        for i in range(1000):
+            w.append("event", {"i": i, **PAYLOAD})
+            w.commit()
+            sizes.append(len(mem.get(head_key).body))
+        puts = mem.requests["PUT"] / 1000
+        short = log.create()
+        for i in range(30):
+            short.append("event", {"i": i, **PAYLOAD})
+            short.commit()
+        restore_trips = 1 + bool(log.head(short.session_id).segments)  # the head, then its segments at once
+        log.close()
+        out[f"{b} KiB"] = {"median_ratio": _ms(ours[b]) / _ms(raw),
+                           "mean_ratio": statistics.mean(ours[b]) / statistics.mean(raw),
+                           "puts_per_commit": puts, "head_bytes_mean": statistics.mean(sizes),
+                           "restore_round_trips_30_entries": restore_trips}
+    return out
+
+
 def round_trips(n: int = 2000) -> dict[str, Any]:
     """Round trips and PUTs per commit of one ~1 KB entry, counted exactly on a MemoryStore.
 
@@ -259,6 +320,42 @@ def restore(server: LocalS3, entries: int, fast: bool) -> dict[str, Any]:
     log.close()
     return {"entries": entries, "ms": _ms(samples), "requests": req, "segments": len(head.segments),
             "bytes": total, "single_get_ms": _ms(single), "ratio_to_single_get": _ms(samples) / _ms(single)}
+
+
+def restore_at_latency(server: LocalS3, entries: int, delay_ms: float, fast: bool) -> dict[str, Any]:
+    """:func:`restore` through scripts/latency_proxy.py (``delay_ms`` added to every
+    request, as a real S3 round trip is): a restore is the head's round trip, then its
+    segments' in parallel, each decoded as it arrives; the floor is one GET of the same
+    bytes through the same proxy."""
+    from bench_scan import ProxyProcess
+
+    bucket = server.create_bucket()
+    make = s3log.S3Store.fast if fast else s3log.S3Store
+    direct: Any = make(bucket, endpoint_url=server.endpoint_url)
+    log = s3log.Log(direct)
+    sid = _fill(log, entries)
+    head = log.head(sid)
+    total = sum(len(direct.get(k).body) for k in [*head.segments, log.layout.head(sid)])
+    direct.put_if_absent("floor/blob", b"z" * total)
+    log.close()
+    with ProxyProcess(server.endpoint_url, delay_ms) as proxy:
+        store: Any = make(bucket, endpoint_url=proxy.endpoint_url)
+        slow = s3log.Log(store)
+        # Alternately, so both see the same load.
+        ours: list[float] = []
+        floor: list[float] = []
+        for i in range(-1, 7):
+            t = time.perf_counter()
+            slow.read(sid)
+            t1 = time.perf_counter()
+            store.get("floor/blob")
+            t2 = time.perf_counter()
+            if i >= 0:
+                ours.append(t1 - t)
+                floor.append(t2 - t1)
+        slow.close()
+    return {"entries": entries, "latency_ms": delay_ms, "ms": _ms(ours), "single_get_ms": _ms(floor),
+            "segments": len(head.segments), "bytes": total, "ratio_to_single_get": _ms(ours) / _ms(floor)}
 
 
 def _best(reps: int, fn: Callable[[], Any]) -> float:
@@ -490,7 +587,7 @@ def run_peer(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- main
 
 
-PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency")
+PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency", "tail")
 
 
 def main() -> None:
@@ -516,7 +613,7 @@ def main() -> None:
         results["cpu"] = cpu()
         results["restore_memory"] = restore_memory(args.restore_entries)
         results["scan_memory"] = scan_memory()
-    if parts & {"append", "restore", "concurrent"}:
+    if parts & {"append", "restore", "concurrent", "tail"}:
         with LocalS3() as server:
             os.environ.update(server.env())
             ep = server.endpoint_url
@@ -543,10 +640,17 @@ def main() -> None:
                 }
                 results["paired_slatedb"] = run_peer("slatedb", lambda: paired_slatedb(server, n))
                 results["round_trips"] = round_trips()
+            if "tail" in parts:
+                results["tail"] = tail_sweep(server, n)
             if "restore" in parts:
                 results["restore"] = {
                     "boto3": restore(server, args.restore_entries, fast=False),
                     "obstore": run_peer("obstore", lambda: restore(server, args.restore_entries, fast=True)),
+                }
+                results["restore_latency"] = {
+                    "boto3": restore_at_latency(server, args.restore_entries, 30.0, fast=False),
+                    "obstore": run_peer("obstore", lambda: restore_at_latency(
+                        server, args.restore_entries, 30.0, fast=True)),
                 }
             if "concurrent" in parts:
                 # Three rounds, each measuring one commit per entry and the group commit
@@ -649,6 +753,13 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         v = rs["ratio_to_single_get"]
         add(f"restore {rs['entries']:,} entries ({name}) vs one GET of the same {rs['bytes']:,} bytes", v,
             f"{v:.1f}x ({rs['ms']:.0f} ms vs {rs['single_get_ms']:.1f} ms)", "<= 3x", v <= 3)
+    for name, rs in r.get("restore_latency", {}).items():
+        if "skipped" in rs:
+            continue
+        v = rs["ratio_to_single_get"]
+        add(f"restore {rs['entries']:,} entries ({name}) vs one GET of the same {rs['bytes']:,} bytes, "
+            f"{rs['latency_ms']:g} ms per request (latency proxy, measured alternately)", v,
+            f"{v:.2f}x ({rs['ms']:.0f} ms vs {rs['single_get_ms']:.0f} ms)", "<= 3x", v <= 3)
     if "concurrent" in r:
         c = r["concurrent"]
         sf = c.get("segment_first", {})
@@ -724,6 +835,15 @@ def _report(r: dict[str, Any]) -> None:
                 continue
             req = ", ".join(f"{k} {v:.2f}" for k, v in s.get("requests_per_append", {}).items())
             print(f"{name:<24}{s['ms_per_append']:>10.2f}   {req}")
+    if "tail" in r:
+        t = r["tail"]
+        print(f"\ntail bound (boto3, ~1 KB entries, {t['n']} commits each, alternately with a raw PUT of "
+              f"{t['raw_ms']:.2f} ms):")
+        print(f"{'bound':>8}{'median':>9}{'mean':>8}{'PUTs/commit':>13}{'head bytes':>12}{'restore 30':>12}")
+        for name, row in t.items():
+            if isinstance(row, dict):
+                print(f"{name:>8}{row['median_ratio']:>8.3f}x{row['mean_ratio']:>7.3f}x{row['puts_per_commit']:>13.3f}"
+                      f"{row['head_bytes_mean']:>12,.0f}{row['restore_round_trips_30_entries']:>9} RT")
     if "coldstart" in r:
         from bench_coldstart import report
 

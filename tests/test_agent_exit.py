@@ -45,7 +45,7 @@ def test_exit_without_close_commits_the_buffer(s3log_server: LocalS3, ending: st
             s.user_input("left in the buffer")
             # Bigger than the head's inline tail: this commit writes a segment through the
             # log's thread pool, which must still take work when the exit hook runs.
-            s.assistant_items([{{"role": "assistant", "content": "x" * 20000}}])
+            s.assistant_items([{{"role": "assistant", "content": "x" * 40000}}])
             return s.session_id
 
         print(handler(), flush=True)

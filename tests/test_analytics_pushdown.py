@@ -19,7 +19,8 @@ PAD = "x" * 3000  # big enough that every commit after the first few moves entri
 
 def _populate(store: s3log.MemoryStore) -> dict[str, Any]:
     """3 sessions, each 3 days x 4 entries (2 kinds), with segments; labels per tenant."""
-    log = s3log.Log(store)
+    # A small tail bound, so these few entries make segments (whose reads are counted).
+    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8 * 1024))
     out: dict[str, Any] = {}
     for s in range(3):
         w = log.create(meta={"labels": {"tenant": f"t{s % 2}", "model": "m1"}, "agent": "a"})

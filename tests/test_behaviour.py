@@ -49,7 +49,7 @@ def test_large_commit_writes_its_segment_beside_the_head_and_the_next_commit_ref
     w = backend.log.create()
     backend.requests.reset()
     for _ in range(4):
-        w.append("blob", "x" * 8000)
+        w.append("blob", "x" * 9000)  # 36 KB: past the default 32 KiB tail bound
     w.commit()
     # One round trip: the segment and the head (which keeps the entries inline).
     assert backend.requests.snapshot() == {"GET": 0, "PUT": 2, "LIST": 0, "DELETE": 0}
@@ -215,7 +215,7 @@ def test_flipped_byte_in_a_segment_is_corruption_naming_key_and_seq(backend: Bac
     log = backend.log
     w = log.create()
     for i in range(3):
-        w.append("big", f"{i}" * 9000)
+        w.append("big", f"{i}" * 12000)  # 36 KB: past the default 32 KiB tail bound
     w.commit()
     w.append("small", 0)
     w.commit()  # references the segment written beside the previous head

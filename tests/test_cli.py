@@ -72,7 +72,7 @@ def test_verify_catches_a_flipped_byte_naming_key_and_seq(env: dict[str, str], s
     log = _log(env)
     w = log.create()
     for i in range(3):
-        w.append("big", str(i) * 9000)
+        w.append("big", str(i) * 12000)  # 36 KB: past the default 32 KiB tail bound
     w.commit()
     w.append("small", 0)
     w.commit()  # references the segment written beside the previous head
