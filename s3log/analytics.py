@@ -24,16 +24,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any, Literal
 
+from . import protocol
 from ._extras import extra
-from .codec import Entry, Head, data_cbor_column
+from .codec import Entry, Head, LinkedRun, data_cbor_column, keeping_columns
 from .config import LogConfig
 from .core import head_outside
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
+from .layout import Layout
 from .log import Log
+from .ops import Proc
 from .store.base import ObjectStore
 
 with extra("analytics"):
@@ -197,6 +201,14 @@ def _days_to_dates(days: pa.Array) -> pa.Array:
 # ----------------------------------------------------------------------------- batches
 
 
+_SEQ, _TS_OF, _KIND_OF, _HASH_OF, _PREV_OF, _DATA_OF = (
+    attrgetter(name) for name in ("seq", "ts", "kind", "hash", "prev", "data"))
+
+
+def _hex_or_none(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
+
+
 class _Columns:
     """Entry rows accumulated column by column, cut into record batches of a fixed size."""
 
@@ -204,24 +216,61 @@ class _Columns:
         self.chunks: list[pa.RecordBatch] = []
         self.rows = 0
 
-    def add(self, head: Head, entries: Sequence[Entry]) -> int:
-        if not entries:
+    def add(self, head: Head, runs: Iterable[Sequence[Entry]], keep: Callable[[int, str], bool] | None = None) -> int:
+        """Add a session's verified entries, given as the runs they were read in (see
+        :func:`_read_runs`), keeping only the rows ``keep(ts, kind)`` accepts."""
+        seqs: list[int] = []
+        tss: list[int] = []
+        kinds: list[str] = []
+        hashes: list[str] = []
+        prevs: list[str | None] = []
+        data: list[bytes] = []
+        values: list[Any] = []
+        for run in runs:
+            if not run:
+                continue
+            cols = run.columns if type(run) is LinkedRun else None
+            if cols is not None:
+                # A v2 segment's own columns, verified by the decoder: its data bytes
+                # are the data_cbor column, each prev is the hash before it.
+                hexes = list(map(bytes.hex, cols.hashes))
+                seqs += range(cols.seq, cols.seq + len(hexes))
+                tss += cols.ts
+                kinds += cols.kinds
+                prevs.append(_hex_or_none(cols.prev))
+                prevs += hexes[:-1]
+                hashes += hexes
+                data += cols.data
+                values += cols.values
+            else:  # the tail, a v1 segment: from the entries (C calls per column)
+                seqs += map(_SEQ, run)
+                tss += map(_TS_OF, run)
+                kinds += map(_KIND_OF, run)
+                hashes += map(bytes.hex, map(_HASH_OF, run))
+                prevs += map(_hex_or_none, map(_PREV_OF, run))
+                # A slice of each entry's stored record (format v2, or made here): no re-encoding.
+                data += data_cbor_column(run)
+                values += map(_DATA_OF, run)
+        if keep is not None:
+            mask = list(map(keep, tss, kinds))
+            seqs, tss, kinds, hashes, prevs, data, values = (
+                list(compress(c, mask)) for c in (seqs, tss, kinds, hashes, prevs, data, values))
+        n = len(seqs)
+        if not n:
             return 0
-        n = len(entries)
         parent = head.parent.session if head.parent else None
-        ts = pa.array([e.ts for e in entries], pa.int64())
-        days = pa.array([e.ts // _DAY_MS for e in entries], pa.int32())
+        ts = pa.array(tss, pa.int64())
+        days = pa.array([t // _DAY_MS for t in tss], pa.int32())
         batch = pa.RecordBatch.from_arrays([
-            pa.array([head.session] * n, pa.string()),
-            pa.array([e.seq for e in entries], pa.int64()),
+            pa.repeat(pa.scalar(head.session, pa.string()), n),
+            pa.array(seqs, pa.int64()),
             ts.cast(_TS),
-            pa.array([e.kind for e in entries], pa.string()),
-            pa.array([e.hash.hex() for e in entries], pa.string()),
-            pa.array([e.prev.hex() if e.prev else None for e in entries], pa.string()),
-            pa.array([parent] * n, pa.string()),
-            # A slice of each entry's stored record (format v2, or made here): no re-encoding.
-            pa.array(data_cbor_column(entries), pa.binary()),
-            pa.array(_json_column([e.data for e in entries]), pa.string()),
+            pa.array(kinds, pa.string()),
+            pa.array(hashes, pa.string()),
+            pa.array(prevs, pa.string()),
+            pa.repeat(pa.scalar(parent, pa.string()), n),
+            pa.array(data, pa.binary()),
+            pa.array(_json_column(values), pa.string()),
             _days_to_dates(days),
         ], schema=SCHEMA)
         self.chunks.append(batch)
@@ -350,6 +399,24 @@ def scan(
     return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
 
 
+def _read_runs(
+    layout: Layout, sid: str, lo: int | None, hi: int | None
+) -> Proc[tuple[Head, list[Sequence[Entry]]] | None]:
+    """What :meth:`Log.read_window` reads and verifies (the same protocol steps), as the
+    runs the chain was read in: each segment's entries in the head's order, then its
+    tail. A v2 segment read under :func:`keeping_columns` is a LinkedRun with columns.
+    None when the head shows no entry in ``[lo, hi)``: its segments are not read."""
+    head, etag = yield from protocol.read_head(layout, validate_session_id(sid))
+    if head_outside(head, lo, hi):
+        return None
+    data = yield from protocol.load_latest_from(layout, head, etag)
+    runs: list[Sequence[Entry]] = [data.segments[k] for k in data.head.segments]
+    runs.append(data.head.tail)
+    if sum(map(len, runs)) != len(data.entries):  # not the runs it was verified as: use the whole
+        runs = [data.entries]
+    return data.head, runs
+
+
 def _scan(
     store: ObjectStore,
     sessions: Iterable[str] | None,
@@ -365,11 +432,13 @@ def _scan(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
 
-    def read(sid: str) -> tuple[Head, list[Entry]] | None:
+    layout = lg._core.layout
+
+    def read(sid: str) -> tuple[Head, list[Sequence[Entry]]] | None:
         try:
-            # Empty, or no entry can fall inside the window: its segments are not read.
-            data = lg.read_window(sid, since=lo, until=hi)
-            return None if data is None else (data.head, data.entries)
+            # v2 segments come with their columns (decoded in this thread, under this flag).
+            with keeping_columns():
+                return lg.run(_read_runs(layout, sid, lo, hi))
         except SessionNotFound:
             return None  # deleted since it was listed
         except (CorruptionError, FormatVersionError) as exc:
@@ -377,6 +446,11 @@ def _scan(
                 raise
             warnings.warn(f"skipping session {sid}: {exc}", CorruptSessionWarning, stacklevel=4)
             return None
+
+    keep: Callable[[int, str], bool] | None = None
+    if lo is not None or hi is not None or kind_set is not None:
+        def keep(ts: int, kind: str) -> bool:
+            return (lo is None or ts >= lo) and (hi is None or ts < hi) and (kind_set is None or kind in kind_set)
 
     try:
         ids = _session_ids(lg, sessions, lo)
@@ -388,7 +462,7 @@ def _scan(
             # oldest is taken, not when a whole window is done, so one slow session (a
             # head then its segments: two round trips in a row) holds back no others.
             # Sessions come out in order.
-            ahead: deque[Future[tuple[Head, list[Entry]] | None]] = deque()
+            ahead: deque[Future[tuple[Head, list[Sequence[Entry]]] | None]] = deque()
             todo = iter(ids)
             try:
                 for sid in islice(todo, parallelism):
@@ -399,16 +473,10 @@ def _scan(
                         ahead.append(pool.submit(read, sid))
                     n = 0
                     if got is not None:
-                        head, entries = got
+                        head, runs = got
                         if on_head is not None:
                             on_head(head)
-                        if lo is not None or hi is not None or kind_set is not None:
-                            entries = [
-                                e for e in entries
-                                if (lo is None or e.ts >= lo) and (hi is None or e.ts < hi)
-                                and (kind_set is None or e.kind in kind_set)
-                            ]
-                        n = cols.add(head, entries)
+                        n = cols.add(head, runs, keep)
                     tracker.step(n)
                     yield from cols.take(batch_size)
             finally:

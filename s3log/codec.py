@@ -20,6 +20,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add as _add
@@ -397,6 +398,27 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+@dataclass(frozen=True, slots=True)
+class RunColumns:
+    """A v2 segment's entries as the columns it stores, verified as its entries are.
+
+    ``data`` holds each entry's data item as stored (its deterministic CBOR encoding,
+    the bytes its record was hashed over), ``values`` the same items decoded; the
+    entries' seqs run from ``seq`` and the first entry's prev is ``prev``, each
+    other's the hash before it. Kept beside a :class:`LinkedRun` only while
+    :func:`keeping_columns` is on (a columnar reader: s3log.analytics), so that reader
+    needs neither the entries' attributes nor a slice of each record.
+    """
+
+    seq: int
+    prev: bytes | None
+    ts: list[int]
+    kinds: list[str]
+    data: list[bytes]
+    hashes: list[bytes]
+    values: list[Any]
+
+
 class LinkedRun(tuple[Entry, ...]):
     """Entries decoded from one v2 object whose links the decoder has already checked.
 
@@ -404,10 +426,32 @@ class LinkedRun(tuple[Entry, ...]):
     every entry's ``prev`` is the hash of the entry before it and that every hash is
     the SHA-256 of the record it was read from. :class:`s3log.chain.ChainVerifier`
     then checks only where the run joins the chain (its first seq and ``prev``),
-    instead of every entry again. An ordinary tuple otherwise.
+    instead of every entry again. An ordinary tuple otherwise. ``columns``: the
+    segment's :class:`RunColumns`, when it was decoded under :func:`keeping_columns`.
     """
 
-    __slots__ = ()
+    # No __slots__: a tuple subclass may only have an empty one, and ``columns`` is set
+    # on the few runs a columnar reader asks for (the class default serves the others).
+    columns: RunColumns | None = None
+
+
+#: Whether the v2 segment decoder keeps each segment's columns (see keeping_columns).
+_KEEP_COLUMNS: ContextVar[bool] = ContextVar("s3log_keep_columns", default=False)
+
+
+@contextmanager
+def keeping_columns() -> Iterator[None]:
+    """While on (in this thread or task), v2 segments decode to a :class:`LinkedRun`
+    that also carries its :class:`RunColumns`.
+
+    Off by default: a writer's cache of decoded segments would otherwise hold each
+    entry's data bytes twice (in its record and in the column).
+    """
+    token = _KEEP_COLUMNS.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_COLUMNS.reset(token)
 
 
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
@@ -728,11 +772,48 @@ def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
         return list(map(_add, repeat(b"\x1a"), map(int.to_bytes, values, repeat(4))))
     if lo >= 0x100 and hi < 0x10000:
         return list(map(_add, repeat(b"\x19"), map(int.to_bytes, values, repeat(2))))
+    if lo >= 24 and hi < 0x100:
+        return list(map(_add, repeat(b"\x18"), map(int.to_bytes, values, repeat(1))))
+    if lo >= 0 and hi < 24:  # the value is its own head
+        return list(map(int.to_bytes, values, repeat(1)))
     return list(map(dumps, values))
 
 
+#: Where the deterministic encoding of an unsigned integer grows by a byte or more.
+_UINT_STEPS = (24, 0x100, 0x10000, 2**32, 2**64)
+
+
+def _seq_heads(s0: int, n: int) -> list[bytes]:
+    """The deterministic encodings of ``s0 .. s0 + n - 1``: each stretch of one length
+    at a time, so a run across a boundary (0..799) takes no call per value."""
+    out: list[bytes] = []
+    lo, end = s0, s0 + n
+    for step in _UINT_STEPS:
+        if lo >= end:
+            break
+        if lo < step:
+            hi = min(step, end)
+            out += _uint_heads(range(lo, hi), lo, hi - 1)
+            lo = hi
+    if lo < end:  # beyond 64 bits: not a valid seq, encoded as the ints they are
+        out += list(map(dumps, range(lo, end)))
+    return out
+
+
 def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
-    """The entries of a v2 segment: records rebuilt from its columns, then hashed.
+    """The entries of a v2 segment (:func:`_verified_columns`), as a :class:`LinkedRun`
+    that carries the columns too under :func:`keeping_columns`."""
+    cols, records = _verified_columns(obj, key)
+    hashes = cols.hashes
+    run = LinkedRun(map(_NEW_ENTRY, range(cols.seq, cols.seq + len(hashes)), [cols.prev, *hashes[:-1]],
+                        cols.kinds, cols.ts, cols.values, hashes, records))
+    if _KEEP_COLUMNS.get():
+        run.columns = cols
+    return run
+
+
+def _verified_columns(obj: Mapping[str, Any], key: str) -> tuple[RunColumns, list[bytes]]:
+    """The columns of a v2 segment and its entries' records, rebuilt from them and hashed.
 
     Every record is laid out by this function from the segment's values (seq, ts, kind,
     prev in their deterministic encodings, the data bytes as stored) and hashed; the
@@ -760,9 +841,8 @@ def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
             raise CorruptionError(key, f"segment {name} holds items that are not {typ.__name__}")
     tss, kinds, hashes = cast(list[int], tss), cast(list[str], kinds), cast(list[bytes], hashes)
     kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
-    seqs = range(s0, s0 + n)
     records = list(map(b"".join, zip(
-        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _uint_heads(seqs, s0, s0 + n - 1),
+        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _seq_heads(s0, n),
         repeat(_K_DATA), data, map(kind_tails.__getitem__, kinds),
         [dumps(prev0), *map(_add, repeat(_BYTES32), hashes[:-1])], strict=False,
     )))
@@ -772,7 +852,7 @@ def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
         i = next(i for i, (h, d) in enumerate(zip(hashes, digests, strict=True)) if h != d)
         raise CorruptionError(key, f"hash is {hashes[i].hex()}, record hashes to {digests[i].hex()}", seq=s0 + i)
     values = _decode_items(data, key, "segment data")
-    return LinkedRun(map(_NEW_ENTRY, seqs, [prev0, *digests[:-1]], kinds, tss, values, digests, records))
+    return RunColumns(s0, prev0, tss, kinds, cast(list[bytes], data), digests, values), records
 
 
 # --------------------------------------------------------------------------------- head
