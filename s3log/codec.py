@@ -760,44 +760,59 @@ def decode_segment(body: bytes, key: str) -> Segment:
     return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
 
 
-def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
-    """The deterministic encodings of integers that all lie in [lo, hi].
+#: The head byte and width of an unsigned integer's deterministic encoding, by the
+#: bound below which it applies (major type 0; below 24 the value is its own head).
+_UINT_FORMS = ((24, b"", 1), (0x100, b"\x18", 1), (0x10000, b"\x19", 2), (2**32, b"\x1a", 4), (2**64, b"\x1b", 8))
+
+
+def _uint_form(lo: int, hi: int) -> tuple[bytes, int] | None:
+    """The head byte and width every integer in [lo, hi] (lo >= 0) is encoded with, or
+    None when their encodings differ in length (or do not fit 64 bits)."""
+    floor = 0
+    for bound, head, width in _UINT_FORMS:
+        if hi < bound:
+            return (head, width) if lo >= floor else None
+        floor = bound
+    return None
+
+
+def _uint_parts(values: Sequence[int], lo: int, hi: int) -> tuple[bytes, list[bytes]]:
+    """The deterministic encodings of integers that all lie in [lo, hi], as a head
+    shared by all and each one's remaining bytes (the whole encodings, head b"", when
+    their lengths differ).
 
     One C call per value either way; when they share a length (timestamps in ms, the
-    seqs of a segment) the head byte is known and the value is only laid out as bytes.
+    seqs of a segment) the head byte is known and the value is only laid out as bytes,
+    so a caller joining the encodings into records adds the head to what precedes them.
     """
-    if lo >= 2**32 and hi < 2**64:
-        return list(map(_add, repeat(b"\x1b"), map(int.to_bytes, values, repeat(8))))
-    if lo >= 0x10000 and hi < 2**32:
-        return list(map(_add, repeat(b"\x1a"), map(int.to_bytes, values, repeat(4))))
-    if lo >= 0x100 and hi < 0x10000:
-        return list(map(_add, repeat(b"\x19"), map(int.to_bytes, values, repeat(2))))
-    if lo >= 24 and hi < 0x100:
-        return list(map(_add, repeat(b"\x18"), map(int.to_bytes, values, repeat(1))))
-    if lo >= 0 and hi < 24:  # the value is its own head
-        return list(map(int.to_bytes, values, repeat(1)))
-    return list(map(dumps, values))
+    form = _uint_form(lo, hi) if lo >= 0 else None
+    if form is None:
+        return b"", list(map(dumps, values))
+    return form[0], list(map(int.to_bytes, values, repeat(form[1])))
 
 
-#: Where the deterministic encoding of an unsigned integer grows by a byte or more.
-_UINT_STEPS = (24, 0x100, 0x10000, 2**32, 2**64)
+def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
+    """The deterministic encodings of integers that all lie in [lo, hi] (:func:`_uint_parts`)."""
+    head, rest = _uint_parts(values, lo, hi)
+    return list(map(_add, repeat(head), rest)) if head else rest
 
 
-def _seq_heads(s0: int, n: int) -> list[bytes]:
-    """The deterministic encodings of ``s0 .. s0 + n - 1``: each stretch of one length
-    at a time, so a run across a boundary (0..799) takes no call per value."""
-    out: list[bytes] = []
-    lo, end = s0, s0 + n
-    for step in _UINT_STEPS:
-        if lo >= end:
-            break
-        if lo < step:
-            hi = min(step, end)
-            out += _uint_heads(range(lo, hi), lo, hi - 1)
-            lo = hi
-    if lo < end:  # beyond 64 bits: not a valid seq, encoded as the ints they are
-        out += list(map(dumps, range(lo, end)))
-    return out
+def _seq_parts(s0: int, n: int) -> tuple[bytes, list[bytes]]:
+    """:func:`_uint_parts` of ``s0 .. s0 + n - 1`` (s0 >= 0); a run across a length
+    boundary (0..799) is encoded a stretch of one length at a time, not a call per value."""
+    end = s0 + n
+    if _uint_form(s0, end - 1) is not None:
+        return _uint_parts(range(s0, end), s0, end - 1)
+    rest: list[bytes] = []
+    floor = 0
+    for bound, _, _ in _UINT_FORMS:
+        lo, hi = max(s0, floor), min(end, bound)
+        if lo < hi:
+            rest += _uint_heads(range(lo, hi), lo, hi - 1)
+        floor = bound
+    if end > floor:  # beyond 64 bits: not a seq s3log writes, encoded as the ints they are
+        rest += list(map(dumps, range(max(s0, floor), end)))
+    return b"", rest
 
 
 def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
@@ -840,12 +855,17 @@ def _verified_columns(obj: Mapping[str, Any], key: str) -> tuple[RunColumns, lis
         if set(map(type, column)) != {typ}:
             raise CorruptionError(key, f"segment {name} holds items that are not {typ.__name__}")
     tss, kinds, hashes = cast(list[int], tss), cast(list[str], kinds), cast(list[bytes], hashes)
-    kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
+    # Each record's constant parts are joined ahead: the head of its ts and seq when all
+    # share one, and each kind's tail up to the 32-byte string head of a prev.
+    ts_head, ts_rest = _uint_parts(tss, min(tss), max(tss))
+    seq_head, seq_rest = _seq_parts(s0, n)
+    kind_tails = {k: _K_KIND + dumps(k) + _PREV_HASH for k in set(kinds)}
     records = list(map(b"".join, zip(
-        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _seq_heads(s0, n),
-        repeat(_K_DATA), data, map(kind_tails.__getitem__, kinds),
-        [dumps(prev0), *map(_add, repeat(_BYTES32), hashes[:-1])], strict=False,
+        repeat(_R_TS + ts_head), ts_rest, repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), data,
+        map(kind_tails.__getitem__, kinds), [b"", *hashes[:-1]], strict=False,
     )))
+    # The first record's prev is the segment's own (null, or a hash): rebuilt once.
+    records[0] = records[0][: -len(_BYTES32)] + dumps(prev0)
     sha = hashlib.sha256
     digests = [sha(r).digest() for r in records]
     if digests != hashes:
