@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 import warnings
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 from . import protocol
 from ._extras import extra
-from .codec import Entry, Head, LinkedRun, data_cbor_column, keeping_columns
+from .codec import HASH_LEN, Entry, Head, LinkedRun, data_cbor_column, keeping_columns
 from .config import LogConfig
 from .core import head_outside
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
@@ -209,6 +210,66 @@ def _hex_or_none(value: bytes | None) -> str | None:
     return None if value is None else value.hex()
 
 
+#: int32 offsets 0, 64, 128...: the offsets of hex hashes laid end to end, shared by
+#: every hash column (sliced, never copied); grown on demand up to _OFFSETS_CAP rows.
+_offsets64 = pa.py_buffer(array("i", range(0, 64 * 4097, 64)))
+_OFFSETS_CAP = 1 << 20
+
+
+def _offsets(n: int) -> pa.Buffer:
+    """A buffer of the ``n`` int32 offsets 0, 64, 128... (n - 1 strings of 64 bytes)."""
+    global _offsets64
+    have = _offsets64
+    if have.size < 4 * n:
+        if n > _OFFSETS_CAP:
+            return pa.py_buffer(array("i", range(0, 64 * n, 64)))
+        # A race between two scans only builds it twice.
+        have = _offsets64 = pa.py_buffer(array("i", range(0, 64 * max(n, 2 * (have.size // 4)), 64)))
+    return have.slice(0, 4 * n)
+
+
+def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array]:
+    """The ``hash`` and ``prev`` columns (hex) of rows whose hashes are 32 bytes.
+
+    When each prev is the hash of the row before (a chain's rows, none left out), both
+    are views of one text, the hex of the first prev then of every hash, made in one
+    call: no string object per row. Otherwise each value on its own.
+    """
+    n = len(hashes)
+    first = prevs[0] if prevs else None
+    if (not n or 64 * (n + 2) >= 2**31 or prevs[1:] != hashes[:-1] or set(map(len, hashes)) != {HASH_LEN}
+            or not (first is None or len(first) == HASH_LEN)):
+        return (pa.array(list(map(bytes.hex, hashes)), pa.string()),
+                pa.array(list(map(_hex_or_none, prevs)), pa.string()))
+    # A null first prev is a null over 64 placeholder bytes (a null's bytes are ignored).
+    text = pa.py_buffer(b"".join([bytes(HASH_LEN) if first is None else first, *hashes]).hex().encode())
+    offsets = _offsets(n + 2)
+    validity = None
+    if first is None:
+        bitmap = bytearray(b"\xff" * ((n + 7) // 8))
+        bitmap[0] &= 0xFE  # row 0: no prev
+        validity = pa.py_buffer(bitmap)
+    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets.slice(0, 4 * (n + 1)), text],
+                                 null_count=1 if first is None else 0)
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets.slice(4), text])
+    return hashed, prev
+
+
+#: ms of the earliest and after the latest time whose day fits a date32.
+_DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
+
+
+def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
+    """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(ts.cast(pa.int64()))
+    if _DATE32_MS[0] <= bounds["min"].as_py() and bounds["max"].as_py() < _DATE32_MS[1]:
+        return ts.cast(pa.date32()).cast(pa.string())  # the cast floors to the day
+    # Days out of date32's range: refused by Arrow as before (no silent wrap).
+    return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
+
+
 class _Columns:
     """Entry rows accumulated column by column, cut into record batches of a fixed size."""
 
@@ -222,8 +283,8 @@ class _Columns:
         seqs: list[int] = []
         tss: list[int] = []
         kinds: list[str] = []
-        hashes: list[str] = []
-        prevs: list[str | None] = []
+        hashes: list[bytes] = []
+        prevs: list[bytes | None] = []
         data: list[bytes] = []
         values: list[Any] = []
         for run in runs:
@@ -233,21 +294,20 @@ class _Columns:
             if cols is not None:
                 # A v2 segment's own columns, verified by the decoder: its data bytes
                 # are the data_cbor column, each prev is the hash before it.
-                hexes = list(map(bytes.hex, cols.hashes))
-                seqs += range(cols.seq, cols.seq + len(hexes))
+                seqs += range(cols.seq, cols.seq + len(cols.hashes))
                 tss += cols.ts
                 kinds += cols.kinds
-                prevs.append(_hex_or_none(cols.prev))
-                prevs += hexes[:-1]
-                hashes += hexes
+                prevs.append(cols.prev)
+                prevs += cols.hashes[:-1]
+                hashes += cols.hashes
                 data += cols.data
                 values += cols.values
             else:  # the tail, a v1 segment: from the entries (C calls per column)
                 seqs += map(_SEQ, run)
                 tss += map(_TS_OF, run)
                 kinds += map(_KIND_OF, run)
-                hashes += map(bytes.hex, map(_HASH_OF, run))
-                prevs += map(_hex_or_none, map(_PREV_OF, run))
+                hashes += map(_HASH_OF, run)
+                prevs += map(_PREV_OF, run)
                 # A slice of each entry's stored record (format v2, or made here): no re-encoding.
                 data += data_cbor_column(run)
                 values += map(_DATA_OF, run)
@@ -259,19 +319,19 @@ class _Columns:
         if not n:
             return 0
         parent = head.parent.session if head.parent else None
-        ts = pa.array(tss, pa.int64())
-        days = pa.array([t // _DAY_MS for t in tss], pa.int32())
+        ts = pa.array(tss, pa.int64()).cast(_TS)
+        hashed, prev = _hash_columns(hashes, prevs)
         batch = pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(head.session, pa.string()), n),
             pa.array(seqs, pa.int64()),
-            ts.cast(_TS),
+            ts,
             pa.array(kinds, pa.string()),
-            pa.array(hashes, pa.string()),
-            pa.array(prevs, pa.string()),
+            hashed,
+            prev,
             pa.repeat(pa.scalar(parent, pa.string()), n),
             pa.array(data, pa.binary()),
             pa.array(_json_column(values), pa.string()),
-            _days_to_dates(days),
+            _date_column(ts, tss),
         ], schema=SCHEMA)
         self.chunks.append(batch)
         self.rows += n
