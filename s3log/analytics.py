@@ -492,7 +492,7 @@ def _scan(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
 
-    layout = lg._core.layout
+    layout = lg.layout
 
     def read(sid: str) -> tuple[Head, list[Sequence[Entry]]] | None:
         try:
