@@ -634,10 +634,13 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     same record, under the same hash.
     """
     kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
+    ts_head, ts_rest = _uint_parts(tss, min(tss), max(tss))
+    seq_head, seq_rest = _uint_parts(seqs, min(seqs), max(seqs))
     fronts = list(map(b"".join, zip(
-        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ),
-        _uint_heads(seqs, min(seqs), max(seqs)), repeat(_K_DATA), strict=False)))
-    backs = list(map(_add, map(kind_tails.__getitem__, kinds), map(dumps, prevs)))
+        repeat(_R_TS + ts_head), ts_rest, repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
+    # A 32-byte prev (what the callers let through, besides null) is its string head and itself.
+    prev_encodings = [_BYTES32 + p if type(p) is bytes and len(p) == HASH_LEN else dumps(p) for p in prevs]
+    backs = list(map(_add, map(kind_tails.__getitem__, kinds), prev_encodings))
     if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
             and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
         i = next(i for i, (r, f, b) in enumerate(zip(records, fronts, backs, strict=True))
