@@ -263,7 +263,7 @@ def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
     """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
     import pyarrow.compute as pc
 
-    bounds = pc.min_max(ts.cast(pa.int64()))
+    bounds = pc.min_max(ts.view(pa.int64()))
     if _DATE32_MS[0] <= bounds["min"].as_py() and bounds["max"].as_py() < _DATE32_MS[1]:
         return ts.cast(pa.date32()).cast(pa.string())  # the cast floors to the day
     # Days out of date32's range: refused by Arrow as before (no silent wrap).
@@ -319,7 +319,7 @@ class _Columns:
         if not n:
             return 0
         parent = head.parent.session if head.parent else None
-        ts = pa.array(tss, pa.int64()).cast(_TS)
+        ts = pa.array(tss, pa.int64()).view(_TS)  # the same 64-bit values, read as ms
         hashed, prev = _hash_columns(hashes, prevs)
         batch = pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(head.session, pa.string()), n),
