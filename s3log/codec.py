@@ -20,7 +20,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add as _add
@@ -400,14 +399,15 @@ def _gc_paused() -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class RunColumns:
-    """A v2 segment's entries as the columns it stores, verified as its entries are.
+    """A v2 segment's entries as the columns it stores, verified as its entries would be.
 
-    ``data`` holds each entry's data item as stored (its deterministic CBOR encoding,
-    the bytes its record was hashed over), ``values`` the same items decoded; the
-    entries' seqs run from ``seq`` and the first entry's prev is ``prev``, each
-    other's the hash before it. Kept beside a :class:`LinkedRun` only while
-    :func:`keeping_columns` is on (a columnar reader: s3log.analytics), so that reader
-    needs neither the entries' attributes nor a slice of each record.
+    Made only by :func:`decode_segment_columns`, after the same checks as the entries
+    :func:`decode_segment` makes (every record rebuilt and hashed, the hashes equal to
+    the stored ones, so the run is linked; each data item exactly one CBOR item). The
+    seqs run from ``seq``; the first entry's prev is ``prev``, each other's the hash
+    before it. ``data`` holds each entry's data item as stored (its deterministic CBOR
+    encoding, the bytes its record was hashed over), ``values`` the same decoded. For a
+    columnar reader (s3log.analytics): no Entry is made, no record sliced.
     """
 
     seq: int
@@ -426,32 +426,10 @@ class LinkedRun(tuple[Entry, ...]):
     every entry's ``prev`` is the hash of the entry before it and that every hash is
     the SHA-256 of the record it was read from. :class:`s3log.chain.ChainVerifier`
     then checks only where the run joins the chain (its first seq and ``prev``),
-    instead of every entry again. An ordinary tuple otherwise. ``columns``: the
-    segment's :class:`RunColumns`, when it was decoded under :func:`keeping_columns`.
+    instead of every entry again. An ordinary tuple otherwise.
     """
 
-    # No __slots__: a tuple subclass may only have an empty one, and ``columns`` is set
-    # on the few runs a columnar reader asks for (the class default serves the others).
-    columns: RunColumns | None = None
-
-
-#: Whether the v2 segment decoder keeps each segment's columns (see keeping_columns).
-_KEEP_COLUMNS: ContextVar[bool] = ContextVar("s3log_keep_columns", default=False)
-
-
-@contextmanager
-def keeping_columns() -> Iterator[None]:
-    """While on (in this thread or task), v2 segments decode to a :class:`LinkedRun`
-    that also carries its :class:`RunColumns`.
-
-    Off by default: a writer's cache of decoded segments would otherwise hold each
-    entry's data bytes twice (in its record and in the column).
-    """
-    token = _KEEP_COLUMNS.set(True)
-    try:
-        yield
-    finally:
-        _KEEP_COLUMNS.reset(token)
+    __slots__ = ()
 
 
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
@@ -750,17 +728,38 @@ def check_format_version(version: object) -> int:
 
 def decode_segment(body: bytes, key: str) -> Segment:
     """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
+    session, obj = _segment_map(body, key)
+    if obj["v"] == 2:
+        with _gc_paused():
+            return Segment(session, _decode_columns(obj, key))
+    return Segment(session, _v1_entries(obj, key))
+
+
+def decode_segment_columns(body: bytes, key: str) -> tuple[str, RunColumns | tuple[Entry, ...]]:
+    """:func:`decode_segment` for a columnar reader: the session, and a v2 segment's
+    entries as its :class:`RunColumns` (checked the same way, with the same errors,
+    but no Entry made); a v1 segment's as entries. Its links to the rest of the chain
+    are checked by :meth:`s3log.chain.ChainVerifier.feed_columns` / ``feed_segment``."""
+    session, obj = _segment_map(body, key)
+    if obj["v"] == 2:
+        with _gc_paused():
+            return session, _verified_columns(obj, key)[0]
+    return session, _v1_entries(obj, key)
+
+
+def _segment_map(body: bytes, key: str) -> tuple[str, Mapping[str, Any]]:
     obj = _check_version(_decode(body, key, "segment"), key, "segment")
     session = obj.get("session")
     if not isinstance(session, str):
         raise CorruptionError(key, "segment session is not a string")
-    if obj["v"] == 2:
-        with _gc_paused():
-            return Segment(session, _decode_columns(obj, key))
+    return session, obj
+
+
+def _v1_entries(obj: Mapping[str, Any], key: str) -> tuple[Entry, ...]:
     entries = obj.get("entries")
     if not isinstance(entries, list) or not entries:
         raise CorruptionError(key, "segment entries is not a non-empty array")
-    return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+    return tuple(_entry_from_map(e, key) for e in entries)
 
 
 #: The head byte and width of an unsigned integer's deterministic encoding, by the
@@ -819,15 +818,11 @@ def _seq_parts(s0: int, n: int) -> tuple[bytes, list[bytes]]:
 
 
 def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
-    """The entries of a v2 segment (:func:`_verified_columns`), as a :class:`LinkedRun`
-    that carries the columns too under :func:`keeping_columns`."""
+    """The entries of a v2 segment (:func:`_verified_columns`), each with its record."""
     cols, records = _verified_columns(obj, key)
     hashes = cols.hashes
-    run = LinkedRun(map(_NEW_ENTRY, range(cols.seq, cols.seq + len(hashes)), [cols.prev, *hashes[:-1]],
-                        cols.kinds, cols.ts, cols.values, hashes, records))
-    if _KEEP_COLUMNS.get():
-        run.columns = cols
-    return run
+    return LinkedRun(map(_NEW_ENTRY, range(cols.seq, cols.seq + len(hashes)), [cols.prev, *hashes[:-1]],
+                         cols.kinds, cols.ts, cols.values, hashes, records))
 
 
 def _verified_columns(obj: Mapping[str, Any], key: str) -> tuple[RunColumns, list[bytes]]:

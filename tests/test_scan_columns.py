@@ -17,7 +17,7 @@ import pyarrow as pa
 
 import s3log
 from s3log import analytics, codec
-from s3log.codec import LinkedRun, RunColumns, decode_segment, dumps, keeping_columns
+from s3log.codec import LinkedRun, RunColumns, decode_segment, decode_segment_columns, dumps
 from s3log.env import Env
 from s3log.errors import CorruptionError
 
@@ -138,24 +138,35 @@ def test_filters_keep_the_rows_of_the_entries_they_select() -> None:
             chunk.validate(full=True)
 
 
-def test_columns_are_kept_only_when_asked_and_describe_the_entries() -> None:
+def test_segment_columns_describe_the_entries_decode_segment_makes() -> None:
     store, ids = _mixed_store()
     log = s3log.Log(store)
-    key = log.head(ids[1]).segments[0]
+    for sid in ids:
+        for key in log.head(sid).segments:
+            body = store.get(key).body
+            segment = decode_segment(body, key)
+            session, run = decode_segment_columns(body, key)
+            assert session == segment.session == sid
+            if cbor2.loads(body)["v"] == 1:
+                assert run == segment.entries
+                continue
+            entries = segment.entries
+            assert type(entries) is LinkedRun and isinstance(run, RunColumns)
+            assert run.seq == entries[0].seq and run.prev == entries[0].prev
+            assert run.ts == [e.ts for e in entries] and run.kinds == [e.kind for e in entries]
+            assert run.hashes == [e.hash for e in entries] and run.values == [e.data for e in entries]
+            assert run.data == [dumps(e.data) for e in entries] == codec.data_cbor_column(entries)
+
+
+def test_segment_columns_are_refused_as_the_entries_are() -> None:
+    store, ids = _mixed_store()
+    key, _ = _segment_with(store, ids[1], _flip_data_byte)
     body = store.get(key).body
-    plain = decode_segment(body, key)
-    assert type(plain.entries) is LinkedRun and plain.entries.columns is None
-    with keeping_columns():
-        kept = decode_segment(body, key)
-    assert decode_segment(body, key).entries.columns is None  # off again after the block
-    run = kept.entries
-    assert type(run) is LinkedRun and run == plain.entries
-    cols = run.columns
-    assert isinstance(cols, RunColumns)
-    assert cols.seq == run[0].seq and cols.prev == run[0].prev
-    assert cols.ts == [e.ts for e in run] and cols.kinds == [e.kind for e in run]
-    assert cols.hashes == [e.hash for e in run] and cols.values == [e.data for e in run]
-    assert cols.data == [dumps(e.data) for e in run] == codec.data_cbor_column(run)
+    with pytest.raises(CorruptionError) as entries_err:
+        decode_segment(body, key)
+    with pytest.raises(CorruptionError) as columns_err:
+        decode_segment_columns(body, key)
+    assert str(columns_err.value) == str(entries_err.value)
 
 
 def _segment_with(store: s3log.MemoryStore, sid: str, change: Callable[[dict[str, Any]], int]) -> tuple[str, int]:
@@ -280,3 +291,43 @@ def test_date_column_floors_to_the_utc_day() -> None:
     tss = [-DAY - 1, -DAY, -1, 0, DAY - 1, DAY, T0 - 1, T0, 253_402_300_799_999]  # up to 9999-12-31
     ts = pa.array(tss, pa.int64()).cast(analytics._TS)
     assert analytics._date_column(ts, tss).to_pylist() == [_day(t) for t in tss]
+
+
+def test_a_segment_of_another_session_is_refused() -> None:
+    store, log, a, b = _twins()
+    key = log.head(a).segments[1]
+    store.put_raw(key, store.get(log.head(b).segments[1]).body)  # b's own segment, under a's key
+    err = _refused_alike(store, log, a)
+    assert err.key == key and err.reason == f"segment belongs to session {b}, expected {a}"
+
+
+def test_a_missing_segment_is_refused_as_log_read_refuses_it() -> None:
+    store, log, a, _ = _twins()
+    key = log.head(a).segments[0]
+    store.delete(key)
+    err = _refused_alike(store, log, a)
+    assert err.key == key and "missing" in err.reason
+
+
+def test_a_fork_whose_head_names_another_origin_is_refused() -> None:
+    store, ids = _mixed_store()
+    log = s3log.Log(store)
+    child = ids[3]
+    first = log.head(child).segments[0]
+    assert cbor2.loads(store.get(first).body)["v"] == 2  # the fork entry is read from columns
+    head_key = log.layout.head(child)
+    head = cbor2.loads(store.get(head_key).body)
+    head["parent"]["reason"] = "not what the fork entry says"
+    store.put_raw(head_key, dumps(head))
+    err = _refused_alike(store, log, child)
+    assert err.key == head_key and err.seq == 0 and "parent differs" in err.reason
+
+
+def test_a_head_naming_another_last_entry_is_refused() -> None:
+    store, log, a, _ = _twins()
+    head_key = log.layout.head(a)
+    head = cbor2.loads(store.get(head_key).body)
+    head["hash"] = bytes(32)
+    store.put_raw(head_key, dumps(head))
+    err = _refused_alike(store, log, a)
+    assert err.key == head_key and err.reason.startswith("head names seq 29 hash 0000")
