@@ -294,17 +294,16 @@ class _Columns:
         values: list[Any] = []
         for run in runs:
             if isinstance(run, RunColumns):
-                cols = run
                 # A v2 segment's own columns, verified by the decoder: its data bytes
                 # are the data_cbor column, each prev is the hash before it.
-                seqs += range(cols.seq, cols.seq + len(cols.hashes))
-                tss += cols.ts
-                kinds += cols.kinds
-                prevs.append(cols.prev)
-                prevs += cols.hashes[:-1]
-                hashes += cols.hashes
-                data += cols.data
-                values += cols.values
+                seqs += range(run.seq, run.seq + len(run.hashes))
+                tss += run.ts
+                kinds += run.kinds
+                prevs.append(run.prev)
+                prevs += run.hashes[:-1]
+                hashes += run.hashes
+                data += run.data
+                values += run.values
             elif run:  # the tail, a v1 segment: from the entries (C calls per column)
                 seqs += map(_SEQ, run)
                 tss += map(_TS_OF, run)
@@ -522,7 +521,6 @@ def _scan(
     on_head: Callable[[Head], None] | None,
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
-
     layout = lg.layout
 
     def read(sid: str) -> tuple[Head, list[_Run]] | None:
