@@ -19,21 +19,27 @@ import threading
 import time
 import uuid
 import warnings
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any, Literal
 
+from . import protocol
 from ._extras import extra
-from .codec import Entry, Head, data_cbor_column
+from .chain import ChainVerifier, check_fork_origin
+from .codec import HASH_LEN, Entry, Head, RunColumns, Segment, data_cbor_column, decode_segment_columns
 from .config import LogConfig
 from .core import head_outside
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
+from .layout import Layout
 from .log import Log
+from .ops import Get, Parallel, Proc
 from .store.base import ObjectStore
 
 with extra("analytics"):
@@ -197,6 +203,78 @@ def _days_to_dates(days: pa.Array) -> pa.Array:
 # ----------------------------------------------------------------------------- batches
 
 
+#: What a session's verified entries are read as: a v2 segment's columns, else entries.
+_Run = RunColumns | Sequence[Entry]
+
+
+_SEQ, _TS_OF, _KIND_OF, _HASH_OF, _PREV_OF, _DATA_OF = (
+    attrgetter(name) for name in ("seq", "ts", "kind", "hash", "prev", "data"))
+
+
+def _hex_or_none(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
+
+
+#: int32 offsets 0, 64, 128...: the offsets of hex hashes laid end to end, shared by
+#: every hash column (sliced, never copied); grown on demand up to _OFFSETS_CAP rows.
+_offsets64 = pa.py_buffer(array("i", range(0, 64 * 4097, 64)))
+_OFFSETS_CAP = 1 << 20
+
+
+def _offsets(n: int) -> pa.Buffer:
+    """A buffer of the ``n`` int32 offsets 0, 64, 128... (n - 1 strings of 64 bytes)."""
+    global _offsets64
+    have = _offsets64
+    if have.size < 4 * n:
+        if n > _OFFSETS_CAP:
+            return pa.py_buffer(array("i", range(0, 64 * n, 64)))
+        # A race between two scans only builds it twice.
+        have = _offsets64 = pa.py_buffer(array("i", range(0, 64 * max(n, 2 * (have.size // 4)), 64)))
+    return have.slice(0, 4 * n)
+
+
+def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array]:
+    """The ``hash`` and ``prev`` columns (hex) of rows whose hashes are 32 bytes.
+
+    When each prev is the hash of the row before (a chain's rows, none left out), both
+    are views of one text, the hex of the first prev then of every hash, made in one
+    call: no string object per row. Otherwise each value on its own.
+    """
+    n = len(hashes)
+    first = prevs[0] if prevs else None
+    if (not n or 64 * (n + 2) >= 2**31 or prevs[1:] != hashes[:-1] or set(map(len, hashes)) != {HASH_LEN}
+            or not (first is None or len(first) == HASH_LEN)):
+        return (pa.array(list(map(bytes.hex, hashes)), pa.string()),
+                pa.array(list(map(_hex_or_none, prevs)), pa.string()))
+    # A null first prev is a null over 64 placeholder bytes (a null's bytes are ignored).
+    text = pa.py_buffer(b"".join([bytes(HASH_LEN) if first is None else first, *hashes]).hex().encode())
+    offsets = _offsets(n + 2)
+    validity = None
+    if first is None:
+        bitmap = bytearray(b"\xff" * ((n + 7) // 8))
+        bitmap[0] &= 0xFE  # row 0: no prev
+        validity = pa.py_buffer(bitmap)
+    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets.slice(0, 4 * (n + 1)), text],
+                                 null_count=1 if first is None else 0)
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets.slice(4), text])
+    return hashed, prev
+
+
+#: ms of the earliest and after the latest time whose day fits a date32.
+_DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
+
+
+def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
+    """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(ts.view(pa.int64()))
+    if _DATE32_MS[0] <= bounds["min"].as_py() and bounds["max"].as_py() < _DATE32_MS[1]:
+        return ts.cast(pa.date32()).cast(pa.string())  # the cast floors to the day
+    # Days out of date32's range: refused by Arrow as before (no silent wrap).
+    return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
+
+
 class _Columns:
     """Entry rows accumulated column by column, cut into record batches of a fixed size."""
 
@@ -204,25 +282,58 @@ class _Columns:
         self.chunks: list[pa.RecordBatch] = []
         self.rows = 0
 
-    def add(self, head: Head, entries: Sequence[Entry]) -> int:
-        if not entries:
+    def add(self, head: Head, runs: Iterable[_Run], keep: Callable[[int, str], bool] | None = None) -> int:
+        """Add a session's verified entries, given as the runs they were read in (see
+        :func:`_read_runs`), keeping only the rows ``keep(ts, kind)`` accepts."""
+        seqs: list[int] = []
+        tss: list[int] = []
+        kinds: list[str] = []
+        hashes: list[bytes] = []
+        prevs: list[bytes | None] = []
+        data: list[bytes] = []
+        values: list[Any] = []
+        for run in runs:
+            if isinstance(run, RunColumns):
+                # A v2 segment's own columns, verified by the decoder: its data bytes
+                # are the data_cbor column, each prev is the hash before it.
+                seqs += range(run.seq, run.seq + len(run.hashes))
+                tss += run.ts
+                kinds += run.kinds
+                prevs.append(run.prev)
+                prevs += run.hashes[:-1]
+                hashes += run.hashes
+                data += run.data
+                values += run.values
+            elif run:  # the tail, a v1 segment: from the entries (C calls per column)
+                seqs += map(_SEQ, run)
+                tss += map(_TS_OF, run)
+                kinds += map(_KIND_OF, run)
+                hashes += map(_HASH_OF, run)
+                prevs += map(_PREV_OF, run)
+                # A slice of each entry's stored record (format v2, or made here): no re-encoding.
+                data += data_cbor_column(run)
+                values += map(_DATA_OF, run)
+        if keep is not None:
+            mask = list(map(keep, tss, kinds))
+            seqs, tss, kinds, hashes, prevs, data, values = (
+                list(compress(c, mask)) for c in (seqs, tss, kinds, hashes, prevs, data, values))
+        n = len(seqs)
+        if not n:
             return 0
-        n = len(entries)
         parent = head.parent.session if head.parent else None
-        ts = pa.array([e.ts for e in entries], pa.int64())
-        days = pa.array([e.ts // _DAY_MS for e in entries], pa.int32())
+        ts = pa.array(tss, pa.int64()).view(_TS)  # the same 64-bit values, read as ms
+        hashed, prev = _hash_columns(hashes, prevs)
         batch = pa.RecordBatch.from_arrays([
-            pa.array([head.session] * n, pa.string()),
-            pa.array([e.seq for e in entries], pa.int64()),
-            ts.cast(_TS),
-            pa.array([e.kind for e in entries], pa.string()),
-            pa.array([e.hash.hex() for e in entries], pa.string()),
-            pa.array([e.prev.hex() if e.prev else None for e in entries], pa.string()),
-            pa.array([parent] * n, pa.string()),
-            # A slice of each entry's stored record (format v2, or made here): no re-encoding.
-            pa.array(data_cbor_column(entries), pa.binary()),
-            pa.array(_json_column([e.data for e in entries]), pa.string()),
-            _days_to_dates(days),
+            pa.repeat(pa.scalar(head.session, pa.string()), n),
+            pa.array(seqs, pa.int64()),
+            ts,
+            pa.array(kinds, pa.string()),
+            hashed,
+            prev,
+            pa.repeat(pa.scalar(parent, pa.string()), n),
+            pa.array(data, pa.binary()),
+            pa.array(_json_column(values), pa.string()),
+            _date_column(ts, tss),
         ], schema=SCHEMA)
         self.chunks.append(batch)
         self.rows += n
@@ -350,6 +461,52 @@ def scan(
     return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
 
 
+def _read_runs(layout: Layout, sid: str, lo: int | None, hi: int | None) -> Proc[tuple[Head, list[_Run]] | None]:
+    """What :meth:`Log.read_window` reads and verifies, as the runs the chain is stored
+    in: each segment's, in the head's order, then the tail. A v2 segment is read as its
+    verified columns (:func:`s3log.codec.decode_segment_columns`): no Entry is made.
+
+    The steps are the protocol's (``load_from_head``), with its verifiers and errors:
+    the head (signature included), every segment decoded, then the chain from the first
+    entry to the head, its joins by :class:`ChainVerifier`, and a fork's origin. None
+    when the head shows no entry in ``[lo, hi)``: its segments are not read.
+    """
+    head, etag = yield from protocol.read_head(layout, validate_session_id(sid))
+    if head_outside(head, lo, hi):
+        return None
+    keys = list(head.segments)
+    results: list[Any] = (yield Parallel(tuple(Get(k) for k in keys))) if keys else []
+    if any(isinstance(r, BaseException) for r in results):
+        # A segment gone (gc, after the head moved on) or unreadable: the protocol's own
+        # read, which reads the new head and tries again, or raises what it met.
+        data = yield from protocol.load_latest_from(layout, head, etag)
+        return data.head, [*(data.segments[k] for k in data.head.segments), data.head.tail]
+    runs: list[_Run] = []
+    segments = [decode_segment_columns(res.body, key) for key, res in zip(keys, results, strict=True)]
+    verifier = ChainVerifier(sid)
+    for key, (session, run) in zip(keys, segments, strict=True):
+        if isinstance(run, RunColumns):
+            verifier.feed_columns(key, session, run)
+        else:
+            verifier.feed_segment(key, Segment(session, run))
+        runs.append(run)
+    head_key = layout.head(sid)
+    verifier.feed(head_key, head.tail)
+    verifier.finish(head_key, head)
+    runs.append(head.tail)
+    check_fork_origin(head_key, head, _first_entry(runs))
+    return head, runs
+
+
+def _first_entry(runs: list[_Run]) -> Entry | None:
+    for run in runs:
+        if isinstance(run, RunColumns):
+            return Entry(run.seq, run.prev, run.kinds[0], run.ts[0], run.values[0], run.hashes[0])
+        if run:
+            return run[0]
+    return None
+
+
 def _scan(
     store: ObjectStore,
     sessions: Iterable[str] | None,
@@ -364,12 +521,11 @@ def _scan(
     on_head: Callable[[Head], None] | None,
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
+    layout = lg.layout
 
-    def read(sid: str) -> tuple[Head, list[Entry]] | None:
+    def read(sid: str) -> tuple[Head, list[_Run]] | None:
         try:
-            # Empty, or no entry can fall inside the window: its segments are not read.
-            data = lg.read_window(sid, since=lo, until=hi)
-            return None if data is None else (data.head, data.entries)
+            return lg.run(_read_runs(layout, sid, lo, hi))
         except SessionNotFound:
             return None  # deleted since it was listed
         except (CorruptionError, FormatVersionError) as exc:
@@ -377,6 +533,11 @@ def _scan(
                 raise
             warnings.warn(f"skipping session {sid}: {exc}", CorruptSessionWarning, stacklevel=4)
             return None
+
+    keep: Callable[[int, str], bool] | None = None
+    if lo is not None or hi is not None or kind_set is not None:
+        def keep(ts: int, kind: str) -> bool:
+            return (lo is None or ts >= lo) and (hi is None or ts < hi) and (kind_set is None or kind in kind_set)
 
     try:
         ids = _session_ids(lg, sessions, lo)
@@ -388,7 +549,7 @@ def _scan(
             # oldest is taken, not when a whole window is done, so one slow session (a
             # head then its segments: two round trips in a row) holds back no others.
             # Sessions come out in order.
-            ahead: deque[Future[tuple[Head, list[Entry]] | None]] = deque()
+            ahead: deque[Future[tuple[Head, list[_Run]] | None]] = deque()
             todo = iter(ids)
             try:
                 for sid in islice(todo, parallelism):
@@ -399,16 +560,10 @@ def _scan(
                         ahead.append(pool.submit(read, sid))
                     n = 0
                     if got is not None:
-                        head, entries = got
+                        head, runs = got
                         if on_head is not None:
                             on_head(head)
-                        if lo is not None or hi is not None or kind_set is not None:
-                            entries = [
-                                e for e in entries
-                                if (lo is None or e.ts >= lo) and (hi is None or e.ts < hi)
-                                and (kind_set is None or e.kind in kind_set)
-                            ]
-                        n = cols.add(head, entries)
+                        n = cols.add(head, runs, keep)
                     tracker.step(n)
                     yield from cols.take(batch_size)
             finally:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import FORK_KIND, Entry, Head, LinkedRun, ParentRef, Segment, entry_hash, make_entry
+from .codec import FORK_KIND, Entry, Head, LinkedRun, ParentRef, RunColumns, Segment, entry_hash, make_entry
 from .errors import CorruptionError
 from .layout import parse_segment_key
 
@@ -66,11 +66,8 @@ class ChainVerifier:
                 return
             # else: the loop below names the first entry that does not fit
         for e in entries:
-            if e.seq != seq:
-                raise CorruptionError(key, f"expected seq {seq}, found {e.seq}", seq=e.seq)
-            if e.prev != last:
-                # The hash of the entry before (or the chain's start) and this link disagree.
-                raise CorruptionError(key, f"prev is {_hex(e.prev)}, expected {_hex(last)}", seq=e.seq)
+            if e.seq != seq or e.prev != last:
+                raise _link_error(key, e.seq, e.prev, seq, last)
             if not e.raw:
                 recomputed = entry_hash(e.seq, e.prev, e.kind, e.ts, e.data)
                 if recomputed != e.hash:
@@ -82,25 +79,32 @@ class ChainVerifier:
 
     def feed_segment(self, key: str, segment: Segment) -> None:
         """Verify a segment: its session, its key (first seq, last hash) and entries."""
-        if segment.session != self.session:
-            raise CorruptionError(
-                key, f"segment belongs to session {segment.session}, expected {self.session}"
-            )
+        last_hash = self._segment_key(key, segment.session, segment.entries[0].seq)
+        self.feed(key, segment.entries)
+        _check_last(key, last_hash, segment.entries[-1].hash, segment.entries[-1].seq)
+
+    def feed_columns(self, key: str, session: str, run: RunColumns) -> None:
+        """:meth:`feed_segment` for a v2 segment decoded as its columns
+        (:func:`s3log.codec.decode_segment_columns`), linked within as it was decoded:
+        the same checks where it joins the chain, with the same errors."""
+        last_hash = self._segment_key(key, session, run.seq)
+        seq, last, n = self.next_seq, self.last_hash, len(run.hashes)
+        if run.seq != seq or run.prev != last:
+            raise _link_error(key, run.seq, run.prev, seq, last)
+        self.next_seq, self.last_hash = seq + n, run.hashes[-1]
+        _check_last(key, last_hash, run.hashes[-1], seq + n - 1)
+
+    def _segment_key(self, key: str, session: str, first: int) -> bytes:
+        """Check a segment's session and that its key names its first seq; the last hash it names."""
+        if session != self.session:
+            raise CorruptionError(key, f"segment belongs to session {session}, expected {self.session}")
         parsed = parse_segment_key(key)
         if parsed is None:
             raise CorruptionError(key, "not a segment key")
         first_seq, last_hash = parsed
-        if segment.entries[0].seq != first_seq:
-            raise CorruptionError(
-                key, f"key says first seq {first_seq}, segment starts at {segment.entries[0].seq}",
-                seq=segment.entries[0].seq,
-            )
-        self.feed(key, segment.entries)
-        if segment.entries[-1].hash != last_hash:
-            raise CorruptionError(
-                key, "key names a different last hash than the segment's last entry",
-                seq=segment.entries[-1].seq,
-            )
+        if first != first_seq:
+            raise CorruptionError(key, f"key says first seq {first_seq}, segment starts at {first}", seq=first)
+        return last_hash
 
     def finish(self, head_key: str, head: Head) -> None:
         """Check the head names the last verified entry."""
@@ -133,6 +137,22 @@ def check_fork_origin(head_key: str, head: Head, first: Entry | None) -> None:
 def fork_entry_data(parent: ParentRef, seed: Any) -> dict[str, Any]:
     """The data of an ``s3log.fork`` entry."""
     return {"parent": parent.to_map(), "seed": seed}
+
+
+def _link_error(
+    key: str, seq: int, prev: bytes | None, expected_seq: int, expected_prev: bytes | None
+) -> CorruptionError:
+    """What is wrong with an entry (``seq``, ``prev``) placed where ``expected_seq`` and a
+    link to ``expected_prev`` belong."""
+    if seq != expected_seq:
+        return CorruptionError(key, f"expected seq {expected_seq}, found {seq}", seq=seq)
+    # The hash of the entry before (or the chain's start) and this link disagree.
+    return CorruptionError(key, f"prev is {_hex(prev)}, expected {_hex(expected_prev)}", seq=seq)
+
+
+def _check_last(key: str, named: bytes, last_hash: bytes, last_seq: int) -> None:
+    if last_hash != named:
+        raise CorruptionError(key, "key names a different last hash than the segment's last entry", seq=last_seq)
 
 
 def _hex(h: bytes | None) -> str:

@@ -475,6 +475,28 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+@dataclass(frozen=True, slots=True)
+class RunColumns:
+    """A v2 segment's entries as the columns it stores, verified as its entries would be.
+
+    Made only by :func:`decode_segment_columns`, after the same checks as the entries
+    :func:`decode_segment` makes (every record rebuilt and hashed, the hashes equal to
+    the stored ones, so the run is linked; each data item exactly one CBOR item). The
+    seqs run from ``seq``; the first entry's prev is ``prev``, each other's the hash
+    before it. ``data`` holds each entry's data item as stored (its deterministic CBOR
+    encoding, the bytes its record was hashed over), ``values`` the same decoded. For a
+    columnar reader (s3log.analytics): no Entry is made, no record sliced.
+    """
+
+    seq: int
+    prev: bytes | None
+    ts: list[int]
+    kinds: list[str]
+    data: list[bytes]
+    hashes: list[bytes]
+    values: list[Any]
+
+
 class LinkedRun(tuple[Entry, ...]):
     """Entries decoded from one v2 object whose links the decoder has already checked.
 
@@ -668,10 +690,13 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     same record, under the same hash.
     """
     kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
+    ts_head, ts_rest = _uint_parts(tss, min(tss), max(tss))
+    seq_head, seq_rest = _uint_parts(seqs, min(seqs), max(seqs))
     fronts = list(map(b"".join, zip(
-        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ),
-        _uint_heads(seqs, min(seqs), max(seqs)), repeat(_K_DATA), strict=False)))
-    backs = list(map(_add, map(kind_tails.__getitem__, kinds), map(dumps, prevs)))
+        repeat(_R_TS + ts_head), ts_rest, repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
+    # A 32-byte prev (what the callers let through, besides null) is its string head and itself.
+    prev_encodings = [_BYTES32 + p if type(p) is bytes and len(p) == HASH_LEN else dumps(p) for p in prevs]
+    backs = list(map(_add, map(kind_tails.__getitem__, kinds), prev_encodings))
     if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
             and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
         i = next(i for i, (r, f, b) in enumerate(zip(records, fronts, backs, strict=True))
@@ -781,36 +806,105 @@ def check_format_version(version: object) -> int:
 
 def decode_segment(body: bytes, key: str) -> Segment:
     """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
+    session, obj = _segment_map(body, key)
+    if obj["v"] == 2:
+        with _gc_paused():
+            return Segment(session, _decode_columns(obj, key))
+    return Segment(session, _v1_entries(obj, key))
+
+
+def decode_segment_columns(body: bytes, key: str) -> tuple[str, RunColumns | tuple[Entry, ...]]:
+    """:func:`decode_segment` for a columnar reader: the session, and a v2 segment's
+    entries as its :class:`RunColumns` (checked the same way, with the same errors,
+    but no Entry made); a v1 segment's as entries. Its links to the rest of the chain
+    are checked by :meth:`s3log.chain.ChainVerifier.feed_columns` / ``feed_segment``."""
+    session, obj = _segment_map(body, key)
+    if obj["v"] == 2:
+        with _gc_paused():
+            return session, _verified_columns(obj, key)[0]
+    return session, _v1_entries(obj, key)
+
+
+def _segment_map(body: bytes, key: str) -> tuple[str, Mapping[str, Any]]:
     obj = _check_version(_decode(body, key, "segment"), key, "segment")
     session = obj.get("session")
     if not isinstance(session, str):
         raise CorruptionError(key, "segment session is not a string")
-    if obj["v"] == 2:
-        with _gc_paused():
-            return Segment(session, _decode_columns(obj, key))
+    return session, obj
+
+
+def _v1_entries(obj: Mapping[str, Any], key: str) -> tuple[Entry, ...]:
     entries = obj.get("entries")
     if not isinstance(entries, list) or not entries:
         raise CorruptionError(key, "segment entries is not a non-empty array")
-    return Segment(session, tuple(_entry_from_map(e, key) for e in entries))
+    return tuple(_entry_from_map(e, key) for e in entries)
+
+
+#: The head byte and width of an unsigned integer's deterministic encoding, by the
+#: bound below which it applies (major type 0; below 24 the value is its own head).
+_UINT_FORMS = ((24, b"", 1), (0x100, b"\x18", 1), (0x10000, b"\x19", 2), (2**32, b"\x1a", 4), (2**64, b"\x1b", 8))
+
+
+def _uint_form(lo: int, hi: int) -> tuple[bytes, int] | None:
+    """The head byte and width every integer in [lo, hi] (lo >= 0) is encoded with, or
+    None when their encodings differ in length (or do not fit 64 bits)."""
+    floor = 0
+    for bound, head, width in _UINT_FORMS:
+        if hi < bound:
+            return (head, width) if lo >= floor else None
+        floor = bound
+    return None
+
+
+def _uint_parts(values: Sequence[int], lo: int, hi: int) -> tuple[bytes, list[bytes]]:
+    """The deterministic encodings of integers that all lie in [lo, hi], as a head
+    shared by all and each one's remaining bytes (the whole encodings, head b"", when
+    their lengths differ).
+
+    One C call per value either way; when they share a length (timestamps in ms, the
+    seqs of a segment) the head byte is known and the value is only laid out as bytes,
+    so a caller joining the encodings into records adds the head to what precedes them.
+    """
+    form = _uint_form(lo, hi) if lo >= 0 else None
+    if form is None:
+        return b"", list(map(dumps, values))
+    return form[0], list(map(int.to_bytes, values, repeat(form[1])))
 
 
 def _uint_heads(values: Sequence[int], lo: int, hi: int) -> list[bytes]:
-    """The deterministic encodings of integers that all lie in [lo, hi].
+    """The deterministic encodings of integers that all lie in [lo, hi] (:func:`_uint_parts`)."""
+    head, rest = _uint_parts(values, lo, hi)
+    return list(map(_add, repeat(head), rest)) if head else rest
 
-    One C call per value either way; when they share a length (timestamps in ms, the
-    seqs of a segment) the head byte is known and the value is only laid out as bytes.
-    """
-    if lo >= 2**32 and hi < 2**64:
-        return list(map(_add, repeat(b"\x1b"), map(int.to_bytes, values, repeat(8))))
-    if lo >= 0x10000 and hi < 2**32:
-        return list(map(_add, repeat(b"\x1a"), map(int.to_bytes, values, repeat(4))))
-    if lo >= 0x100 and hi < 0x10000:
-        return list(map(_add, repeat(b"\x19"), map(int.to_bytes, values, repeat(2))))
-    return list(map(dumps, values))
+
+def _seq_parts(s0: int, n: int) -> tuple[bytes, list[bytes]]:
+    """:func:`_uint_parts` of ``s0 .. s0 + n - 1`` (s0 >= 0); a run across a length
+    boundary (0..799) is encoded a stretch of one length at a time, not a call per value."""
+    end = s0 + n
+    if _uint_form(s0, end - 1) is not None:
+        return _uint_parts(range(s0, end), s0, end - 1)
+    rest: list[bytes] = []
+    floor = 0
+    for bound, _, _ in _UINT_FORMS:
+        lo, hi = max(s0, floor), min(end, bound)
+        if lo < hi:
+            rest += _uint_heads(range(lo, hi), lo, hi - 1)
+        floor = bound
+    if end > floor:  # beyond 64 bits: not a seq s3log writes, encoded as the ints they are
+        rest += list(map(dumps, range(max(s0, floor), end)))
+    return b"", rest
 
 
 def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
-    """The entries of a v2 segment: records rebuilt from its columns, then hashed.
+    """The entries of a v2 segment (:func:`_verified_columns`), each with its record."""
+    cols, records = _verified_columns(obj, key)
+    hashes = cols.hashes
+    return LinkedRun(map(_NEW_ENTRY, range(cols.seq, cols.seq + len(hashes)), [cols.prev, *hashes[:-1]],
+                         cols.kinds, cols.ts, cols.values, hashes, records))
+
+
+def _verified_columns(obj: Mapping[str, Any], key: str) -> tuple[RunColumns, list[bytes]]:
+    """The columns of a v2 segment and its entries' records, rebuilt from them and hashed.
 
     Every record is laid out by this function from the segment's values (seq, ts, kind,
     prev in their deterministic encodings, the data bytes as stored) and hashed; the
@@ -837,20 +931,24 @@ def _decode_columns(obj: Mapping[str, Any], key: str) -> LinkedRun:
         if set(map(type, column)) != {typ}:
             raise CorruptionError(key, f"segment {name} holds items that are not {typ.__name__}")
     tss, kinds, hashes = cast(list[int], tss), cast(list[str], kinds), cast(list[bytes], hashes)
-    kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
-    seqs = range(s0, s0 + n)
+    # Each record's constant parts are joined ahead: the head of its ts and seq when all
+    # share one, and each kind's tail up to the 32-byte string head of a prev.
+    ts_head, ts_rest = _uint_parts(tss, min(tss), max(tss))
+    seq_head, seq_rest = _seq_parts(s0, n)
+    kind_tails = {k: _K_KIND + dumps(k) + _PREV_HASH for k in set(kinds)}
     records = list(map(b"".join, zip(
-        repeat(_R_TS), _uint_heads(tss, min(tss), max(tss)), repeat(_R_SEQ), _uint_heads(seqs, s0, s0 + n - 1),
-        repeat(_K_DATA), data, map(kind_tails.__getitem__, kinds),
-        [dumps(prev0), *map(_add, repeat(_BYTES32), hashes[:-1])], strict=False,
+        repeat(_R_TS + ts_head), ts_rest, repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), data,
+        map(kind_tails.__getitem__, kinds), [b"", *hashes[:-1]], strict=False,
     )))
+    # The first record's prev is the segment's own (null, or a hash): rebuilt once.
+    records[0] = records[0][: -len(_BYTES32)] + dumps(prev0)
     sha = hashlib.sha256
     digests = [sha(r).digest() for r in records]
     if digests != hashes:
         i = next(i for i, (h, d) in enumerate(zip(hashes, digests, strict=True)) if h != d)
         raise CorruptionError(key, f"hash is {hashes[i].hex()}, record hashes to {digests[i].hex()}", seq=s0 + i)
     values = _decode_items(data, key, "segment data")
-    return LinkedRun(map(_NEW_ENTRY, seqs, [prev0, *digests[:-1]], kinds, tss, values, digests, records))
+    return RunColumns(s0, prev0, tss, kinds, cast(list[bytes], data), digests, values), records
 
 
 # --------------------------------------------------------------------------------- head

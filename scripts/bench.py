@@ -43,6 +43,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+# Measure the checkout this script is in: without this, `python scripts/bench.py` run
+# from another worktree imports the installed (editable) s3log of the main checkout.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import s3log
 from s3log.localserver import LocalS3
 
