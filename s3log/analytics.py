@@ -21,7 +21,7 @@ import uuid
 import warnings
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,17 +29,14 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import Any, Literal
 
-from . import protocol
 from ._extras import extra
-from .chain import ChainVerifier, check_fork_origin
-from .codec import HASH_LEN, Entry, Head, RunColumns, Segment, data_cbor_column, decode_segment_columns
+from .codec import HASH_LEN, Head, RunColumns, data_cbor_column
 from .config import LogConfig
 from .core import head_outside
 from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
 from .ids import validate_session_id
-from .layout import Layout
 from .log import Log
-from .ops import Get, Parallel, Proc
+from .protocol import Run
 from .store.base import ObjectStore
 
 with extra("analytics"):
@@ -203,8 +200,6 @@ def _days_to_dates(days: pa.Array) -> pa.Array:
 # ----------------------------------------------------------------------------- batches
 
 
-#: What a session's verified entries are read as: a v2 segment's columns, else entries.
-_Run = RunColumns | Sequence[Entry]
 
 
 _SEQ, _TS_OF, _KIND_OF, _HASH_OF, _PREV_OF, _DATA_OF = (
@@ -282,9 +277,9 @@ class _Columns:
         self.chunks: list[pa.RecordBatch] = []
         self.rows = 0
 
-    def add(self, head: Head, runs: Iterable[_Run], keep: Callable[[int, str], bool] | None = None) -> int:
+    def add(self, head: Head, runs: Iterable[Run], keep: Callable[[int, str], bool] | None = None) -> int:
         """Add a session's verified entries, given as the runs they were read in (see
-        :func:`_read_runs`), keeping only the rows ``keep(ts, kind)`` accepts."""
+        :meth:`s3log.Log.read_runs`), keeping only the rows ``keep(ts, kind)`` accepts."""
         seqs: list[int] = []
         tss: list[int] = []
         kinds: list[str] = []
@@ -461,52 +456,6 @@ def scan(
     return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
 
 
-def _read_runs(layout: Layout, sid: str, lo: int | None, hi: int | None) -> Proc[tuple[Head, list[_Run]] | None]:
-    """What :meth:`Log.read_window` reads and verifies, as the runs the chain is stored
-    in: each segment's, in the head's order, then the tail. A v2 segment is read as its
-    verified columns (:func:`s3log.codec.decode_segment_columns`): no Entry is made.
-
-    The steps are the protocol's (``load_from_head``), with its verifiers and errors:
-    the head (signature included), every segment decoded, then the chain from the first
-    entry to the head, its joins by :class:`ChainVerifier`, and a fork's origin. None
-    when the head shows no entry in ``[lo, hi)``: its segments are not read.
-    """
-    head, etag = yield from protocol.read_head(layout, validate_session_id(sid))
-    if head_outside(head, lo, hi):
-        return None
-    keys = list(head.segments)
-    results: list[Any] = (yield Parallel(tuple(Get(k) for k in keys))) if keys else []
-    if any(isinstance(r, BaseException) for r in results):
-        # A segment gone (gc, after the head moved on) or unreadable: the protocol's own
-        # read, which reads the new head and tries again, or raises what it met.
-        data = yield from protocol.load_latest_from(layout, head, etag)
-        return data.head, [*(data.segments[k] for k in data.head.segments), data.head.tail]
-    runs: list[_Run] = []
-    segments = [decode_segment_columns(res.body, key) for key, res in zip(keys, results, strict=True)]
-    verifier = ChainVerifier(sid)
-    for key, (session, run) in zip(keys, segments, strict=True):
-        if isinstance(run, RunColumns):
-            verifier.feed_columns(key, session, run)
-        else:
-            verifier.feed_segment(key, Segment(session, run))
-        runs.append(run)
-    head_key = layout.head(sid)
-    verifier.feed(head_key, head.tail)
-    verifier.finish(head_key, head)
-    runs.append(head.tail)
-    check_fork_origin(head_key, head, _first_entry(runs))
-    return head, runs
-
-
-def _first_entry(runs: list[_Run]) -> Entry | None:
-    for run in runs:
-        if isinstance(run, RunColumns):
-            return Entry(run.seq, run.prev, run.kinds[0], run.ts[0], run.values[0], run.hashes[0])
-        if run:
-            return run[0]
-    return None
-
-
 def _scan(
     store: ObjectStore,
     sessions: Iterable[str] | None,
@@ -521,11 +470,10 @@ def _scan(
     on_head: Callable[[Head], None] | None,
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
-    layout = lg.layout
 
-    def read(sid: str) -> tuple[Head, list[_Run]] | None:
+    def read(sid: str) -> tuple[Head, list[Run]] | None:
         try:
-            return lg.run(_read_runs(layout, sid, lo, hi))
+            return lg.read_runs(sid, since=lo, until=hi)
         except SessionNotFound:
             return None  # deleted since it was listed
         except (CorruptionError, FormatVersionError) as exc:
@@ -549,7 +497,7 @@ def _scan(
             # oldest is taken, not when a whole window is done, so one slow session (a
             # head then its segments: two round trips in a row) holds back no others.
             # Sessions come out in order.
-            ahead: deque[Future[tuple[Head, list[_Run]] | None]] = deque()
+            ahead: deque[Future[tuple[Head, list[Run]] | None]] = deque()
             todo = iter(ids)
             try:
                 for sid in islice(todo, parallelism):

@@ -418,6 +418,15 @@ class LogCore:
         data: SessionData = yield from protocol.load_latest_from(self.layout, head, etag)
         return SessionView(data.session, data.head, data.etag, data.entries)
 
+    def read_runs(
+        self, session_id: str, since: int | None, until: int | None
+    ) -> Proc[tuple[Head, list[protocol.Run]] | None]:
+        """:meth:`read_window` as the runs the chain is stored in (see :func:`protocol.load_runs_from_head`)."""
+        head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
+        if head_outside(head, since, until):
+            return None
+        return (yield from protocol.load_runs_from_head(self.layout, head, etag))
+
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> Proc[tuple[Head, list[Entry]]]:

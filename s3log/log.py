@@ -14,7 +14,7 @@ from .drive import SyncDriver
 from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
-from .protocol import OnConflict, Selector, list_session_ids
+from .protocol import OnConflict, Run, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
     ActiveSessions,
@@ -258,6 +258,15 @@ class Log(LogVerbs):
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
         return self.run(self._core.read_window(session_id, since, until))
+
+    def read_runs(
+        self, session_id: str, *, since: int | None = None, until: int | None = None
+    ) -> tuple[Head, list[Run]] | None:
+        """The verified entries of a session as the runs they are stored in, for bulk
+        readers (s3log.analytics): each segment's, then the head's tail; a format v2
+        segment as its columns (:class:`s3log.codec.RunColumns`, no Entry made). The
+        same checks and errors as :meth:`read_window`, and None when it gives None."""
+        return self.run(self._core.read_runs(session_id, since, until))
 
     def indexed_session_ids(self, *, since: datetime | timedelta | int) -> list[str] | None:
         """Session ids the activity index holds from ``since``'s day on (no head read), or

@@ -28,9 +28,11 @@ from .codec import (
     Lease,
     ParentRef,
     Pending,
+    RunColumns,
     Segment,
     decode_head,
     decode_segment,
+    decode_segment_columns,
     dumps,
     encode_head,
     encode_segment,
@@ -290,6 +292,60 @@ def load_from_head(
             confirmed = pending_key
             by_key[pending_key] = seg_entries
     return SessionData(session, head, etag, entries, by_key, confirmed)
+
+
+#: A run of verified entries as a bulk reader gets them (:func:`load_runs_from_head`):
+#: a v2 segment's columns, or entries (a v1 segment's, the head's tail).
+Run = RunColumns | Sequence[Entry]
+
+
+def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Head, list[Run]]]:
+    """:func:`load_latest_from` for a bulk reader: the verified chain as the runs it is
+    stored in, each segment's in the head's order, then the tail. A v2 segment comes as
+    its verified columns (:func:`s3log.codec.decode_segment_columns`): no Entry is made.
+
+    The checks are :func:`load_from_head`'s, with its errors: every segment decoded,
+    the chain verified from its first entry to the head (:class:`ChainVerifier` at every
+    join, then the tail and the head's last entry), a fork's origin. A segment that is
+    missing or unreadable is left to :func:`load_latest_from`, which reads a moved head
+    again or raises what it meets.
+    """
+    session = head.session
+    keys = list(head.segments)
+    results: list[Any] = (yield Parallel(tuple(Get(k, _columns_decoder(k)) for k in keys))) if keys else []
+    if any(isinstance(r, BaseException) for r in results):
+        data = yield from load_latest_from(layout, head, etag)
+        return data.head, [*(data.segments[k] for k in data.head.segments), data.head.tail]
+    verifier = ChainVerifier(session)
+    runs: list[Run] = []
+    for key, res in zip(keys, results, strict=True):
+        # Decoded by the driver as it arrived, or a plain blob from one that does not.
+        seg_session, run = res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
+        if isinstance(run, RunColumns):
+            verifier.feed_columns(key, seg_session, run)
+        else:
+            verifier.feed_segment(key, Segment(seg_session, run))
+        runs.append(run)
+    head_key = layout.head(session)
+    verifier.feed(head_key, head.tail)
+    verifier.finish(head_key, head)
+    runs.append(head.tail)
+    check_fork_origin(head_key, head, _first_entry(runs))
+    return head, runs
+
+
+def _columns_decoder(key: str) -> Callable[[Blob], tuple[str, RunColumns | tuple[Entry, ...]]]:
+    return lambda blob: decode_segment_columns(blob.body, key)
+
+
+def _first_entry(runs: Sequence[Run]) -> Entry | None:
+    """The first entry of a chain read as runs (made from columns if need be)."""
+    for run in runs:
+        if isinstance(run, RunColumns):
+            return Entry(run.seq, run.prev, run.kinds[0], run.ts[0], run.values[0], run.hashes[0])
+        if run:
+            return run[0]
+    return None
 
 
 def _pending_entries(head: Head, key: str, body: bytes, entries: Sequence[Entry]) -> tuple[Entry, ...] | None:

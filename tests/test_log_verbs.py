@@ -100,3 +100,29 @@ def test_indexed_session_ids_come_from_the_activity_index() -> None:
     store.requests.reset()
     assert log.indexed_session_ids(since=s3log.protocol.now_ms() - 1000) == ["a1"]
     assert store.requests["GET"] == 0  # no head read
+
+
+def test_read_runs_gives_the_verified_chain_as_stored_runs_sync_and_async() -> None:
+    """Bulk readers (analytics) read a session as the runs it is stored in: v2 segments
+    as columns, the tail as entries; the same entries as ``read``, and None outside the
+    window, on both logs."""
+    import asyncio
+
+    from s3log.codec import RunColumns
+    from s3log.store.memory import AsyncMemoryStore
+
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=300))
+    w = log.create()
+    for i in range(30):
+        w.append("k", {"i": i}, ts=1000 + i)
+        w.commit()
+    got = log.read_runs(w.session_id)
+    assert got is not None
+    head, runs = got
+    assert head == log.head(w.session_id) and any(isinstance(r, RunColumns) for r in runs)
+    flat = [v for r in runs for v in (r.values if isinstance(r, RunColumns) else [e.data for e in r])]
+    assert flat == [e.data for e in log.read(w.session_id).entries]
+    assert log.read_runs(w.session_id, since=5000) is None
+    alog = s3log.AsyncLog(AsyncMemoryStore(store))
+    assert asyncio.run(alog.read_runs(w.session_id)) == got
