@@ -371,3 +371,24 @@ def test_merges_read_what_the_writer_does_not_hold_a_round_trip_ahead(cache_leve
     head = _head(store, log, "s1")
     assert max(head.levels) >= 2, "merges happened"
     assert len(log.read("s1").entries) == 300
+
+
+def test_a_short_session_restores_in_one_get_and_flushes_rarely() -> None:
+    """The default tail bound (32 KiB, decision record 0027): a ~30 KB conversation lives
+    in its head, so reading it back is one GET; with ~1 KB entries a flush (a second
+    PUT, beside the head) comes about once in 30 commits."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    assert log.config.tail_max_bytes == 32 * 1024
+    w = log.create()
+    for i in range(30):
+        w.append("message", {"i": i, "text": "x" * 950})
+        w.commit()
+    store.requests.reset()
+    assert len(log.read(w.session_id).entries) == 30
+    assert store.requests.snapshot() == {"GET": 1, "PUT": 0, "LIST": 0, "DELETE": 0}
+    store.requests.reset()
+    for i in range(300):
+        w.append("message", {"i": i, "text": "x" * 950})
+        w.commit()
+    assert store.requests["PUT"] <= 310  # 300 head PUTs and one segment per ~32 commits
