@@ -263,7 +263,7 @@ def load_from_head(
         # Fetched with the segments (one round trip); a pending segment may be missing
         # (its PUT failed, or a later head dropped it and gc collected it): then it is
         # simply not confirmed.
-        results: list[Any] = yield Parallel((*(Get(k) for k in keys), Get(pending_key)))
+        results: list[Any] = yield Parallel((*(Get(k, _segment_decoder(k)) for k in keys), Get(pending_key)))
         pending_blob = results[-1]
         segs = _decoded_segments(session, keys, results[:-1])
     else:
