@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add as _add
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from operator import lt as _lt
 from operator import sub as _sub
 from typing import Any, cast
@@ -1177,7 +1177,37 @@ def encode_head(head: Head) -> bytes:
     fields = head._fields()
     if check_format_version(head.v) == 1:
         return _map_with_raw(fields, {"tail": _entries_array(head.tail)})
-    return _map_with_raw(fields, {"tail": _records_array(head.tail), "tail_hashes": _hashes_array(head.tail)})
+    records, hashes = _tail_arrays(head.tail)
+    return _map_with_raw(fields, {"tail": records, "tail_hashes": hashes})
+
+
+#: The encoded tail arrays of recent heads (their items, without the array heads), by
+#: the id of the tail's first entry: a writer's next head has the same tail plus its
+#: new entries, so only those are encoded again. Holding the tail keeps its first
+#: entry alive, so its id is not reused while cached.
+_TAILS: dict[int, tuple[tuple[Entry, ...], bytes, bytes]] = {}
+
+
+def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, bytes]:
+    """:func:`_records_array` and :func:`_hashes_array` of a head's tail."""
+    if not tail:
+        return _array_head(0), _array_head(0)
+    cached = _TAILS.get(id(tail[0]))
+    done, records, hashes = 0, b"", b""
+    if cached is not None:
+        old, old_records, old_hashes = cached
+        # Same objects, not equal ones: an entry is immutable, so its bytes are the same.
+        if len(old) <= len(tail) and all(map(is_, old, tail)):
+            done, records, hashes = len(old), old_records, old_hashes
+    new = tail[done:]
+    if new:
+        records += b"".join(_length_head(0x40, len(r)) + r for r in map(entry_record, new))
+        hashes += b"".join(map(_add, repeat(_BYTES32), map(_HASH_OF, new)))
+        if len(_TAILS) >= 64:  # a few writers' tails; many writers just miss
+            _TAILS.clear()
+        _TAILS[id(tail[0])] = (tail, records, hashes)
+    n = _array_head(len(tail))
+    return n + records, n + hashes
 
 
 _HEAD_FIELDS = frozenset(

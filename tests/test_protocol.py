@@ -264,6 +264,29 @@ def test_head_encoding_is_the_canonical_map_whatever_its_fields(
     assert decode_head(body, "k").extra == extra
 
 
+def test_heads_encoded_from_the_previous_tail_equal_the_canonical_map() -> None:
+    """A head's tail arrays reuse the previous head's bytes when its tail starts with the
+    same entries (codec._tail_arrays): every head a writer writes, growing, flushed,
+    promoted, and heads of two writers interleaved, must still be the canonical map."""
+    import cbor2
+
+    from s3log.codec import decode_head, encode_head
+
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=2048))
+    a, b = log.create(), log.create()
+    for i in range(120):
+        for w in (a, b):
+            for _ in range(i % 3 + 1):
+                w.append("k", {"i": i, "pad": "p" * (i % 7) * 40})
+            w.commit()
+            head = w._core.ws.head
+            body = store.get(log.layout.head(w.session_id)).body
+            assert body == encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
+            assert decode_head(body, "k").tail == head.tail
+    assert [e.data["i"] for e in log.read(a.session_id).entries][-1] == 119
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

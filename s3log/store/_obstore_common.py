@@ -97,6 +97,10 @@ def blob(result: Any, data: Any) -> Blob:
 S3_PAGE = 1000
 
 
+#: A control character (obstore refuses them in a path).
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_key(key: str) -> str:
     """``key``, if obstore can address exactly that key; else InvalidArgumentError.
 
@@ -105,7 +109,7 @@ def check_key(key: str) -> str:
     and control characters. s3log's own keys never have these; refuse them up front.
     """
     parts = key.split("/")
-    if not key or "" in parts or "." in parts or ".." in parts or any(ord(c) < 32 or c == "\x7f" for c in key):
+    if not key or "" in parts or "." in parts or ".." in parts or _CONTROL.search(key):
         raise InvalidArgumentError(
             "key", f"{key!r} cannot be stored exactly through obstore (empty, '.' or '..' path segment, "
             "a leading or trailing '/', or a control character)")
