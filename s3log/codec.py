@@ -273,9 +273,11 @@ def _map_layout(plain: tuple[Any, ...], raw: tuple[Any, ...]) -> tuple[bytes, tu
             run.append(k)
     if run:
         pieces.append((False, tuple(run), None))
-    n = len(keys)
-    layout = (bytes([0xA0 | n]) if n < 24 else b"\xb8" + n.to_bytes(1, "big"), tuple(pieces))
-    if len(_LAYOUTS) < 256:  # key sets of stored heads (extra fields) must not grow it unbounded
+    layout = (_length_head(0xA0, len(keys)), tuple(pieces))
+    # Only key sets of text are cached: keys of other types (an extra field of a newer
+    # writer) can be equal and hash alike while their encodings differ (1, 1.0, True),
+    # so one would be written with the other's key and place in the map.
+    if len(_LAYOUTS) < 256 and all(type(k) is str for k in plain):  # bounded: extra fields vary
         _LAYOUTS[(plain, raw)] = layout
     return layout
 

@@ -316,11 +316,14 @@ def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Hea
     if any(isinstance(r, BaseException) for r in results):
         data = yield from load_latest_from(layout, head, etag)
         return data.head, [*(data.segments[k] for k in data.head.segments), data.head.tail]
+    # Decoded by the driver as it arrived, or a plain blob from one that does not: then
+    # every segment is decoded before any is verified, as load_from_head does, so the
+    # same error is raised (a garbled segment before a broken link in an earlier one).
+    decoded = [res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
+               for key, res in zip(keys, results, strict=True)]
     verifier = ChainVerifier(session)
     runs: list[Run] = []
-    for key, res in zip(keys, results, strict=True):
-        # Decoded by the driver as it arrived, or a plain blob from one that does not.
-        seg_session, run = res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
+    for key, (seg_session, run) in zip(keys, decoded, strict=True):
         if isinstance(run, RunColumns):
             verifier.feed_columns(key, seg_session, run)
         else:
