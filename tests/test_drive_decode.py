@@ -106,3 +106,21 @@ def test_a_corrupt_segment_decoded_in_the_driver_is_raised_naming_its_key(use_as
         else:
             log.read(sid)
     assert info.value.key == key
+
+
+def test_a_read_ahead_segment_of_an_unknown_format_is_skipped_by_either_path() -> None:
+    """A segment read ahead for the next merge (beside a head PUT that may already have
+    landed) that this build cannot read is skipped, not raised, whether the driver
+    decoded it (the error comes back as the result) or not (the plain blob): the merge
+    reads it again when it needs it, and refuses it then, before writing anything."""
+    store = s3log.MemoryStore()
+    _, _, key = _session(store)
+    obj = cbor2.loads(store.get(key).body)
+    blob = Blob(cbor2.dumps({**obj, "v": 99}, canonical=True), "e")
+    assert protocol._fetched_ahead([key], [blob]) == {}
+    decoded = protocol._segment_decoder(key)
+    try:
+        result: object = decoded(blob)
+    except Exception as exc:  # what the drivers hand back in its place
+        result = exc
+    assert protocol._fetched_ahead([key], [result]) == {}
