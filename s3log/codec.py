@@ -287,10 +287,10 @@ def _map_with_raw(fields: Mapping[Any, Any], raw: Mapping[Any, bytes]) -> bytes:
 
     The keys are in the deterministic order (their encodings, shorter first, then
     bytewise; a head's own keys are short text, an extra field kept from a newer
-    writer may be anything). The
-    plain key/value pairs between two raw values are encoded as one array in one C
-    call (a deterministic encoding is the same alone or nested) whose head is cut off:
-    a commit encodes its head in a few calls, not two per field.
+    writer may be anything). The plain key/value pairs between two raw values are
+    encoded as one array in one C call (a deterministic encoding is the same alone or
+    nested) whose head is cut off: a commit encodes its head in a few calls, not two
+    per field.
     """
     head, pieces = _map_layout(tuple(fields), tuple(raw))
     out = [head]
