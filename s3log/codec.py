@@ -418,8 +418,8 @@ def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, data
     """Build an entry with its record and hash. ``data`` must already be normalized;
     ``data_cbor``, if given, is its deterministic encoding (spliced into the record)."""
     if data_cbor:
-        # The record laid out by hand around the data's bytes (docs/format.md, "Entry
-        # record"): no encoder call per entry. The kind's part is the same every time.
+        # The record laid out by hand around the data's bytes (docs/format.md, "Entry"
+        # and "Format v2"): no encoder call per entry. The kind's part is the same every time.
         tail = _KIND_TAILS.get(kind)
         if tail is None:
             tail = _K_KIND + dumps(kind) + _K_PREV
