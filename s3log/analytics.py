@@ -231,27 +231,29 @@ def _offsets(n: int) -> pa.Buffer:
 def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array]:
     """The ``hash`` and ``prev`` columns (hex) of rows whose hashes are 32 bytes.
 
-    When each prev is the hash of the row before (a chain's rows, none left out), both
-    are views of one text, the hex of the first prev then of every hash, made in one
-    call: no string object per row. Otherwise each value on its own.
+    Each column is a view of one hex text made in one call, no string object per row:
+    the hashes laid end to end, and the prevs the same way with a null (over 64
+    placeholder bytes) where a row has none, the first row of a root session. Rows of
+    many sessions go in one call. Anything else (a prev or hash of another length)
+    takes one value at a time.
     """
     n = len(hashes)
-    first = prevs[0] if prevs else None
-    if (not n or 64 * (n + 2) >= 2**31 or prevs[1:] != hashes[:-1] or set(map(len, hashes)) != {HASH_LEN}
-            or not (first is None or len(first) == HASH_LEN)):
+    zero = bytes(HASH_LEN)
+    if (not n or 64 * (n + 1) >= 2**31 or set(map(len, hashes)) != {HASH_LEN}
+            or set(map(len, filter(None, prevs))) - {HASH_LEN}):
         return (pa.array(list(map(bytes.hex, hashes)), pa.string()),
                 pa.array(list(map(_hex_or_none, prevs)), pa.string()))
-    # A null first prev is a null over 64 placeholder bytes (a null's bytes are ignored).
-    text = pa.py_buffer(b"".join([bytes(HASH_LEN) if first is None else first, *hashes]).hex().encode())
-    offsets = _offsets(n + 2)
+    offsets = _offsets(n + 1)
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(b"".join(hashes).hex().encode())])
+    nulls = [i for i, p in enumerate(prevs) if p is None]
     validity = None
-    if first is None:
+    if nulls:
         bitmap = bytearray(b"\xff" * ((n + 7) // 8))
-        bitmap[0] &= 0xFE  # row 0: no prev
+        for i in nulls:
+            bitmap[i >> 3] &= ~(1 << (i & 7)) & 0xFF
         validity = pa.py_buffer(bitmap)
-    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets.slice(0, 4 * (n + 1)), text],
-                                 null_count=1 if first is None else 0)
-    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets.slice(4), text])
+    text = b"".join([zero if p is None else p for p in prevs]).hex().encode()
+    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets, pa.py_buffer(text)], null_count=len(nulls))
     return hashed, prev
 
 
@@ -269,12 +271,31 @@ def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
     return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
 
 
+#: Rows gathered as Python lists, across sessions, before they are made Arrow arrays:
+#: Arrow's cost per call is paid once per this many rows, not once per session (a scan
+#: of many short sessions spent most of its time there).
+_GATHER_ROWS = 4096
+
+
 class _Columns:
     """Entry rows accumulated column by column, cut into record batches of a fixed size."""
 
     def __init__(self) -> None:
         self.chunks: list[pa.RecordBatch] = []
+        #: Rows held: in ``chunks`` and gathered below.
         self.rows = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self.sessions: list[str] = []
+        self.parents: list[str | None] = []
+        self.seqs: list[int] = []
+        self.tss: list[int] = []
+        self.kinds: list[str] = []
+        self.hashes: list[bytes] = []
+        self.prevs: list[bytes | None] = []
+        self.data: list[bytes] = []
+        self.values: list[Any] = []
 
     def add(self, head: Head, runs: Iterable[Run], keep: Callable[[int, str], bool] | None = None) -> int:
         """Add a session's verified entries, given as the runs they were read in (see
@@ -314,29 +335,46 @@ class _Columns:
         n = len(seqs)
         if not n:
             return 0
-        parent = head.parent.session if head.parent else None
-        ts = pa.array(tss, pa.int64()).view(_TS)  # the same 64-bit values, read as ms
-        hashed, prev = _hash_columns(hashes, prevs)
-        batch = pa.RecordBatch.from_arrays([
-            pa.repeat(pa.scalar(head.session, pa.string()), n),
-            pa.array(seqs, pa.int64()),
+        self.sessions += [head.session] * n
+        self.parents += [head.parent.session if head.parent else None] * n
+        self.seqs += seqs
+        self.tss += tss
+        self.kinds += kinds
+        self.hashes += hashes
+        self.prevs += prevs
+        self.data += data
+        self.values += values
+        self.rows += n
+        if len(self.seqs) >= _GATHER_ROWS:
+            self._arrow()
+        return n
+
+    def _arrow(self) -> None:
+        """Make the gathered rows one record batch."""
+        n = len(self.seqs)
+        if not n:
+            return
+        ts = pa.array(self.tss, pa.int64()).view(_TS)  # the same 64-bit values, read as ms
+        hashed, prev = _hash_columns(self.hashes, self.prevs)
+        self.chunks.append(pa.RecordBatch.from_arrays([
+            pa.array(self.sessions, pa.string()),
+            pa.array(self.seqs, pa.int64()),
             ts,
-            pa.array(kinds, pa.string()),
+            pa.array(self.kinds, pa.string()),
             hashed,
             prev,
-            pa.repeat(pa.scalar(parent, pa.string()), n),
-            pa.array(data, pa.binary()),
-            pa.array(_json_column(values), pa.string()),
-            _date_column(ts, tss),
-        ], schema=SCHEMA)
-        self.chunks.append(batch)
-        self.rows += n
-        return n
+            pa.array(self.parents, pa.string()),
+            pa.array(self.data, pa.binary()),
+            pa.array(_json_column(self.values), pa.string()),
+            _date_column(ts, self.tss),
+        ], schema=SCHEMA))
+        self._clear()
 
     def take(self, size: int) -> Iterator[pa.RecordBatch]:
         """Batches of exactly ``size`` rows while there are that many."""
         if self.rows < size:
             return
+        self._arrow()
         table = pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks()
         start = 0
         while self.rows - start >= size:
@@ -348,6 +386,7 @@ class _Columns:
 
     def rest(self) -> Iterator[pa.RecordBatch]:
         """The remaining rows as one batch."""
+        self._arrow()
         if self.rows:
             yield pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks().to_batches()[0]
         self.chunks, self.rows = [], 0

@@ -409,7 +409,7 @@ def scan_memory(sessions: int = 20, per: int = 1_000) -> dict[str, Any]:
         rows = sum(b.num_rows for b in analytics.scan(store, parallelism=1))
         assert rows == n, rows
 
-    return {"entries": n, "entries_per_s": n / _best(3, run)}
+    return {"sessions": sessions, "entries": n, "entries_per_s": n / _best(3, run)}
 
 
 def cpu(n: int = 100_000) -> dict[str, Any]:
@@ -616,7 +616,9 @@ def main() -> None:
         # time these measure.
         results["cpu"] = cpu()
         results["restore_memory"] = restore_memory(args.restore_entries)
-        results["scan_memory"] = scan_memory()
+        # The issue's workload (many short sessions), and fewer long ones.
+        results["scan_memory"] = scan_memory(200, 100)
+        results["scan_memory_long"] = scan_memory(20, 1_000)
     if parts & {"append", "restore", "concurrent", "tail"}:
         with LocalS3() as server:
             os.environ.update(server.env())
@@ -783,8 +785,12 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         add(f"restore {m['entries']:,} entries from MemoryStore (format v2)", v,
             f"{v:,.0f}/s ({m['v2_over_v1']:.1f}x format v1's {m['v1_entries_per_s']:,.0f}/s)", ">= 300,000/s",
             v >= 300_000)
-        v = r["scan_memory"]["entries_per_s"]
-        add("analytics.scan from MemoryStore, chains verified", v, f"{v:,.0f}/s", ">= 250,000/s", v >= 250_000)
+        sm, sl = r["scan_memory"], r.get("scan_memory_long", {})
+        v = sm["entries_per_s"]
+        add(f"analytics.scan from MemoryStore, chains verified ({sm['sessions']} sessions x "
+            f"{sm['entries'] // sm['sessions']} entries)", v,
+            f"{v:,.0f}/s ({sl.get('sessions', 0)} x {sl.get('entries', 0) // max(sl.get('sessions', 1), 1):,}: "
+            f"{sl.get('entries_per_s', 0):,.0f}/s)", ">= 250,000/s", v >= 250_000)
     if "signing_http" in r:
         g, m = r["signing_http"], r["signing"]
         v = g["ratio"]
