@@ -331,3 +331,42 @@ def test_a_head_naming_another_last_entry_is_refused() -> None:
     store.put_raw(head_key, dumps(head))
     err = _refused_alike(store, log, a)
     assert err.key == head_key and err.reason.startswith("head names seq 29 hash 0000")
+
+
+def test_parallelism_one_reads_in_the_calling_thread_and_stops_when_closed() -> None:
+    """``parallelism=1`` reads one session at a time in the caller's thread (no thread
+    to hand each session over from), in order; closing the scan reads nothing more."""
+    import threading
+
+    from s3log import analytics
+
+    class Recording(s3log.MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[str] = set()
+            self.heads_read = 0
+
+        def get(self, key: str) -> Any:
+            self.threads.add(threading.current_thread().name)
+            self.heads_read += key.endswith("/head")
+            return super().get(key)
+
+    store = Recording()
+    log = s3log.Log(store)
+    sids = []
+    for s in range(6):
+        w = log.create()
+        for i in range(3):
+            w.append("k", {"s": s, "i": i})
+        w.commit()
+        sids.append(w.session_id)
+    store.threads.clear()
+    rows = [b for b in analytics.scan(store, sids, parallelism=1, batch_size=2)]
+    assert sum(b.num_rows for b in rows) == 18 and store.threads == {threading.current_thread().name}
+    got = [s for b in rows for s in b.column("session").to_pylist()]
+    assert got == [s for s in sids for _ in range(3)]  # in order
+    store.heads_read = 0
+    scan = analytics.scan(store, sids, parallelism=1, batch_size=3)
+    next(scan)
+    scan.close()
+    assert store.heads_read == 1  # the first session's 3 rows made a batch; no other head was read
