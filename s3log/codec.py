@@ -693,11 +693,19 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     """
     kind_tails = {k: _K_KIND + dumps(k) + _K_PREV for k in set(kinds)}
     ts_head, ts_rest = _uint_parts(tss, min(tss), max(tss))
-    seq_head, seq_rest = _uint_parts(seqs, min(seqs), max(seqs))
+    n = len(seqs)
+    # The seqs of a linked run (a head's tail) are contiguous: laid out a stretch at a
+    # time even across a length boundary (0..99), not encoded one by one.
+    contiguous = n and list(seqs) == list(range(seqs[0], seqs[0] + n)) and seqs[0] >= 0
+    seq_head, seq_rest = _seq_parts(seqs[0], n) if contiguous else _uint_parts(seqs, min(seqs), max(seqs))
     fronts = list(map(b"".join, zip(
         repeat(_R_TS + ts_head), ts_rest, repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
     # A 32-byte prev (what the callers let through, besides null) is its string head and itself.
-    prev_encodings = [_BYTES32 + p if type(p) is bytes and len(p) == HASH_LEN else dumps(p) for p in prevs]
+    rest = prevs[1:]
+    if set(map(type, rest)) <= {bytes} and set(map(len, cast(Sequence[bytes], rest))) <= {HASH_LEN}:
+        prev_encodings = [_prev_encoding(prevs[0]), *map(_add, repeat(_BYTES32), rest)] if n else []
+    else:
+        prev_encodings = list(map(_prev_encoding, prevs))
     backs = list(map(_add, map(kind_tails.__getitem__, kinds), prev_encodings))
     if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
             and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
@@ -705,6 +713,10 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
                  if not (r.startswith(f) and r.endswith(b) and len(f) + len(b) < len(r)))
         raise CorruptionError(key, "entry record is not laid out as format v2 says (deterministic ts, seq, "
                               "kind and prev around its data)", seq=seqs[i])
+
+
+def _prev_encoding(p: bytes | None) -> bytes:
+    return _BYTES32 + p if type(p) is bytes and len(p) == HASH_LEN else dumps(p)
 
 
 _RECORD_FIELDS = frozenset({"seq", "prev", "kind", "ts", "data"})
