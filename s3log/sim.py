@@ -79,6 +79,7 @@ from .ops import (
 )
 from .protocol import ChainPosition, OnConflict, SessionData
 from .results import CommitResult, GcReport
+from .store.base import ObjectStore
 from .store.memory import MemoryStore
 
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
@@ -271,7 +272,7 @@ class SimStore(MemoryStore):
         self.dirty.add(sid)
 
 
-def perform(store: SimStore, op: Op) -> Any:
+def perform(store: ObjectStore, op: Op) -> Any:
     """Perform one store request (not a Parallel or Sleep) with no fault."""
     if isinstance(op, (Parallel, Sleep)):
         raise TypeError(f"not a store request: {op!r}")
@@ -279,9 +280,9 @@ def perform(store: SimStore, op: Op) -> Any:
     return call_store(store, request)
 
 
-def run_direct(store: SimStore, proc: Proc[Any]) -> Any:
+def run_direct(store: ObjectStore, proc: Proc[Any]) -> Any:
     """Run a procedure to completion against ``store`` with no faults and no time passing
-    (the invariant checker's own reads)."""
+    (the invariant checker's own reads; a driver that does not decode, for tests)."""
     value: Any = None
     error: BaseException | None = None
     while True:

@@ -24,9 +24,10 @@ from s3log.chain import PendingEntry, build_chain
 from s3log.codec import Head, RunColumns, decode_head, dumps, encode_head, make_entry, normalize_data_cbor
 from s3log.config import RetryPolicy
 from s3log.drive import AsyncDriver, SyncDriver
-from s3log.errors import CorruptionError, StoreError
-from s3log.ops import Blob, Get, Parallel, Proc, call_store
+from s3log.errors import CorruptionError
+from s3log.ops import Blob, Get, Parallel, Proc
 from s3log.protocol import empty_head
+from s3log.sim import run_direct
 from s3log.store.memory import AsyncMemoryStore
 
 T0 = 1_767_225_600_000  # 2026-01-01
@@ -160,28 +161,8 @@ def test_hand_laid_records_past_the_kind_cache_bound() -> None:
 
 
 def _plain_run(store: s3log.MemoryStore, proc: Proc[Any]) -> Any:
-    """A driver that does not decode (as the simulator's): every Get gives the blob."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            return stop.value
-        value, error = None, None
-        if isinstance(op, Parallel):
-            out: list[Any] = []
-            for sub in op.ops:
-                try:
-                    out.append(call_store(store, sub))  # type: ignore[arg-type]
-                except StoreError as exc:
-                    out.append(exc)
-            value = out
-        else:
-            try:
-                value = call_store(store, op)  # type: ignore[arg-type]
-            except StoreError as exc:
-                error = exc
+    """A driver that does not decode (the simulator's own): every Get gives the blob."""
+    return run_direct(store, proc)
 
 
 def _twins(version: int = 2) -> tuple[s3log.MemoryStore, s3log.Log, str, str]:
