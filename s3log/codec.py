@@ -18,7 +18,7 @@ import hashlib
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -237,15 +237,14 @@ def _entries_array(entries: Sequence[Entry]) -> bytes:
     return _array_head(len(entries)) + b"".join(entry_bytes(e) for e in entries)
 
 
-def _records_array(entries: Sequence[Entry]) -> bytes:
-    """Format v2: the entries' records as an array of byte strings."""
-    records = [entry_record(e) for e in entries]
-    return _array_head(len(records)) + b"".join(_length_head(0x40, len(r)) + r for r in records)
-
-
 def _hashes_array(entries: Sequence[Entry]) -> bytes:
     """Format v2: the entries' hashes as an array of 32-byte strings."""
-    return _array_head(len(entries)) + b"".join(b"\x58\x20" + e.hash for e in entries)
+    return _array_head(len(entries)) + _hash_items(entries)
+
+
+def _hash_items(entries: Iterable[Entry]) -> bytes:
+    """The entries' hashes as the items of a CBOR array (32-byte strings), no array head."""
+    return b"".join(map(_add, repeat(_BYTES32), map(_HASH_OF, entries)))
 
 
 #: A map's layout (see :func:`_map_layout`), by its plain and raw keys: a head has the
@@ -399,19 +398,8 @@ _NULL = dumps(None)
 
 
 def _uint(n: int) -> bytes:
-    """The deterministic encoding of an integer (by hand when in [0, 2**64))."""
-    if n < 24:
-        return _SMALL_UINTS[n] if n >= 0 else dumps(n)
-    if n < 0x100:
-        return b"\x18" + n.to_bytes(1, "big")
-    if n < 0x10000:
-        return b"\x19" + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return b"\x1a" + n.to_bytes(4, "big")
-    return b"\x1b" + n.to_bytes(8, "big") if n < 2**64 else dumps(n)
-
-
-_SMALL_UINTS = [bytes([i]) for i in range(24)]
+    """The deterministic encoding of an integer: a major-type-0 head when in [0, 2**64)."""
+    return _length_head(0x00, n) if 0 <= n < 2**64 else dumps(n)
 
 
 def make_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, data_cbor: bytes = b"") -> Entry:
@@ -808,7 +796,12 @@ _PREV_OF, _HASH_OF = attrgetter("prev"), attrgetter("hash")
 
 def _bytes_array(items: Sequence[bytes]) -> bytes:
     """A CBOR array of byte strings."""
-    return _array_head(len(items)) + b"".join(_length_head(0x40, len(b)) + b for b in items)
+    return _array_head(len(items)) + _bytes_items(items)
+
+
+def _bytes_items(items: Iterable[bytes]) -> bytes:
+    """Byte strings as the items of a CBOR array, no array head."""
+    return b"".join(_length_head(0x40, len(b)) + b for b in items)
 
 
 def check_format_version(version: object) -> int:
@@ -1203,7 +1196,7 @@ _TAILS: dict[int, tuple[tuple[Entry, ...], bytes, bytes]] = {}
 
 
 def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, bytes]:
-    """:func:`_records_array` and :func:`_hashes_array` of a head's tail."""
+    """A head's ``tail`` (the entries' records as byte strings) and ``tail_hashes`` arrays."""
     if not tail:
         return _array_head(0), _array_head(0)
     cached = _TAILS.get(id(tail[0]))
@@ -1215,8 +1208,8 @@ def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, bytes]:
             done, records, hashes = len(old), old_records, old_hashes
     new = tail[done:]
     if new:
-        records += b"".join(_length_head(0x40, len(r)) + r for r in map(entry_record, new))
-        hashes += b"".join(map(_add, repeat(_BYTES32), map(_HASH_OF, new)))
+        records += _bytes_items(map(entry_record, new))
+        hashes += _hash_items(new)
         if len(_TAILS) >= 64:  # a few writers' tails; many writers just miss
             _TAILS.clear()
         _TAILS[id(tail[0])] = (tail, records, hashes)

@@ -52,7 +52,10 @@ def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, s
     return delay
 
 
-def _step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
+def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
+    """Resume ``proc`` with a result (or throw an error into it): the next op it yields,
+    or None and the value it returned. Every driver of a procedure goes through this
+    (the two drivers here, the simulator's, the tests' scripted one)."""
     try:
         op = proc.throw(error) if error is not None else proc.send(value)
     except StopIteration as stop:
@@ -79,7 +82,7 @@ class SyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = _step(proc, value, error)
+                op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None
@@ -138,7 +141,7 @@ class AsyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = _step(proc, value, error)
+                op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None

@@ -254,7 +254,6 @@ def load_from_head(
     session = head.session
     if upto_seq is not None and not -1 <= upto_seq <= head.seq:
         raise EntryNotFound(session, f"seq {upto_seq} (the session ends at seq {head.seq})")
-    head_key = layout.head(session)
     keys = list(head.segments) if upto_seq is None else segments_for_range(head, 0, upto_seq)
     pending_key = None
     if confirm_pending and upto_seq is None and head.pending is not None and promotable(head):
@@ -269,20 +268,11 @@ def load_from_head(
     else:
         pending_blob = None
         segs = yield from fetch_segments(layout, session, keys)
-    verifier = ChainVerifier(session)
-    entries: list[Entry] = []
-    by_key: dict[str, tuple[Entry, ...]] = {}
-    for key in keys:
-        verifier.feed_segment(key, segs[key])
-        entries.extend(segs[key].entries)
-        by_key[key] = segs[key].entries
-    if upto_seq is None or upto_seq >= head.tail_first_seq:
-        verifier.feed(head_key, head.tail)
+    _verify_runs(layout, head, [(k, segs[k].session, segs[k].entries) for k in keys], upto_seq=upto_seq)
+    by_key: dict[str, tuple[Entry, ...]] = {k: segs[k].entries for k in keys}
+    entries: list[Entry] = [e for k in keys for e in segs[k].entries]
+    if _reads_tail(head, upto_seq):
         entries.extend(head.tail)
-        if upto_seq is None:
-            verifier.finish(head_key, head)
-    if upto_seq != -1:  # a prefix of nothing (a fork at the very start) has no origin to check
-        check_fork_origin(head_key, head, entries[0] if entries else None)
     if upto_seq is not None:
         entries = entries[: upto_seq + 1]
     confirmed = None
@@ -296,7 +286,7 @@ def load_from_head(
 
 #: A run of verified entries as a bulk reader gets them (:func:`load_runs_from_head`):
 #: a v2 segment's columns, or entries (a v1 segment's, the head's tail).
-Run = RunColumns | Sequence[Entry]
+Run = RunColumns | tuple[Entry, ...]
 
 
 def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Head, list[Run]]]:
@@ -310,7 +300,6 @@ def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Hea
     missing or unreadable is left to :func:`load_latest_from`, which reads a moved head
     again or raises what it meets.
     """
-    session = head.session
     keys = list(head.segments)
     results: list[Any] = (yield Parallel(tuple(Get(k, _columns_decoder(k)) for k in keys))) if keys else []
     if any(isinstance(r, BaseException) for r in results):
@@ -321,20 +310,38 @@ def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Hea
     # same error is raised (a garbled segment before a broken link in an earlier one).
     decoded = [res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
                for key, res in zip(keys, results, strict=True)]
-    verifier = ChainVerifier(session)
-    runs: list[Run] = []
-    for key, (seg_session, run) in zip(keys, decoded, strict=True):
+    _verify_runs(layout, head, [(k, seg_session, run) for k, (seg_session, run) in zip(keys, decoded, strict=True)])
+    return head, [*(run for _, run in decoded), head.tail]
+
+
+def _reads_tail(head: Head, upto_seq: int | None) -> bool:
+    """Whether a read up to ``upto_seq`` (None: all) takes entries from the head's tail."""
+    return upto_seq is None or upto_seq >= head.tail_first_seq
+
+
+def _verify_runs(
+    layout: Layout, head: Head, segments: Sequence[tuple[str, str, Run]], *, upto_seq: int | None = None
+) -> None:
+    """Verify a chain read as runs, the one sequence every read of a whole chain (or a
+    prefix) goes through: each segment ``(key, its session, its run)`` in order, where it
+    joins the chain; then the tail, if the read reaches it, and (reading it all) that
+    the head names the last entry; then a fork's origin."""
+    verifier = ChainVerifier(head.session)
+    verified: list[Run] = []
+    for key, seg_session, run in segments:
         if isinstance(run, RunColumns):
             verifier.feed_columns(key, seg_session, run)
         else:
             verifier.feed_segment(key, Segment(seg_session, run))
-        runs.append(run)
-    head_key = layout.head(session)
-    verifier.feed(head_key, head.tail)
-    verifier.finish(head_key, head)
-    runs.append(head.tail)
-    check_fork_origin(head_key, head, _first_entry(runs))
-    return head, runs
+        verified.append(run)
+    head_key = layout.head(head.session)
+    if _reads_tail(head, upto_seq):
+        verifier.feed(head_key, head.tail)
+        verified.append(head.tail)
+        if upto_seq is None:
+            verifier.finish(head_key, head)
+    if upto_seq != -1:  # a prefix of nothing (a fork at the very start) has no origin to check
+        check_fork_origin(head_key, head, _first_entry(verified))
 
 
 def _columns_decoder(key: str) -> Callable[[Blob], tuple[str, RunColumns | tuple[Entry, ...]]]:

@@ -49,6 +49,7 @@ from . import decide, protocol
 from .codec import FORK_KIND, Entry, Head, RunColumns, decode_head
 from .config import LogConfig, RetryPolicy
 from .core import CommitQueue, LogCore
+from .drive import step
 from .env import Env
 from .errors import (
     ConditionalRequestConflict,
@@ -286,10 +287,9 @@ def run_direct(store: ObjectStore, proc: Proc[Any]) -> Any:
     value: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            return stop.value
+        op, result = step(proc, value, error)
+        if op is None:
+            return result
         value, error = None, None
         if isinstance(op, Parallel):
             out: list[Any] = []

@@ -217,6 +217,7 @@ def round_trips(n: int = 2000) -> dict[str, Any]:
     Every op a commit procedure yields is one round trip (a Parallel batch is one);
     counted by wrapping the procedure, so the figure is exact, not timed.
     """
+    from s3log.drive import step
     from s3log.ops import Parallel, PutIfAbsent, PutIfMatch, Sleep
 
     log = s3log.Log(s3log.MemoryStore())
@@ -227,19 +228,22 @@ def round_trips(n: int = 2000) -> dict[str, Any]:
     def recorded(proc: Any) -> Any:
         nonlocal trips, puts
         value: Any = None
+        error: BaseException | None = None
         k = 0
         while True:
-            try:
-                op = proc.send(value)
-            except StopIteration as stop:
+            op, result = step(proc, value, error)
+            if op is None:
                 per_commit[k] = per_commit.get(k, 0) + 1
-                return stop.value
+                return result
             if not isinstance(op, Sleep):
                 trips += 1
                 k += 1
                 subs = op.ops if isinstance(op, Parallel) else (op,)
                 puts += sum(isinstance(o, (PutIfAbsent, PutIfMatch)) for o in subs)
-            value = yield op
+            try:
+                value, error = (yield op), None
+            except BaseException as exc:  # the store's error, into the procedure
+                value, error = None, exc
 
     for i in range(n):
         w.append("event", {"i": i, **PAYLOAD})

@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from s3log.drive import step
 from s3log.ops import Op, Parallel, Proc, Sleep
 
 
@@ -37,24 +38,23 @@ class Script:
         value: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                op = proc.throw(error) if error is not None else proc.send(value)
-            except StopIteration as stop:
+            op, result = step(proc, value, error)
+            if op is None:
                 assert not self.steps, f"procedure ended with steps left: {self.steps}"
-                return stop.value
+                return result
             self.seen.append(op)
             value, error = None, None
             if isinstance(op, Sleep):
                 continue  # backoffs are not scripted
             assert self.steps, f"unexpected op {op!r}: the script is exhausted"
-            step = self.steps.pop(0)
-            assert type(op).__name__ == step.kind, f"expected {step.kind}, procedure yielded {op!r}"
-            if step.key:
+            want = self.steps.pop(0)
+            assert type(op).__name__ == want.kind, f"expected {want.kind}, procedure yielded {op!r}"
+            if want.key:
                 keys = [o.key for o in op.ops] if isinstance(op, Parallel) else [op.key]  # type: ignore[union-attr]
-                assert any(step.key in k for k in keys), f"expected a key with {step.key!r}, got {keys}"
-            if step.check is not None:
-                step.check(op)
-            reply = step.reply(self.seen) if callable(step.reply) else step.reply
+                assert any(want.key in k for k in keys), f"expected a key with {want.key!r}, got {keys}"
+            if want.check is not None:
+                want.check(op)
+            reply = want.reply(self.seen) if callable(want.reply) else want.reply
             if isinstance(reply, BaseException):
                 error = reply
             else:
@@ -68,10 +68,9 @@ def recorded(proc: Proc[Any], seen: list[Op]) -> Generator[Op, Any, Any]:
     value: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            return stop.value
+        op, result = step(proc, value, error)
+        if op is None:
+            return result
         if not isinstance(op, Sleep):
             seen.append(op)
         try:
