@@ -627,6 +627,9 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
         seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
         shown = h.hex() if type(h) is bytes else repr(h)
         raise CorruptionError(key, f"hash is {shown}, record hashes to {digests[i].hex()}", seq=seq)
+    run = _parse_linked_records(records, digests, key)
+    if run is not None:
+        return run
     maps = _decode_items(records, key, "entry records", records=True)
     try:
         # A dict with these five keys and no other is a record map; anything else
@@ -666,6 +669,106 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
     _check_layout(records, [e.seq for e in out], [e.prev for e in out], [e.kind for e in out],
                   [e.ts for e in out], key)
     return tuple(out)
+
+
+#: The least value an unsigned integer with this head byte (additional information
+#: 24..27) may hold in its deterministic (shortest) form.
+_UINT_MIN = {0x18: 24, 0x19: 0x100, 0x1A: 0x10000, 0x1B: 0x100000000}
+#: Deterministic encodings of kinds met in records, and the text each encodes; bounded
+#: (cleared when full) since a store may hold any number of kinds.
+_KIND_TEXTS: dict[bytes, str] = {}
+_KIND_TEXTS_MAX = 4096
+
+
+def _kind_text(enc: bytes) -> str | None:
+    """The text ``enc`` is the deterministic encoding of, or None if it is not one."""
+    try:
+        kind = cbor2.loads(enc)
+    except Exception:  # cbor2 raises several types for garbage input
+        return None
+    if type(kind) is not str or dumps(kind) != enc:
+        return None
+    if len(_KIND_TEXTS) >= _KIND_TEXTS_MAX:
+        _KIND_TEXTS.clear()
+    _KIND_TEXTS[enc] = kind
+    return kind
+
+
+def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) -> LinkedRun | None:
+    """The entries of a v2 object's records, parsed from their layout, when they are
+    in the shape every s3log writer makes; None for anything else.
+
+    That shape: linked records (each after the first ends with the "prev" key and the
+    hash of the record before it), contiguous seqs, timestamps sharing one unsigned
+    integer form. Instead of decoding each record as a map and then checking that it is
+    laid out as docs/format.md says around its data (:func:`_check_layout`), the
+    layout is read off the bytes: the fixed front (``ts``, then the seq this position
+    must hold), the kind and prev behind, and between them the data item, which alone
+    is decoded. Every byte is accounted for: the front and the seq are compared with
+    their deterministic encodings, the kind must be the deterministic encoding of a text
+    and the data exactly one CBOR item filling its span. A record that passes is thus
+    a deterministic 5-entry map, and since the decoding of a CBOR item is unique it
+    holds exactly the values read here (the general path's, which is what anything
+    that does not pass is left to, errors and all).
+    """
+    n = len(records)
+    r0 = records[0]
+    if type(r0) is not bytes or len(r0) < 16 or not r0.startswith(_R_TS) or r0[4] >= 0x1C:
+        return None
+    head = r0[4]
+    width = _INT_LEN[head]
+    try:
+        # Every record starts with the same map head, "ts" key and ts head byte ...
+        if not all(map(bytes.startswith, records, repeat(r0[:5]))):
+            return None
+        # ... and each after the first ends with the hash of the record before it.
+        if n > 1 and not all(map(bytes.endswith, records[1:], map(_add, repeat(_PREV_HASH), digests[:-1]))):
+            return None
+    except TypeError:  # not byte strings: the general path says so
+        return None
+    if width == 1:
+        tss = [head] * n
+    else:
+        tss = list(map(int.from_bytes, map(bytes.__getitem__, records, repeat(slice(5, 4 + width)))))
+        if min(tss) < _UINT_MIN[head]:  # not the shortest form
+            return None
+    at = 4 + width  # where the "seq" key starts
+    b = r0[at + 4] if len(r0) > at + 4 else 0xFF
+    if b >= 0x1C:
+        return None
+    s0 = b if b < 24 else int.from_bytes(r0[at + 5 : at + 4 + _INT_LEN[b]])
+    seq_head, seq_rest = _seq_parts(s0, n)
+    fronts = list(map(b"".join, zip(repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
+    if not all(map(bytes.startswith, records, fronts, repeat(at))):
+        return None
+    starts = list(map(_add, map(len, fronts), repeat(at)))  # each record's data item
+    # The first record's prev is null (seq 0) or a hash; the others' were checked above.
+    if s0 == 0 and r0.endswith(_PREV_NULL):
+        p0, back0 = None, len(_PREV_NULL)
+    elif r0[-HASH_LEN - len(_PREV_HASH) : -HASH_LEN] == _PREV_HASH:
+        p0, back0 = r0[-HASH_LEN:], len(_PREV_HASH) + HASH_LEN
+    else:
+        return None
+    ends = list(map(_sub, map(len, records), repeat(len(_PREV_HASH) + HASH_LEN)))
+    ends[0] = len(r0) - back0
+    # The "kind" key: the last one before prev (a kind holding those bytes itself
+    # leaves a span after it that is not its encoding, or a data span that is not one
+    # item, and goes to the general path).
+    kinds_at = list(map(bytes.rfind, records, repeat(_K_KIND), starts, ends))
+    if not all(map(_lt, starts, kinds_at)):  # an empty data span, or no "kind" key (-1)
+        return None
+    encs = list(map(bytes.__getitem__, records, map(slice, map(_add, kinds_at, repeat(len(_K_KIND))), ends)))
+    kinds = list(map(_KIND_TEXTS.get, encs))
+    if None in kinds:
+        for enc in set(encs) - _KIND_TEXTS.keys():
+            if _kind_text(enc) is None:
+                return None
+        kinds = [_KIND_TEXTS.get(enc) or _kind_text(enc) for enc in encs]
+    try:
+        values = _decode_items(list(map(bytes.__getitem__, records, map(slice, starts, kinds_at))), key, "entry data")
+    except CorruptionError:
+        return None
+    return LinkedRun(map(_NEW_ENTRY, range(s0, s0 + n), [p0, *digests[:-1]], kinds, tss, values, digests, records))
 
 
 def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence[bytes | None],
