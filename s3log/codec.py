@@ -183,6 +183,9 @@ def entry_data_cbor(e: Entry) -> bytes:
 
 def data_cbor_column(entries: Sequence[Entry]) -> list[bytes]:
     """:func:`entry_data_cbor` of many entries (the analytics ``data_cbor`` column)."""
+    columns = getattr(entries, "columns", None)  # a LinkedRun read off its records
+    if columns is not None:
+        return list(columns.data)
     out: list[bytes] = []
     kind_len: dict[str, int] = {}
     k_data, k_kind, int_len = _K_DATA, _K_KIND, _INT_LEN
@@ -471,7 +474,8 @@ class RunColumns:
 
     Made only by :func:`decode_segment_columns`, after the same checks as the entries
     :func:`decode_segment` makes (every record rebuilt and hashed, the hashes equal to
-    the stored ones, so the run is linked; each data item exactly one CBOR item). The
+    the stored ones, so the run is linked; each data item exactly one CBOR item), and
+    by the decoder of a v2 head's tail beside its entries (:attr:`LinkedRun.columns`). The
     seqs run from ``seq``; the first entry's prev is ``prev``, each other's the hash
     before it. ``data`` holds each entry's data item as stored (its deterministic CBOR
     encoding, the bytes its record was hashed over), ``values`` the same decoded. For a
@@ -497,7 +501,13 @@ class LinkedRun(tuple[Entry, ...]):
     instead of every entry again. An ordinary tuple otherwise.
     """
 
-    __slots__ = ()
+    # No __slots__ (a tuple subclass can have none but the empty ones): an instance
+    # may carry its columns.
+
+    #: The same entries as columns, when the decoder had them anyway (a head's tail read
+    #: off its records): a columnar reader takes them instead of the entries' fields.
+    #: None otherwise. Not to be modified.
+    columns: RunColumns | None = None
 
 
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
@@ -674,24 +684,48 @@ def _decode_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
 #: The least value an unsigned integer with this head byte (additional information
 #: 24..27) may hold in its deterministic (shortest) form.
 _UINT_MIN = {0x18: 24, 0x19: 0x100, 0x1A: 0x10000, 0x1B: 0x100000000}
-#: Deterministic encodings of kinds met in records, and the text each encodes; bounded
+#: Kind tails met in records (the "kind" key, the kind's deterministic encoding, the
+#: "prev" key and the head of a 32-byte string), and the kind each holds; bounded
 #: (cleared when full) since a store may hold any number of kinds.
-_KIND_TEXTS: dict[bytes, str] = {}
-_KIND_TEXTS_MAX = 4096
+_TAIL_KINDS: dict[bytes, str] = {}
+_TAIL_KINDS_MAX = 4096
 
 
-def _kind_text(enc: bytes) -> str | None:
-    """The text ``enc`` is the deterministic encoding of, or None if it is not one."""
+def _tail_kind(tail: bytes) -> str | None:
+    """The kind a record's kind tail holds, or None if it is not one (see _TAIL_KINDS)."""
+    if not (tail.startswith(_K_KIND) and tail.endswith(_PREV_HASH)):
+        return None
+    enc = tail[len(_K_KIND) : -len(_PREV_HASH)]
     try:
         kind = cbor2.loads(enc)
     except Exception:  # cbor2 raises several types for garbage input
         return None
     if type(kind) is not str or dumps(kind) != enc:
         return None
-    if len(_KIND_TEXTS) >= _KIND_TEXTS_MAX:
-        _KIND_TEXTS.clear()
-    _KIND_TEXTS[enc] = kind
+    if len(_TAIL_KINDS) >= _TAIL_KINDS_MAX:
+        _TAIL_KINDS.clear()
+    _TAIL_KINDS[tail] = kind
     return kind
+
+
+#: How a record goes on after its ts: the "seq" key, the seq, the "data" key; for seqs
+#: 0.. (a tuple, replaced whole when grown, so concurrent readers never see it change).
+_SEQ_FRONTS: tuple[bytes, ...] = ()
+_SEQ_FRONTS_MAX = 4096
+
+
+def _seq_fronts(s0: int, n: int) -> Sequence[bytes]:
+    """The fronts (see _SEQ_FRONTS) of seqs ``s0 .. s0 + n - 1``."""
+    global _SEQ_FRONTS
+    end = s0 + n
+    if end > _SEQ_FRONTS_MAX:
+        seq_head, seq_rest = _seq_parts(s0, n)
+        return list(map(b"".join, zip(repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
+    table = _SEQ_FRONTS
+    if len(table) < end:
+        size = max(end, min(2 * len(table), _SEQ_FRONTS_MAX))
+        table = _SEQ_FRONTS = tuple(_R_SEQ + dumps(i) + _K_DATA for i in range(size))
+    return table[s0:end]
 
 
 def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) -> LinkedRun | None:
@@ -705,8 +739,9 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
     layout is read off the bytes: the fixed front (``ts``, then the seq this position
     must hold), the kind and prev behind, and between them the data item, which alone
     is decoded. Every byte is accounted for: the front and the seq are compared with
-    their deterministic encodings, the kind must be the deterministic encoding of a text
-    and the data exactly one CBOR item filling its span. A record that passes is thus
+    their deterministic encodings, the kind tail (the "kind" key, the kind, the "prev"
+    key) must hold the deterministic encoding of a text, each prev is compared with the
+    hash before it and the data must be exactly one CBOR item filling its span. A record that passes is thus
     a deterministic 5-entry map, and since the decoding of a CBOR item is unique it
     holds exactly the values read here (the general path's, which is what anything
     that does not pass is left to, errors and all).
@@ -718,11 +753,8 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
     head = r0[4]
     width = _INT_LEN[head]
     try:
-        # Every record starts with the same map head, "ts" key and ts head byte ...
+        # Every record starts with the same map head, "ts" key and ts head byte.
         if not all(map(bytes.startswith, records, repeat(r0[:5]))):
-            return None
-        # ... and each after the first ends with the hash of the record before it.
-        if n > 1 and not all(map(bytes.endswith, records[1:], map(_add, repeat(_PREV_HASH), digests[:-1]))):
             return None
     except TypeError:  # not byte strings: the general path says so
         return None
@@ -737,38 +769,51 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
     if b >= 0x1C:
         return None
     s0 = b if b < 24 else int.from_bytes(r0[at + 5 : at + 4 + _INT_LEN[b]])
-    seq_head, seq_rest = _seq_parts(s0, n)
-    fronts = list(map(b"".join, zip(repeat(_R_SEQ + seq_head), seq_rest, repeat(_K_DATA), strict=False)))
+    fronts = _seq_fronts(s0, n)
     if not all(map(bytes.startswith, records, fronts, repeat(at))):
         return None
     starts = list(map(_add, map(len, fronts), repeat(at)))  # each record's data item
-    # The first record's prev is null (seq 0) or a hash; the others' were checked above.
+    # The first record's prev is null (seq 0) or a hash; each other's is the hash of
+    # the record before it, its last bytes (the "prev" key before them is checked with
+    # its kind, below).
+    if n > 1 and not all(map(bytes.endswith, records[1:], digests[:-1])):
+        return None
+    hashed = len(_PREV_HASH) + HASH_LEN
     if s0 == 0 and r0.endswith(_PREV_NULL):
-        p0, back0 = None, len(_PREV_NULL)
-    elif r0[-HASH_LEN - len(_PREV_HASH) : -HASH_LEN] == _PREV_HASH:
-        p0, back0 = r0[-HASH_LEN:], len(_PREV_HASH) + HASH_LEN
+        p0 = None
+    elif r0[-hashed:-HASH_LEN] == _PREV_HASH:
+        p0 = r0[-HASH_LEN:]
     else:
         return None
-    ends = list(map(_sub, map(len, records), repeat(len(_PREV_HASH) + HASH_LEN)))
-    ends[0] = len(r0) - back0
     # The "kind" key: the last one before prev (a kind holding those bytes itself
     # leaves a span after it that is not its encoding, or a data span that is not one
     # item, and goes to the general path).
-    kinds_at = list(map(bytes.rfind, records, repeat(_K_KIND), starts, ends))
+    kinds_at = list(map(bytes.rfind, records, repeat(_K_KIND), starts, repeat(-hashed)))
+    # Each record's kind tail: the "kind" key, the kind, the "prev" key and a hash's head.
+    tails = list(map(bytes.__getitem__, records, map(slice, kinds_at, repeat(-HASH_LEN))))
+    if p0 is None:
+        kinds_at[0] = r0.rfind(_K_KIND, starts[0], -len(_PREV_NULL))
+        tails[0] = r0[kinds_at[0] : -len(_PREV_NULL)] + _PREV_HASH  # as if its prev were a hash
     if not all(map(_lt, starts, kinds_at)):  # an empty data span, or no "kind" key (-1)
         return None
-    encs = list(map(bytes.__getitem__, records, map(slice, map(_add, kinds_at, repeat(len(_K_KIND))), ends)))
-    kinds = list(map(_KIND_TEXTS.get, encs))
-    if None in kinds:
-        for enc in set(encs) - _KIND_TEXTS.keys():
-            if _kind_text(enc) is None:
+    got = list(map(_TAIL_KINDS.get, tails))
+    if None in got:
+        for tail in set(tails) - _TAIL_KINDS.keys():
+            if _tail_kind(tail) is None:
                 return None
-        kinds = [_KIND_TEXTS.get(enc) or _kind_text(enc) for enc in encs]
+        # Each tail reads as a kind now (checked above; the cache may have been cleared since).
+        got = [_TAIL_KINDS.get(tail) or _tail_kind(tail) for tail in tails]
+    kinds = cast(list[str], got)
+    datas = list(map(bytes.__getitem__, records, map(slice, starts, kinds_at)))
     try:
-        values = _decode_items(list(map(bytes.__getitem__, records, map(slice, starts, kinds_at))), key, "entry data")
+        values = _decode_items(datas, key, "entry data")
     except CorruptionError:
         return None
-    return LinkedRun(map(_NEW_ENTRY, range(s0, s0 + n), [p0, *digests[:-1]], kinds, tss, values, digests, records))
+    run = LinkedRun(map(_NEW_ENTRY, range(s0, s0 + n), [p0, *digests[:-1]], kinds, tss, values, digests, records))
+    # The columns were made anyway: kept for a columnar reader (a scan). A head read by
+    # a writer holds them (and the data items' bytes) until its next commit.
+    run.columns = RunColumns(s0, p0, tss, kinds, datas, digests, values)
+    return run
 
 
 def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence[bytes | None],

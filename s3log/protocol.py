@@ -26,6 +26,7 @@ from .codec import (
     Entry,
     Head,
     Lease,
+    LinkedRun,
     ParentRef,
     Pending,
     RunColumns,
@@ -311,7 +312,9 @@ def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Hea
     decoded = [res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
                for key, res in zip(keys, results, strict=True)]
     _verify_runs(layout, head, [(k, seg_session, run) for k, (seg_session, run) in zip(keys, decoded, strict=True)])
-    return head, [*(run for _, run in decoded), head.tail]
+    # The tail as the columns its decoder made beside the entries, when it did.
+    tail = head.tail
+    return head, [*(run for _, run in decoded), tail.columns if isinstance(tail, LinkedRun) and tail.columns else tail]
 
 
 def _reads_tail(head: Head, upto_seq: int | None) -> bool:
