@@ -171,3 +171,35 @@ def test_an_integer_not_in_its_shortest_form_is_refused_by_both_paths(field: str
     assert codec._parse_linked_records(records, digests, _KEY) is None
     with pytest.raises(CorruptionError, match="laid out"):
         codec._decode_records(records, digests, _KEY)
+
+
+def test_a_tail_read_off_its_records_carries_columns_equal_to_its_entries() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        records = _chain(rng, plain=True)
+        digests = [hashlib.sha256(r).digest() for r in records]
+        run = codec._decode_records(records, digests, _KEY)
+        assert isinstance(run, LinkedRun) and run.columns is not None
+        cols = run.columns
+        assert cols.seq == run[0].seq and cols.prev == run[0].prev
+        assert (cols.ts, cols.kinds, cols.hashes) == ([e.ts for e in run], [e.kind for e in run], [e.hash for e in run])
+        assert cols.values == [e.data for e in run]
+        assert cols.data == [cbor2.dumps(e.data, canonical=True) for e in run] == codec.data_cbor_column(run)
+        # A copy: whoever extends the column does not change the run's.
+        assert codec.data_cbor_column(run) is not cols.data
+
+
+def test_read_runs_hands_a_tail_read_off_its_records_as_columns() -> None:
+    import s3log
+    from s3log.codec import RunColumns
+
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    for i in range(30):
+        w.append("k", {"i": i})
+    w.commit()
+    head, runs = log.read_runs(w.session_id)
+    assert runs and isinstance(runs[-1], RunColumns)
+    assert runs[-1].values == [{"i": i} for i in range(30)] and runs[-1].hashes == [e.hash for e in head.tail]
+    assert [e.data for e in log.read(w.session_id)] == runs[-1].values
+    log.close()
