@@ -22,7 +22,7 @@ _KEY = "s3log/sessions/s/head"
 #: Kinds that make reading the "kind" key from the end of a record ambiguous: text
 #: holding the key's own bytes, a text header, unicode, a length past 23 bytes.
 _KINDS = ["k", "message", "tool_call", "adkindbQR", "dkind", "xdkind`", "ünï", "x" * 30, "dkinda", "a\x64kind\x61z"]
-_DATA = [None, 0, 1, -1, 2**40, 1.5, "", "dkind", "x\x64kind", b"\x64kind\x61k", b"\x64kind", [1, "dkind"],
+_DATA: list[Any] = [None, 0, 1, -1, 2**40, 1.5, "", "dkind", "x\x64kind", b"\x64kind\x61k", b"\x64kind", [1, "dkind"],
          {"a": "\x64prev"}, {"s": 1, "text": "lorem ipsum " * 8}, [[[]]], "\x64kind\x67message"]
 _TS = [0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 1_700_000_000_000]
 
@@ -30,13 +30,13 @@ _TS = [0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 1_700_000_000_000]
 def _general(records: list[bytes], digests: list[bytes]) -> tuple[Entry, ...] | CorruptionError:
     """The general path alone (the fast one switched off)."""
     saved = codec._parse_linked_records
-    codec._parse_linked_records = lambda *a: None  # type: ignore[assignment]
+    codec._parse_linked_records = lambda *a: None
     try:
         return codec._decode_records(records, digests, _KEY)
     except CorruptionError as exc:
         return exc
     finally:
-        codec._parse_linked_records = saved  # type: ignore[assignment]
+        codec._parse_linked_records = saved
 
 
 def _fields(entries: Any) -> list[tuple[Any, ...]]:
@@ -153,7 +153,7 @@ def _widened(e: Entry, field: str) -> bytes:
             break
     key = cbor2.dumps(field)
     at = e.raw.index(key) + len(key)
-    return e.raw[:at] + longer + e.raw[at + len(short) :]
+    return bytes(e.raw[:at] + longer + e.raw[at + len(short) :])
 
 
 @pytest.mark.parametrize("field", ["ts", "seq"])
@@ -198,7 +198,9 @@ def test_read_runs_hands_a_tail_read_off_its_records_as_columns() -> None:
     for i in range(30):
         w.append("k", {"i": i})
     w.commit()
-    head, runs = log.read_runs(w.session_id)
+    got = log.read_runs(w.session_id)
+    assert got is not None
+    head, runs = got
     assert runs and isinstance(runs[-1], RunColumns)
     assert runs[-1].values == [{"i": i} for i in range(30)] and runs[-1].hashes == [e.hash for e in head.tail]
     assert [e.data for e in log.read(w.session_id)] == runs[-1].values
