@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import io
 import os
 import threading
 import warnings
@@ -539,7 +540,31 @@ except TypeError:  # pragma: no cover - cbor2 < 6
 _RECORD_VALUES = itemgetter("seq", "prev", "kind", "ts", "data")
 
 
-def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False) -> list[Any]:
+#: The heads of the tags cbor2 decodes as the item they wrap (55799, self-described
+#: CBOR; 256, a stringref namespace), in every length form. A chunk ending with one
+#: would take the item after it (a delimiter below, a record's "kind" key) as what the
+#: tag wraps and still decode as expected: such a chunk is decoded alone as well.
+_TRANSPARENT_TAG_HEADS = tuple(
+    head + tag.to_bytes(width, "big")
+    for tag in (55799, 256) for head, width in ((b"\xd9", 2), (b"\xda", 4), (b"\xdb", 8))
+)
+
+#: The last byte of each of those heads.
+_TAG_HEAD_LAST = frozenset(h[-1] for h in _TRANSPARENT_TAG_HEADS)
+_LAST_BYTE = itemgetter(-1)
+
+
+def _one_item(chunk: bytes) -> str | None:
+    """None if ``chunk`` decodes on its own as exactly one CBOR data item, else what is wrong."""
+    fp = io.BytesIO(chunk)
+    try:
+        cbor2.CBORDecoder(fp, **_RECORD_LOADS).decode()
+    except Exception as exc:  # cbor2 raises several types for garbage input
+        return f"not valid CBOR: {exc}"
+    return None if fp.tell() == len(chunk) else "not exactly one CBOR data item"
+
+
+def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False, nest: int = 0) -> list[Any]:
     """Decode each chunk as exactly one CBOR data item on its own, all in one C call.
 
     Decoding the plain concatenation of the chunks would let a malformed chunk end early
@@ -552,8 +577,13 @@ def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = F
     cannot be reached any other way, and an indefinite-length string holding it would
     have to end on a ``0xff`` just after it, where the next chunk starts (refused below
     for every cbor2; cbor2 >= 6 also refuses indefinite lengths outright). With as many
-    delimiters as chunks, each item therefore spans exactly its chunk. ``records``:
-    the chunks are entry records, which must start with 0xa5 (a 5-entry map).
+    delimiters as chunks, each item therefore spans exactly its chunk, unless a chunk
+    ends with the head of a tag cbor2 reads through (:data:`_TRANSPARENT_TAG_HEADS`),
+    which is checked alone. ``records``: the chunks are entry records, which must start
+    with 0xa5 (a 5-entry map). ``nest``: decode the items that many arrays deeper, so
+    that cbor2's nesting limit falls where it falls for items decoded inside something
+    (a data item inside its record). What is wrong is found by decoding chunks alone, so
+    the error does not depend on the delimiter drawn.
     """
     n = len(chunks)
     mark = os.urandom(16)
@@ -562,7 +592,7 @@ def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = F
     parts = list(chunks)
     parts.append(b"")
     try:
-        parts[0] = _array_head(2 * n) + parts[0]
+        parts[0] = b"\x81" * nest + _array_head(2 * n) + parts[0]
         body = sep.join(parts)
     except TypeError:
         raise CorruptionError(key, f"{what} is not an array of byte strings") from None
@@ -573,17 +603,36 @@ def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = F
         raise CorruptionError(key, f"an item of {what} starts with a break (0xff)")
     try:
         items = cbor2.loads(body, **_RECORD_LOADS)
+        for _ in range(nest):
+            items = items[0]
     except Exception as exc:  # cbor2 raises several types for garbage input
-        raise CorruptionError(key, f"{what} are not valid CBOR: {exc}") from exc
+        raise _item_error(chunks, key, what, records) or CorruptionError(
+            key, f"{what} are not valid CBOR: {exc}") from exc
     values = items[0::2]
     delimiters = items[1::2]
     if delimiters.count(mark) != n:
-        i = next(i for i, d in enumerate(delimiters) if d != mark)
-        m = values[i]
-        seq = m.get("seq") if records and type(m) is dict and type(m.get("seq")) is int else None
-        raise CorruptionError(key, f"item {i} of {what} is not exactly one CBOR data item", seq=seq)
+        raise _item_error(chunks, key, what, records) or CorruptionError(
+            key, f"{what} are not each exactly one CBOR data item")
+    # Every such head ends with 0xf7 or 0x00: a C call per chunk rules most chunks out.
+    if not _TAG_HEAD_LAST.isdisjoint(map(_LAST_BYTE, chunks)) and any(
+            map(bytes.endswith, chunks, repeat(_TRANSPARENT_TAG_HEADS))):
+        error = _item_error(chunks, key, what, records)  # else: a byte string ending with those bytes
+        if error is not None:
+            raise error
     out: list[Any] = values
     return out
+
+
+def _item_error(chunks: list[bytes], key: str, what: str, records: bool) -> CorruptionError | None:
+    """Which chunk is not exactly one CBOR data item, found by decoding each alone (the
+    first that fails is the one the delimiters found out); None if each is one."""
+    for i, chunk in enumerate(chunks):
+        wrong = _one_item(chunk)
+        if wrong is not None:
+            m = _loads_or_none(chunk) if records else None
+            seq = m.get("seq") if type(m) is dict and type(m.get("seq")) is int else None
+            return CorruptionError(key, f"item {i} of {what} is {wrong}", seq=seq)
+    return None
 
 
 def _loads_or_none(record: bytes) -> Any:
@@ -747,6 +796,8 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
     that does not pass is left to, errors and all).
     """
     n = len(records)
+    if not n:
+        return None
     r0 = records[0]
     if type(r0) is not bytes or len(r0) < 16 or not r0.startswith(_R_TS) or r0[4] >= 0x1C:
         return None
@@ -798,15 +849,16 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
         return None
     got = list(map(_TAIL_KINDS.get, tails))
     if None in got:
-        for tail in set(tails) - _TAIL_KINDS.keys():
-            if _tail_kind(tail) is None:
+        for tail in set(tails):
+            if tail not in _TAIL_KINDS and _tail_kind(tail) is None:
                 return None
         # Each tail reads as a kind now (checked above; the cache may have been cleared since).
-        got = [_TAIL_KINDS.get(tail) or _tail_kind(tail) for tail in tails]
+        got = [k if (k := _TAIL_KINDS.get(tail)) is not None else _tail_kind(tail) for tail in tails]
     kinds = cast(list[str], got)
     datas = list(map(bytes.__getitem__, records, map(slice, starts, kinds_at)))
     try:
-        values = _decode_items(datas, key, "entry data")
+        # One array deeper: inside its record (the general path) a data item sits in a map.
+        values = _decode_items(datas, key, "entry data", nest=1)
     except CorruptionError:
         return None
     run = LinkedRun(map(_NEW_ENTRY, range(s0, s0 + n), [p0, *digests[:-1]], kinds, tss, values, digests, records))
@@ -849,6 +901,15 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
                  if not (r.startswith(f) and r.endswith(b) and len(f) + len(b) < len(r)))
         raise CorruptionError(key, "entry record is not laid out as format v2 says (deterministic ts, seq, "
                               "kind and prev around its data)", seq=seqs[i])
+    # The record decoded as one 5-entry map, but a data item followed by a transparent
+    # tag's head (which then wraps the "kind" key) would leave bytes in the data span
+    # that are not its item: such a span is decoded alone.
+    ends = list(map(_sub, map(len, records), map(len, backs)))
+    if any(map(bytes.endswith, records, repeat(_TRANSPARENT_TAG_HEADS), repeat(0), ends)):
+        for i, (r, f, end) in enumerate(zip(records, fronts, ends, strict=True)):
+            wrong = _one_item(r[len(f) : end]) if r.endswith(_TRANSPARENT_TAG_HEADS, 0, end) else None
+            if wrong is not None:
+                raise CorruptionError(key, f"entry record's data is {wrong}", seq=seqs[i])
 
 
 def _prev_encoding(p: bytes | None) -> bytes:
@@ -944,12 +1005,15 @@ _PREV_OF, _HASH_OF = attrgetter("prev"), attrgetter("hash")
 
 def _bytes_array(items: Sequence[bytes]) -> bytes:
     """A CBOR array of byte strings."""
-    return _array_head(len(items)) + _bytes_items(items)
+    # One C call: a byte string has one deterministic encoding (its shortest length
+    # head), which is what cbor2 writes; a Python call per item cost three times more.
+    return dumps(items if type(items) is list else list(items))
 
 
 def _bytes_items(items: Iterable[bytes]) -> bytes:
     """Byte strings as the items of a CBOR array, no array head."""
-    return b"".join(_length_head(0x40, len(b)) + b for b in items)
+    listed = list(items)
+    return dumps(listed)[_head_len(len(listed)) :]
 
 
 def check_format_version(version: object) -> int:

@@ -5,8 +5,11 @@ Its claim: for any input it either declines (None, the general path then decides
 returns exactly the entries the general path returns, and never accepts what the
 general path refuses. Each test is an attack on that claim (or on the end-to-end
 promise: a crafted or mutated tail reads through Log.read, Log.read_runs and
-analytics.scan exactly as with the fast path switched off). Tests marked xfail(strict)
-found a defect; their reason says which, and the docstring how to fix it.
+analytics.scan exactly as with the fast path switched off). The review found four
+defects, fixed with these tests as their regression tests: data at cbor2's nesting
+limit read by one path only; a data item followed by a transparent tag's head (55799,
+256) accepted by both paths and by v2 segments; a malformed record diagnosed
+differently on each read (the random delimiter read into); an empty list.
 """
 
 from __future__ import annotations
@@ -274,9 +277,6 @@ def test_an_empty_tail_is_empty() -> None:
     assert codec._decode_records([], [], _KEY) == ()
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="minor: _parse_linked_records([]) raises IndexError (records[0]); unreachable from "
-                          "_decode_records, which returns () for an empty tail first")
 def test_the_fast_path_declines_an_empty_list() -> None:
     """The claim is "for ANY input, None or the general path's entries"; an empty list
     raises. Fix: ``if not records: return None`` first (or state the precondition)."""
@@ -437,8 +437,6 @@ def _general_depth_limit() -> int:
     return hi
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT: data nested exactly at cbor2's depth limit is parsed by the fast path "
-                   "(its data item sits in an array) and refused by the general path (array + record map)")
 def test_data_at_the_decoders_nesting_limit_is_read_alike_by_both_paths() -> None:
     """The fast path decodes each data item inside _decode_items' array only; the
     general path decodes it inside that array *and* the record's map: one container
@@ -460,8 +458,6 @@ def test_data_at_the_decoders_nesting_limit_is_read_alike_by_both_paths() -> Non
             assert fast is None or not isinstance(general, CorruptionError), (depth, general)
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT: a tail record whose data is nested at cbor2's depth limit now reads "
-                   "(Log.read, read_runs, scan); before the change it was refused")
 def test_a_tail_at_the_nesting_limit_reads_as_before_the_change() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
@@ -480,9 +476,6 @@ _TRANSPARENT_TAG_HEADS = [b"\xd9\xd9\xf7", b"\xda\x00\x00\xd9\xf7", b"\xdb" + (5
                           b"\xd9\x01\x00", b"\xda\x00\x00\x01\x00", b"\xdb" + (256).to_bytes(8, "big")]
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT (both paths, and v2 segments): a data item followed by the head of a "
-                   "tag cbor2 decodes transparently (55799 self-described, 256 stringref namespace) is accepted: "
-                   "that tag wraps the next item (the 'kind' key, or _decode_items' delimiter)")
 @pytest.mark.parametrize("tag", _TRANSPARENT_TAG_HEADS, ids=lambda t: t.hex())
 def test_data_followed_by_a_transparent_tag_head_is_refused_in_a_tail(tag: bytes) -> None:
     """``01 d9d9f7`` as a record's data: cbor2 decodes tag 55799 (and 256) as the value
@@ -511,8 +504,6 @@ def test_data_followed_by_a_transparent_tag_head_is_refused_in_a_tail(tag: bytes
     assert isinstance(_general([record], [_sha(record)]), CorruptionError)
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT: a v2 segment's data item followed by a transparent tag head "
-                   "(55799/256) decodes as the item alone")
 @pytest.mark.parametrize("tag", _TRANSPARENT_TAG_HEADS[:1] + _TRANSPARENT_TAG_HEADS[3:4], ids=lambda t: t.hex())
 def test_data_followed_by_a_transparent_tag_head_is_refused_in_a_segment(tag: bytes) -> None:
     e = make_entry(0, None, "k", 5, 1)
@@ -524,8 +515,6 @@ def test_data_followed_by_a_transparent_tag_head_is_refused_in_a_segment(tag: by
         decode_segment(body, "s3log/sessions/s/seg/x")
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT: a crafted tail that s3log reads (data `01 d9d9f7`) is made unreadable "
-                   "by s3log itself: a format-v1 writer continuing the session writes a segment that does not verify")
 def test_a_tail_s3log_reads_stays_readable_when_a_v1_writer_continues_it() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
@@ -546,8 +535,6 @@ def test_a_tail_s3log_reads_stays_readable_when_a_v1_writer_continues_it() -> No
     s3log.Log(store).read(sid)
 
 
-@pytest.mark.xfail(strict=True, reason="DEFECT (pre-existing, general path): a malformed tail record is diagnosed "
-                   "differently on each read (seq named or not, other message): the random delimiter is read into")
 def test_a_malformed_tail_is_refused_the_same_way_on_every_read() -> None:
     """Record 1's prev head says 34 bytes (``58 22``) instead of 32: decoding it reads
     two bytes of _decode_items' random delimiter, and what the rest of the random
@@ -609,9 +596,13 @@ def _error(exc: CorruptionError) -> tuple[Any, ...]:
 
 
 def _run(run: Any) -> Any:
+    """A run as its rows (seq, prev, kind, ts, data item, hash), whether it comes as
+    columns or entries (a tail read off its records comes as columns)."""
     if isinstance(run, RunColumns):
-        return ("columns", run.seq, run.prev, run.ts, run.kinds, run.data, run.hashes)
-    return ("entries", type(run).__name__, _fields(run))
+        n = len(run.hashes)
+        return list(zip(range(run.seq, run.seq + n), [run.prev, *run.hashes[:-1]], run.kinds, run.ts, run.data,
+                        run.hashes, strict=True))
+    return [(e.seq, e.prev, e.kind, e.ts, codec.entry_data_cbor(e), e.hash) for e in run]
 
 
 def _outcomes(store: s3log.MemoryStore, sid: str) -> list[Any]:
@@ -696,16 +687,16 @@ def test_a_mutated_tail_reads_through_every_path_exactly_as_before_the_change() 
 
 @contextmanager
 def _tiny_kind_cache() -> Iterator[None]:
-    saved_max, saved_interval = codec._KIND_TEXTS_MAX, sys.getswitchinterval()
-    codec._KIND_TEXTS_MAX = 3  # cleared all the time
-    codec._KIND_TEXTS.clear()
+    saved_max, saved_interval = codec._TAIL_KINDS_MAX, sys.getswitchinterval()
+    codec._TAIL_KINDS_MAX = 3  # cleared all the time
+    codec._TAIL_KINDS.clear()
     sys.setswitchinterval(1e-6)  # threads switch as often as the interpreter allows
     try:
         yield
     finally:
         sys.setswitchinterval(saved_interval)
-        codec._KIND_TEXTS_MAX = saved_max
-        codec._KIND_TEXTS.clear()
+        codec._TAIL_KINDS_MAX = saved_max
+        codec._TAIL_KINDS.clear()
 
 
 def test_the_kind_cache_cleared_under_concurrent_decoders_never_gives_a_wrong_kind() -> None:
