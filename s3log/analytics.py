@@ -20,13 +20,14 @@ import time
 import uuid
 import warnings
 from array import array
+from binascii import hexlify
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import compress, islice
-from operator import attrgetter
+from operator import attrgetter, ne
 from typing import Any, Literal
 
 from ._extras import extra
@@ -188,6 +189,42 @@ def _json_column(values: list[Any]) -> list[str | None]:
     return list(map(_json, values))
 
 
+#: A raw NUL byte between rows: orjson writes it verbatim from a Fragment and never
+#: otherwise (control characters in strings are escaped, nothing else can hold one).
+_ROW_SEP = b",\x00,"
+_fragment: Any = getattr(_orjson, "Fragment", None)
+_SEP_ITEM: Any = _fragment(b"\x00") if _fragment is not None else None
+
+
+def _json_array(values: list[Any]) -> pa.Array:
+    """The ``data_json`` column: the texts of :func:`_json_column`, as a string array.
+
+    orjson's own cost per call is most of its cost for small values, so the values go
+    in one call, a separator item between each two, and Arrow cuts the text at the
+    separators (one C++ call). Any value orjson's plain form refuses (then the whole
+    list is refused), or a cut that does not give one piece per row, takes the value by
+    value path instead: the same text either way.
+    """
+    n = len(values)
+    if _SEP_ITEM is not None and n:
+        items = [_SEP_ITEM] * (2 * n - 1)
+        items[::2] = values
+        try:
+            text: bytes | None = _orjson.dumps(items)
+        except (TypeError, ValueError):  # integer keys, bytes, ints over 64 bits, too deep...
+            text = None
+        if text is not None and len(text) < 2**31:
+            import pyarrow.compute as pc  # loaded on first use, as Array.cast does
+
+            # The text without its brackets, as one binary value (no copy).
+            whole = pa.Array.from_buffers(
+                pa.binary(), 1, [None, pa.py_buffer(array("i", [1, len(text) - 1])), pa.py_buffer(text)])
+            rows = pc.split_pattern(whole, pattern=_ROW_SEP).flatten()
+            if len(rows) == n:
+                return rows.view(pa.string())  # orjson writes UTF-8 only
+    return pa.array(_json_column(values), pa.string())
+
+
 def _label(value: Any) -> str:
     return value if isinstance(value, str) else (_json_std(value) or str(value))
 
@@ -231,42 +268,81 @@ def _offsets(n: int) -> pa.Buffer:
 def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array]:
     """The ``hash`` and ``prev`` columns (hex) of rows whose hashes are 32 bytes.
 
-    Each column is a view of one hex text made in one call, no string object per row:
-    the hashes laid end to end, and the prevs the same way with a null (over 64
-    placeholder bytes) where a row has none, the first row of a root session. Rows of
-    many sessions go in one call. Anything else (a prev or hash of another length)
-    takes one value at a time.
+    Both columns are views of one hex text made in one call, no string object per row:
+    the first row's prev then every hash, laid end to end. Within a session each prev
+    is the hash of the row before, so the prev column is that text one row earlier
+    than the hash column; only the rows where it is not (a session's first row, a row
+    after rows a filter dropped) are looked at one by one: a null where there is no
+    prev (over whatever the text holds there), else that prev written into a copy of
+    the text. Anything else (a prev or hash of another length) takes one value at a time.
     """
-    n = len(hashes)
-    zero = bytes(HASH_LEN)
-    if (not n or 64 * (n + 1) >= 2**31 or set(map(len, hashes)) != {HASH_LEN}
-            or set(map(len, filter(None, prevs))) - {HASH_LEN}):
+    made = _hash_views(hashes, prevs) if 64 * (len(hashes) + 2) < 2**31 else None
+    if made is None:
         return (pa.array(list(map(bytes.hex, hashes)), pa.string()),
                 pa.array(list(map(_hex_or_none, prevs)), pa.string()))
-    offsets = _offsets(n + 1)
-    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(b"".join(hashes).hex().encode())])
-    nulls = [i for i, p in enumerate(prevs) if p is None]
+    return made
+
+
+def _hash_views(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array] | None:
+    n = len(hashes)
+    first = prevs[0] if n else None
+    lead = bytes(HASH_LEN) if first is None else first
+    joined = b"".join([lead, *hashes])
+    # Every hash 32 bytes: none shorter, and no more bytes than that in all.
+    if not n or len(joined) != HASH_LEN * (n + 1) or min(map(len, hashes)) != HASH_LEN:
+        return None
+    # breaks[i]: whether row i + 1's prev differs from row i's hash. Compared in C
+    # (the same object, in a chain read in one piece: no byte is compared).
+    breaks = bytes(map(ne, islice(prevs, 1, None), hashes))
+    nulls = [0] if first is None else []
+    patched: list[tuple[int, bytes]] = []
+    i = breaks.find(1)
+    while i >= 0:
+        p = prevs[i + 1]
+        if p is None:
+            nulls.append(i + 1)
+        elif len(p) != HASH_LEN:
+            return None
+        else:
+            patched.append((i + 1, p))
+        i = breaks.find(1, i + 1)
+    text = pa.py_buffer(hexlify(joined))
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, _offsets(n + 2).slice(4), text])
+    prev_text = text
+    if patched:
+        copy = bytearray(text)
+        for i, p in patched:
+            copy[64 * i:64 * i + 64] = hexlify(p)
+        prev_text = pa.py_buffer(copy)
     validity = None
     if nulls:
         bitmap = bytearray(b"\xff" * ((n + 7) // 8))
         for i in nulls:
             bitmap[i >> 3] &= ~(1 << (i & 7)) & 0xFF
         validity = pa.py_buffer(bitmap)
-    text = b"".join([zero if p is None else p for p in prevs]).hex().encode()
-    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets, pa.py_buffer(text)], null_count=len(nulls))
+    prev = pa.Array.from_buffers(pa.string(), n, [validity, _offsets(n + 1), prev_text], null_count=len(nulls))
     return hashed, prev
 
 
 #: ms of the earliest and after the latest time whose day fits a date32.
 _DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
+_NAIVE_MS = pa.timestamp("ms")
 
 
 def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
     """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
-    # The bounds from the Python list: a compute kernel call costs about a millisecond
-    # of dispatch here, min/max over the list microseconds.
-    if _DATE32_MS[0] <= min(tss) and max(tss) < _DATE32_MS[1]:
-        return ts.cast(pa.date32()).cast(pa.string())  # the cast floors to the day
+    import pyarrow.compute as pc  # loaded on first use, as Array.cast does
+
+    if not len(ts):
+        return pa.array([], pa.string())
+    ms = ts.view(pa.int64())
+    bounds = pc.min_max(ms)
+    if _DATE32_MS[0] <= bounds["min"].as_py() and bounds["max"].as_py() < _DATE32_MS[1]:
+        # The day of each time (the cast floors; without a time zone it is a division,
+        # with one several times slower), then the text of each distinct day: a batch
+        # spans a few days.
+        days = ms.view(_NAIVE_MS).cast(pa.date32()).dictionary_encode()
+        return days.dictionary.cast(pa.string()).take(days.indices)
     # Days out of date32's range: refused by Arrow as before (no silent wrap).
     return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
 
@@ -365,7 +441,7 @@ class _Columns:
             prev,
             pa.array(self.parents, pa.string()),
             pa.array(self.data, pa.binary()),
-            pa.array(_json_column(self.values), pa.string()),
+            _json_array(self.values),
             _date_column(ts, self.tss),
         ], schema=SCHEMA))
         self._clear()
@@ -375,10 +451,12 @@ class _Columns:
         if self.rows < size:
             return
         self._arrow()
-        table = pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks()
+        # Each batch is copied together only if it spans chunks: a batch within one
+        # chunk is a view of it (before, every chunk was copied into one first).
+        table = pa.Table.from_batches(self.chunks, schema=SCHEMA)
         start = 0
         while self.rows - start >= size:
-            yield table.slice(start, size).to_batches()[0]
+            yield table.slice(start, size).combine_chunks().to_batches()[0]
             start += size
         rest = table.slice(start)
         self.chunks = rest.combine_chunks().to_batches() if rest.num_rows else []
