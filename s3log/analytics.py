@@ -194,6 +194,9 @@ def _json_column(values: list[Any]) -> list[str | None]:
 _ROW_SEP = b",\x00,"
 _fragment: Any = getattr(_orjson, "Fragment", None)
 _SEP_ITEM: Any = _fragment(b"\x00") if _fragment is not None else None
+#: From this many rows data_json is made in one orjson call: below, the two Arrow calls
+#: that cut it cost more than the calls to orjson they save (measured: ~130 rows).
+_JSON_ONE_CALL_ROWS = 128
 
 
 def _json_array(values: list[Any]) -> pa.Array:
@@ -206,7 +209,7 @@ def _json_array(values: list[Any]) -> pa.Array:
     value path instead: the same text either way.
     """
     n = len(values)
-    if _SEP_ITEM is not None and n:
+    if _SEP_ITEM is not None and n >= _JSON_ONE_CALL_ROWS:
         items = [_SEP_ITEM] * (2 * n - 1)
         items[::2] = values
         try:
@@ -327,22 +330,34 @@ def _hash_views(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Arra
 #: ms of the earliest and after the latest time whose day fits a date32.
 _DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
 _NAIVE_MS = pa.timestamp("ms")
+#: From this many rows a batch's dates are made from its distinct days: below, the two
+#: more Arrow calls cost more than they save (measured: ~350 rows).
+_DAYS_BY_DICT_ROWS = 512
 
 
 def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
     """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
     import pyarrow.compute as pc  # loaded on first use, as Array.cast does
 
-    if not len(ts):
+    n = len(ts)
+    if not n:
         return pa.array([], pa.string())
     ms = ts.view(pa.int64())
-    bounds = pc.min_max(ms)
-    if _DATE32_MS[0] <= bounds["min"].as_py() and bounds["max"].as_py() < _DATE32_MS[1]:
-        # The day of each time (the cast floors; without a time zone it is a division,
-        # with one several times slower), then the text of each distinct day: a batch
-        # spans a few days.
-        days = ms.view(_NAIVE_MS).cast(pa.date32()).dictionary_encode()
-        return days.dictionary.cast(pa.string()).take(days.indices)
+    # Each Arrow call costs microseconds whatever the rows: few rows take fewer calls.
+    if n < _DAYS_BY_DICT_ROWS:
+        lo, hi = min(tss), max(tss)
+    else:
+        bounds = pc.min_max(ms)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    if _DATE32_MS[0] <= lo and hi < _DATE32_MS[1]:
+        # The day of each time: the cast floors (without a time zone it is a division,
+        # with one several times slower).
+        days = ms.view(_NAIVE_MS).cast(pa.date32())
+        if n < _DAYS_BY_DICT_ROWS:
+            return days.cast(pa.string())
+        # The text of each distinct day, not of each row: a batch spans a few days.
+        coded = days.dictionary_encode()
+        return coded.dictionary.cast(pa.string()).take(coded.indices)
     # Days out of date32's range: refused by Arrow as before (no silent wrap).
     return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
 

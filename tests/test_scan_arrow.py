@@ -155,7 +155,7 @@ def test_date_column_is_the_utc_day_of_each_time(seed: int) -> None:
     edges = [-DAY - 1, -DAY, -1, 0, 1, DAY - 1, DAY, T0 - 1, T0, 253_402_300_799_999, 253_402_300_800_000,
              -62_135_596_800_001, LO, LO + 1, HI - 1, HI - DAY]
     spans = [(T0 - 3 * DAY, T0 + 3 * DAY), (-5 * DAY, 5 * DAY), (LO, HI - 1)]
-    n = rng.choice([1, 2, 13, 4096, 5000])
+    n = rng.choice([1, 2, 13, analytics._DAYS_BY_DICT_ROWS - 1, analytics._DAYS_BY_DICT_ROWS, 5000])
     lo, hi = rng.choice(spans)
     tss = [rng.choice(edges) if rng.random() < 0.05 else rng.randint(lo, hi) for _ in range(n)]
     got = _dates(tss)
@@ -164,10 +164,13 @@ def test_date_column_is_the_utc_day_of_each_time(seed: int) -> None:
     assert got.equals(_ref_dates(tss))
 
 
+@pytest.mark.parametrize("rows", [3, analytics._DAYS_BY_DICT_ROWS + 1])
 @pytest.mark.parametrize("bad", [LO - 1, HI, -(2**63), 2**63 - 1])
-def test_a_day_outside_date32_is_refused_as_before(bad: int) -> None:
+def test_a_day_outside_date32_is_refused_as_before(bad: int, rows: int) -> None:
+    tss = [T0 + i for i in range(rows)]
+    tss[rows // 2] = bad
     with pytest.raises(pa.ArrowInvalid):
-        _dates([T0, bad, T0 + 1])
+        _dates(tss)
 
 
 def test_date_column_of_no_rows() -> None:
@@ -175,6 +178,10 @@ def test_date_column_of_no_rows() -> None:
 
 
 # ------------------------------------------------------------------------------- json
+
+
+#: Enough rows for data_json to be made in one orjson call, and a few rows less.
+_MANY = analytics._JSON_ONE_CALL_ROWS
 
 
 def _ref_json(values: list[Any]) -> pa.Array:
@@ -204,7 +211,7 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 @pytest.mark.parametrize("seed", range(30))
 def test_json_array_equals_the_json_of_each_value(seed: int) -> None:
     rng = random.Random(seed)
-    values = [_value(rng) for _ in range(rng.choice([1, 2, 3, 50, 4096]))]
+    values = [_value(rng) for _ in range(rng.choice([1, 2, 50, _MANY - 1, _MANY, 4096]))]
     if seed % 3 == 1:  # one value orjson's plain form refuses: the whole column takes the other path
         values[rng.randrange(len(values))] = rng.choice([{1: "int key"}, b"\x00\xff", 2**70, {"s": {1, 2}}])
     got = analytics._json_array(values)
@@ -212,19 +219,35 @@ def test_json_array_equals_the_json_of_each_value(seed: int) -> None:
     assert got.equals(_ref_json(values))
 
 
-def test_json_array_edges() -> None:
-    for values in ([], [None], [{}], [[]], [""], ["\x00"], [",\x00,"], [{"a": ",\x00,"}, {"b": "\x00"}]):
+@pytest.mark.parametrize("rows", [1, _MANY - 1, _MANY, 3 * _MANY + 1])
+def test_json_array_edges(rows: int) -> None:
+    for values in ([None], [{}], [[]], [""], ["\x00"], [",\x00,"], [{"a": ",\x00,"}, {"b": "\x00"}]):
+        values = (values * rows)[:rows]
         assert analytics._json_array(values).equals(_ref_json(values)), values
-    assert analytics._json_array([None, "a\x00b", {"k": [1, 2]}]).to_pylist() == [
-        "null", '"a\\u0000b"', '{"k":[1,2]}']
+    values = [None, "a\x00b", {"k": [1, 2]}] * rows
+    assert analytics._json_array(values).to_pylist() == ["null", '"a\\u0000b"', '{"k":[1,2]}'] * rows
+    assert analytics._json_array([]).equals(pa.array([], pa.string()))
 
 
 def test_json_array_of_values_nested_to_the_limit() -> None:
     # The deepest value orjson takes alone is one level too deep inside the list the
     # column is made from: then it is made value by value, the same text.
     deepest = next(d for d in range(200, 1000) if _refused(_nested(d + 1)))
-    values = [{"a": 1}, _nested(deepest), "x"]
+    values = [{"a": 1}, _nested(deepest), *["x"] * _MANY]
     assert analytics._json_array(values).equals(_ref_json(values))
+
+
+def test_json_text_that_holds_the_row_separator_is_made_value_by_value() -> None:
+    # orjson never writes a NUL byte of its own; a value that brings its own text (a
+    # Fragment, written verbatim) can. The cut then finds more pieces than rows, and
+    # the column is made value by value instead.
+    import orjson
+
+    values: list[Any] = [{"a": i} for i in range(_MANY)]
+    values[5] = orjson.Fragment(b'"a",\x00,"b"')
+    got = analytics._json_array(values)
+    assert got.equals(_ref_json(values))
+    assert got[5].as_py() == '"a",\x00,"b"'
 
 
 def _refused(value: Any) -> bool:
