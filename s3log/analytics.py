@@ -289,34 +289,42 @@ def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Ar
 def _hash_views(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array] | None:
     n = len(hashes)
     first = prevs[0] if n else None
-    lead = bytes(HASH_LEN) if first is None else first
-    joined = b"".join([lead, *hashes])
-    # Every hash 32 bytes: none shorter, and no more bytes than that in all.
-    if not n or len(joined) != HASH_LEN * (n + 1) or min(map(len, hashes)) != HASH_LEN:
+    zero = bytes(HASH_LEN)
+    joined = b"".join([zero if first is None else first, *hashes])
+    # Every hash 32 bytes (and the first prev: then the text is 64 hex digits a row).
+    if not n or len(joined) != HASH_LEN * (n + 1) or set(map(len, hashes)) != {HASH_LEN}:
         return None
+    text = pa.py_buffer(hexlify(joined))
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, _offsets(n + 2).slice(4), text])
     # breaks[i]: whether row i + 1's prev differs from row i's hash. Compared in C
     # (the same object, in a chain read in one piece: no byte is compared).
     breaks = bytes(map(ne, islice(prevs, 1, None), hashes))
-    nulls = [0] if first is None else []
-    patched: list[tuple[int, bytes]] = []
-    i = breaks.find(1)
-    while i >= 0:
-        p = prevs[i + 1]
-        if p is None:
-            nulls.append(i + 1)
-        elif len(p) != HASH_LEN:
+    if breaks.count(1) > n // _BREAKS_PER_ROW:
+        # Most prevs are not the hash before (a kinds filter dropped the rows between):
+        # looking at each in Python costs more than laying them all out as the hashes.
+        if set(map(len, filter(None, prevs))) - {HASH_LEN}:
             return None
-        else:
-            patched.append((i + 1, p))
-        i = breaks.find(1, i + 1)
-    text = pa.py_buffer(hexlify(joined))
-    hashed = pa.Array.from_buffers(pa.string(), n, [None, _offsets(n + 2).slice(4), text])
-    prev_text = text
-    if patched:
-        copy = bytearray(text)
-        for i, p in patched:
-            copy[64 * i:64 * i + 64] = hexlify(p)
-        prev_text = pa.py_buffer(copy)
+        nulls = [i for i, p in enumerate(prevs) if p is None]
+        prev_text = pa.py_buffer(hexlify(b"".join([zero if p is None else p for p in prevs])))
+    else:
+        nulls = [0] if first is None else []
+        patched: list[tuple[int, bytes]] = []
+        i = breaks.find(1)
+        while i >= 0:
+            p = prevs[i + 1]
+            if p is None:
+                nulls.append(i + 1)
+            elif len(p) != HASH_LEN:
+                return None
+            else:
+                patched.append((i + 1, p))
+            i = breaks.find(1, i + 1)
+        prev_text = text
+        if patched:
+            copy = bytearray(text)
+            for i, p in patched:
+                copy[64 * i:64 * i + 64] = hexlify(p)
+            prev_text = pa.py_buffer(copy)
     validity = None
     if nulls:
         bitmap = bytearray(b"\xff" * ((n + 7) // 8))
@@ -325,6 +333,11 @@ def _hash_views(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Arra
         validity = pa.py_buffer(bitmap)
     prev = pa.Array.from_buffers(pa.string(), n, [validity, _offsets(n + 1), prev_text], null_count=len(nulls))
     return hashed, prev
+
+
+#: Beyond one row in this many whose prev is not the hash before, the prevs are laid
+#: out as their own text (measured: the two ways cost the same at about one in four).
+_BREAKS_PER_ROW = 5
 
 
 #: ms of the earliest and after the latest time whose day fits a date32.

@@ -97,6 +97,18 @@ def test_hashes_and_prevs_of_other_lengths_give_their_hex_too(seed: int) -> None
     _check_hash_columns(hashes, prevs)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_hash_columns_of_rows_a_filter_thinned(seed: int) -> None:
+    # A kinds filter keeps one row in a few: most prevs are not the hash before
+    # (some rows a session's first, some after a row kept), on either side of the
+    # share where the prevs are laid out as their own text.
+    rng = random.Random(2000 + seed)
+    hashes, prevs = _chains(rng, rng.choice([10, 300, 4096]))
+    keep = rng.choice([0.1, 0.3, 0.7, 0.85, 0.95])
+    rows = [i for i in range(len(hashes)) if i == 0 or rng.random() < keep]
+    _check_hash_columns([hashes[i] for i in rows], [prevs[i] for i in rows])
+
+
 @pytest.mark.parametrize("prevs", [
     [None, None, None], [b"\x09" * 32, None, b"\x08" * 32], [None, "h0", "h1"], [b"\x07" * 32, "h0", "h1"],
     [None, "h0", "h0"], [None, "h1", "h0"], [b"\x07" * 31, "h0", "h1"], [None, "h0", b"\x07" * 33],
