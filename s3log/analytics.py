@@ -197,19 +197,24 @@ _SEP_ITEM: Any = _fragment(b"\x00") if _fragment is not None else None
 #: From this many rows data_json is made in one orjson call: below, the two Arrow calls
 #: that cut it cost more than the calls to orjson they save (measured: ~130 rows).
 _JSON_ONE_CALL_ROWS = 128
+#: Up to this size of a row's data (as CBOR): beyond, cutting the text costs more per
+#: byte than orjson's cost per call saves (measured: ~3.5 KB of JSON).
+_JSON_ONE_CALL_MAX_BYTES = 3072
 
 
-def _json_array(values: list[Any]) -> pa.Array:
+def _json_array(values: list[Any], row_bytes: int = 0) -> pa.Array:
     """The ``data_json`` column: the texts of :func:`_json_column`, as a string array.
 
     orjson's own cost per call is most of its cost for small values, so the values go
     in one call, a separator item between each two, and Arrow cuts the text at the
     separators (one C++ call). Any value orjson's plain form refuses (then the whole
     list is refused), or a cut that does not give one piece per row, takes the value by
-    value path instead: the same text either way.
+    value path instead: the same text either way. So do rows of over
+    :data:`_JSON_ONE_CALL_MAX_BYTES` (``row_bytes``, a typical row's encoded data),
+    for which the cut costs more than the calls saved.
     """
     n = len(values)
-    if _SEP_ITEM is not None and n >= _JSON_ONE_CALL_ROWS:
+    if _SEP_ITEM is not None and n >= _JSON_ONE_CALL_ROWS and row_bytes <= _JSON_ONE_CALL_MAX_BYTES:
         items = [_SEP_ITEM] * (2 * n - 1)
         items[::2] = values
         try:
@@ -469,7 +474,7 @@ class _Columns:
             prev,
             pa.array(self.parents, pa.string()),
             pa.array(self.data, pa.binary()),
-            _json_array(self.values),
+            _json_array(self.values, len(self.data[n // 2])),
             _date_column(ts, self.tss),
         ], schema=SCHEMA))
         self._clear()
