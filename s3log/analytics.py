@@ -347,6 +347,7 @@ _BREAKS_PER_ROW = 5
 
 #: ms of the earliest and after the latest time whose day fits a date32.
 _DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
+#: The same times without a time zone: their cast to a day is a plain division.
 _NAIVE_MS = pa.timestamp("ms")
 #: From this many rows a batch's dates are made from its distinct days: below, the two
 #: more Arrow calls cost more than they save (measured: ~350 rows).
@@ -484,8 +485,8 @@ class _Columns:
         if self.rows < size:
             return
         self._arrow()
-        # Each batch is copied together only if it spans chunks: a batch within one
-        # chunk is a view of it (before, every chunk was copied into one first).
+        # A batch is copied together only if it spans chunks: within one chunk it is a
+        # view of it (copying every chunk into one first copied each row once more).
         table = pa.Table.from_batches(self.chunks, schema=SCHEMA)
         start = 0
         while self.rows - start >= size:
