@@ -138,6 +138,27 @@ def test_prev_is_a_view_of_the_hash_text_within_sessions() -> None:
     assert prev[5].as_py() == "ee" * 32 and prev[6].as_py() == hashes[5].hex()
 
 
+def test_the_views_read_back_the_same_through_ipc_and_parquet() -> None:
+    # The hash column's offsets start past the first prev, the prev column's nulls lie
+    # over other rows' text: both must survive what consumers do with a batch.
+    import io
+
+    import pyarrow.parquet as pq
+
+    hashes, prevs = _chains(random.Random(9), 500)
+    hashed, prev = analytics._hash_columns(hashes, prevs)
+    table = pa.table({"hash": hashed, "prev": prev})
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    assert pa.ipc.open_stream(sink.getvalue()).read_all().equals(table)
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    assert pq.read_table(io.BytesIO(sink.getvalue())).equals(table)
+    want_hash, want_prev = _ref_hash_columns(hashes, prevs)
+    assert table.equals(pa.table({"hash": want_hash, "prev": want_prev}))
+
+
 # ------------------------------------------------------------------------------- dates
 
 
