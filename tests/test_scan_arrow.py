@@ -255,11 +255,12 @@ def test_json_array_equals_the_json_of_each_value(seed: int) -> None:
 
 @pytest.mark.parametrize("rows", [1, _MANY - 1, _MANY, 3 * _MANY + 1])
 def test_json_array_edges(rows: int) -> None:
-    for values in ([None], [{}], [[]], [""], ["\x00"], [",\x00,"], [{"a": ",\x00,"}, {"b": "\x00"}]):
-        values = (values * rows)[:rows]
+    cases: list[list[Any]] = [[None], [{}], [[]], [""], ["\x00"], [",\x00,"], [{"a": ",\x00,"}, {"b": "\x00"}]]
+    for case in cases:
+        values = (case * rows)[:rows]
         assert analytics._json_array(values).equals(_ref_json(values)), values
-    values = [None, "a\x00b", {"k": [1, 2]}] * rows
-    assert analytics._json_array(values).to_pylist() == ["null", '"a\\u0000b"', '{"k":[1,2]}'] * rows
+    mixed: list[Any] = [None, "a\x00b", {"k": [1, 2]}] * rows
+    assert analytics._json_array(mixed).to_pylist() == ["null", '"a\\u0000b"', '{"k":[1,2]}'] * rows
     assert analytics._json_array([]).equals(pa.array([], pa.string()))
 
 
