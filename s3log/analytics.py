@@ -20,13 +20,14 @@ import time
 import uuid
 import warnings
 from array import array
+from binascii import hexlify
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import compress, islice
-from operator import attrgetter
+from operator import attrgetter, ne
 from typing import Any, Literal
 
 from ._extras import extra
@@ -188,6 +189,50 @@ def _json_column(values: list[Any]) -> list[str | None]:
     return list(map(_json, values))
 
 
+#: A raw NUL byte between rows: orjson writes it verbatim from a Fragment and never
+#: otherwise (control characters in strings are escaped, nothing else can hold one).
+_ROW_SEP = b",\x00,"
+_fragment: Any = getattr(_orjson, "Fragment", None)
+_SEP_ITEM: Any = _fragment(b"\x00") if _fragment is not None else None
+#: From this many rows data_json is made in one orjson call: below, the two Arrow calls
+#: that cut it cost more than the calls to orjson they save (measured: ~130 rows).
+_JSON_ONE_CALL_ROWS = 128
+#: Up to this size of a row's data (as CBOR): beyond, cutting the text costs more per
+#: byte than orjson's cost per call saves (measured: ~3.5 KB of JSON).
+_JSON_ONE_CALL_MAX_BYTES = 3072
+
+
+def _json_array(values: list[Any], row_bytes: int = 0) -> pa.Array:
+    """The ``data_json`` column: the texts of :func:`_json_column`, as a string array.
+
+    orjson's own cost per call is most of its cost for small values, so the values go
+    in one call, a separator item between each two, and Arrow cuts the text at the
+    separators (one C++ call). Any value orjson's plain form refuses (then the whole
+    list is refused), or a cut that does not give one piece per row, takes the value by
+    value path instead: the same text either way. So do rows of over
+    :data:`_JSON_ONE_CALL_MAX_BYTES` (``row_bytes``, a typical row's encoded data),
+    for which the cut costs more than the calls saved.
+    """
+    n = len(values)
+    if _SEP_ITEM is not None and n >= _JSON_ONE_CALL_ROWS and row_bytes <= _JSON_ONE_CALL_MAX_BYTES:
+        items = [_SEP_ITEM] * (2 * n - 1)
+        items[::2] = values
+        try:
+            text: bytes | None = _orjson.dumps(items)
+        except (TypeError, ValueError):  # integer keys, bytes, ints over 64 bits, too deep...
+            text = None
+        if text is not None and len(text) < 2**31:
+            import pyarrow.compute as pc  # loaded on first use, as Array.cast does
+
+            # The text without its brackets, as one binary value (no copy).
+            whole = pa.Array.from_buffers(
+                pa.binary(), 1, [None, pa.py_buffer(array("i", [1, len(text) - 1])), pa.py_buffer(text)])
+            rows = pc.split_pattern(whole, pattern=_ROW_SEP).flatten()
+            if len(rows) == n:
+                return rows.view(pa.string())  # orjson writes UTF-8 only
+    return pa.array(_json_column(values), pa.string())
+
+
 def _label(value: Any) -> str:
     return value if isinstance(value, str) else (_json_std(value) or str(value))
 
@@ -231,42 +276,107 @@ def _offsets(n: int) -> pa.Buffer:
 def _hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array]:
     """The ``hash`` and ``prev`` columns (hex) of rows whose hashes are 32 bytes.
 
-    Each column is a view of one hex text made in one call, no string object per row:
-    the hashes laid end to end, and the prevs the same way with a null (over 64
-    placeholder bytes) where a row has none, the first row of a root session. Rows of
-    many sessions go in one call. Anything else (a prev or hash of another length)
-    takes one value at a time.
+    Both columns are views of one hex text made in one call, no string object per row:
+    the first row's prev then every hash, laid end to end. Within a session each prev
+    is the hash of the row before, so the prev column is that text one row earlier
+    than the hash column; only the rows where it is not (a session's first row, a row
+    after rows a filter dropped) are looked at one by one: a null where there is no
+    prev (over whatever the text holds there), else that prev written into a copy of
+    the text. Anything else (a prev or hash of another length) takes one value at a time.
     """
-    n = len(hashes)
-    zero = bytes(HASH_LEN)
-    if (not n or 64 * (n + 1) >= 2**31 or set(map(len, hashes)) != {HASH_LEN}
-            or set(map(len, filter(None, prevs))) - {HASH_LEN}):
+    made = _hash_views(hashes, prevs) if 64 * (len(hashes) + 2) < 2**31 else None
+    if made is None:
         return (pa.array(list(map(bytes.hex, hashes)), pa.string()),
                 pa.array(list(map(_hex_or_none, prevs)), pa.string()))
-    offsets = _offsets(n + 1)
-    hashed = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(b"".join(hashes).hex().encode())])
-    nulls = [i for i, p in enumerate(prevs) if p is None]
+    return made
+
+
+def _hash_views(hashes: list[bytes], prevs: list[bytes | None]) -> tuple[pa.Array, pa.Array] | None:
+    n = len(hashes)
+    first = prevs[0] if n else None
+    zero = bytes(HASH_LEN)
+    joined = b"".join([zero if first is None else first, *hashes])
+    # Every hash 32 bytes (and the first prev: then the text is 64 hex digits a row).
+    if not n or len(joined) != HASH_LEN * (n + 1) or set(map(len, hashes)) != {HASH_LEN}:
+        return None
+    text = pa.py_buffer(hexlify(joined))
+    hashed = pa.Array.from_buffers(pa.string(), n, [None, _offsets(n + 2).slice(4), text])
+    # breaks[i]: whether row i + 1's prev differs from row i's hash. Compared in C
+    # (the same object, in a chain read in one piece: no byte is compared).
+    breaks = bytes(map(ne, islice(prevs, 1, None), hashes))
+    if breaks.count(1) > n // _BREAKS_PER_ROW:
+        # Most prevs are not the hash before (a kinds filter dropped the rows between):
+        # looking at each in Python costs more than laying them all out as the hashes.
+        if set(map(len, filter(None, prevs))) - {HASH_LEN}:
+            return None
+        nulls = [i for i, p in enumerate(prevs) if p is None]
+        prev_text = pa.py_buffer(hexlify(b"".join([zero if p is None else p for p in prevs])))
+    else:
+        nulls = [0] if first is None else []
+        patched: list[tuple[int, bytes]] = []
+        i = breaks.find(1)
+        while i >= 0:
+            p = prevs[i + 1]
+            if p is None:
+                nulls.append(i + 1)
+            elif len(p) != HASH_LEN:
+                return None
+            else:
+                patched.append((i + 1, p))
+            i = breaks.find(1, i + 1)
+        prev_text = text
+        if patched:
+            copy = bytearray(text)
+            for i, p in patched:
+                copy[64 * i:64 * i + 64] = hexlify(p)
+            prev_text = pa.py_buffer(copy)
     validity = None
     if nulls:
         bitmap = bytearray(b"\xff" * ((n + 7) // 8))
         for i in nulls:
             bitmap[i >> 3] &= ~(1 << (i & 7)) & 0xFF
         validity = pa.py_buffer(bitmap)
-    text = b"".join([zero if p is None else p for p in prevs]).hex().encode()
-    prev = pa.Array.from_buffers(pa.string(), n, [validity, offsets, pa.py_buffer(text)], null_count=len(nulls))
+    prev = pa.Array.from_buffers(pa.string(), n, [validity, _offsets(n + 1), prev_text], null_count=len(nulls))
     return hashed, prev
+
+
+#: Beyond one row in this many whose prev is not the hash before, the prevs are laid
+#: out as their own text (measured: the two ways cost the same at about one in four).
+_BREAKS_PER_ROW = 5
 
 
 #: ms of the earliest and after the latest time whose day fits a date32.
 _DATE32_MS = (-(2**31) * _DAY_MS, 2**31 * _DAY_MS)
+#: The same times without a time zone: their cast to a day is a plain division.
+_NAIVE_MS = pa.timestamp("ms")
+#: From this many rows a batch's dates are made from its distinct days: below, the two
+#: more Arrow calls cost more than they save (measured: ~350 rows).
+_DAYS_BY_DICT_ROWS = 512
 
 
 def _date_column(ts: pa.Array, tss: list[int]) -> pa.Array:
     """``YYYY-MM-DD`` (UTC) of each time (``ts``: timestamps, ``tss`` the same in ms)."""
-    # The bounds from the Python list: a compute kernel call costs about a millisecond
-    # of dispatch here, min/max over the list microseconds.
-    if _DATE32_MS[0] <= min(tss) and max(tss) < _DATE32_MS[1]:
-        return ts.cast(pa.date32()).cast(pa.string())  # the cast floors to the day
+    import pyarrow.compute as pc  # loaded on first use, as Array.cast does
+
+    n = len(ts)
+    if not n:
+        return pa.array([], pa.string())
+    ms = ts.view(pa.int64())
+    # Each Arrow call costs microseconds whatever the rows: few rows take fewer calls.
+    if n < _DAYS_BY_DICT_ROWS:
+        lo, hi = min(tss), max(tss)
+    else:
+        bounds = pc.min_max(ms)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    if _DATE32_MS[0] <= lo and hi < _DATE32_MS[1]:
+        # The day of each time: the cast floors (without a time zone it is a division,
+        # with one several times slower).
+        days = ms.view(_NAIVE_MS).cast(pa.date32())
+        if n < _DAYS_BY_DICT_ROWS:
+            return days.cast(pa.string())
+        # The text of each distinct day, not of each row: a batch spans a few days.
+        coded = days.dictionary_encode()
+        return coded.dictionary.cast(pa.string()).take(coded.indices)
     # Days out of date32's range: refused by Arrow as before (no silent wrap).
     return _days_to_dates(pa.array([t // _DAY_MS for t in tss], pa.int32()))
 
@@ -365,7 +475,7 @@ class _Columns:
             prev,
             pa.array(self.parents, pa.string()),
             pa.array(self.data, pa.binary()),
-            pa.array(_json_column(self.values), pa.string()),
+            _json_array(self.values, len(self.data[n // 2])),
             _date_column(ts, self.tss),
         ], schema=SCHEMA))
         self._clear()
@@ -375,10 +485,12 @@ class _Columns:
         if self.rows < size:
             return
         self._arrow()
-        table = pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks()
+        # A batch is copied together only if it spans chunks: within one chunk it is a
+        # view of it (copying every chunk into one first copied each row once more).
+        table = pa.Table.from_batches(self.chunks, schema=SCHEMA)
         start = 0
         while self.rows - start >= size:
-            yield table.slice(start, size).to_batches()[0]
+            yield table.slice(start, size).combine_chunks().to_batches()[0]
             start += size
         rest = table.slice(start)
         self.chunks = rest.combine_chunks().to_batches() if rest.num_rows else []
