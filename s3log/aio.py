@@ -7,6 +7,7 @@ import inspect
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from .codec import Entry, Head
@@ -59,8 +60,10 @@ class AsyncWriter(WriterVerbs[S]):
         self._log = log
         self._core = core
         self._lock = asyncio.Lock()
-        #: The newest commit task (see :meth:`wait`: waiters follow it, not queue more).
+        #: The newest commit task (see :meth:`wait`: waiters follow it, not queue more),
+        #: and the futures of the waiters following it, each resolved when it ends.
         self._running: asyncio.Future[CommitResult[S]] | None = None
+        self._following: list[asyncio.Future[None]] = []
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
@@ -110,8 +113,12 @@ class AsyncWriter(WriterVerbs[S]):
                 # A commit is in flight: follow it instead of queueing another behind
                 # it. The first waiter to find none in flight leads the next commit,
                 # which takes everything queued meanwhile (as Writer.wait's leader does);
-                # a commit per waiter would split the group into tiny commits.
-                await asyncio.wait([running])
+                # a commit per waiter would split the group into tiny commits. Each
+                # waiter awaits a future of its own, so cancelling one cancels nothing
+                # else (asyncio.wait gives the same, at twice the cost per waiter).
+                follow = asyncio.get_running_loop().create_future()
+                self._following.append(follow)
+                await follow
                 continue
             await self.commit()
 
@@ -140,7 +147,9 @@ class AsyncWriter(WriterVerbs[S]):
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued as "uncertain".
         task.add_done_callback(_retrieve)
-        self._running = task
+        following: list[asyncio.Future[None]] = []
+        task.add_done_callback(partial(_release, following))
+        self._running, self._following = task, following
         return await asyncio.shield(task)
 
     async def renew_lease(self) -> CommitResult[S]:
@@ -179,6 +188,13 @@ class Ticket(int):
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+def _release(following: list[asyncio.Future[None]], task: asyncio.Future[Any]) -> None:
+    """Wake the waiters that followed ``task`` (those cancelled meanwhile are done already)."""
+    for follow in following:
+        if not follow.done():
+            follow.set_result(None)
 
 
 class AsyncLog(LogVerbs):
