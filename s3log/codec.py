@@ -790,10 +790,11 @@ def _parse_linked_records(records: list[bytes], digests: list[bytes], key: str) 
     is decoded. Every byte is accounted for: the front and the seq are compared with
     their deterministic encodings, the kind tail (the "kind" key, the kind, the "prev"
     key) must hold the deterministic encoding of a text, each prev is compared with the
-    hash before it and the data must be exactly one CBOR item filling its span. A record that passes is thus
-    a deterministic 5-entry map, and since the decoding of a CBOR item is unique it
-    holds exactly the values read here (the general path's, which is what anything
-    that does not pass is left to, errors and all).
+    hash before it and the data must be exactly one CBOR item filling its span. A
+    record that passes is thus a deterministic 5-entry map, and since the decoding of a
+    CBOR item is unique it holds exactly the values read here (the general path's,
+    which is what anything that does not pass is left to, errors and all). See
+    docs/decisions/0028.
     """
     n = len(records)
     if not n:
