@@ -312,8 +312,9 @@ class AsyncLog(LogVerbs):
     ) -> tuple[Head, list[Run]] | None:
         """The verified entries of a session as the runs they are stored in, for bulk
         readers (s3log.analytics): each segment's, then the head's tail; a format v2
-        segment as its columns (:class:`s3log.codec.RunColumns`, no Entry made). The
-        same checks and errors as :meth:`read_window`, and None when it gives None."""
+        segment as its columns (:class:`s3log.codec.RunColumns`, no Entry made), and
+        the tail too when its decoder made them (records in the shape s3log writes).
+        The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return await self.run(self._core.read_runs(session_id, since, until))
 
     async def indexed_session_ids(self, *, since: datetime | timedelta | int) -> list[str] | None:
