@@ -63,7 +63,7 @@ class AsyncWriter(WriterVerbs[S]):
         #: The newest commit task (see :meth:`wait`: waiters follow it, not queue more),
         #: and the futures of the waiters following it, each resolved when it ends.
         self._running: asyncio.Future[CommitResult[S]] | None = None
-        self._following: list[asyncio.Future[None]] = []
+        self._following: dict[asyncio.Future[None], None] = {}
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
@@ -105,7 +105,8 @@ class AsyncWriter(WriterVerbs[S]):
             entry = self._core.claim(ticket)
             if entry is not None:
                 return entry
-            if self._core.status(ticket) in ("withdrawn", "unknown"):
+            # "committed" with nothing to claim: another wait took the entry already.
+            if self._core.status(ticket) in ("withdrawn", "unknown", "committed"):
                 raise InvalidArgumentError("ticket", f"entry {ticket} is not waiting for a commit "
                                            f"({self._core.status(ticket)})", session=self.session_id)
             running = self._running
@@ -117,8 +118,14 @@ class AsyncWriter(WriterVerbs[S]):
                 # waiter awaits a future of its own, so cancelling one cancels nothing
                 # else (asyncio.wait gives the same, at twice the cost per waiter).
                 follow = asyncio.get_running_loop().create_future()
-                self._following.append(follow)
-                await follow
+                following = self._following
+                following[follow] = None
+                try:
+                    await follow
+                finally:
+                    # A waiter cancelled (or timed out) while one long commit runs
+                    # leaves nothing behind: polling wait() must not pile futures up.
+                    following.pop(follow, None)
                 continue
             await self.commit()
 
@@ -147,7 +154,7 @@ class AsyncWriter(WriterVerbs[S]):
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued as "uncertain".
         task.add_done_callback(_retrieve)
-        following: list[asyncio.Future[None]] = []
+        following: dict[asyncio.Future[None], None] = {}
         task.add_done_callback(partial(_release, following))
         self._running, self._following = task, following
         return await asyncio.shield(task)
@@ -190,9 +197,9 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _release(following: list[asyncio.Future[None]], task: asyncio.Future[Any]) -> None:
+def _release(following: dict[asyncio.Future[None], None], task: asyncio.Future[Any]) -> None:
     """Wake the waiters that followed ``task`` (those cancelled meanwhile are done already)."""
-    for follow in following:
+    for follow in list(following):
         if not follow.done():
             follow.set_result(None)
 

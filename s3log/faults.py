@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
 from .errors import ConditionalRequestConflict, TransientStoreError
-from .ops import Blob, ListPage
+from .ops import Blob, ListPage, list_keywords
 from .store.base import AsyncObjectStore, ObjectStore, RequestCounter
 
 T = TypeVar("T")
@@ -104,11 +104,12 @@ class FaultyStore(_Faults):
         return self._call("put_if_match", key, lambda: self.inner.put_if_match(key, body, etag))
 
     def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
         """LIST, maybe failing."""
-        return self._call("list", prefix, lambda: self.inner.list(
-            prefix, delimiter=delimiter, token=token, max_keys=max_keys))
+        kwargs = list_keywords(delimiter, token, max_keys, start_after)
+        return self._call("list", prefix, lambda: self.inner.list(prefix, **kwargs))
 
     def delete(self, key: str) -> None:
         """DELETE, maybe failing."""
@@ -141,11 +142,12 @@ class AsyncFaultyStore(_Faults):
         return await self._call("put_if_match", key, lambda: self.inner.put_if_match(key, body, etag))
 
     async def list(
-        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
         """LIST, maybe failing."""
-        return await self._call("list", prefix, lambda: self.inner.list(
-            prefix, delimiter=delimiter, token=token, max_keys=max_keys))
+        kwargs = list_keywords(delimiter, token, max_keys, start_after)
+        return await self._call("list", prefix, lambda: self.inner.list(prefix, **kwargs))
 
     async def delete(self, key: str) -> None:
         """DELETE, maybe failing."""

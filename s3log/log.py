@@ -95,7 +95,8 @@ class Writer(WriterVerbs[S]):
                     entry = self._core.claim(ticket)
                     if entry is not None:
                         return entry
-                    if self._core.status(ticket) in ("withdrawn", "unknown"):
+                    # "committed" with nothing to claim: another wait took the entry already.
+                    if self._core.status(ticket) in ("withdrawn", "unknown", "committed"):
                         raise InvalidArgumentError("ticket", f"entry {ticket} is not waiting for a commit "
                                                    f"({self._core.status(ticket)})", session=self.session_id)
                     if not self._committing:

@@ -167,10 +167,15 @@ def decoded(op: Op, result: Any) -> Any:
 
 def list_kwargs(op: ListKeys) -> dict[str, Any]:
     """The keyword arguments of a store's ``list`` for ``op``."""
-    kwargs: dict[str, Any] = {"delimiter": op.delimiter, "token": op.token, "max_keys": op.max_keys}
-    if op.start_after is not None:
+    return list_keywords(op.delimiter, op.token, op.max_keys, op.start_after)
+
+
+def list_keywords(delimiter: str | None, token: str | None, max_keys: int, start_after: str | None) -> dict[str, Any]:
+    """The keyword arguments of a store's ``list`` (also for a store passing a LIST on)."""
+    kwargs: dict[str, Any] = {"delimiter": delimiter, "token": token, "max_keys": max_keys}
+    if start_after is not None:
         # Only when set: a store written before start_after existed keeps working.
-        kwargs["start_after"] = op.start_after
+        kwargs["start_after"] = start_after
     return kwargs
 
 

@@ -1060,7 +1060,9 @@ def commit(
         return CommitResult(ws, [], [])
     acked: list[Entry] = []
     uncertain = maybe_landed
-    for _ in range(cfg.retry.attempts):
+    attempts_left = cfg.retry.attempts
+    while attempts_left > 0:
+        attempts_left -= 1
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease)
         uncertain |= outcome.uncertain
@@ -1099,6 +1101,12 @@ def commit(
             log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
             ws = _adopt(ws, found_head, found_etag, state)
             pending = pending[landed:]
+            if landed:
+                # Adopting a head that holds part of this batch is progress, not a
+                # failed attempt (at most one per entry): counted as one, a writer
+                # allowed a single attempt adopted, ran out and raised, losing the
+                # adopted position, on every commit after an undecided PUT.
+                attempts_left += 1
             continue
         ws = _stale(ws, done, state) if done else ws
         found = dict(found_head.summary(), etag=found_etag)

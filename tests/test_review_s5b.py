@@ -12,14 +12,14 @@ do not grow without bound; group commit still groups.
 What held: every acknowledged entry stored exactly once (in the fork it landed in),
 nothing twice, nothing withdrawn stored, every follower woken (commit success, error,
 412 fork or raise, cancellation, loop shutdown), group commit still grouping. Defects
-(strict xfails below): futures of cancelled followers pile up in one long commit's
-list; a second wait on a claimed ticket never returns; and, outside the change, a
-one-attempt writer wedged after an undecided head PUT, and fault stores without
-``start_after``.
+found, now fixed with these tests as their regression tests: futures of cancelled
+followers piled up in one long commit's list; a second wait on a claimed ticket never
+returned; and, outside the change, a one-attempt writer wedged after an undecided head
+PUT, and fault stores without ``start_after``.
 
 Every scenario runs under ``asyncio.wait_for`` (or a thread join) with a timeout, so a
 hang fails the test instead of hanging the suite. Two tests here access private
-attributes (``_following``, ``_core._next_ticket``) on purpose: the follower list is the
+attributes (``_following``, ``_core._next_ticket``) on purpose: the follower map is the
 object under review, and the ticket a cancelled ``append_durable`` took is the only way
 to learn from outside whether it was withdrawn.
 """
@@ -279,7 +279,7 @@ async def test_random_cancellations_with_store_faults_and_exhausted_retries(seed
         return None
 
     faulty = AsyncFaultyStore(inner, plan)
-    log = s3log.AsyncLog(faulty, config=_fast_retry(attempts=2))  # type: ignore[arg-type]  # see the last test
+    log = s3log.AsyncLog(faulty, config=_fast_retry(attempts=2))
     w = await _bounded(_create_retrying(log))
     n = 64
     out = await _stress(w, seed, n, cancel_rate=0.05, rounds=8)
@@ -546,9 +546,6 @@ async def test_follower_lists_of_finished_commits_are_not_kept() -> None:
     assert all(r() is None for r in early), "futures of finished commits are still referenced"
 
 
-@pytest.mark.xfail(strict=True, reason="a cancelled follower's future stays in _following until the "
-                   "commit ends: polling wait() with a timeout during one long commit grows it without bound "
-                   "(asyncio.wait, before 2d7b392, removed its callback on cancellation)")
 async def test_cancelled_followers_do_not_accumulate_during_one_long_commit() -> None:
     store = JitterStore(8)
     log = s3log.AsyncLog(store)
@@ -595,9 +592,6 @@ async def test_group_commit_still_groups_64_appenders_times_10() -> None:
 # --------------------------------------------------------------- wait() on a ticket already claimed
 
 
-@pytest.mark.xfail(strict=True, reason="wait(ticket) on a ticket whose entry was already claimed (a second "
-                   "wait, or two tasks waiting on one ticket) loops forever leading empty commits: claim() is "
-                   "None, status() is 'committed', so it neither returns nor raises")
 async def test_second_wait_on_a_claimed_ticket_returns_or_raises() -> None:
     log = s3log.AsyncLog(s3log.AsyncMemoryStore())
     w = await log.create()
@@ -612,8 +606,6 @@ async def test_second_wait_on_a_claimed_ticket_returns_or_raises() -> None:
     assert again == first
 
 
-@pytest.mark.xfail(strict=True, reason="two tasks waiting on one ticket: the one woken second finds it "
-                   "claimed and loops forever (same cause as the second wait)")
 async def test_two_tasks_waiting_on_one_ticket_both_end() -> None:
     store = JitterStore(10)
     log = s3log.AsyncLog(store)
@@ -631,9 +623,6 @@ async def test_two_tasks_waiting_on_one_ticket_both_end() -> None:
 # --------------------------------------------------------------- outside the change under review
 
 
-@pytest.mark.xfail(strict=True, reason="protocol.commit: with RetryPolicy(attempts=1), after a head PUT that "
-                   "landed unacknowledged (and its check GET failed), every later commit adopts the landed head "
-                   "and then has no attempt left: 'the head kept changing', forever; the adopted position is lost")
 async def test_one_attempt_writer_recovers_after_an_undecided_head_put() -> None:
     script: list[tuple[str, Fault]] = []
 
@@ -643,7 +632,7 @@ async def test_one_attempt_writer_recovers_after_an_undecided_head_put() -> None
         return None
 
     faulty = AsyncFaultyStore(s3log.AsyncMemoryStore(), plan)
-    log = s3log.AsyncLog(faulty, config=_fast_retry(attempts=1))  # type: ignore[arg-type]  # see the last test
+    log = s3log.AsyncLog(faulty, config=_fast_retry(attempts=1))
     w = await log.create()
     script[:] = [("put_if_match", "timeout-landed"), ("get", "503")]
     with pytest.raises(StoreError):
@@ -657,10 +646,8 @@ async def test_one_attempt_writer_recovers_after_an_undecided_head_put() -> None
     assert counts["a"] == 1 and sum(counts[f"b{i}"] for i in range(3)) >= 1, counts
 
 
-@pytest.mark.xfail(strict=True, reason="faults.AsyncFaultyStore.list (and FaultyStore.list) lack the start_after "
-                   "keyword the store protocol has: a paged listing on a fault-injecting store is a TypeError")
 async def test_fault_injecting_store_serves_paged_listings() -> None:
-    log = s3log.AsyncLog(AsyncFaultyStore(s3log.AsyncMemoryStore(), lambda method, key: None))  # type: ignore[arg-type]
+    log = s3log.AsyncLog(AsyncFaultyStore(s3log.AsyncMemoryStore(), lambda method, key: None))
     ids = [(await log.create()).session_id for _ in range(3)]
     after = sorted(ids)[1]
     got = [info.session_id async for info in log.list_sessions(after=after)]
