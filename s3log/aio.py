@@ -96,7 +96,8 @@ class AsyncWriter(WriterVerbs[S]):
         """Commit (sharing commits with other tasks) until the ticket's entry is durable.
 
         Cancelling ``wait`` changes nothing about the entry: it stays queued (or in
-        its commit) and :meth:`status` tells what became of it.
+        its commit) and :meth:`status` tells what became of it. The entry is returned
+        to one wait; a wait on a ticket already returned raises InvalidArgumentError.
         """
         # Let every task that is ready to append queue its entry first, so one
         # commit carries them all even when the store never suspends.

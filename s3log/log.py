@@ -88,7 +88,10 @@ class Writer(WriterVerbs[S]):
         return self._core.withdraw(ticket)
 
     def wait(self, ticket: int) -> Entry:
-        """Commit (sharing commits with other threads) until the ticket's entry is durable."""
+        """Commit (sharing commits with other threads) until the ticket's entry is durable.
+
+        The entry is returned to one wait; a wait on a ticket already returned raises
+        InvalidArgumentError."""
         while True:
             with self._cond:
                 while True:
