@@ -896,8 +896,9 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     else:
         prev_encodings = list(map(_prev_encoding, prevs))
     backs = list(map(_add, map(kind_tails.__getitem__, kinds), prev_encodings))
+    ends = list(map(_sub, map(len, records), map(len, backs)))  # where each data span ends
     if not (all(map(bytes.startswith, records, fronts)) and all(map(bytes.endswith, records, backs))
-            and all(map(_lt, map(len, fronts), map(_sub, map(len, records), map(len, backs))))):
+            and all(map(_lt, map(len, fronts), ends))):
         i = next(i for i, (r, f, b) in enumerate(zip(records, fronts, backs, strict=True))
                  if not (r.startswith(f) and r.endswith(b) and len(f) + len(b) < len(r)))
         raise CorruptionError(key, "entry record is not laid out as format v2 says (deterministic ts, seq, "
@@ -905,7 +906,6 @@ def _check_layout(records: Sequence[bytes], seqs: Sequence[int], prevs: Sequence
     # The record decoded as one 5-entry map, but a data item followed by a transparent
     # tag's head (which then wraps the "kind" key) would leave bytes in the data span
     # that are not its item: such a span is decoded alone.
-    ends = list(map(_sub, map(len, records), map(len, backs)))
     if any(map(bytes.endswith, records, repeat(_TRANSPARENT_TAG_HEADS), repeat(0), ends)):
         for i, (r, f, end) in enumerate(zip(records, fronts, ends, strict=True)):
             wrong = _one_item(r[len(f) : end]) if r.endswith(_TRANSPARENT_TAG_HEADS, 0, end) else None
