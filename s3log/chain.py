@@ -88,11 +88,17 @@ class ChainVerifier:
         (:func:`s3log.codec.decode_segment_columns`), linked within as it was decoded:
         the same checks where it joins the chain, with the same errors."""
         last_hash = self._segment_key(key, session, run.seq)
-        seq, last, n = self.next_seq, self.last_hash, len(run.hashes)
+        self.feed_linked_columns(key, run)
+        _check_last(key, last_hash, run.hashes[-1], self.next_seq - 1)
+
+    def feed_linked_columns(self, key: str, run: RunColumns) -> None:
+        """:meth:`feed` for a run read as its columns and linked within as it was
+        decoded (a head's tail, :func:`s3log.codec.tail_run`): checked where it joins
+        the chain, with the error :meth:`feed` gives."""
+        seq, last = self.next_seq, self.last_hash
         if run.seq != seq or run.prev != last:
             raise _link_error(key, run.seq, run.prev, seq, last)
-        self.next_seq, self.last_hash = seq + n, run.hashes[-1]
-        _check_last(key, last_hash, run.hashes[-1], seq + n - 1)
+        self.next_seq, self.last_hash = seq + len(run.hashes), run.hashes[-1]
 
     def _segment_key(self, key: str, session: str, first: int) -> bytes:
         """Check a segment's session and that its key names its first seq; the last hash it names."""

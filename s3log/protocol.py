@@ -26,7 +26,6 @@ from .codec import (
     Entry,
     Head,
     Lease,
-    LinkedRun,
     ParentRef,
     Pending,
     RunColumns,
@@ -38,6 +37,7 @@ from .codec import (
     encode_head,
     encode_segment,
     normalize_data,
+    tail_run,
 )
 from .config import LogConfig as LogConfig
 from .config import RetryPolicy as RetryPolicy
@@ -312,9 +312,8 @@ def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Hea
     decoded = [res if isinstance(res, tuple) else decode_segment_columns(res.body, key)
                for key, res in zip(keys, results, strict=True)]
     _verify_runs(layout, head, [(k, seg_session, run) for k, (seg_session, run) in zip(keys, decoded, strict=True)])
-    # The tail as the columns its decoder made beside the entries, when it did.
-    tail = head.tail
-    return head, [*(run for _, run in decoded), tail.columns if isinstance(tail, LinkedRun) and tail.columns else tail]
+    # The tail as the columns its decoder made (no Entry made), when it did.
+    return head, [*(run for _, run in decoded), tail_run(head)]
 
 
 def _reads_tail(head: Head, upto_seq: int | None) -> bool:
@@ -339,8 +338,12 @@ def _verify_runs(
         verified.append(run)
     head_key = layout.head(head.session)
     if _reads_tail(head, upto_seq):
-        verifier.feed(head_key, head.tail)
-        verified.append(head.tail)
+        tail = tail_run(head)
+        if isinstance(tail, RunColumns):
+            verifier.feed_linked_columns(head_key, tail)
+        else:
+            verifier.feed(head_key, tail)
+        verified.append(tail)
         if upto_seq is None:
             verifier.finish(head_key, head)
     if upto_seq != -1:  # a prefix of nothing (a fork at the very start) has no origin to check
