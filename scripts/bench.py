@@ -413,7 +413,12 @@ def scan_memory(sessions: int = 20, per: int = 1_000) -> dict[str, Any]:
         rows = sum(b.num_rows for b in analytics.scan(store, parallelism=1))
         assert rows == n, rows
 
-    return {"sessions": sessions, "entries": n, "entries_per_s": n / _best(3, run)}
+    # Best of 5, as the restore rows: in a fresh process pyarrow's default allocator
+    # (mimalloc) takes two to four scans of this size before it stops returning pages
+    # to the system and faulting them in again (docs/benchmarks.md). Every run is
+    # reported (the first also loads pyarrow's compute functions and pandas).
+    runs = [n / _best(1, run) for _ in range(5)]
+    return {"sessions": sessions, "entries": n, "entries_per_s": max(runs), "runs_entries_per_s": runs}
 
 
 def cpu(n: int = 100_000) -> dict[str, Any]:
@@ -793,7 +798,8 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         v = sm["entries_per_s"]
         add(f"analytics.scan from MemoryStore, chains verified ({sm['sessions']} sessions x "
             f"{sm['entries'] // sm['sessions']} entries)", v,
-            f"{v:,.0f}/s ({sl.get('sessions', 0)} x {sl.get('entries', 0) // max(sl.get('sessions', 1), 1):,}: "
+            f"{v:,.0f}/s (runs: {', '.join(f'{x / 1000:.0f}k' for x in sm.get('runs_entries_per_s', []))}; "
+            f"{sl.get('sessions', 0)} x {sl.get('entries', 0) // max(sl.get('sessions', 1), 1):,}: "
             f"{sl.get('entries_per_s', 0):,.0f}/s)", ">= 250,000/s", v >= 250_000)
     if "signing_http" in r:
         g, m = r["signing_http"], r["signing"]
