@@ -19,8 +19,7 @@ import io
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add as _add
@@ -444,8 +443,7 @@ _gc_depth = 0
 _gc_resume = False
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
+class _GcPause:
     """Pause the cyclic garbage collector while a whole object is decoded.
 
     Decoding a segment allocates a few containers per entry, none of them in a cycle,
@@ -454,19 +452,33 @@ def _gc_paused() -> Iterator[None]:
     large heap). Nested and concurrent pauses share one pause; the collector is turned
     back on when the last ends, and only if it was on when the first began.
     """
-    global _gc_depth, _gc_resume
-    with _gc_lock:
-        if _gc_depth == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
+
+    __slots__ = ()
+
+    # A class, not a generator-based context manager: entered once per object decoded,
+    # where contextlib's machinery cost as much as decoding a small head's tail.
+    def __enter__(self) -> None:
+        global _gc_depth, _gc_resume
+        with _gc_lock:
+            if _gc_depth == 0:
+                _gc_resume = gc.isenabled()
+                gc.disable()
+            _gc_depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _gc_depth
         with _gc_lock:
             _gc_depth -= 1
             if _gc_depth == 0 and _gc_resume:
                 gc.enable()
+
+
+_GC_PAUSE = _GcPause()
+
+
+def _gc_paused() -> _GcPause:
+    """The pause of :class:`_GcPause` (one object: it holds no state of its own)."""
+    return _GC_PAUSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -1500,6 +1512,11 @@ _HEAD_FIELDS = frozenset(
 )
 
 
+#: The fields :func:`decode_head` requires, and their types as decoded.
+_HEAD_NEEDS = ("segments", "tail", "session", "version", "seq", "created_at", "updated_at", "writer")
+_HEAD_NEED_TYPES = (list, list, str, int, int, int, int, str)
+
+
 def _opt_int(value: Any, key: str, name: str) -> int | None:
     if value is None:
         return None
@@ -1517,6 +1534,12 @@ def decode_head(body: bytes, key: str) -> Head:
         if not isinstance(value, typ) or isinstance(value, bool):
             raise CorruptionError(key, f"head field {name!r} is {value!r}")
         return value
+
+    if tuple(map(type, map(obj.get, _HEAD_NEEDS))) == _HEAD_NEED_TYPES:
+        # Every required field of the exact type a decoder gives (the common case, in
+        # one comparison): each need() below would pass.
+        def need(name: str, typ: type | tuple[type, ...]) -> Any:
+            return obj[name]
 
     h = obj.get("hash")
     if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
@@ -1556,7 +1579,7 @@ def decode_head(body: bytes, key: str) -> Head:
         lease=Lease.from_map(obj["lease"], key) if obj.get("lease") is not None else None,
         v=obj["v"],
         # Fields a newer minor writer added are kept, so rewriting a head never drops them.
-        extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS},
+        extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS} if not obj.keys() <= _HEAD_FIELDS else {},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,
         pending=Pending.from_map(obj["pending"], key) if obj.get("pending") is not None else None,
     )
