@@ -1533,13 +1533,16 @@ def decode_head(body: bytes, key: str) -> Head:
         meta = {}
     if not isinstance(meta, dict):
         raise CorruptionError(key, "head meta is not a map")
+    # Checked in the order of Head's fields, as they were when the tail was read inside
+    # the call below: a head wrong in two fields is named by the same one.
+    session, version, seq = need("session", str), need("version", int), need("seq", int)
     read = (tuple(_entry_from_map(e, key) for e in need("tail", list)) if obj["v"] == 1
             else _tail_from_records(need("tail", list), obj.get("tail_hashes"), key))
     lazy, tail = (read, ()) if isinstance(read, _LazyTail) else (None, read)
     head = Head(
-        session=need("session", str),
-        version=need("version", int),
-        seq=need("seq", int),
+        session=session,
+        version=version,
+        seq=seq,
         hash=h,
         segments=tuple(segments),
         levels=tuple(levels),

@@ -406,7 +406,6 @@ def test_feed_linked_columns_refuses_as_feed_does_for_every_wrong_start() -> Non
 # ----------------------------------------------------------- 3. errors as before
 
 
-@pytest.mark.xfail(strict=True, reason="decode_head reads the tail before it checks session, version and seq")
 def test_a_head_with_a_bad_seq_and_a_bad_tail_names_the_seq_as_before() -> None:
     """Before 18f0a6b decode_head checked session, version and seq before the tail (the
     Head's keyword arguments in order); a head wrong in both must still name them."""
@@ -539,7 +538,6 @@ def _differential_cases() -> list[tuple[str, dict[str, Any], str, str]]:
     return cases
 
 
-@pytest.mark.xfail(strict=True, reason="decode_head reads the tail before it checks session, version and seq")
 def test_every_reader_gives_what_18f0a6b_parent_gave(tmp_path: Path) -> None:
     """Differential: the same stores read by this tree and by 18f0a6b^ (subprocesses):
     the same entries, runs, scan rows, reports and errors (text and seq)."""
