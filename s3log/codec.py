@@ -1380,7 +1380,9 @@ class Head(_HeadSlots):
         def __getattr__(self, name: str) -> Any:
             # Called only for a slot holding nothing: a decoded head's tail not made yet.
             if name != "tail":
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+                # Python calls this also when a property raised AttributeError: looking
+                # again raises that error (or the plain one), not one naming the property.
+                return object.__getattribute__(self, name)
             lazy = getattr(self, "_lazy_tail", None)
             if lazy is None:  # another thread made it meanwhile (it sets the tail first)
                 return object.__getattribute__(self, "tail")

@@ -417,8 +417,6 @@ def test_a_head_with_a_bad_seq_and_a_bad_tail_names_the_seq_as_before() -> None:
                 codec.decode_head(body, "k")
 
 
-@pytest.mark.xfail(strict=True, reason="Head.__getattr__ turns an AttributeError raised inside a property "
-                   "into \"'Head' object has no attribute 'tail_first_seq'\"")
 def test_an_attribute_error_inside_a_property_is_not_hidden_by_the_lazy_tail_hook() -> None:
     store, sid, _, _ = _built(0, 3)
     bad = dataclasses.replace(_decoded(store, sid), tail=(1, 2))  # type: ignore[arg-type]
