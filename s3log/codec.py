@@ -1392,7 +1392,9 @@ class Head(_HeadSlots):
         def __getattr__(self, name: str) -> Any:
             # Called only for a slot holding nothing: a decoded head's tail not made yet.
             if name != "tail":
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+                # Python calls this also when a property raised AttributeError: looking
+                # again raises that error (or the plain one), not one naming the property.
+                return object.__getattribute__(self, name)
             lazy = getattr(self, "_lazy_tail", None)
             if lazy is None:  # another thread made it meanwhile (it sets the tail first)
                 return object.__getattribute__(self, "tail")
@@ -1556,13 +1558,16 @@ def decode_head(body: bytes, key: str) -> Head:
         meta = {}
     if not isinstance(meta, dict):
         raise CorruptionError(key, "head meta is not a map")
+    # Checked in the order of Head's fields, as they were when the tail was read inside
+    # the call below: a head wrong in two fields is named by the same one.
+    session, version, seq = need("session", str), need("version", int), need("seq", int)
     read = (tuple(_entry_from_map(e, key) for e in need("tail", list)) if obj["v"] == 1
             else _tail_from_records(need("tail", list), obj.get("tail_hashes"), key))
     lazy, tail = (read, ()) if isinstance(read, _LazyTail) else (None, read)
     head = Head(
-        session=need("session", str),
-        version=need("version", int),
-        seq=need("seq", int),
+        session=session,
+        version=version,
+        seq=seq,
         hash=h,
         segments=tuple(segments),
         levels=tuple(levels),
