@@ -247,6 +247,21 @@ def _days_to_dates(days: pa.Array) -> pa.Array:
 
 
 
+def _owner_columns(owners: list[tuple[str, str | None, int]], n: int) -> tuple[pa.Array, pa.Array]:
+    """The ``session`` and ``parent_session`` columns of ``n`` rows, from each session's
+    (session, parent, rows): each value written once and taken for its rows, instead of
+    one Python string per row converted one by one (a third of the cost)."""
+    picks = array("i")
+    for i, (_, _, rows) in enumerate(owners):
+        picks += array("i", [i]) * rows
+    index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(picks)])
+    sessions = pa.array([o[0] for o in owners], pa.string()).take(index)
+    parent_names = [o[1] for o in owners]
+    if not any(parent_names):  # no forks among them (most batches)
+        return sessions, pa.nulls(n, pa.string())
+    return sessions, pa.array(parent_names, pa.string()).take(index)
+
+
 _SEQ, _TS_OF, _KIND_OF, _HASH_OF, _PREV_OF, _DATA_OF = (
     attrgetter(name) for name in ("seq", "ts", "kind", "hash", "prev", "data"))
 
@@ -397,8 +412,8 @@ class _Columns:
         self._clear()
 
     def _clear(self) -> None:
-        self.sessions: list[str] = []
-        self.parents: list[str | None] = []
+        #: (session, parent session, rows) of each session's rows, in order.
+        self.owners: list[tuple[str, str | None, int]] = []
         self.seqs: list[int] = []
         self.tss: list[int] = []
         self.kinds: list[str] = []
@@ -445,8 +460,7 @@ class _Columns:
         n = len(seqs)
         if not n:
             return 0
-        self.sessions += [head.session] * n
-        self.parents += [head.parent.session if head.parent else None] * n
+        self.owners.append((head.session, head.parent.session if head.parent else None, n))
         self.seqs += seqs
         self.tss += tss
         self.kinds += kinds
@@ -466,14 +480,15 @@ class _Columns:
             return
         ts = pa.array(self.tss, pa.int64()).view(_TS)  # the same 64-bit values, read as ms
         hashed, prev = _hash_columns(self.hashes, self.prevs)
+        sessions, parents = _owner_columns(self.owners, n)
         self.chunks.append(pa.RecordBatch.from_arrays([
-            pa.array(self.sessions, pa.string()),
+            sessions,
             pa.array(self.seqs, pa.int64()),
             ts,
             pa.array(self.kinds, pa.string()),
             hashed,
             prev,
-            pa.array(self.parents, pa.string()),
+            parents,
             pa.array(self.data, pa.binary()),
             _json_array(self.values, len(self.data[n // 2])),
             _date_column(ts, self.tss),

@@ -139,6 +139,11 @@ def _new_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: b
     return _NewEntry(seq, prev, kind, ts, data, h, raw)  # type: ignore[return-value]
 
 
+#: For the protocol: an :class:`Entry` of fields already checked, made without the
+#: frozen dataclass's per-field ``object.__setattr__``.
+new_entry = _new_entry
+
+
 def entry_hash(seq: int, prev: bytes | None, kind: str, ts: int, data: Any) -> bytes:
     """SHA-256 of the deterministic CBOR map ``{seq, prev, kind, ts, data}``.
 

@@ -36,6 +36,7 @@ from .codec import (
     dumps,
     encode_head,
     encode_segment,
+    new_entry,
     normalize_data,
     tail_run,
 )
@@ -358,7 +359,8 @@ def _first_entry(runs: Sequence[Run]) -> Entry | None:
     """The first entry of a chain read as runs (made from columns if need be)."""
     for run in runs:
         if isinstance(run, RunColumns):
-            return Entry(run.seq, run.prev, run.kinds[0], run.ts[0], run.values[0], run.hashes[0])
+            # Made as the decoder makes entries (a frozen dataclass's __init__ costs 5x).
+            return new_entry(run.seq, run.prev, run.kinds[0], run.ts[0], run.values[0], run.hashes[0], b"")
         if run:
             return run[0]
     return None

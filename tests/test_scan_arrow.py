@@ -416,3 +416,22 @@ def test_scan_of_nothing_yields_no_batch() -> None:
     store, _ = _store()
     assert list(analytics.scan(s3log.MemoryStore())) == []
     assert list(analytics.scan(store, kinds=["none such"])) == []
+
+
+def test_owner_columns_equal_one_value_per_row() -> None:
+    """The session and parent columns made from each session's rows (taken from one
+    value per session) equal the columns of one value per row."""
+    import random
+
+    from s3log.analytics import _owner_columns
+
+    rng = random.Random(6)
+    for _ in range(200):
+        owners = [(f"s{rng.randrange(5)}", rng.choice([None, None, f"p{rng.randrange(3)}"]), rng.randrange(1, 9))
+                  for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.3:
+            owners = [(s, None, rows) for s, _, rows in owners]
+        n = sum(rows for *_, rows in owners)
+        sessions, parents = _owner_columns(owners, n)
+        assert sessions.equals(pa.array([s for s, _, rows in owners for _ in range(rows)], pa.string()))
+        assert parents.equals(pa.array([p for _, p, rows in owners for _ in range(rows)], pa.string()))
