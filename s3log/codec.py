@@ -820,7 +820,8 @@ def _parse_linked_records(
     record that passes is thus a deterministic 5-entry map, and since the decoding of a
     CBOR item is unique it holds exactly the values read here (the general path's,
     which is what anything that does not pass is left to, errors and all). See
-    docs/decisions/0028.
+    docs/decisions/0028. ``lazy``: return the verified columns and records as a
+    :class:`_LazyTail`, the entries not made (a head's tail, docs/decisions/0029).
     """
     n = len(records)
     if not n:
@@ -903,9 +904,9 @@ class _LazyTail:
     """A v2 head's tail read off its records and verified, its entries not yet made.
 
     Making an :class:`Entry` costs ~0.3 µs, about a fourteenth of a scan's time per
-    entry, and a columnar reader (a scan) never needs one. A head decoded for reading holds this instead of
-    its ``tail`` until that is first asked for (see :class:`Head`), and
-    :func:`tail_run` hands the columns to such a reader.
+    entry, and a columnar reader (a scan) never needs one. A decoded head holds this
+    instead of its ``tail`` until the tail is first read (see :class:`Head`), and
+    :func:`tail_run` hands the columns to such a reader (docs/decisions/0029).
     """
 
     __slots__ = ("columns", "records")
