@@ -35,7 +35,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -c constraints.txt -e ".[bench]"
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py --docs docs/benchmarks.md
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
 CHECKOV_VENV := .venv-checkov

@@ -610,6 +610,8 @@ def main() -> None:
     parser.add_argument("--appenders", type=int, default=64)
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     parser.add_argument("--json", default="bench-results.json")
+    parser.add_argument("--docs", default=None,
+                        help="also write this run's targets into that Markdown file (make bench: docs/benchmarks.md)")
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if not parts <= set(PARTS):
@@ -708,6 +710,11 @@ def main() -> None:
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     print(f"\nwrote {args.json}")
+    if args.docs:
+        from bench_docs import write_targets  # scripts/, next to this file
+
+        write_targets(args.docs, results)
+        print(f"wrote the targets into {args.docs}")
 
 
 async def _with_close(store: Any, n: int) -> dict[str, Any]:

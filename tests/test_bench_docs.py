@@ -1,0 +1,74 @@
+"""``make bench`` writes its targets into docs/benchmarks.md (scripts/bench_docs.py):
+the marked block is replaced, the hand-written rest is kept, and the block in the
+repository's own docs/benchmarks.md is well formed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_docs", ROOT / "scripts" / "bench_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_docs", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+RESULTS = {
+    "machine": {"python": "3.11.7", "platform": "Linux", "cpus": 2},
+    "parts": ["cpu", "restore"],
+    "targets": [
+        {"measure": "restore | local", "shown": "2.0x", "target": "<= 3x", "ok": True},
+        {"measure": "scan", "shown": "200,000/s", "target": ">= 250,000/s", "ok": False},
+    ],
+}
+WHEN = dt.datetime(2026, 11, 30, 20, 0, tzinfo=dt.UTC)
+
+
+def test_the_block_goes_before_the_first_section_then_replaces_itself(tmp_path: Path) -> None:
+    bd = _bench_docs()
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nIntro.\n\n## By hand\n\nKept.\n", encoding="utf-8")
+    bd.write_targets(doc, RESULTS, WHEN)
+    first = doc.read_text(encoding="utf-8")
+    assert first.index("Intro.") < first.index(bd.BEGIN) < first.index(bd.END) < first.index("## By hand")
+    assert "| ✔ | restore \\| local | 2.0x | <= 3x |" in first
+    assert "| ✘ | scan | 200,000/s | >= 250,000/s |" in first
+    assert "2026-11-30 20:00 UTC" in first and "1 of 2 targets met" in first and "parts: cpu, restore" in first
+    # A second run replaces the block: one block, the rest unchanged.
+    later = {**RESULTS, "targets": RESULTS["targets"][:1]}
+    bd.write_targets(doc, later, WHEN)
+    second = doc.read_text(encoding="utf-8")
+    assert second.count(bd.BEGIN) == 1 and second.count(bd.END) == 1
+    assert "| ✘ | scan" not in second and "1 of 1 targets met" in second
+    assert second.replace(bd.targets_block(later, WHEN), "") == first.replace(bd.targets_block(RESULTS, WHEN), "")
+
+
+def test_a_file_with_one_marker_is_refused_untouched(tmp_path: Path) -> None:
+    bd = _bench_docs()
+    doc = tmp_path / "benchmarks.md"
+    text = f"# B\n\n{bd.BEGIN}\n| x |\n\n## S\n"
+    doc.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match="one bench marker"):
+        bd.write_targets(doc, RESULTS, WHEN)
+    assert doc.read_text(encoding="utf-8") == text
+
+
+def test_the_repository_docs_carry_one_block_of_targets() -> None:
+    bd = _bench_docs()
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert text.count(bd.BEGIN) == 1 and text.count(bd.END) == 1
+    block = text[text.index(bd.BEGIN) : text.index(bd.END)]
+    rows = [line for line in block.splitlines() if line.startswith("| ✔ |") or line.startswith("| ✘ |")]
+    assert rows, "the block holds the targets of a run"
+    assert all(line.count(" | ") >= 3 for line in rows)
