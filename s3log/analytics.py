@@ -257,7 +257,8 @@ def _owner_columns(owners: list[tuple[str, str | None, int]], n: int) -> tuple[p
     index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(picks)])
     sessions = pa.array([o[0] for o in owners], pa.string()).take(index)
     parent_names = [o[1] for o in owners]
-    if not any(parent_names):  # no forks among them (most batches)
+    # No forks among them (most batches). Not any(): a stored parent named "" is a fork.
+    if parent_names.count(None) == len(parent_names):
         return sessions, pa.nulls(n, pa.string())
     return sessions, pa.array(parent_names, pa.string()).take(index)
 

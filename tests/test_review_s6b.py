@@ -507,9 +507,6 @@ def test_scan_batches_of_one_equal_02311d6(old: ModuleType) -> None:
         assert all(a.equals(b) for a, b in zip(new, was, strict=True))
 
 
-EMPTY_PARENT = '9e58fb9: _owner_columns tests any(parents), so a parent named "" reads as no fork'
-
-
 def _with_parent_named(store: s3log.MemoryStore, log: s3log.Log, sid: str, name: str) -> None:
     """Rewrite a fork (all of it in its head's tail) so its parent pointer names
     ``name``: the fork entry and every hash after it made again, a consistent chain."""
@@ -526,7 +523,6 @@ def _with_parent_named(store: s3log.MemoryStore, log: s3log.Log, sid: str, name:
     store.put_raw(log.layout.head(sid), codec.encode_head(new))
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTY_PARENT)
 def test_scan_parent_column_of_an_empty_parent_name(old: ModuleType) -> None:
     """A fork whose stored parent pointer names "" (a head the decoder accepts, the
     chain consistent): its rows' parent_session is "" as in 02311d6, not null."""
@@ -547,7 +543,6 @@ def test_scan_parent_column_of_an_empty_parent_name(old: ModuleType) -> None:
     assert new.equals(oa.to_arrow(store, sessions=[fork]))
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTY_PARENT)
 def test_owner_columns_of_empty_names() -> None:
     """The helper itself: parents "" (falsy) among Nones keep their rows' ""."""
     sessions, parents = analytics._owner_columns([("a", "", 2), ("b", None, 1)], 3)
