@@ -548,3 +548,36 @@ def test_owner_columns_of_empty_names() -> None:
     sessions, parents = analytics._owner_columns([("a", "", 2), ("b", None, 1)], 3)
     assert sessions.to_pylist() == ["a", "a", "b"]
     assert parents.to_pylist() == ["", "", None]
+
+
+def test_fork_check_from_segment_columns_as_02311d6(old: ModuleType) -> None:
+    """Forks whose fork entry lies in a v2 segment (read as columns, the first entry
+    made by ``new_entry``): scanned as 02311d6 scans them, and a head whose parent
+    pointer no longer matches that entry refused with the same error."""
+    oa = _sub(old, "analytics")
+    store = s3log.MemoryStore()
+    clock = itertools.count(T0, 3)
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(4, lambda: next(clock)), tail_max_bytes=300))
+    w = log.create()
+    for i in range(30):
+        w.append("m", {"i": i})
+        w.commit()
+    forks = [log.fork(w.session_id, at_seq=at) for at in (0, 7, 29)]
+    for sid in forks:
+        fw = log.open(sid)
+        for i in range(25):
+            fw.append("n", {"i": i, "pad": "y" * 20})
+            fw.commit()
+        assert log.head(sid).segments, "the fork entry is in a segment"
+    assert analytics.to_arrow(store, batch_size=5).equals(oa.to_arrow(store, batch_size=5))
+    sid = forks[1]
+    head = log.head(sid)
+    assert head.parent is not None
+    tampered = dataclasses.replace(head, parent=dataclasses.replace(head.parent, seq=head.parent.seq + 1))
+    store.put_raw(log.layout.head(sid), codec.encode_head(tampered))
+    with pytest.raises(s3log.CorruptionError) as new:
+        log.read_runs(sid)
+    with pytest.raises(Exception) as was:
+        old.Log(store).read_runs(sid)
+    assert type(was.value).__name__ == "CorruptionError" and str(new.value) == str(was.value)
+    assert "fork entry's parent differs" in str(new.value)
