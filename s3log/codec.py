@@ -1537,17 +1537,15 @@ def decode_head(body: bytes, key: str) -> Head:
     """Decode and shape-check a head object."""
     obj = _check_version(_decode(body, key, "head"), key, "head")
 
+    # Every required field of the exact type a decoder gives (the common case, in one
+    # comparison): then each need() below passes without checking its field again.
+    checked = tuple(map(type, map(obj.get, _HEAD_NEEDS))) == _HEAD_NEED_TYPES
+
     def need(name: str, typ: type | tuple[type, ...]) -> Any:
         value = obj.get(name)
-        if not isinstance(value, typ) or isinstance(value, bool):
+        if not checked and (not isinstance(value, typ) or isinstance(value, bool)):
             raise CorruptionError(key, f"head field {name!r} is {value!r}")
         return value
-
-    if tuple(map(type, map(obj.get, _HEAD_NEEDS))) == _HEAD_NEED_TYPES:
-        # Every required field of the exact type a decoder gives (the common case, in
-        # one comparison): each need() below would pass.
-        def need(name: str, typ: type | tuple[type, ...]) -> Any:
-            return obj[name]
 
     h = obj.get("hash")
     if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
