@@ -110,6 +110,18 @@ async def _bounded(aw: Awaitable[T], timeout: float = HANG) -> T:
         pytest.fail(f"hang: not done within {timeout}s")
 
 
+async def _held_commit(store: Any, w: Any, followers: int) -> tuple[asyncio.Task[Any], list[asyncio.Task[Any]]]:
+    """A commit of "lead" held at its head PUT (``store.gate`` closed), then ``followers``
+    tasks appending while it runs, let run until each follows it."""
+    store.gate.clear()
+    lead = asyncio.create_task(w.append_durable("k", "lead"))
+    await _bounded(store.entered.wait())           # the commit of "lead" is held at its head PUT
+    tasks = [asyncio.create_task(w.append_durable("k", f"f{i}")) for i in range(followers)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    return lead, tasks
+
+
 async def _no_stray_tasks() -> None:
     """Every task but this one ends (commit tasks included) once the callers are done."""
     me = asyncio.current_task()
@@ -355,12 +367,7 @@ async def test_commit_cancelled_wakes_followers_who_recommit_everything_once() -
     store = JitterStore(1)
     log = s3log.AsyncLog(store)
     w = await log.create()
-    store.gate.clear()
-    first = asyncio.create_task(w.append_durable("k", "lead"))
-    await _bounded(store.entered.wait())           # the commit of "lead" is held at its head PUT
-    followers = [asyncio.create_task(w.append_durable("k", f"f{i}")) for i in range(50)]
-    for _ in range(5):
-        await asyncio.sleep(0)
+    first, followers = await _held_commit(store, w, 50)
     commits = [t for t in asyncio.all_tasks() if "_commit_task" in repr(t.get_coro())]
     assert len(commits) == 1 and len(w._following) == 50
     commits[0].cancel()                            # e.g. by a supervisor, not by any waiter
@@ -380,12 +387,7 @@ async def test_commit_raising_wakes_followers_none_hangs_and_nothing_doubles() -
     store = JitterStore(2)
     log = s3log.AsyncLog(store, config=_fast_retry(attempts=1))
     w = await log.create()
-    store.gate.clear()
-    lead = asyncio.create_task(w.append_durable("k", "lead"))
-    await _bounded(store.entered.wait())
-    followers = [asyncio.create_task(w.append_durable("k", f"f{i}")) for i in range(40)]
-    for _ in range(5):
-        await asyncio.sleep(0)
+    lead, followers = await _held_commit(store, w, 40)
     # The store goes bad (as a closed client would): the commit in flight and every
     # commit a woken follower leads raise.
     store.broken = StoreError("store closed", key="", code="Closed")
@@ -496,12 +498,7 @@ async def test_cancelled_follower_resolved_nothing_else_cancelled() -> None:
     store = JitterStore(5)
     log = s3log.AsyncLog(store)
     w = await log.create()
-    store.gate.clear()
-    lead = asyncio.create_task(w.append_durable("k", "lead"))
-    await _bounded(store.entered.wait())
-    tasks = [asyncio.create_task(w.append_durable("k", f"f{i}")) for i in range(30)]
-    for _ in range(5):
-        await asyncio.sleep(0)
+    lead, tasks = await _held_commit(store, w, 30)
     following = list(w._following)
     assert len(following) == 30
     for t in tasks[::3]:
