@@ -1,0 +1,47 @@
+"""The snippets of docs/operations.md outside its signing section (which
+tests/test_signing.py runs against the local server) run, and do what the text says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import s3log
+
+DOC = Path(__file__).parent.parent / "docs" / "operations.md"
+
+
+def _section(title: str) -> str:
+    return DOC.read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _snippets(title: str) -> list[str]:
+    return [block.split("```", 1)[0] for block in _section(title).split("```python\n")[1:]]
+
+
+def _group_commit_puts(log: s3log.Log, entries: int = 64) -> int:
+    """PUTs of one commit carrying ``entries`` ~1 KB entries, on a session with a
+    commit of one such entry before it (so it does not create the session)."""
+    store: Any = log.store
+    w = log.create()
+    w.append("event", {"role": "assistant", "content": "x" * 950})
+    w.commit()
+    store.requests.reset()
+    for i in range(entries):
+        w.append("event", {"i": i, "role": "assistant", "content": "x" * 950})
+    w.commit()
+    puts = int(store.requests["PUT"])
+    assert [e.data.get("i") for e in log.read(w.session_id).entries[1:]] == list(range(entries))
+    return puts
+
+
+def test_many_appenders_snippet_runs_and_a_group_stays_one_put() -> None:
+    (code,) = _snippets("Many appenders on one writer")
+    ns: dict[str, Any] = {}
+    exec(compile(code, "docs/operations.md", "exec"), ns)
+    config, log = ns["config"], ns["log"]
+    assert config.tail_max_bytes == 256 * 1024
+    # What the section says: with the default bound a group of 64 ~1 KB entries is a
+    # head and a segment; with the wide bound the head holds them, one PUT.
+    assert _group_commit_puts(s3log.Log(s3log.MemoryStore())) == 2
+    assert _group_commit_puts(log) == 1
