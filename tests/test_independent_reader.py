@@ -1,0 +1,218 @@
+"""docs/format.md is precise enough for an independent reader in another language.
+
+tests/independent/reader.mjs is a reader written in JavaScript from docs/format.md
+alone (its own CBOR decoder, node's SHA-256 and Ed25519; nothing of s3log's code).
+Here it reads sessions of every shape the format has (tests/independent_sessions.py:
+versions 1 and 2 and a chain of both, merged segments, a pending segment, segment
+first, both kinds of fork, a signed session) and must return what s3log reads, entry
+for entry and byte for byte; and for tampered copies, both readers must refuse the
+tampered session and still read the others.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+
+import s3log
+from s3log.errors import CorruptionError, FormatVersionError
+
+from .independent_sessions import PREFIX, main
+
+READER = Path(__file__).parent / "independent" / "reader.mjs"
+NODE = shutil.which("node")
+
+# The python machine image ships Node (Debian's nodejs); a machine without it cannot
+# run the other-language reader at all.
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+def _read(root: Path, *args: str) -> dict[str, Any]:
+    assert NODE is not None
+    proc = subprocess.run([NODE, str(READER), str(root), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON values, numbers compared as numbers (JSON has no -0.0 or int/float)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], dict[str, Any]]:
+    root = tmp_path_factory.mktemp("dump")
+    names = main(root)
+    return root, names, json.loads((root / "expected.json").read_text())["sessions"]
+
+
+def test_the_independent_reader_reads_every_shape_as_s3log_does(dump: tuple[Path, dict[str, str], Any]) -> None:
+    root, names, expected = dump
+    got = _read(root)
+    assert set(got) == set(names.values())
+    for name, sid in names.items():
+        assert got[sid].get("ok") is True, (name, got[sid])
+        assert _same(got[sid], expected[sid]), name
+    # The shapes are what they claim: both versions, forks, a pending segment.
+    assert sum(len(expected[s]["entries"]) for s in names.values()) > 1000
+    assert expected[names["fork_conflict"]]["parent"]["reason"] == "conflict"
+    assert expected[names["fork_explicit"]]["parent"]["seq"] == 123
+
+
+def test_signed_heads_verify_with_the_trusted_key_only(dump: tuple[Path, dict[str, str], Any]) -> None:
+    root, names, expected = dump
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"))
+    assert got[names["signed"]]["ok"] is True
+    assert _same(got[names["signed"]], expected[names["signed"]])
+    for name, sid in names.items():
+        if name != "signed":
+            assert got[sid]["ok"] is False and "sign" in got[sid]["error"], (name, got[sid])
+
+
+# ------------------------------------------------------------------------ tampering
+
+
+def _edit(path: Path, change: Callable[[Any], None]) -> None:
+    obj = cbor2.loads(path.read_bytes())
+    change(obj)
+    path.write_bytes(cbor2.dumps(obj, canonical=True))
+
+
+def _head(root: Path, sid: str) -> Path:
+    return root / PREFIX / "sessions" / sid / "head"
+
+
+def _segments(root: Path, sid: str) -> list[Path]:
+    return [root / k for k in cbor2.loads(_head(root, sid).read_bytes())["segments"]]
+
+
+def _flip_in_text(data: bytes) -> bytes:
+    """A byte of a text inside an encoded item changed to another letter: still CBOR."""
+    i = max(data.rfind(b"z"), data.rfind(b"p"), data.rfind(b"q"), data.rfind(b"r"), data.rfind(b"y"))
+    assert i > 0, data
+    return data[:i] + b"A" + data[i + 1:]
+
+
+def _v2_segment(root: Path, sid: str) -> Path:
+    return next(p for p in _segments(root, sid) if cbor2.loads(p.read_bytes())["v"] == 2)
+
+
+def _v1_segment(root: Path, sid: str) -> Path:
+    return next(p for p in _segments(root, sid) if cbor2.loads(p.read_bytes())["v"] == 1)
+
+
+def _truncate(path: Path, n: int) -> None:
+    path.write_bytes(path.read_bytes()[:-n])
+
+
+def _set(obj: Any, key: str, value: Any) -> None:
+    obj[key] = value
+
+
+def _at(obj: Any, key: str, i: int, change: Callable[[Any], Any]) -> None:
+    obj[key][i] = change(obj[key][i])
+
+
+TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
+    "v2 segment data": ("v2_merged", lambda r, s: _edit(_v2_segment(r, s), lambda o: _at(o, "data", 1, _flip_in_text))),
+    "v2 segment hash": ("v2_merged", lambda r, s: _edit(
+        _v2_segment(r, s), lambda o: _at(o, "hashes", 0, lambda h: bytes(32)))),
+    "v2 segment kind": ("v2_merged", lambda r, s: _edit(
+        _v2_segment(r, s), lambda o: _at(o, "kinds", 2, lambda k: "x"))),
+    "v1 segment entry data": ("v1_only", lambda r, s: _edit(
+        _v1_segment(r, s), lambda o: _at(o, "entries", 0, lambda e: {**e, "data": {**e["data"], "i": 99}}))),
+    "v1 segment in a v1+v2 chain": ("v1_then_v2", lambda r, s: _edit(
+        _v1_segment(r, s), lambda o: _at(o, "entries", 1, lambda e: {**e, "ts": e["ts"] + 1}))),
+    "head tail record": ("v2_tail_only", lambda r, s: _edit(
+        _head(r, s), lambda o: _at(o, "tail", 0, lambda rec: rec.replace(b"only", b"onlY")))),
+    "head tail hash": ("v2_pending", lambda r, s: _edit(
+        _head(r, s), lambda o: _at(o, "tail_hashes", 0, lambda h: h[:-1] + bytes([h[-1] ^ 1])))),
+    "listed segment missing": ("v2_segment_first", lambda r, s: _segments(r, s)[0].unlink()),
+    "head seq": ("v2_tail_and_segments", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "seq", o["seq"] + 1))),
+    "manifest order": ("v2_merged", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "segments", [o["segments"][1], o["segments"][0], *o["segments"][2:]]))),
+    "unknown version": ("v1_only", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "v", 3))),
+    "segment of another session": ("v2_merged", lambda r, s: _edit(
+        _v2_segment(r, s), lambda o: _set(o, "session", "someone-else"))),
+    "truncated segment": ("v2_merged", lambda r, s: _truncate(_v2_segment(r, s), 9)),
+    "fork parent differs from its entry": ("fork_explicit", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "parent", {**o["parent"], "seq": o["parent"]["seq"] - 1}))),
+    "malformed lease": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "lease", {"owner": 1}))),
+    "malformed signature": ("signed", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "sig", {"alg": "Ed25519"}))),
+    "malformed pending in a v1 head": ("v1_only", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "pending", []))),
+    "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
+}
+
+
+def _load(root: Path) -> s3log.Log:
+    store = s3log.MemoryStore()
+    for path in (root / PREFIX).rglob("*"):
+        if path.is_file():
+            store.put_if_absent(path.relative_to(root).as_posix(), path.read_bytes())
+    return s3log.Log(store)
+
+
+@pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
+def test_both_readers_refuse_a_tampered_session(dump: tuple[Path, dict[str, str], Any], tmp_path: Path,
+                                                tampering: str) -> None:
+    src, names, expected = dump
+    root = tmp_path / "copy"
+    shutil.copytree(src, root)
+    name, tamper = TAMPERINGS[tampering]
+    sid = names[name]
+    tamper(root, sid)
+    got = _read(root)
+    assert got[sid]["ok"] is False and got[sid]["error"], got[sid]
+    with pytest.raises((CorruptionError, FormatVersionError)):
+        _load(root).read(sid)
+    # The other sessions read as before.
+    for other, osid in names.items():
+        if osid != sid:
+            assert _same(got[osid], expected[osid]), other
+
+
+def _pending_segment(root: Path, sid: str) -> Path:
+    return root / cbor2.loads(_head(root, sid).read_bytes())["pending"]["key"]
+
+
+#: Changes that leave a session readable, the same to both readers.
+HARMLESS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
+    # "a reader never reads a pending segment"
+    "pending segment missing": ("v2_pending", lambda r, s: _pending_segment(r, s).unlink()),
+    # A v1 entry map's other keys are not covered by its hash and are ignored.
+    "v1 entry with another key": ("v1_only", lambda r, s: _edit(
+        _v1_segment(r, s), lambda o: _at(o, "entries", 0, lambda e: {**e, "note": "not hashed"}))),
+    # Unknown head fields are ignored by readers.
+    "unknown head field": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "from_the_future", [1]))),
+}
+
+
+@pytest.mark.parametrize("change", sorted(HARMLESS))
+def test_both_readers_still_read_a_session_after_a_harmless_change(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
+    src, names, expected = dump
+    root = tmp_path / "copy"
+    shutil.copytree(src, root)
+    name, edit = HARMLESS[change]
+    sid = names[name]
+    edit(root, sid)
+    got = _read(root)
+    assert _same(got[sid], expected[sid]), got[sid]
+    view = _load(root).read(sid)
+    assert [e.hash.hex() for e in view.entries] == [e["hash"] for e in expected[sid]["entries"]]
