@@ -168,16 +168,21 @@ def _load(root: Path) -> s3log.Log:
     return s3log.Log(store)
 
 
+def _changed_copy(dump: tuple[Path, dict[str, str], Any], tmp_path: Path, name: str,
+                  change: Callable[[Path, str], None]) -> tuple[Path, str, dict[str, Any]]:
+    """A copy of the dump with session ``name`` changed, and the independent reader's output."""
+    root = tmp_path / "copy"
+    shutil.copytree(dump[0], root)
+    sid = dump[1][name]
+    change(root, sid)
+    return root, sid, _read(root)
+
+
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
 def test_both_readers_refuse_a_tampered_session(dump: tuple[Path, dict[str, str], Any], tmp_path: Path,
                                                 tampering: str) -> None:
-    src, names, expected = dump
-    root = tmp_path / "copy"
-    shutil.copytree(src, root)
-    name, tamper = TAMPERINGS[tampering]
-    sid = names[name]
-    tamper(root, sid)
-    got = _read(root)
+    root, sid, got = _changed_copy(dump, tmp_path, *TAMPERINGS[tampering])
+    names, expected = dump[1], dump[2]
     assert got[sid]["ok"] is False and got[sid]["error"], got[sid]
     with pytest.raises((CorruptionError, FormatVersionError)):
         _load(root).read(sid)
@@ -206,13 +211,8 @@ HARMLESS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
 @pytest.mark.parametrize("change", sorted(HARMLESS))
 def test_both_readers_still_read_a_session_after_a_harmless_change(
         dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
-    src, names, expected = dump
-    root = tmp_path / "copy"
-    shutil.copytree(src, root)
-    name, edit = HARMLESS[change]
-    sid = names[name]
-    edit(root, sid)
-    got = _read(root)
+    root, sid, got = _changed_copy(dump, tmp_path, *HARMLESS[change])
+    expected = dump[2]
     assert _same(got[sid], expected[sid]), got[sid]
     view = _load(root).read(sid)
     assert [e.hash.hex() for e in view.entries] == [e["hash"] for e in expected[sid]["entries"]]
