@@ -193,7 +193,8 @@ def test_both_readers_refuse_a_tampered_session(dump: tuple[Path, dict[str, str]
 
 
 def _pending_segment(root: Path, sid: str) -> Path:
-    return root / cbor2.loads(_head(root, sid).read_bytes())["pending"]["key"]
+    key: str = cbor2.loads(_head(root, sid).read_bytes())["pending"]["key"]
+    return root / key
 
 
 #: Changes that leave a session readable, the same to both readers.
