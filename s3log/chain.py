@@ -69,7 +69,14 @@ class ChainVerifier:
             if e.seq != seq or e.prev != last:
                 raise _link_error(key, e.seq, e.prev, seq, last)
             if not e.raw:
-                recomputed = entry_hash(e.seq, e.prev, e.kind, e.ts, e.data)
+                try:
+                    recomputed = entry_hash(e.seq, e.prev, e.kind, e.ts, e.data)
+                except Exception as exc:  # cbor2 raises several types for what it cannot encode
+                    # A v1 entry is hashed as encoded again; data decoded to a value the
+                    # encoder cannot write back (a tag read as a Python object) cannot be
+                    # checked: corrupt, not a crash (docs/format.md, "Version 1 hashes").
+                    raise CorruptionError(key, f"entry data cannot be encoded again to check its hash: {exc}",
+                                          seq=e.seq) from exc
                 if recomputed != e.hash:
                     raise CorruptionError(
                         key, f"hash is {e.hash.hex()}, content hashes to {recomputed.hex()}", seq=e.seq

@@ -437,7 +437,7 @@ def _entry_from_map(obj: Any, key: str) -> Entry:
             type(seq) is int and seq >= 0 and type(ts) is int and type(kind) is str
             and type(h) is bytes and len(h) == HASH_LEN
             and (prev is None or (type(prev) is bytes and len(prev) == HASH_LEN))
-            and "data" in obj
+            and "data" in obj and "prev" in obj
         ):
             return _new_entry(seq, prev, kind, ts, obj["data"], h, b"")
     raise _entry_error(obj, key)
@@ -998,6 +998,8 @@ def _entry_error(obj: Any, key: str, *, record: bool = False) -> CorruptionError
             return CorruptionError(key, "entry hash is not a 32-byte string", seq=seq)
     if "data" not in obj:
         return CorruptionError(key, f"{what} has no data field", seq=seq)
+    if "prev" not in obj:  # null at seq 0, but present (docs/format.md, "Entry")
+        return CorruptionError(key, f"{what} has no prev field", seq=seq)
     if not record:
         return CorruptionError(key, "entry is malformed", seq=seq)
     extra = set(obj) - _RECORD_FIELDS
@@ -1005,8 +1007,6 @@ def _entry_error(obj: Any, key: str, *, record: bool = False) -> CorruptionError
         return CorruptionError(
             key, f"entry record has fields besides seq, prev, kind, ts, data: {sorted(map(str, extra))}", seq=seq
         )
-    if "prev" not in obj:
-        return CorruptionError(key, "entry record has no prev field", seq=seq)
     return CorruptionError(key, "entry record does not end with its prev field", seq=seq)
 
 
@@ -1019,11 +1019,28 @@ def _check_version(obj: Any, key: str, what: str) -> Mapping[str, Any]:
     return obj
 
 
+#: Follows an object's bytes when it is decoded (:func:`_decode`): a 16-byte string drawn
+#: for this process, which no stored object can hold (nothing stored was written
+#: knowing it).
+_OBJECT_END = b"\x50" + os.urandom(16)
+
+
 def _decode(body: bytes, key: str, what: str) -> Any:
+    """Decode a stored object (a head, a segment): exactly one CBOR item.
+
+    cbor2 decodes the first item of its input and ignores what follows, so the body is
+    decoded as the first of a two-item array whose second item must be
+    :data:`_OBJECT_END`: bytes after the object, or an object cut short, leave it
+    elsewhere. Indefinite lengths and shared values (tags 28/29) are refused, as in
+    records: s3log never writes them (docs/format.md).
+    """
     try:
-        return loads(body)
+        got = cbor2.loads(b"\x82" + body + _OBJECT_END, **_RECORD_LOADS)
     except Exception as exc:  # cbor2 raises several types for garbage input
         raise CorruptionError(key, f"{what} is not valid CBOR: {exc}") from exc
+    if type(got) is not list or len(got) != 2 or got[1] != _OBJECT_END[1:]:
+        raise CorruptionError(key, f"{what} is not exactly one CBOR data item (bytes after it, or cut short)")
+    return got[0]
 
 
 # ----------------------------------------------------------------------------- segments
@@ -1198,6 +1215,8 @@ def _verified_columns(obj: Mapping[str, Any], key: str) -> tuple[RunColumns, lis
     n = len(data)
     if type(s0) is not int or s0 < 0:
         raise CorruptionError(key, f"segment seq is {s0!r}, expected an integer >= 0")
+    if "prev" not in obj:  # null for a segment starting at seq 0, but present
+        raise CorruptionError(key, "segment has no prev field", seq=s0)
     if prev0 is not None and not (type(prev0) is bytes and len(prev0) == HASH_LEN):
         raise CorruptionError(key, "segment prev is not null or a 32-byte hash", seq=s0)
     for name, column, typ in (("ts", tss, int), ("kinds", kinds, str), ("data", data, bytes),
@@ -1249,7 +1268,7 @@ class ParentRef:
         if not isinstance(obj, Mapping):
             raise CorruptionError(key, "parent is not a map")
         session, seq, h, reason = obj.get("session"), obj.get("seq"), obj.get("hash"), obj.get("reason")
-        if not isinstance(session, str) or not isinstance(seq, int) or not isinstance(reason, str):
+        if not isinstance(session, str) or type(seq) is not int or not isinstance(reason, str) or "hash" not in obj:
             raise CorruptionError(key, f"parent pointer is malformed: {dict(obj)!r}")
         if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
             raise CorruptionError(key, "parent hash is not a 32-byte string")
@@ -1554,8 +1573,8 @@ def decode_head(body: bytes, key: str) -> Head:
     levels = obj.get("levels", [0] * len(segments))
     if not isinstance(levels, list) or len(levels) != len(segments):
         raise CorruptionError(key, "head levels do not match its segments")
-    if not all(isinstance(s, str) for s in segments) or not all(isinstance(x, int) for x in levels):
-        raise CorruptionError(key, "head segments must be strings and levels integers")
+    if not all(isinstance(s, str) for s in segments) or not all(type(x) is int and x >= 0 for x in levels):
+        raise CorruptionError(key, "head segments must be strings and levels integers >= 0")
     parent = obj.get("parent")
     meta = obj.get("meta")
     if meta is None:
@@ -1568,6 +1587,11 @@ def decode_head(body: bytes, key: str) -> Head:
     read = (tuple(_entry_from_map(e, key) for e in need("tail", list)) if obj["v"] == 1
             else _tail_from_records(need("tail", list), obj.get("tail_hashes"), key))
     lazy, tail = (read, ()) if isinstance(read, _LazyTail) else (None, read)
+    created_at, updated_at = need("created_at", int), need("updated_at", int)
+    # Unsigned in docs/format.md: a commit counter from 1, times in ms since the epoch.
+    if version < 1 or created_at < 0 or updated_at < 0:
+        wrong = "version" if version < 1 else "created_at" if created_at < 0 else "updated_at"
+        raise CorruptionError(key, f"head field {wrong!r} is {obj[wrong]!r}")
     head = Head(
         session=session,
         version=version,
@@ -1578,8 +1602,8 @@ def decode_head(body: bytes, key: str) -> Head:
         tail=tail,
         parent=ParentRef.from_map(parent, key) if parent is not None else None,
         meta=meta,
-        created_at=need("created_at", int),
-        updated_at=need("updated_at", int),
+        created_at=created_at,
+        updated_at=updated_at,
         writer=need("writer", str),
         ts_min=_opt_int(obj.get("ts_min"), key, "ts_min"),
         ts_max=_opt_int(obj.get("ts_max"), key, "ts_max"),

@@ -29,7 +29,9 @@ DEFAULT_PREFIX = "s3log"
 #: most, so a head naming more is hostile or corrupt, and is refused before any GET.
 MAX_SEGMENTS = 4096
 
-_SEGMENT_NAME = re.compile(r"(\d{12})-([0-9a-f]{64})(?:-([0-9a-f]{16}))?\.cbor")
+#: A segment's name: its first seq as ``{:012d}`` writes it (12 ASCII digits, or more
+#: without a leading zero from 10^12 on: one seq, one spelling), its last hash, a nonce.
+_SEGMENT_NAME = re.compile(r"([0-9]{12}|[1-9][0-9]{12,})-([0-9a-f]{64})(?:-([0-9a-f]{16}))?\.cbor")
 _PREFIX_PART = re.compile(r"[A-Za-z0-9!_.*'()=+,;:@ -]+")
 
 

@@ -49,6 +49,7 @@ ODD_DATA: list[Any] = [
     -math.inf,
     "",
     "ünïcode ✓ \u2028 😀",
+    "\ufeffstarts with U+FEFF",  # a reader must not drop it as a byte order mark
     b"",
     b"\x00\xff" * 20,
     [],
@@ -121,7 +122,7 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
 
     log = s3log.Log(store)
     w = s3log.Log(store, config=v2).create(meta={"labels": {"tenant": "a"}})
-    _commit_each(w, [("odd", d) for d in ODD_DATA * 4], 7)
+    _commit_each(w, [("odd", d) for d in ODD_DATA * 4] + [("\ufeffodd", "a kind starting with U+FEFF")], 7)
     out["v2_tail_and_segments"] = w.session_id
 
     w = log.create()

@@ -116,6 +116,39 @@ def _v1_segment(root: Path, sid: str) -> Path:
     return next(p for p in _segments(root, sid) if cbor2.loads(p.read_bytes())["v"] == 1)
 
 
+def _append(path: Path, extra: bytes) -> None:
+    path.write_bytes(path.read_bytes() + extra)
+
+
+def _indefinite_map(path: Path) -> None:
+    """The same map with an indefinite-length head (0xbf ... 0xff)."""
+    body = path.read_bytes()
+    assert 0xA0 <= body[0] < 0xB8, body[:1]  # a map of fewer than 24 keys: a one-byte head
+    path.write_bytes(b"\xbf" + body[1:] + b"\xff")
+
+
+def _arabic_digits(name: str) -> str:
+    """The segment name with its seq's digits as ARABIC-INDIC DIGITs (which Python's
+    ``int`` and regex ``\\d`` take for decimal digits)."""
+    seq, rest = name.split("-", 1)
+    return "".join(chr(0x660 + int(c)) for c in seq) + "-" + rest
+
+
+def _rename_segment(root: Path, sid: str, i: int, rename: Callable[[str], str]) -> None:
+    """Rename the head's i-th segment (object and manifest entry) with ``rename(name)``."""
+    head = _head(root, sid)
+    old = cbor2.loads(head.read_bytes())["segments"][i]
+    new = old.rsplit("/", 1)[0] + "/" + rename(old.rsplit("/", 1)[1])
+    (root / old).rename(root / new)
+    _edit(head, lambda o: _at(o, "segments", i, lambda k: new))
+
+
+def _seq_of_13_digits(key: str) -> str:
+    """The segment key with its first seq replaced by 10^12 (13 digits)."""
+    folder, name = key.rsplit("/", 1)
+    return f"{folder}/{10**12}-{name.split('-', 1)[1]}"
+
+
 def _truncate(path: Path, n: int) -> None:
     path.write_bytes(path.read_bytes()[:-n])
 
@@ -155,6 +188,23 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     "malformed lease": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "lease", {"owner": 1}))),
     "malformed signature": ("signed", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "sig", {"alg": "Ed25519"}))),
     "malformed pending in a v1 head": ("v1_only", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "pending", []))),
+    # Found by differential fuzzing against the independent reader (s3log accepted these).
+    "segment key with non-ASCII digits": ("v2_merged", lambda r, s: _rename_segment(r, s, 0, _arabic_digits)),
+    "negative version": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", -1))),
+    "version 0": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", 0))),
+    "negative created_at": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "created_at", -1))),
+    "negative updated_at": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "updated_at", -7))),
+    "negative level": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _at(o, "levels", 0, lambda x: -1))),
+    "boolean level": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _at(o, "levels", 0, lambda x: True))),
+    "v1 entry without prev": ("v1_only", lambda r, s: _edit(
+        _segments(r, s)[0], lambda o: _at(o, "entries", 0, lambda e: {k: v for k, v in e.items() if k != "prev"}))),
+    "v2 segment without prev": ("v2_merged", lambda r, s: _edit(
+        _segments(r, s)[0], lambda o: o.pop("prev"))),
+    "bytes after the head": ("v2_tail_only", lambda r, s: _append(_head(r, s), b"\x00")),
+    "bytes after a segment": ("v2_merged", lambda r, s: _append(_segments(r, s)[0], b"\xf6")),
+    "indefinite-length head": ("v2_tail_only", lambda r, s: _indefinite_map(_head(r, s))),
+    "shared value in a head field": ("v2_merged", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "writer", cbor2.CBORTag(28, o["writer"])))),
     "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
 }
@@ -204,6 +254,10 @@ HARMLESS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     # A v1 entry map's other keys are not covered by its hash and are ignored.
     "v1 entry with another key": ("v1_only", lambda r, s: _edit(
         _v1_segment(r, s), lambda o: _at(o, "entries", 0, lambda e: {**e, "note": "not hashed"}))),
+    # A segment key of a seq of 10^12 or more has 13 digits or more (found by fuzzing:
+    # s3log refused such a pending key).
+    "pending key of a 13-digit seq": ("v2_pending", lambda r, s: _edit(_head(r, s), lambda o: _set(
+        o, "pending", {**o["pending"], "key": _seq_of_13_digits(o["pending"]["key"])}))),
     # Unknown head fields are ignored by readers.
     "unknown head field": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "from_the_future", [1]))),
 }

@@ -24,7 +24,7 @@ import { pathToFileURL } from "node:url";
 export class Corrupt extends Error {}
 
 const MAX_DEPTH = 1000; // refuse absurd nesting rather than overflow the JS stack
-const utf8 = new TextDecoder("utf-8", { fatal: true });
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }); // a leading U+FEFF is text, not a mark to drop
 
 export function decodeOne(buf, what = "item") {
   const dec = new Decoder(buf);

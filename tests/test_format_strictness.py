@@ -1,0 +1,96 @@
+"""Readers refuse what docs/format.md says is corrupt, with a CorruptionError and never
+another exception: cases found by differential fuzzing of s3log against the
+independent reader (tests/independent/reader.mjs) that the shared tampering table of
+tests/test_independent_reader.py cannot express (the two readers may differ there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import cbor2
+import pytest
+
+import s3log
+from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps
+from s3log.errors import CorruptionError
+from s3log.layout import Layout, parse_segment_key
+
+
+def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
+    """A version 1 session whose one entry's data is the CBOR ``item``, hashed right."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(format_version=1))
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    record = b"".join([b"\xa5", dumps("ts"), dumps(5), dumps("seq"), dumps(0), dumps("data"), item,
+                       dumps("kind"), dumps("k"), dumps("prev"), b"\xf6"])
+    h = hashlib.sha256(record).digest()
+    key = log.layout.head(w.session_id)
+    blob = store.get(key)
+    head: dict[str, Any] = cbor2.loads(blob.body)
+    del head["tail"]
+    head.update(seq=0, hash=h, ts_min=5, ts_max=5)
+    # The entry map laid out by hand (its keys in deterministic order), so the item is
+    # stored as given rather than decoded and encoded again here.
+    entry = b"".join([b"\xa6", dumps("ts"), dumps(5), dumps("seq"), dumps(0), dumps("data"), item,
+                      dumps("hash"), dumps(h), dumps("kind"), dumps("k"), dumps("prev"), b"\xf6"])
+    store.put_if_match(key, _map_with_raw(head, {"tail": b"\x81" + entry}), blob.etag)
+    return log, w.session_id
+
+
+def test_v1_data_the_decoder_cannot_encode_again_is_corrupt_not_a_crash() -> None:
+    # Tag 36 (a MIME message): cbor2 decodes it to an email.message.Message, which it
+    # cannot encode again, so the v1 hash could not be checked and read() raised
+    # cbor2.CBOREncodeError.
+    log, sid = _v1_session_with_data(bytes.fromhex("d8246161"))
+    with pytest.raises(CorruptionError, match="cannot be encoded again") as err:
+        log.read(sid)
+    assert err.value.seq == 0
+
+
+def test_v1_data_that_encodes_again_still_reads() -> None:
+    log, sid = _v1_session_with_data(dumps({"a": [1, 2.5, "x"]}))
+    assert log.read(sid).entries[0].data == {"a": [1, 2.5, "x"]}
+
+
+@pytest.mark.parametrize("parent", [
+    {"session": "p", "seq": True, "hash": None, "reason": "explicit"},  # a bool is not a seq
+    {"session": "p", "seq": 3, "reason": "explicit"},  # hash absent (null is a value, absent is not)
+])
+def test_malformed_parent_pointers_are_refused(parent: dict[str, Any]) -> None:
+    with pytest.raises(CorruptionError, match="parent"):
+        ParentRef.from_map(parent, "k")
+
+
+def test_segment_keys_are_read_as_written() -> None:
+    layout = Layout("s3log")
+    h = bytes(range(32))
+    for seq in (0, 10**12 - 1, 10**12, 10**15 + 7):
+        key = layout.segment("s", seq, h, "0123456789abcdef")
+        assert parse_segment_key(key) == (seq, h)
+        assert layout.is_segment_of("s", key)
+    good = layout.segment("s", 5, h, "0123456789abcdef")
+    name = good.rsplit("/", 1)[1]
+    for bad in (
+        "\u0660" * 11 + "\u0665" + name[12:],  # ARABIC-INDIC DIGITs: int() reads them, the format does not
+        "0" + name,  # 13 digits with a leading zero: a second spelling of seq 5
+        name[1:],  # 11 digits
+    ):
+        key = good.rsplit("/", 1)[0] + "/" + bad
+        assert parse_segment_key(key) is None, bad
+        assert not layout.is_segment_of("s", key)
+
+
+@pytest.mark.parametrize("extra", [b"\x00", b"\xf6\xf6", b"\x50" + b"z" * 16])
+def test_bytes_after_a_segment_are_corrupt(extra: bytes) -> None:
+    from s3log.codec import encode_segment, make_entry
+
+    body = encode_segment("s", [make_entry(0, None, "k", 1, {"a": 1})])
+    assert decode_segment(body, "seg").entries[0].data == {"a": 1}
+    with pytest.raises(CorruptionError, match="exactly one CBOR data item"):
+        decode_segment(body + extra, "seg")
+    with pytest.raises(CorruptionError):
+        decode_segment(body[:-1], "seg")
