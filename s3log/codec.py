@@ -560,6 +560,21 @@ try:
 except TypeError:  # pragma: no cover - cbor2 < 6
     _RECORD_LOADS = {}
 
+
+def _refuse_tag(*args: Any) -> Any:
+    raise ValueError("tags 28, 29, 55799 and 256 are not allowed in a head or segment")
+
+
+#: Options for decoding a head or a segment (:func:`_decode`): as records, and tags
+#: 55799 (self-described CBOR) and 256 (a stringref namespace), which cbor2 would read
+#: through, are refused too: s3log never writes them, and where an object holds them a
+#: decoder that keeps tags as tags reads other types than cbor2 does (docs/format.md).
+#: Version 2 data items are byte strings in their objects: this does not reach them.
+_OBJECT_LOADS: dict[str, Any] = (
+    {**_RECORD_LOADS, "semantic_decoders": dict.fromkeys((28, 29, 55799, 256), _refuse_tag)} if _RECORD_LOADS
+    else {}
+)
+
 #: The five values of a record map, in the order Entry takes them (a C call per record).
 _RECORD_VALUES = itemgetter("seq", "prev", "kind", "ts", "data")
 
@@ -1031,11 +1046,11 @@ def _decode(body: bytes, key: str, what: str) -> Any:
     cbor2 decodes the first item of its input and ignores what follows, so the body is
     decoded as the first of a two-item array whose second item must be
     :data:`_OBJECT_END`: bytes after the object, or an object cut short, leave it
-    elsewhere. Indefinite lengths and shared values (tags 28/29) are refused, as in
-    records: s3log never writes them (docs/format.md).
+    elsewhere. Indefinite lengths and tags 28, 29, 55799 and 256 are refused
+    (:data:`_OBJECT_LOADS`).
     """
     try:
-        got = cbor2.loads(b"\x82" + body + _OBJECT_END, **_RECORD_LOADS)
+        got = cbor2.loads(b"\x82" + body + _OBJECT_END, **_OBJECT_LOADS)
     except Exception as exc:  # cbor2 raises several types for garbage input
         raise CorruptionError(key, f"{what} is not valid CBOR: {exc}") from exc
     if type(got) is not list or len(got) != 2 or got[1] != _OBJECT_END[1:]:

@@ -205,6 +205,10 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     "indefinite-length head": ("v2_tail_only", lambda r, s: _indefinite_map(_head(r, s))),
     "shared value in a head field": ("v2_merged", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "writer", cbor2.CBORTag(28, o["writer"])))),
+    "self-described tag around a head field": ("v2_merged", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "session", cbor2.CBORTag(55799, o["session"])))),
+    "stringref namespace in an unknown head field": ("v2_merged", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "zz", cbor2.CBORTag(256, ["a"])))),
     "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
 }
@@ -271,3 +275,17 @@ def test_both_readers_still_read_a_session_after_a_harmless_change(
     assert _same(got[sid], expected[sid]), got[sid]
     view = _load(root).read(sid)
     assert [e.hash.hex() for e in view.entries] == [e["hash"] for e in expected[sid]["entries"]]
+
+
+def test_both_readers_see_a_tombstone_as_an_expired_session(dump: tuple[Path, dict[str, str], Any],
+                                                             tmp_path: Path) -> None:
+    # A head with an `expired` map is an expired session's tombstone (docs/format.md,
+    # "Head"); found by fuzzing: the independent reader took it for a live head.
+    def expire(root: Path, sid: str) -> None:
+        _edit(_head(root, sid), lambda o: _set(o, "expired", {"at": 1, "seq": o["seq"], "hash": o["hash"],
+                                                              "idle_for_ms": 1}))
+
+    root, sid, got = _changed_copy(dump, tmp_path, "v2_merged", expire)
+    assert got[sid]["ok"] is False and got[sid]["expired"] is True, got[sid]
+    with pytest.raises(s3log.SessionExpired):
+        _load(root).read(sid)

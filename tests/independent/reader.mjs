@@ -22,19 +22,23 @@ import { pathToFileURL } from "node:url";
 // duplicate map keys (RFC 8949 §5.6: not valid CBOR), nothing after the item.
 
 export class Corrupt extends Error {}
+// A tombstone ("Head", `expired`): the session expired; nothing else of the head is read.
+export class Expired extends Corrupt {}
 
 const MAX_DEPTH = 1000; // refuse absurd nesting rather than overflow the JS stack
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }); // a leading U+FEFF is text, not a mark to drop
 
-export function decodeOne(buf, what = "item") {
-  const dec = new Decoder(buf);
+// `object`: a head or segment, which never holds tags 55799 or 256 ("Format v2": they
+// may appear only inside data items, which are byte strings in a v2 object).
+export function decodeOne(buf, what = "item", object = false) {
+  const dec = new Decoder(buf, object);
   const node = dec.item(0);
   if (dec.pos !== buf.length) throw new Corrupt(`${what}: ${buf.length - dec.pos} byte(s) after the CBOR item`);
   return node;
 }
 
 class Decoder {
-  constructor(buf) { this.buf = buf; this.pos = 0; }
+  constructor(buf, object = false) { this.buf = buf; this.pos = 0; this.object = object; }
 
   need(n) {
     if (this.pos + n > this.buf.length) throw new Corrupt("CBOR item runs past the end of its bytes");
@@ -95,6 +99,7 @@ class Decoder {
       case 6: {
         const tag = this.arg(ai);
         if (tag === 28n || tag === 29n) throw new Corrupt(`CBOR shared value (tag ${tag})`);
+        if (this.object && (tag === 55799n || tag === 256n)) throw new Corrupt(`tag ${tag} in a head or segment`);
         const inner = this.item(depth + 1);
         if (tag === 2n || tag === 3n) { // bignum: an integer like any other
           if (inner.t !== "bytes") throw new Corrupt(`CBOR bignum (tag ${tag}) of a non-byte-string`);
@@ -495,6 +500,7 @@ function readObject(root, key, kind) {
 // Runs fn, prefixing any Corrupt message with `key` (an object key or a field name).
 function withKey(key, fn) {
   try { return fn(); } catch (e) {
+    if (e instanceof Expired) throw e; // says its key already
     if (e instanceof Corrupt) throw new Corrupt(`${key}: ${e.message}`);
     throw e;
   }
@@ -505,7 +511,10 @@ export function readSession(root, prefix, sid, trusted) {
   if (!validSid(sid)) throw new Corrupt(`${headKey}: ${JSON.stringify(sid)} is not a session id`);
   const headBuf = readObject(root, headKey, "head");
   const head = withKey(headKey, () => {
-    const h = parseHead(decodeOne(headBuf, "head"), sid, prefix);
+    const node = decodeOne(headBuf, "head", true);
+    const expired = node.t === "map" ? field(node, "expired") : undefined;
+    if (expired !== undefined && expired.t === "map") throw new Expired(`${headKey}: the session expired`);
+    const h = parseHead(node, sid, prefix);
     if (trusted) verifySig(h, trusted);
     return h;
   });
@@ -515,7 +524,7 @@ export function readSession(root, prefix, sid, trusted) {
   for (const seg of head.segs) {
     const buf = readObject(root, seg.key, "segment (listed in the head)");
     chain.push(...withKey(seg.key, () => {
-      const s = decodeOne(buf, "segment");
+      const s = decodeOne(buf, "segment", true);
       need(s.t === "map", "segment is not a map");
       const vn = get.any(s, "v");
       need(vn.t === "int" && (vn.v === 1n || vn.v === 2n), "unknown format version `v`");
@@ -625,7 +634,7 @@ function main(argv) {
       out.push([sid, readSession(root, prefix, sid, trusted)]);
     } catch (e) {
       if (!(e instanceof Corrupt)) throw e;
-      out.push([sid, { ok: false, error: e.message }]);
+      out.push([sid, e instanceof Expired ? { ok: false, expired: true, error: e.message } : { ok: false, error: e.message }]);
     }
   }
   process.stdout.write(toJSON(new Ordered(out)) + "\n");
