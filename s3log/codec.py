@@ -341,11 +341,18 @@ MAX_INTERNAL_DEPTH = MAX_DATA_DEPTH + 16
 MAX_TS = 2**63 - 1
 
 
-def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> None:
+#: Scalars whose deterministic encoding decodes to an equal value that encodes to the
+#: same bytes again (see :func:`normalize_data_cbor`).
+_PLAIN_SCALARS = frozenset({int, float, bool, bytes, type(None)})
+
+
+def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> bool:
     """Refuse data that would not read back: too deep, or strings that are not UTF-8.
+    Return whether it holds only maps, arrays, text and plain scalars.
 
     Iterative (an explicit stack), so hostile depth cannot exhaust Python's stack either.
     """
+    plain = True
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         value, depth = stack.pop()
@@ -361,6 +368,9 @@ def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> No
                     stack.append((v, depth + 1))
             else:
                 stack.extend((v, depth + 1) for v in value)
+        elif type(value) not in _PLAIN_SCALARS:
+            plain = False
+    return plain
 
 
 def _check_text(kind: str, text: str, session: str | None) -> None:
@@ -389,15 +399,26 @@ def normalize_data_cbor(
     entries equal to what readers decode (a tuple becomes a list, for instance), so a
     hash is computed over exactly what is stored.
     """
-    _check_tree(kind, data, session, max_depth)
+    plain = _check_tree(kind, data, session, max_depth)
     try:
         encoded = dumps(data)
         # Also the data's bytes in the record (a deterministic encoding is the same
         # alone or nested), so a commit need not encode the data again.
-        return loads(encoded), encoded
+        value = loads(encoded)
+        # Other values (a tag, a datetime, a set...) must come back as something that
+        # encodes to the same bytes: else a version 1 reader, which hashes the data as
+        # encoded again, or a reader that refuses a tag s3log does not write (28, 29,
+        # 55799, 256), could not read the entry once acknowledged.
+        stable = plain or dumps(value) == encoded
     except (cbor2.CBOREncodeError, cbor2.CBORDecodeError, TypeError, ValueError, OverflowError,
             RecursionError) as exc:
         raise InvalidEntryError(kind, f"data cannot be encoded as CBOR: {exc}", session=session) from exc
+    if not stable:
+        raise InvalidEntryError(
+            kind, "data does not read back as written: it holds a value that CBOR gives back in another form "
+            "(a tag read through or shared, such as 55799, 256, 28 or 29, or a tag 1 time); store the value "
+            "it stands for instead", session=session)
+    return value, encoded
 
 
 #: The end of a record after its data, up to prev's value, by kind (see make_entry).
@@ -1603,9 +1624,9 @@ def decode_head(body: bytes, key: str) -> Head:
             else _tail_from_records(need("tail", list), obj.get("tail_hashes"), key))
     lazy, tail = (read, ()) if isinstance(read, _LazyTail) else (None, read)
     created_at, updated_at = need("created_at", int), need("updated_at", int)
-    # Unsigned in docs/format.md: a commit counter from 1, times in ms since the epoch.
-    if version < 1 or created_at < 0 or updated_at < 0:
-        wrong = "version" if version < 1 else "created_at" if created_at < 0 else "updated_at"
+    # Unsigned in docs/format.md: a commit counter, times in ms since the epoch.
+    if version < 0 or created_at < 0 or updated_at < 0:
+        wrong = "version" if version < 0 else "created_at" if created_at < 0 else "updated_at"
         raise CorruptionError(key, f"head field {wrong!r} is {obj[wrong]!r}")
     head = Head(
         session=session,

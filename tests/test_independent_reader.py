@@ -191,7 +191,6 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     # Found by differential fuzzing against the independent reader (s3log accepted these).
     "segment key with non-ASCII digits": ("v2_merged", lambda r, s: _rename_segment(r, s, 0, _arabic_digits)),
     "negative version": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", -1))),
-    "version 0": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", 0))),
     "negative created_at": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "created_at", -1))),
     "negative updated_at": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "updated_at", -7))),
     "negative level": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _at(o, "levels", 0, lambda x: -1))),
@@ -262,6 +261,8 @@ HARMLESS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     # s3log refused such a pending key).
     "pending key of a 13-digit seq": ("v2_pending", lambda r, s: _edit(_head(r, s), lambda o: _set(
         o, "pending", {**o["pending"], "key": _seq_of_13_digits(o["pending"]["key"])}))),
+    # A commit counter of 0 (s3log stores 1 first) is still a uint.
+    "version 0": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", 0))),
     # Unknown head fields are ignored by readers.
     "unknown head field": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "from_the_future", [1]))),
 }

@@ -407,7 +407,7 @@ function parseHead(h, sid, prefix) {
   need(vn.t === "int" && (vn.v === 1n || vn.v === 2n), "unknown format version `v`");
   const v = Number(vn.v);
   need(get.text(h, "session") === sid, "`session` is not the session of the key");
-  need(get.uint(h, "version") >= 1n, "`version` is 0");
+  get.uint(h, "version"); // a commit counter; s3log stores 1 first, but readers check only the type
   const seq = get.int(h, "seq"), hashNode = get.opt(h, "hash");
   need(hashNode.t === "null" || (hashNode.t === "bytes" && hashNode.v.length === 32), "`hash` is not null or a 32-byte string");
   const hash = hashNode.t === "null" ? null : hashNode.v;
