@@ -1609,8 +1609,10 @@ def decode_head(body: bytes, key: str) -> Head:
     levels = obj.get("levels", [0] * len(segments))
     if not isinstance(levels, list) or len(levels) != len(segments):
         raise CorruptionError(key, "head levels do not match its segments")
-    if not all(isinstance(s, str) for s in segments) or not all(type(x) is int and x >= 0 for x in levels):
-        raise CorruptionError(key, "head segments must be strings and levels integers >= 0")
+    if not all(isinstance(s, str) for s in segments) or not all(isinstance(x, int) for x in levels):
+        raise CorruptionError(key, "head segments must be strings and levels integers")
+    if not all(type(x) is int and x >= 0 for x in levels):  # unsigned, and no booleans
+        raise CorruptionError(key, f"head levels must be integers >= 0, not {levels!r}")
     parent = obj.get("parent")
     meta = obj.get("meta")
     if meta is None:

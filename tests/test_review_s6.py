@@ -557,7 +557,22 @@ def test_every_reader_gives_what_18f0a6b_parent_gave(tmp_path: Path) -> None:
         out[which] = json.loads((tmp_path / f"{which}.json").read_text())
     assert len(out["new"]) == len(out["old"]) > 100
     for o, n in zip(out["old"], out["new"], strict=True):
-        assert o == n, o[0]
+        assert len(o) == len(n), o[0]
+        for i, (a, b) in enumerate(zip(o, n, strict=True)):
+            assert _same_or_stricter(a, b), (o[0], i, a, b)
+
+
+#: What a reader says, since e83b0cf^^, of objects docs/format.md calls corrupt that the
+#: build under comparison read, or refused for another reason (docs/decisions/0030).
+STRICTER = ("not exactly one CBOR data item", "indefinite length", "error decoding semantic tag",
+            "has no prev field", "levels must be integers >= 0", "head field 'version' is -",
+            "head field 'created_at' is -", "head field 'updated_at' is -", "parent pointer is malformed")
+
+
+def _same_or_stricter(old: Any, new: Any) -> bool:
+    """The same outcome, or a refusal this tree makes on purpose (:data:`STRICTER`)."""
+    shown = str(new)  # an outcome, a HeadRow with its error, a scan's warnings
+    return old == new or (("error" in shown or "corrupt object" in shown) and any(s in shown for s in STRICTER))
 
 
 # --------------------------------------------------------- 5. the Head as an object
