@@ -624,14 +624,20 @@ def _one_item(chunk: bytes) -> str | None:
     return None if fp.tell() == len(chunk) else "not exactly one CBOR data item"
 
 
+#: The delimiter that ends each chunk :func:`_decode_items` decodes, and each object
+#: :func:`_decode` decodes: a 16-byte string (head ``0x50``) of random bytes drawn when
+#: this module is loaded, so that no stored byte was written knowing it.
+_DELIMITER = b"\x50" + os.urandom(16)
+
+
 def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False, nest: int = 0) -> list[Any]:
     """Decode each chunk as exactly one CBOR data item on its own, all in one C call.
 
     Decoding the plain concatenation of the chunks would let a malformed chunk end early
     or late, so that an item made of bytes of two chunks, or a chunk with bytes after its
     item, decodes as something its hash was not taken over. So each chunk is followed by
-    a delimiter that no chunk can forge: a byte string of 16 random bytes drawn for this
-    call. The whole is decoded as one array and every second item must be that byte
+    a delimiter that no chunk can forge: :data:`_DELIMITER`, a byte string of 16 random
+    bytes. The whole is decoded as one array and every second item must be that byte
     string. It can only be decoded from a delimiter's own bytes (nothing written before
     the draw holds them) starting at its first byte: the 16-byte string head ``0x50``
     cannot be reached any other way, and an indefinite-length string holding it would
@@ -646,8 +652,8 @@ def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = F
     the error does not depend on the delimiter drawn.
     """
     n = len(chunks)
-    mark = os.urandom(16)
-    sep = b"\x50" + mark
+    sep = _DELIMITER
+    mark = sep[1:]
     # One copy: the array head joined to the first chunk, a delimiter after each.
     parts = list(chunks)
     parts.append(b"")
@@ -1055,26 +1061,20 @@ def _check_version(obj: Any, key: str, what: str) -> Mapping[str, Any]:
     return obj
 
 
-#: Follows an object's bytes when it is decoded (:func:`_decode`): a 16-byte string drawn
-#: for this process, which no stored object can hold (nothing stored was written
-#: knowing it).
-_OBJECT_END = b"\x50" + os.urandom(16)
-
-
 def _decode(body: bytes, key: str, what: str) -> Any:
     """Decode a stored object (a head, a segment): exactly one CBOR item.
 
     cbor2 decodes the first item of its input and ignores what follows, so the body is
     decoded as the first of a two-item array whose second item must be
-    :data:`_OBJECT_END`: bytes after the object, or an object cut short, leave it
-    elsewhere. Indefinite lengths and tags 28, 29, 55799 and 256 are refused
+    :data:`_DELIMITER` (as each chunk of :func:`_decode_items`): bytes after the object,
+    or an object cut short, leave it elsewhere. Indefinite lengths and tags 28, 29, 55799 and 256 are refused
     (:data:`_OBJECT_LOADS`).
     """
     try:
-        got = cbor2.loads(b"\x82" + body + _OBJECT_END, **_OBJECT_LOADS)
+        got = cbor2.loads(b"\x82" + body + _DELIMITER, **_OBJECT_LOADS)
     except Exception as exc:  # cbor2 raises several types for garbage input
         raise CorruptionError(key, f"{what} is not valid CBOR: {exc}") from exc
-    if type(got) is not list or len(got) != 2 or got[1] != _OBJECT_END[1:]:
+    if type(got) is not list or len(got) != 2 or got[1] != _DELIMITER[1:]:
         raise CorruptionError(key, f"{what} is not exactly one CBOR data item (bytes after it, or cut short)")
     return got[0]
 

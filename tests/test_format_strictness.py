@@ -6,14 +6,13 @@ tests/test_independent_reader.py cannot express (the two readers may differ ther
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import cbor2
 import pytest
 
 import s3log
-from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps
+from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
 from s3log.errors import CorruptionError
 from s3log.layout import Layout, parse_segment_key
 
@@ -25,19 +24,14 @@ def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
     w = log.create()
     w.append("k", 1)
     w.commit()
-    record = b"".join([b"\xa5", dumps("ts"), dumps(5), dumps("seq"), dumps(0), dumps("data"), item,
-                       dumps("kind"), dumps("k"), dumps("prev"), b"\xf6"])
-    h = hashlib.sha256(record).digest()
+    # The record laid out around the item as stored (not decoded and encoded again here).
+    entry = make_entry(0, None, "k", 5, None, data_cbor=item)
     key = log.layout.head(w.session_id)
     blob = store.get(key)
     head: dict[str, Any] = cbor2.loads(blob.body)
     del head["tail"]
-    head.update(seq=0, hash=h, ts_min=5, ts_max=5)
-    # The entry map laid out by hand (its keys in deterministic order), so the item is
-    # stored as given rather than decoded and encoded again here.
-    entry = b"".join([b"\xa6", dumps("ts"), dumps(5), dumps("seq"), dumps(0), dumps("data"), item,
-                      dumps("hash"), dumps(h), dumps("kind"), dumps("k"), dumps("prev"), b"\xf6"])
-    store.put_if_match(key, _map_with_raw(head, {"tail": b"\x81" + entry}), blob.etag)
+    head.update(seq=0, hash=entry.hash, ts_min=5, ts_max=5)
+    store.put_if_match(key, _map_with_raw(head, {"tail": b"\x81" + entry_bytes(entry)}), blob.etag)
     return log, w.session_id
 
 
@@ -86,7 +80,7 @@ def test_segment_keys_are_read_as_written() -> None:
 
 @pytest.mark.parametrize("extra", [b"\x00", b"\xf6\xf6", b"\x50" + b"z" * 16])
 def test_bytes_after_a_segment_are_corrupt(extra: bytes) -> None:
-    from s3log.codec import encode_segment, make_entry
+    from s3log.codec import encode_segment
 
     body = encode_segment("s", [make_entry(0, None, "k", 1, {"a": 1})])
     assert decode_segment(body, "seg").entries[0].data == {"a": 1}
