@@ -87,6 +87,9 @@ class CommitQueue(Generic[S]):
         self._uncertain: set[int] = set()
         self._withdrawn: set[int] = set()
         self._claimed: set[int] = set()
+        # A fork a commit left undecided (its child's head may be stored): the next
+        # commit continues there if it is, rather than forking these entries again.
+        self._fork_doubt: protocol.ForkDoubt | None = None
         #: What this writer's commits record about the head's lease (None: leave it).
         self.lease: protocol.LeasePlan | None = None
 
@@ -222,24 +225,34 @@ class CommitQueue(Generic[S]):
             lease = self.lease
             # Entries of a commit that ended undecided may be stored already.
             maybe_landed = any(t in self._uncertain for t, _ in batch)
+            fork_doubt = self._fork_doubt
+        journal = protocol.CommitJournal()
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
-                lease=lease, touch=touch, maybe_landed=maybe_landed,
+                lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal, fork_doubt=fork_doubt,
             )
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
             self._settle(batch[: len(err.landed)], err.landed, ws)
             raise
         except BaseException:
-            # Failed or abandoned (an async cancellation, a crash of the caller): the
-            # head may have landed. These entries stay queued for the next commit,
-            # which finds them landed (and adopts the head) or writes them; they can
-            # no longer be withdrawn.
+            # Failed or abandoned (an async cancellation, a crash of the caller). The
+            # journal says whether a head PUT of it may have landed: if so, these
+            # entries stay queued as "uncertain" for the next commit, which finds them
+            # landed (and adopts the head, or continues in the fork) or writes them,
+            # and they can no longer be withdrawn. If not, nothing of it is stored and
+            # they are simply pending again: a definite refusal (a taken id, a 403)
+            # must not make the next commit take another writer's equal entries for ours.
             with self._lock:
-                self._uncertain |= self._inflight
+                if journal.in_doubt:
+                    self._uncertain |= self._inflight
+                if journal.fork is not None:
+                    self._fork_doubt = journal.fork
                 self._inflight = set()
             raise
+        with self._lock:
+            self._fork_doubt = None
         self._settle(batch, result.acked, result.ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:

@@ -174,6 +174,18 @@ def after_head_put(reply: Reply, etag: str | None, *, creating: bool) -> HeadPut
     return Fatal()
 
 
+#: The replies to a PUT that say it was not applied. After any other reply that is not
+#: a success (a timeout, a 5xx, an error of the client), it may have been.
+NOT_APPLIED = frozenset({Reply.PRECONDITION, Reply.CONFLICT, Reply.NOT_FOUND})
+
+
+def may_have_applied(reply: Reply) -> bool:
+    """Whether a conditional PUT that got ``reply`` may have been applied (see
+    :data:`NOT_APPLIED`): a commit that ends after such a reply leaves its entries
+    "uncertain", not pending (:class:`s3log.protocol.CommitJournal`)."""
+    return reply not in NOT_APPLIED
+
+
 @dataclass(frozen=True, slots=True)
 class StoredHead:
     """What re-reading the head found: its writer nonce and ETag."""

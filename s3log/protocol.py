@@ -13,6 +13,7 @@ this module.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -148,6 +149,34 @@ class _HeadOutcome:
     uncertain: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ForkDoubt:
+    """A fork whose child's head PUT may have landed unacknowledged: enough to find the
+    child and to rebuild its first entries exactly (the same id, creator nonce and time;
+    the fork entry's seed follows from the parent position, which is the same)."""
+
+    parent: ParentRef
+    child: str
+    creator: str
+    ts: int
+
+
+@dataclass(slots=True)
+class CommitJournal:
+    """What a commit in progress may have stored, kept true before every head PUT goes
+    out and after every definite reply, so that whoever ran the commit knows it after
+    the commit raised or was abandoned at any point (cancelled, its process killed).
+
+    ``in_doubt``: a head PUT of this commit may have stored some of its entries (it was
+    sent, and no definite reply or re-read has ruled it out). ``fork``: a fork child
+    whose creating head PUT may have landed (see :class:`ForkDoubt`). A commit that
+    raises with neither stored nothing: its entries are simply still pending.
+    """
+
+    in_doubt: bool = False
+    fork: ForkDoubt | None = None
+
+
 # ------------------------------------------------------------------------- basic reads
 
 
@@ -170,9 +199,14 @@ def read_head(layout: Layout, session: str, *, expired_ok: bool = False) -> Proc
     head = decode_head(blob.body, key)
     check_head(layout, head, session, key)
     if is_expired(head) and not expired_ok:
-        at = head.extra[EXPIRED_FIELD].get("at")
-        raise SessionExpired(session, at if isinstance(at, int) else None)
+        raise _expired(head)
     return head, blob.etag
+
+
+def _expired(head: Head) -> SessionExpired:
+    """The error of reading the tombstone ``head`` as a session."""
+    at = head.extra[EXPIRED_FIELD].get("at")
+    return SessionExpired(head.session, at if isinstance(at, int) else None)
 
 
 def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
@@ -243,8 +277,12 @@ def load_latest_from(
             # A slow reader can meet a segment gc collected after a newer head stopped
             # listing it: if the head moved, read again from the new one.
             current = yield from _read_head_or_none(layout, session)
-            if current is None or decide.etags_equal(current[1], etag):
+            if current is None:
+                raise SessionNotFound(session, "it was deleted while being read") from None
+            if decide.etags_equal(current[1], etag):
                 raise
+            if is_expired(current[0]):
+                raise _expired(current[0]) from None  # expired meanwhile: no chain to read
             head, etag = current
     return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
 
@@ -575,7 +613,7 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
             log.warning("session %s has an unreadable head: %s", sid, exc)
             out.append(HeadRow(sid, None, str(exc)))
             continue
-        out.append(HeadRow(sid, head))
+        out.append(HeadRow(sid, head, etag=res.etag))
     return out
 
 
@@ -830,20 +868,24 @@ def _head_op(layout: Layout, ws: ChainPosition[Any], body: bytes) -> PutIfAbsent
 
 def _put_head(
     layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, deadline_ms: int | None,
-    first: str | StoreError | None = None,
+    journal: CommitJournal, first: str | StoreError | None = None, doubted: bool = False,
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
     The decisions are :func:`s3log.decide.after_head_put` and
     :func:`s3log.decide.after_reread`. ``deadline_ms``: past it (a segment written for
     this commit could be collected by gc as garbage) no further attempt is made.
-    ``first``: the result of a first attempt already made (beside a segment PUT).
+    ``first``: the result of a first attempt already made (beside a segment PUT), and
+    ``doubted`` what ``journal.in_doubt`` was before it went out. The journal is in
+    doubt while a PUT is out and after any reply that leaves its outcome unknown.
     """
     key = layout.head(ws.session)
     expected = ws.etag
     creating = expected is None
     attempt = 0
     uncertain = False
+    if first is None:
+        doubted = journal.in_doubt
     while True:
         attempt += 1
         if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
@@ -853,6 +895,7 @@ def _put_head(
         if attempt == 1 and first is not None:
             result = first
         else:
+            journal.in_doubt = True  # from the moment it may reach the store
             try:
                 if expected is None:
                     result = yield from ops.put_if_absent(key, plan.body)
@@ -865,6 +908,8 @@ def _put_head(
         step = decide.after_head_put(reply, None if isinstance(result, StoreError) else result, creating=creating)
         if isinstance(step, decide.Committed):
             return _HeadOutcome("committed", step.etag, None)
+        # In doubt still if this PUT may have been applied, or an earlier one left unknown.
+        journal.in_doubt = doubted or uncertain or decide.may_have_applied(reply)
         if isinstance(step, decide.SessionGone):
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(step, decide.Fatal):
@@ -893,12 +938,16 @@ def _write(
     *,
     before_head: Sequence[PutIfAbsent] = (),
     lease: LeasePlan | None = None,
+    journal: CommitJournal | None = None,
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
 
     The head is written only once every object it depends on is confirmed stored as
-    ours; a segment key found taken by something else is never referenced.
+    ours; a segment key found taken by something else is never referenced. ``journal``
+    is kept true of the head PUTs (see :class:`CommitJournal`).
     """
+    if journal is None:
+        journal = CommitJournal()
     # The deadline counts from planning: a merge's retired_at is stamped here.
     deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
     try:
@@ -935,13 +984,15 @@ def _write(
     beside = segment if segment is not None and plan.parallel else None
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:
-        outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms)
+        outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
     batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k, _segment_decoder(k)) for k in ahead)]
     if beside is not None:
         batch.append(beside)
+    doubted = journal.in_doubt
+    journal.in_doubt = True  # the head PUT is in this batch
     results: list[Any] = yield Parallel(tuple(batch))
     head_result = results[0]
     if beside is not None:
@@ -954,7 +1005,7 @@ def _write(
             log.info("session %s: segment %s beside the head not confirmed (%s); kept inline",
                      ws.session, beside.key, seg_result)
     fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
-    outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, first=head_result)
+    outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal, first=head_result, doubted=doubted)
     return plan, replace(outcome, fetched=fetched), confirmed
 
 
@@ -1044,6 +1095,8 @@ def commit(
     lease: LeasePlan | None = None,
     touch: bool = False,
     maybe_landed: bool = True,
+    journal: CommitJournal | None = None,
+    fork_doubt: ForkDoubt | None = None,
 ) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
@@ -1053,7 +1106,11 @@ def commit(
     be stored already. Otherwise only a head PUT of this commit with an unknown outcome
     can have stored them: after definite refusals, entries found in the other writer's
     chain are that writer's (equal entries, e.g. the same kind, ts and data appended at
-    the same place by two writers), not ours.
+    the same place by two writers), not ours. ``journal``: kept true of what this
+    commit may have stored, for its caller to read if it raises or is abandoned
+    (:class:`CommitJournal`). ``fork_doubt``: a fork an earlier commit of these entries
+    left undecided; if this commit forks from the same place, it forks into that same
+    child (:func:`create_fork`), so the entries cannot be stored in two children.
 
     A commit with nothing pending writes nothing, not even the head of a session not
     stored yet (a lazily created session stays unstored until it has an entry; use
@@ -1063,18 +1120,23 @@ def commit(
     """
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
+    journal = journal if journal is not None else CommitJournal()
     acked: list[Entry] = []
+    # Every entry made durable (acked, and a fork entry among them if this commit
+    # continued in a fork an earlier one left undecided), and where it forked to.
+    durable: list[Entry] = []
+    forked: ForkInfo | None = None
     uncertain = maybe_landed
     attempts_left = cfg.retry.attempts
     while attempts_left > 0:
         attempts_left -= 1
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
-        plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease)
+        plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease, journal=journal)
         uncertain |= outcome.uncertain
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
-                                acked + entries, acked + entries)
+                                durable + entries, acked + entries, forked)
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found
@@ -1094,14 +1156,18 @@ def commit(
         )
         if isinstance(step, decide.IdTaken):
             raise SessionExists(ws.session)
-        state = fold(reducer, ws.state, done)
+        # A reducer may fold into the state it is given: entries that landed are folded
+        # into a copy, so that if this commit still fails, the writer's state (which the
+        # next commit folds them into again) holds only what it acknowledged.
+        state = fold(reducer, copy.deepcopy(ws.state), done) if done else ws.state
         acked += done
+        durable += done
         if isinstance(step, decide.AckAll):
             if step.adopt:
-                return CommitResult(_adopt(ws, found_head, found_etag, state), acked, acked)
+                return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked)
             # Someone built on our entries: they are durable, but this writer's view is
             # behind; its next commit meets the other writer and forks.
-            return CommitResult(_stale(ws, done, state), acked, acked)
+            return CommitResult(_stale(ws, done, state), durable, acked, forked)
         if isinstance(step, decide.AdoptAndRetry):
             log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
             ws = _adopt(ws, found_head, found_etag, state)
@@ -1118,14 +1184,27 @@ def commit(
         if isinstance(step, decide.RaiseConflict):
             raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=acked)
         parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
-        log.warning("session %s: lost a race to writer %s; forking", ws.session, found_head.writer)
+        rest = pending[landed:]
+        # A fork an earlier commit of these entries left undecided, from this same place:
+        # forked into again (same id), so its late or landed head and this one cannot
+        # both be stored (both are create-only PUTs of one key).
+        doubt = fork_doubt if fork_doubt is not None and fork_doubt.parent == parent else None
+        log.warning("session %s: lost a race to writer %s; forking%s", ws.session, found_head.writer,
+                    f" into {doubt.child}, as an undecided commit did" if doubt else "")
         fork_ws, fork_entries = yield from create_fork(
-            layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, pending[landed:], lease=lease
+            layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, rest, lease=lease,
+            journal=journal, doubt=doubt,
         )
+        forked = ForkInfo(parent, fork_ws.session, found)
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
-        return CommitResult(
-            fork_ws, acked + fork_entries, acked + fork_entries[1:], ForkInfo(parent, fork_ws.session, found)
-        )
+        acked += fork_entries[1:]
+        durable += fork_entries
+        if len(fork_entries) - 1 == len(rest):
+            return CommitResult(fork_ws, durable, acked, forked)
+        # The undecided fork holds only part of the batch: the rest goes on in that
+        # child, where none of it can be yet (it was never sent there).
+        ws, pending, uncertain = fork_ws, rest[len(fork_entries) - 1:], False
+        attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
 
@@ -1155,50 +1234,84 @@ def create_fork(
     child: str | None = None,
     *,
     lease: LeasePlan | None = None,
+    journal: CommitJournal | None = None,
+    doubt: ForkDoubt | None = None,
 ) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
-    followed by ``pending``; mark it under the parent.
+    followed by ``pending``; mark it under the parent. Returns its position and the
+    entries stored: the fork entry and ``pending``, or a prefix of them when the child
+    is one this writer created before (see ``doubt``); the caller commits the rest.
 
     The marker is written before the head, so any fork that exists can be found from
     its parent (a marker whose head never landed is skipped by readers). An explicit
     ``child`` id that is taken raises :class:`SessionExists` before anything is written.
+    ``journal``: while a child's head PUT may have landed, its :class:`ForkDoubt`.
+    ``doubt``: a fork from ``parent`` that an earlier commit of these entries left
+    undecided: its first attempt creates that child again, with the same creator nonce
+    and time (so the same fork entry); if its head is stored, the entries are
+    continued from what it holds.
     """
     if child is not None:
         if child == parent.session:
             raise InvalidArgumentError("child_id", f"a session cannot fork into itself ({child})")
         if (yield from _read_head_or_none(layout, child)) is not None:
             raise SessionExists(child)
-    now = cfg.env.now_ms()
-    fork_data = normalize_data(FORK_KIND, fork_entry_data(parent, seed), max_depth=MAX_INTERNAL_DEPTH)
-    fork_pending = PendingEntry(FORK_KIND, now, fork_data)
-    # A reducer may say what a fork's header records (an agent session: parent, seed length).
-    fork_meta = getattr(reducer, "fork_meta", None)
-    if fork_meta is not None:
-        meta = normalize_data("meta", fork_meta(dict(meta or {}), parent, seed))
+    journal = journal if journal is not None else CommitJournal()
+    now = doubt.ts if doubt is not None else cfg.env.now_ms()
+    fork_pending, meta = _fork_start(parent, seed, reducer, meta, now)
     for attempt in range(4):
-        sid = child or cfg.env.new_id()
-        ws = new_writer_state(sid, reducer, meta, parent, now, cfg.env.nonce())
+        if attempt == 0 and doubt is not None:
+            sid, creator = doubt.child, doubt.creator
+        else:
+            sid, creator = child or cfg.env.new_id(), cfg.env.nonce()
+        ws = new_writer_state(sid, reducer, meta, parent, now, creator)
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
         marker = PutIfAbsent(
             layout.fork_marker(parent.session, sid),
             dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
         )
-        plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease)
+        # Until it is settled, this child may hold the entries: a commit that raises or
+        # is abandoned meanwhile leaves the doubt for the next one to resolve.
+        journal.fork = ForkDoubt(parent, sid, creator, now)
+        plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease,
+                                                   journal=journal)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
+            journal.fork = None
             state = fold(reducer, ws.state, entries)
             return _advance(cfg, ws, plan, outcome.etag, state, written), entries
-        if outcome.found is not None and outcome.found[0].creator == ws.head.creator:
-            # Our own create landed unacknowledged (its creator nonce is ours) and was
-            # changed since: the entries are there; continue from that head, or behind
-            # it if someone wrote after them (the next commit meets them).
+        if outcome.found is not None and outcome.found[0].creator == creator:
+            # Created by this writer (the creator nonce is ours) and changed since, or by
+            # an earlier commit's PUT: the entries it holds are a prefix of ours (the
+            # same fork entry first); continue from that head, or behind it if someone
+            # wrote after them (the next commit meets them).
             found_head, found_etag = outcome.found
-            state = fold(reducer, ws.state, entries)
-            if found_head.hash == entries[-1].hash:
-                return _adopt(ws, found_head, found_etag, state), entries
-            return _stale(ws, entries, state), entries
+            landed = yield from landed_prefix(layout, found_head, entries)
+            if landed == 0:
+                raise StoreError(f"fork {sid} of session {parent.session}, created by this writer, does not start "
+                                 "with the fork entry it wrote; not continuing there", key=layout.head(sid))
+            journal.fork = None
+            done = entries[:landed]
+            state = fold(reducer, ws.state, done)
+            if found_head.hash == done[-1].hash:
+                return _adopt(ws, found_head, found_etag, state), done
+            return _stale(ws, done, state), done
+        # The id is another's (its head has another creator): ours cannot be stored there.
+        journal.fork = None
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")
+
+
+def _fork_start(
+    parent: ParentRef, seed: Any, reducer: Reducer[Any], meta: Mapping[str, Any] | None, now: int,
+) -> tuple[PendingEntry, Mapping[str, Any] | None]:
+    """A fork's first entry (its parent pointer and seed, at ``now``) and its header's meta."""
+    fork_data = normalize_data(FORK_KIND, fork_entry_data(parent, seed), max_depth=MAX_INTERNAL_DEPTH)
+    # A reducer may say what a fork's header records (an agent session: parent, seed length).
+    fork_meta = getattr(reducer, "fork_meta", None)
+    if fork_meta is not None:
+        meta = normalize_data("meta", fork_meta(dict(meta or {}), parent, seed))
+    return PendingEntry(FORK_KIND, now, fork_data), meta
 
 
 def _check_at_seq(session: str, at_seq: object) -> int | None:
@@ -1258,8 +1371,12 @@ def delete_session(layout: Layout, session: str) -> Proc[int]:
     Returns how many objects were deleted.
     """
     head, _ = yield from read_head(layout, session, expired_ok=True)
-    yield from ops.delete(layout.head(session))
+    # Listed before the head goes: once it is gone the id may be created again, and
+    # what the new session stores must not be deleted with the old one.
     objects, _ = yield from list_all(layout.session_dir(session))
+    head_key = layout.head(session)
+    objects = [o for o in objects if o.key != head_key]
+    yield from ops.delete(head_key)
     keys = [o.key for o in objects]
     if head.parent is not None:
         keys.append(layout.fork_marker(head.parent.session, session))
@@ -1308,11 +1425,13 @@ def gc(
         by_session.setdefault(sid, []).append(o)
     rows = yield from list_head_rows(layout, sorted(by_session))
     heads = {r.session: r.head for r in rows if r.head is not None}
+    etags = {r.session: r.etag for r in rows if r.head is not None}
     broken = sorted(r.session for r in rows if r.head is None)
     with_head = {r.session for r in rows}
     # A pending segment is kept too: its writer may move it into the manifest next.
     referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
     doomed: list[str] = []
+    tombstones: dict[str, str | None] = {}
     young = 0
     for sid, objs in by_session.items():
         if sid in broken:
@@ -1342,8 +1461,16 @@ def gc(
             else:
                 doomed.append(o.key)
         if head is not None and is_expired(head) and young == young_before and now - head.updated_at >= grace:
-            doomed.append(layout.head(sid))  # the tombstone goes with (or after) its last segment
+            tombstones[layout.head(sid)] = etags[sid]  # goes with (or after) its last segment
     deleted: list[str] = []
+    if tombstones and not dry_run:
+        # Read again just before the DELETE (S3's DELETE takes no If-Match on every
+        # store): a head that changed since the listing (the tombstone deleted by
+        # another gc and the id created again) is not this tombstone, and stays.
+        again = yield from ops.parallel([Get(k) for k in tombstones])
+        tombstones = {k: e for (k, e), blob in zip(tombstones.items(), again, strict=True)
+                      if isinstance(blob, Blob) and decide.etags_equal(blob.etag, e)}
+    doomed += tombstones
     if doomed and not dry_run:
         results = yield from ops.parallel([Delete(k) for k in doomed])
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
@@ -1442,6 +1569,16 @@ def append_latest(
                 if create_meta is None:
                     raise SessionNotFound(session)
                 ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
+            elif is_expired(current[0]):
+                # Expired by retention: never written on (its entries would be unreadable
+                # and collected with it). With create_meta the id starts again, as a new
+                # root chain that replaces the tombstone (If-Match on it: a racing sweep
+                # or writer wins); its old segments get gc's grace from now.
+                if create_meta is None:
+                    raise _expired(current[0])
+                fresh = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
+                head = replace(fresh.head, version=current[0].version, retired_at=fresh.head.created_at)
+                ws = replace(fresh, head=head, etag=current[1])
             else:
                 ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:

@@ -25,6 +25,11 @@ class Reducer(Protocol[S]):
 
     ``apply`` may mutate and return the state it is given: states are owned by the
     writer that folds them. ``to_seed`` must return plain CBOR-able data.
+
+    ``apply`` must not raise. A commit folds its entries once their head has landed,
+    and every reader of the session folds them again: an entry a reducer refuses is
+    stored all the same, and the writer (and any ``open`` with that reducer) then
+    fails on it each time. Check what is appended before appending it.
     """
 
     def initial(self) -> S:

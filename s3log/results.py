@@ -157,6 +157,8 @@ class HeadRow:
     session: str
     head: Head | None
     error: str | None = None
+    #: The head's ETag as read (None with ``error``); not part of the row's value.
+    etag: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,7 +284,9 @@ def expire(
             else:
                 doomed.append((head, blob.etag))
         if doomed:
-            e, r, err = yield from _write_tombstones(layout, cfg, doomed, now, idle_for_ms)
+            # Stamped when written, not when the sweep began: a tombstone's retired_at
+            # gives readers of the head it replaces gc's whole grace from its landing.
+            e, r, err = yield from _write_tombstones(layout, cfg, doomed, cfg.env.now_ms(), idle_for_ms)
             expired += e
             raced += r
             kept += len(r)

@@ -22,8 +22,8 @@ each session it touched:
 
 1. no acknowledged entry is lost: each is in the session it was acked in, at its seq
    and with its hash;
-2. none is duplicated: each payload is acked at most once and stored at most once in
-   any chain (fork seeds are not counted, only entries);
+2. none is duplicated: each payload is acked at most once and stored at most once,
+   in one chain of all the sessions (fork seeds are not counted, only entries);
 3. every stored chain verifies (:func:`s3log.protocol.load` on every session with a head);
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
    ever forks, meets a conflict or finds its session taken;
@@ -677,6 +677,9 @@ class Simulation:
         self.acked: dict[str, tuple[str, int, bytes]] = {}
         self.acked_by_session: dict[str, list[str]] = {}
         self.chains: dict[str, list[Entry]] = {}
+        #: The session each stored payload is in (invariant 2 across chains: an entry
+        #: stored in two sessions, e.g. forked twice, is duplicated too).
+        self.stored_in: dict[str, str] = {}
         # Requests of abandoned procedures still on their way: (actor, op, latest landing).
         self.ghosts: list[tuple[str, Op, int]] = []
         sids = [self.env.new_id() for _ in range(scenario.sessions)]
@@ -1070,6 +1073,9 @@ class Simulation:
             return
         self.store.dirty.discard(sid)
         lives = self.store.heads.get(sid)
+        for e in self.chains.get(sid, []):
+            if self.stored_in.get(_payload(e)) == sid:
+                del self.stored_in[_payload(e)]
         if not lives:
             self.chains[sid] = []
             return
@@ -1082,6 +1088,10 @@ class Simulation:
         twice = sorted(p for p, n in seen.items() if n > 1)
         if twice:
             raise Violation("2", f"session {self.short(sid)} stores {twice[:3]} more than once")
+        for p in seen:
+            other = self.stored_in.setdefault(p, sid)
+            if other != sid:
+                raise Violation("2", f"{p} is stored in two sessions: {self.short(other)} and {self.short(sid)}")
         back = sorted(self.withdrawn.intersection(seen))
         if back:
             raise Violation("withdraw", f"session {self.short(sid)} stores {back[:3]}, which were taken back")

@@ -15,7 +15,7 @@ from rich.progress import track
 from rich.text import Text
 from rich.tree import Tree
 
-from ..errors import CorruptionError, S3LogError
+from ..errors import CorruptionError, S3LogError, SessionNotFound
 from ..layout import Layout
 from ..log import Log
 from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier, Verifier
@@ -162,6 +162,7 @@ def verify(
                                                  config=replace(plain.config, verifier=verifier))
         ids = log.list_session_ids() if all_ else [session]
         bad: list[dict[str, Any]] = []
+        gone: list[str] = []
         good = 0
         quiet = len(ids) < 5 or as_json or not is_tty()
         for sid in track(ids, description="verifying", console=console, disable=quiet, transient=True):
@@ -170,16 +171,23 @@ def verify(
                 good += 1
             except CorruptionError as exc:
                 bad.append({"session": sid, "key": exc.key, "seq": exc.seq, "error": str(exc)})
+            except SessionNotFound as exc:
+                # Expired by retention (a tombstone) or deleted since it was listed: no
+                # chain to verify, and nothing broken. A session asked for by name is.
+                if not all_:
+                    bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
+                else:
+                    gone.append(sid)
             except S3LogError as exc:
                 bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
         if log is not plain:
             log.close()
     if as_json:
-        emit_json({"verified": good, "broken": bad})
+        emit_json({"verified": good, "broken": bad, "expired_or_deleted": gone})
     else:
         for b in bad:
             echo(styled(("BROKEN", "bold red"), f" {b['session']}: {b['error']}"))
-        echo(f"{good} verified, {len(bad)} broken")
+        echo(f"{good} verified, {len(bad)} broken" + (f", {len(gone)} expired or deleted" if gone else ""))
     if bad:
         raise typer.Exit(1)
 
