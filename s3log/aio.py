@@ -153,7 +153,8 @@ class AsyncWriter(WriterVerbs[S]):
         """
         task = asyncio.ensure_future(self._commit_task())
         # Nobody may be left to await it (its caller was cancelled): its error is then
-        # retrieved here, and the entries it carried stay queued as "uncertain".
+        # retrieved here, and the entries it carried stay queued ("uncertain" if its
+        # head PUT may have been applied).
         task.add_done_callback(_retrieve)
         following: dict[asyncio.Future[None], None] = {}
         task.add_done_callback(partial(_release, following))

@@ -1127,6 +1127,8 @@ def commit(
     durable: list[Entry] = []
     forked: ForkInfo | None = None
     uncertain = maybe_landed
+    # This commit creates the session over an expired one's tombstone (see below).
+    over_tombstone = False
     attempts_left = cfg.retry.attempts
     while attempts_left > 0:
         attempts_left -= 1
@@ -1140,6 +1142,12 @@ def commit(
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found
+        if ws.etag is None and is_expired(found_head):
+            # The id is an expired session's: a new session takes it over, as it would
+            # one deleted (nothing of ours can be in a tombstone, which lists no entries).
+            ws, over_tombstone = _over_tombstone(ws, found_head, found_etag, cfg.env.now_ms()), True
+            attempts_left += 1
+            continue
         landed = (yield from landed_prefix(layout, found_head, entries)) if uncertain else 0
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
@@ -1147,7 +1155,7 @@ def commit(
         # carries the creator nonce this writer put in it.
         ours = ws.head.creator is not None and found_head.creator == ws.head.creator
         step = decide.after_lost(
-            creating=ws.etag is None and not ours,
+            creating=(ws.etag is None or over_tombstone) and not ours,
             batch=len(entries),
             landed=landed,
             stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
@@ -1209,11 +1217,24 @@ def commit(
 
 
 def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
-    """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken."""
+    """Store the empty head of a new session (``If-None-Match: *``); SessionExists if taken.
+
+    An id whose session expired (its head a tombstone) is taken over, as one deleted is.
+    """
     plan, outcome, written = yield from _write(layout, cfg, ws, [])
+    if outcome.kind != "committed" and outcome.found is not None and is_expired(outcome.found[0]):
+        ws = _over_tombstone(ws, outcome.found[0], outcome.found[1], cfg.env.now_ms())
+        plan, outcome, written = yield from _write(layout, cfg, ws, [])
     if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
         return _advance(cfg, ws, plan, outcome.etag, ws.state, written)
     raise SessionExists(ws.session)
+
+
+def _over_tombstone(ws: ChainPosition[S], tomb: Head, etag: str, now: int) -> ChainPosition[S]:
+    """A new session's position taking over ``tomb``, the tombstone of an expired session
+    at its id: its first head replaces the tombstone with If-Match on ``etag`` (a racing
+    writer or sweep wins), and gc counts its grace for the old segments from ``now``."""
+    return replace(ws, head=replace(ws.head, version=tomb.version, retired_at=now), etag=etag)
 
 
 def _stale(ws: ChainPosition[S], done: Sequence[Entry], state: S) -> ChainPosition[S]:
@@ -1577,8 +1598,7 @@ def append_latest(
                 if create_meta is None:
                     raise _expired(current[0])
                 fresh = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
-                head = replace(fresh.head, version=current[0].version, retired_at=fresh.head.created_at)
-                ws = replace(fresh, head=head, etag=current[1])
+                ws = _over_tombstone(fresh, current[0], current[1], fresh.head.created_at)
             else:
                 ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:

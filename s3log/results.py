@@ -76,8 +76,9 @@ class CommitResult(Generic[S]):
 
 
 #: Where an appended entry stands: queued and withdrawable (``pending``), carried by
-#: the commit in flight (``committing``), queued after a commit whose outcome is
-#: unknown (``uncertain``: the next commit finds it landed or writes it), durable
+#: the commit in flight (``committing``), queued after a commit whose head PUT may
+#: have been applied (``uncertain``: the next commit finds it landed or writes it; a
+#: commit refused outright leaves its entries ``pending``), durable
 #: (``committed``), taken back before any commit carried it (``withdrawn``), or not
 #: tracked (``unknown``).
 TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]

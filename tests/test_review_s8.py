@@ -502,3 +502,66 @@ def test_a_slow_gc_does_not_delete_a_head_that_changed_after_its_listing() -> No
     store.hook = overlap
     log.gc(older_than_ms=3_600_000)
     assert [e.hash for e in log.read("thread-1").entries] == [e.hash for e in acked]
+
+
+# ------------------------------------------------------------ an expired id used again
+
+
+def test_creating_an_expired_id_takes_it_over_lazy_or_not() -> None:
+    _store, _clock, log = _expired_world("thread-7")
+    eager = log.create("thread-7")  # was SessionExists until gc removed the tombstone
+    eager.append("k", "eager")
+    eager.commit()
+    assert [e.data for e in log.read("thread-7").entries] == ["eager"]
+    _store2, _clock2, log2 = _expired_world("thread-9")
+    lazy = log2.create("thread-9", lazy=True)
+    lazy.append("k", "lazy")
+    lazy.commit()  # its create-only PUT meets the tombstone
+    assert [e.data for e in log2.read("thread-9").entries] == ["lazy"]
+    # A live id is still taken.
+    with pytest.raises(SessionExists):
+        log.create("thread-7")
+
+
+def test_a_strict_langgraph_saver_starts_an_expired_thread_afresh() -> None:
+    pytest.importorskip("langgraph")
+    from langgraph.graph import END, START, StateGraph
+
+    from s3log.integrations.langgraph import S3LogSaver
+
+    def graph(saver: Any) -> Any:
+        g = StateGraph(State)
+        g.add_node("a", lambda s: {"steps": ["a"]})
+        g.add_edge(START, "a")
+        g.add_edge("a", END)
+        return g.compile(checkpointer=saver)
+
+    clock = Clock(T0)
+    log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    graph(S3LogSaver(log, strict=True)).invoke({"steps": ["start"]}, cfg)
+    clock.t += 40 * DAY
+    assert len(log.expire(idle_for=timedelta(days=30)).expired) == 1
+    app = graph(S3LogSaver(log, strict=True))
+    app.invoke({"steps": ["again"]}, cfg)  # looped for ever: Open said expired, Create said taken
+    assert app.get_state(cfg).values == {"steps": ["again", "a"]}
+
+
+def test_an_openai_session_on_an_expired_id_starts_afresh() -> None:
+    pytest.importorskip("agents")
+    from s3log.integrations.openai_agents import S3LogSession
+
+    clock = Clock(T0)
+    log = s3log.AsyncLog(s3log.AsyncMemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
+
+    async def main() -> None:
+        first = S3LogSession("conv-1", log)
+        await first.add_items([{"role": "user", "content": "hi"}])
+        clock.t += 40 * DAY
+        assert len((await log.expire(idle_for=timedelta(days=30))).expired) == 1
+        again = S3LogSession("conv-1", log)
+        assert await again.get_items() == []
+        await asyncio.wait_for(again.add_items([{"role": "user", "content": "again"}]), 10)  # looped for ever
+        assert await again.get_items() == [{"role": "user", "content": "again"}]
+
+    asyncio.run(main())
