@@ -85,6 +85,9 @@ class CommitQueue(Generic[S]):
         # with its outcome unknown (its head may have landed): neither may be withdrawn.
         self._inflight: set[int] = set()
         self._uncertain: set[int] = set()
+        # Of those, the tickets a head PUT to this writer's own session may have stored
+        # (the rest may be in a fork's child only): the next commit looks for these there.
+        self._in_doubt: set[int] = set()
         self._withdrawn: set[int] = set()
         self._claimed: set[int] = set()
         # A fork a commit left undecided (its child's head may be stored): the next
@@ -223,10 +226,15 @@ class CommitQueue(Generic[S]):
             ws = self.ws
             self._inflight = {t for t, _ in batch}
             lease = self.lease
-            # Entries of a commit that ended undecided may be stored already.
-            maybe_landed = any(t in self._uncertain for t, _ in batch)
+            # Entries of a commit whose head PUT ended undecided may be stored already:
+            # a prefix of the batch (what was queued since was never sent).
+            maybe_landed = 0
+            for t, _ in batch:
+                if t not in self._in_doubt:
+                    break
+                maybe_landed += 1
             fork_doubt = self._fork_doubt
-        journal = protocol.CommitJournal()
+        journal = protocol.CommitJournal(ws.session)
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
@@ -247,7 +255,9 @@ class CommitQueue(Generic[S]):
             with self._lock:
                 if journal.in_doubt:
                     self._uncertain |= self._inflight
+                    self._in_doubt |= self._inflight
                 if journal.fork is not None:
+                    self._uncertain |= self._inflight
                     self._fork_doubt = journal.fork
                 self._inflight = set()
             raise
@@ -257,10 +267,10 @@ class CommitQueue(Generic[S]):
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
             self.lease = None  # released: later commits leave the head's lease alone
-        if result.fork is not None:
-            self.forks.append(result.fork)
+        for fork in result.forks or ((result.fork,) if result.fork is not None else ()):
+            self.forks.append(fork)
             for listener in self._listeners:
-                listener(result.fork)
+                listener(fork)
         return result
 
     def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: ChainPosition[S]) -> None:
@@ -272,6 +282,7 @@ class CommitQueue(Generic[S]):
             self._inflight = set()
             for ticket, _ in batch[:n]:
                 self._uncertain.discard(ticket)
+                self._in_doubt.discard(ticket)
             for (ticket, _), entry in zip(batch[:n], acked, strict=True):
                 if ticket in self._waiting:
                     self._done[ticket] = entry

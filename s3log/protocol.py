@@ -167,12 +167,17 @@ class CommitJournal:
     out and after every definite reply, so that whoever ran the commit knows it after
     the commit raised or was abandoned at any point (cancelled, its process killed).
 
-    ``in_doubt``: a head PUT of this commit may have stored some of its entries (it was
-    sent, and no definite reply or re-read has ruled it out). ``fork``: a fork child
-    whose creating head PUT may have landed (see :class:`ForkDoubt`). A commit that
-    raises with neither stored nothing: its entries are simply still pending.
+    ``in_doubt``: a head PUT of this commit to ``session`` (the writer's own session)
+    may have stored some of its entries (it was sent, and no definite reply or re-read
+    has ruled it out). ``fork``: a fork child that may hold some of them, its head PUT
+    (or a later one of this commit, continuing there) undecided (see
+    :class:`ForkDoubt`). A commit that raises with neither stored nothing: its entries
+    are simply still pending. The two are kept apart so that a doubt about a child
+    never makes the next commit look for the entries in the parent, where equal entries
+    are another writer's ([0025](docs/decisions/0025-landed-only-after-an-undecided-put.md)).
     """
 
+    session: str | None = None
     in_doubt: bool = False
     fork: ForkDoubt | None = None
 
@@ -884,8 +889,12 @@ def _put_head(
     creating = expected is None
     attempt = 0
     uncertain = False
+    # A PUT to another session (a fork's child) is the journal's ``fork`` doubt, kept
+    # by whoever writes there: in_doubt is about the writer's own session only.
+    own = journal.session is None or journal.session == ws.session
+    track = journal if own else CommitJournal()
     if first is None:
-        doubted = journal.in_doubt
+        doubted = track.in_doubt
     while True:
         attempt += 1
         if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
@@ -895,7 +904,7 @@ def _put_head(
         if attempt == 1 and first is not None:
             result = first
         else:
-            journal.in_doubt = True  # from the moment it may reach the store
+            track.in_doubt = True  # from the moment it may reach the store
             try:
                 if expected is None:
                     result = yield from ops.put_if_absent(key, plan.body)
@@ -909,7 +918,7 @@ def _put_head(
         if isinstance(step, decide.Committed):
             return _HeadOutcome("committed", step.etag, None)
         # In doubt still if this PUT may have been applied, or an earlier one left unknown.
-        journal.in_doubt = doubted or uncertain or decide.may_have_applied(reply)
+        track.in_doubt = doubted or uncertain or decide.may_have_applied(reply)
         if isinstance(step, decide.SessionGone):
             raise SessionNotFound(ws.session, "it was deleted while this writer held it")
         if isinstance(step, decide.Fatal):
@@ -992,7 +1001,8 @@ def _write(
     if beside is not None:
         batch.append(beside)
     doubted = journal.in_doubt
-    journal.in_doubt = True  # the head PUT is in this batch
+    if journal.session is None or journal.session == ws.session:
+        journal.in_doubt = True  # the head PUT is in this batch
     results: list[Any] = yield Parallel(tuple(batch))
     head_result = results[0]
     if beside is not None:
@@ -1094,7 +1104,7 @@ def commit(
     *,
     lease: LeasePlan | None = None,
     touch: bool = False,
-    maybe_landed: bool = True,
+    maybe_landed: bool | int = True,
     journal: CommitJournal | None = None,
     fork_doubt: ForkDoubt | None = None,
 ) -> Proc[CommitResult[S]]:
@@ -1103,7 +1113,8 @@ def commit(
     ``lease``: what this commit records about the head's lease. ``touch``: write the
     head even with nothing pending (a lease renewal or release), if it is stored.
     ``maybe_landed``: an earlier commit of these entries ended undecided, so some may
-    be stored already. Otherwise only a head PUT of this commit with an unknown outcome
+    be stored already in this session: all of them (True), or how many leading ones
+    (an int; those queued since were never sent). Otherwise only a head PUT of this commit with an unknown outcome
     can have stored them: after definite refusals, entries found in the other writer's
     chain are that writer's (equal entries, e.g. the same kind, ts and data appended at
     the same place by two writers), not ours. ``journal``: kept true of what this
@@ -1120,13 +1131,16 @@ def commit(
     """
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
-    journal = journal if journal is not None else CommitJournal()
+    journal = journal if journal is not None else CommitJournal(ws.session)
     acked: list[Entry] = []
     # Every entry made durable (acked, and a fork entry among them if this commit
     # continued in a fork an earlier one left undecided), and where it forked to.
     durable: list[Entry] = []
     forked: ForkInfo | None = None
-    uncertain = maybe_landed
+    forks: list[ForkInfo] = []
+    # How many leading entries of ``pending`` may be stored already where this commit
+    # writes: only those are looked for after a lost race (decision 0025).
+    uncertain = len(pending) if maybe_landed is True else int(maybe_landed)
     # This commit creates the session over an expired one's tombstone (see below).
     over_tombstone = False
     attempts_left = cfg.retry.attempts
@@ -1134,11 +1148,12 @@ def commit(
         attempts_left -= 1
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease, journal=journal)
-        uncertain |= outcome.uncertain
+        if outcome.uncertain:
+            uncertain = len(entries)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
-                                durable + entries, acked + entries, forked)
+                                durable + entries, acked + entries, forked, tuple(forks))
         if outcome.found is None:
             raise StoreError(f"commit to session {ws.session} lost its head without finding another")
         found_head, found_etag = outcome.found
@@ -1148,7 +1163,7 @@ def commit(
             ws, over_tombstone = _over_tombstone(ws, found_head, found_etag, cfg.env.now_ms()), True
             attempts_left += 1
             continue
-        landed = (yield from landed_prefix(layout, found_head, entries)) if uncertain else 0
+        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain else 0
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
         # A create that landed unacknowledged is ours, not a taken id: the stored head
@@ -1172,14 +1187,15 @@ def commit(
         durable += done
         if isinstance(step, decide.AckAll):
             if step.adopt:
-                return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked)
+                return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked, tuple(forks))
             # Someone built on our entries: they are durable, but this writer's view is
             # behind; its next commit meets the other writer and forks.
-            return CommitResult(_stale(ws, done, state), durable, acked, forked)
+            return CommitResult(_stale(ws, done, state), durable, acked, forked, tuple(forks))
         if isinstance(step, decide.AdoptAndRetry):
             log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
             ws = _adopt(ws, found_head, found_etag, state)
             pending = pending[landed:]
+            uncertain = max(0, uncertain - landed)
             if landed:
                 # Adopting a head that holds part of this batch is progress, not a
                 # failed attempt (at most one per entry): counted as one, a writer
@@ -1204,14 +1220,19 @@ def commit(
             journal=journal, doubt=doubt,
         )
         forked = ForkInfo(parent, fork_ws.session, found)
+        forks.append(forked)
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
         acked += fork_entries[1:]
         durable += fork_entries
         if len(fork_entries) - 1 == len(rest):
-            return CommitResult(fork_ws, durable, acked, forked)
+            return CommitResult(fork_ws, durable, acked, forked, tuple(forks))
         # The undecided fork holds only part of the batch: the rest goes on in that
-        # child, where none of it can be yet (it was never sent there).
-        ws, pending, uncertain = fork_ws, rest[len(fork_entries) - 1:], False
+        # child. An earlier commit may have gone on there too and left its PUT undecided
+        # (it may land yet): the rest may be stored there, and while this commit writes
+        # there, the child is where its entries may be (the journal's fork doubt).
+        ws, pending = fork_ws, rest[len(fork_entries) - 1:]
+        uncertain = len(pending)
+        journal.fork = doubt
         attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
@@ -1307,10 +1328,14 @@ def create_fork(
             # wrote after them (the next commit meets them).
             found_head, found_etag = outcome.found
             landed = yield from landed_prefix(layout, found_head, entries)
-            if landed == 0:
-                raise StoreError(f"fork {sid} of session {parent.session}, created by this writer, does not start "
-                                 "with the fork entry it wrote; not continuing there", key=layout.head(sid))
             journal.fork = None
+            if landed == 0:
+                # Ours once, but it no longer holds our fork entry (expired since, its
+                # head a tombstone): the key is taken, so no PUT of ours can land there
+                # any more; the entries go to a new child.
+                if child is not None or attempt == 3:
+                    raise SessionExists(sid)
+                continue
             done = entries[:landed]
             state = fold(reducer, ws.state, done)
             if found_head.hash == done[-1].hash:

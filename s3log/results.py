@@ -52,6 +52,9 @@ class CommitResult(Generic[S]):
     entries: list[Entry]
     acked: list[Entry]
     fork: ForkInfo | None = None
+    #: Every fork this commit made, in order (``fork`` is the last): more than one
+    #: when it continued in a fork an earlier commit left undecided and forked from there.
+    forks: tuple[ForkInfo, ...] = ()
 
     @property
     def session_id(self) -> str:

@@ -1,0 +1,280 @@
+"""Session 8's second hostile review, of the commit journal (decision 0031): each
+test failed on the commit that introduced it.
+
+- A doubt about a fork's child made the next commit look for the entries in the parent,
+  where it took another writer's equal entry for its own (decision 0025 again).
+- An entry queued after an undecided commit was looked for as if that commit had
+  carried it, and another writer's equal entry was taken for it.
+- A commit continuing in a doubted child treated the rest of its batch as never sent
+  there, although an earlier continuation's PUT could still land: forked twice.
+- A doubted child expired meanwhile (its head a tombstone with our creator) wedged the
+  writer for ever.
+- A commit that continued in a doubted child and forked again from there reported only
+  the last fork.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.config import LogConfig, RetryPolicy
+from s3log.env import Env
+from s3log.errors import StoreError, TransientStoreError
+from s3log.faults import FaultyStore
+
+T0 = 1_800_000_000_000
+DAY = 86_400_000
+
+
+def _fast(attempts: int = 2) -> LogConfig:
+    return LogConfig(retry=RetryPolicy(attempts=attempts, initial=0.0001, max_backoff=0.0002, max_time=1.0))
+
+
+class Clock:
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+
+# ------------------------------------------------------------ f1_fork_doubt_adopts_equal_entries
+# F1: an undecided *fork* makes the next commit look for its entries in the *parent*.
+
+def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+    inner = s3log.MemoryStore()
+    box: dict[str, Any] = {"on": False, "sid": None}
+
+    def plan(method: str, key: str) -> Any:
+        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
+            return None
+        if method == "put_if_absent":
+            return "timeout-landed"  # the fork child's head lands, its reply is lost
+        if method == "get":
+            return "503"  # ...and re-reading it fails: the fork is undecided
+        return None
+
+    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    w_a = log_a.create()
+    sid = box["sid"] = w_a.session_id
+    w_a.append("k", "a0")
+    w_a.commit()
+
+    w_b = s3log.Log(inner).open(sid)
+    b_entry = w_b.append_durable("pop", {"item": 1}, ts=1_000)  # B pops item 1
+
+    t = w_a.submit("pop", {"item": 1}, ts=1_000)  # A pops item 1 too (equal entry)
+    box["on"] = True
+    with pytest.raises(StoreError):
+        w_a.wait(t)  # parent: definite 412; fork child: undecided
+    box["on"] = False
+
+    a_entry = w_a.wait(t)
+    # A's entry must not be B's stored entry (acknowledged to two writers).
+    assert not (w_a.session_id == sid and a_entry.hash == b_entry.hash and a_entry.seq == b_entry.seq), \
+        "A was acknowledged B's entry as its own"
+    # And A's payload is stored once across all sessions (B's copy is B's).
+    plain = s3log.Log(inner)
+    holders = [s for s in plain.list_session_ids() if s != sid
+               for e in plain.read(s).entries if e.kind == "pop"]
+    assert holders == [w_a.session_id]
+
+
+# ------------------------------------------------------------ f1b_uncertainty_is_batch_wide
+# F1b: "maybe landed" is decided for the whole batch, not per entry.
+
+def test_entry_queued_after_an_undecided_commit_is_not_taken_from_another_writer() -> None:
+    inner = s3log.MemoryStore()
+    on = {"v": False}
+
+    def plan(method: str, key: str) -> Any:
+        if not on["v"]:
+            return None
+        if method == "put_if_match":
+            return "timeout-landed"
+        return "503" if method == "get" and key.endswith("/head") else None
+
+    w_a = s3log.Log(FaultyStore(inner, plan), config=_fast(1)).create()
+    sid = w_a.session_id
+    w_a.append("k", "a0")
+    w_a.commit()
+    t1 = w_a.submit("pop", {"item": 1}, ts=1_000)
+    on["v"] = True
+    with pytest.raises(StoreError):
+        w_a.commit()  # item 1 landed; A does not know
+    on["v"] = False
+
+    w_b = s3log.Log(inner).open(sid)  # B sees item 1 and pops item 2
+    b_entry = w_b.append_durable("pop", {"item": 2}, ts=2_000)
+
+    t2 = w_a.submit("pop", {"item": 2}, ts=2_000)  # A pops item 2 too, never sent before
+    w_a.wait(t1)
+    a_entry = w_a.wait(t2)
+    assert a_entry.hash != b_entry.hash or w_a.session_id != sid, \
+        "item 2 acknowledged to both writers"
+
+
+# ------------------------------------------------------------ f2_continue_in_child_ghost
+# F2: continuing in a doubted fork child with ``uncertain=False`` forks a landed entry again.
+
+class GhostStore(s3log.MemoryStore):
+    """Scripted faults on fork-child heads (keys outside ``parent``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parent = "?"
+        self.mode: str | None = None
+        self.ghost: tuple[str, bytes, str] | None = None
+        self.child_gets_fail = 0
+        self.puts_lost = 0
+
+    def _child_head(self, key: str) -> bool:
+        return key.endswith("/head") and self.parent not in key
+
+    def get(self, key: str) -> Any:
+        if self._child_head(key) and self.child_gets_fail:
+            self.child_gets_fail -= 1
+            raise TransientStoreError("injected 503", key=key, code="SlowDown", status=503)
+        return super().get(key)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        etag = super().put_if_absent(key, body)
+        if self.mode == "fork-undecided" and self._child_head(key):
+            self.mode = None
+            self.child_gets_fail = 10  # the re-read fails too: undecided
+            raise TransientStoreError("injected timeout (landed)", key=key, code="RequestTimeout")
+        return etag
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if self._child_head(key):
+            if self.mode == "hold":  # in flight: lands later (or never)
+                self.mode = "lose"
+                self.ghost = (key, body, etag)
+                raise TransientStoreError("injected timeout (in flight)", key=key, code="RequestTimeout")
+            if self.mode == "lose":
+                self.mode = None
+                raise TransientStoreError("injected timeout (lost)", key=key, code="RequestTimeout")
+            if self.mode == "land-ghost-first" and self.ghost is not None:
+                self.mode = None
+                g, self.ghost = self.ghost, None
+                super().put_if_match(*g)  # the old request lands just now
+        return super().put_if_match(key, body, etag)
+
+
+def test_entry_continued_in_a_doubted_child_is_not_forked_again() -> None:
+    store = GhostStore()
+    log = s3log.Log(store, config=_fast())
+    w = log.create()
+    store.parent = sid = w.session_id
+    w.append("k", "a0")
+    w.commit()
+    other = s3log.Log(store).open(sid)
+    other.append("k", "b0")
+    other.commit()  # w is behind: its next commit forks
+
+    tx = w.submit("k", "x")
+    store.mode = "fork-undecided"
+    with pytest.raises(StoreError):
+        w.commit()  # forks into C = [fork, x]; undecided
+    store.child_gets_fail = 0
+
+    ty = w.submit("k", "y")
+    store.mode = "hold"
+    with pytest.raises(StoreError):
+        w.commit()  # continues in C: its PUT of y is in flight, then given up
+    assert w.status(ty) == "uncertain"
+
+    store.mode = "land-ghost-first"
+    assert w.wait(tx).data == "x"
+    assert w.wait(ty).data == "y"
+
+    plain = s3log.Log(store)
+    holders = sorted(s for s in plain.list_session_ids()
+                     for e in plain.read(s).entries if e.kind == "k" and e.data == "y")
+    assert holders == [w.session_id], f"y stored in {len(holders)} sessions"
+
+
+# ------------------------------------------------------------ f3_doubted_child_expired_is_stuck
+# F3: a doubted fork child that was expired meanwhile wedges the writer forever.
+
+def test_writer_recovers_when_its_doubted_fork_child_was_expired() -> None:
+    clock = Clock(T0)
+    inner = s3log.MemoryStore()
+    box: dict[str, Any] = {"on": False, "sid": "?"}
+
+    def plan(method: str, key: str) -> Any:
+        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
+            return None
+        if method == "put_if_absent":
+            return "timeout-landed"
+        return "503" if method == "get" else None
+
+    cfg = LogConfig(env=Env.deterministic(1, clock),
+                    retry=RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002, max_time=1.0))
+    log = s3log.Log(FaultyStore(inner, plan), config=cfg)
+    w = log.create()
+    box["sid"] = sid = w.session_id
+    w.append("k", "a0")
+    w.commit()
+    other = s3log.Log(inner, config=LogConfig(env=Env.deterministic(2, clock))).open(sid)
+    other.append("k", "b0")
+    other.commit()
+
+    t = w.submit("k", "x")
+    box["on"] = True
+    with pytest.raises(StoreError):
+        w.commit()  # the fork's child head lands; this writer does not know
+    box["on"] = False
+
+    clock.t += 40 * DAY
+    sweeper = s3log.Log(inner, config=LogConfig(env=Env.deterministic(3, clock)))
+    assert len(sweeper.expire(idle_for=timedelta(days=30)).expired) == 2  # parent and child
+
+    # The writer must be able to make x durable somewhere readable (fork anew), not be
+    # wedged with an uncertain entry it can neither commit nor withdraw.
+    for _ in range(3):
+        try:
+            entry = w.wait(t)
+            break
+        except StoreError:
+            continue
+    else:
+        pytest.fail(f"wedged: every commit raises; ticket is {w.status(t)!r}, withdraw={w.withdraw(t)}")
+    assert entry.data == "x"
+    assert [e.data for e in sweeper.read(w.session_id).entries][-1] == "x"
+
+
+# ------------------------------------------------------------ f4_one_commit_two_forks_reports_one
+# F4 (minor, API): a commit that continues in a doubted child and then forks again
+
+def test_every_fork_of_a_commit_is_reported() -> None:
+    store = GhostStore()
+    seen: list[s3log.ForkInfo] = []
+    log = s3log.Log(store, config=_fast())
+    w = log.create(on_fork=seen.append)
+    store.parent = sid = w.session_id
+    w.append("k", "a0")
+    w.commit()
+    other = s3log.Log(store).open(sid)
+    other.append("k", "b0")
+    other.commit()
+    tx = w.submit("k", "x")
+    store.mode = "fork-undecided"
+    with pytest.raises(StoreError):
+        w.commit()
+    store.child_gets_fail = 0
+    # Someone else writes to the child (it is a readable session) before w retries.
+    child = s3log.Log(store).children(sid)[0]
+    c = s3log.Log(store).open(child)
+    c.append("k", "c0")
+    c.commit()
+    ty = w.submit("k", "y")
+    w.wait(tx)
+    w.wait(ty)
+    assert w.session_id not in (sid, child)  # forked twice: sid -> child -> grandchild
+    assert [f.parent.session for f in seen] == [sid, child]
