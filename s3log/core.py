@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from . import listing, protocol, retention
 from .chain import PendingEntry
-from .codec import MAX_TS, Entry, Head, check_kind, normalize_data, normalize_data_cbor
+from .codec import MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data, normalize_data_cbor
 from .config import LogConfig
 from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from .ids import validate_session_id
@@ -90,9 +90,10 @@ class CommitQueue(Generic[S]):
         self._in_doubt: set[int] = set()
         self._withdrawn: set[int] = set()
         self._claimed: set[int] = set()
-        # A fork a commit left undecided (its child's head may be stored): the next
-        # commit continues there if it is, rather than forking these entries again.
-        self._fork_doubt: protocol.ForkDoubt | None = None
+        # Forks commits left undecided (their child may hold entries), by the parent
+        # position they fork from: the next commit forking from there forks into the
+        # same child, rather than forking these entries again.
+        self._fork_doubts: dict[ParentRef, protocol.ForkDoubt] = {}
         #: What this writer's commits record about the head's lease (None: leave it).
         self.lease: protocol.LeasePlan | None = None
 
@@ -233,12 +234,11 @@ class CommitQueue(Generic[S]):
                 if t not in self._in_doubt:
                     break
                 maybe_landed += 1
-            fork_doubt = self._fork_doubt
-        journal = protocol.CommitJournal(ws.session)
+            journal = protocol.CommitJournal(ws.session, forks=dict(self._fork_doubts))
         try:
             result = yield from protocol.commit(
                 self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
-                lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal, fork_doubt=fork_doubt,
+                lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal,
             )
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
@@ -250,19 +250,19 @@ class CommitQueue(Generic[S]):
             # entries stay queued as "uncertain" for the next commit, which finds them
             # landed (and adopts the head, or continues in the fork) or writes them,
             # and they can no longer be withdrawn. If not, nothing of it is stored and
-            # they are simply pending again: a definite refusal (a taken id, a 403)
+            # they are simply pending again: a definite refusal (a 412 on a taken id)
             # must not make the next commit take another writer's equal entries for ours.
             with self._lock:
                 if journal.in_doubt:
                     self._uncertain |= self._inflight
                     self._in_doubt |= self._inflight
-                if journal.fork is not None:
+                if journal.fork_sent:
                     self._uncertain |= self._inflight
-                    self._fork_doubt = journal.fork
+                self._fork_doubts = journal.forks
                 self._inflight = set()
             raise
         with self._lock:
-            self._fork_doubt = None
+            self._fork_doubts = {}
         self._settle(batch, result.acked, result.ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:

@@ -159,6 +159,9 @@ class ForkDoubt:
     child: str
     creator: str
     ts: int
+    #: How many of the batch's entries (after the fork entry) a PUT to the child may
+    #: have carried: only those may be there, and only those are looked for (0025).
+    carried: int = 0
 
 
 @dataclass(slots=True)
@@ -179,7 +182,12 @@ class CommitJournal:
 
     session: str | None = None
     in_doubt: bool = False
-    fork: ForkDoubt | None = None
+    #: The forks that may hold some of the entries, by the parent position they fork
+    #: from (a fork of a fork has its own): those of earlier commits, kept or resolved
+    #: by this one.
+    forks: dict[ParentRef, ForkDoubt] = field(default_factory=dict)
+    #: A PUT of this commit to a fork's child may have carried its entries.
+    fork_sent: bool = False
 
 
 # ------------------------------------------------------------------------- basic reads
@@ -1106,7 +1114,6 @@ def commit(
     touch: bool = False,
     maybe_landed: bool | int = True,
     journal: CommitJournal | None = None,
-    fork_doubt: ForkDoubt | None = None,
 ) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
@@ -1119,8 +1126,8 @@ def commit(
     chain are that writer's (equal entries, e.g. the same kind, ts and data appended at
     the same place by two writers), not ours. ``journal``: kept true of what this
     commit may have stored, for its caller to read if it raises or is abandoned
-    (:class:`CommitJournal`). ``fork_doubt``: a fork an earlier commit of these entries
-    left undecided; if this commit forks from the same place, it forks into that same
+    (:class:`CommitJournal`); its ``forks`` are the forks earlier commits of these
+    entries left undecided: one that forks from the same place forks into that same
     child (:func:`create_fork`), so the entries cannot be stored in two children.
 
     A commit with nothing pending writes nothing, not even the head of a session not
@@ -1212,7 +1219,7 @@ def commit(
         # A fork an earlier commit of these entries left undecided, from this same place:
         # forked into again (same id), so its late or landed head and this one cannot
         # both be stored (both are create-only PUTs of one key).
-        doubt = fork_doubt if fork_doubt is not None and fork_doubt.parent == parent else None
+        doubt = journal.forks.get(parent)
         log.warning("session %s: lost a race to writer %s; forking%s", ws.session, found_head.writer,
                     f" into {doubt.child}, as an undecided commit did" if doubt else "")
         fork_ws, fork_entries = yield from create_fork(
@@ -1230,9 +1237,11 @@ def commit(
         # child. An earlier commit may have gone on there too and left its PUT undecided
         # (it may land yet): the rest may be stored there, and while this commit writes
         # there, the child is where its entries may be (the journal's fork doubt).
+        assert doubt is not None  # only a fork found holding part of the batch is continued
         ws, pending = fork_ws, rest[len(fork_entries) - 1:]
-        uncertain = len(pending)
-        journal.fork = doubt
+        uncertain = max(0, doubt.carried - (len(fork_entries) - 1))
+        journal.forks[parent] = replace(doubt, carried=max(doubt.carried, len(rest)))
+        journal.fork_sent = True
         attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
 
@@ -1314,11 +1323,14 @@ def create_fork(
         )
         # Until it is settled, this child may hold the entries: a commit that raises or
         # is abandoned meanwhile leaves the doubt for the next one to resolve.
-        journal.fork = ForkDoubt(parent, sid, creator, now)
+        reusing = attempt == 0 and doubt is not None
+        carried = max(doubt.carried, len(pending)) if reusing and doubt is not None else len(pending)
+        journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
+        journal.fork_sent = True
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease,
                                                    journal=journal)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
-            journal.fork = None
+            journal.forks.pop(parent, None)
             state = fold(reducer, ws.state, entries)
             return _advance(cfg, ws, plan, outcome.etag, state, written), entries
         if outcome.found is not None and outcome.found[0].creator == creator:
@@ -1327,8 +1339,11 @@ def create_fork(
             # same fork entry first); continue from that head, or behind it if someone
             # wrote after them (the next commit meets them).
             found_head, found_etag = outcome.found
-            landed = yield from landed_prefix(layout, found_head, entries)
-            journal.fork = None
+            # Only what a PUT of ours may have carried there is looked for: all of it if
+            # this attempt's own PUT may have landed, else what the doubt's PUTs carried.
+            limit = len(entries) if outcome.uncertain or not reusing or doubt is None else 1 + doubt.carried
+            landed = yield from landed_prefix(layout, found_head, entries[:limit])
+            journal.forks.pop(parent, None)
             if landed == 0:
                 # Ours once, but it no longer holds our fork entry (expired since, its
                 # head a tombstone): the key is taken, so no PUT of ours can land there
@@ -1342,7 +1357,7 @@ def create_fork(
                 return _adopt(ws, found_head, found_etag, state), done
             return _stale(ws, done, state), done
         # The id is another's (its head has another creator): ours cannot be stored there.
-        journal.fork = None
+        journal.forks.pop(parent, None)
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")
@@ -1454,8 +1469,8 @@ def gc(
 
     Expired sessions (tombstone heads, :mod:`s3log.retention`) list no segments, so
     theirs are collected like any unreferenced segment, from the tombstone's
-    ``retired_at``; the tombstone itself is deleted once it is older than the grace
-    period and none of its segments is left.
+    ``retired_at``. The tombstone itself stays (``Log.delete`` removes it): a new
+    session may take the id over from it at any time, and a DELETE is not conditional.
     """
     grace = max(older_than_ms, commit_deadline_ms)
     objects, _ = yield from list_all(layout.sessions_prefix)
@@ -1471,13 +1486,11 @@ def gc(
         by_session.setdefault(sid, []).append(o)
     rows = yield from list_head_rows(layout, sorted(by_session))
     heads = {r.session: r.head for r in rows if r.head is not None}
-    etags = {r.session: r.etag for r in rows if r.head is not None}
     broken = sorted(r.session for r in rows if r.head is None)
     with_head = {r.session for r in rows}
     # A pending segment is kept too: its writer may move it into the manifest next.
     referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
     doomed: list[str] = []
-    tombstones: dict[str, str | None] = {}
     young = 0
     for sid, objs in by_session.items():
         if sid in broken:
@@ -1487,7 +1500,6 @@ def gc(
         # the commit deadline later: the grace counts from the latest it could have landed.
         retired_recently = (head is not None and head.retired_at is not None
                             and now - head.retired_at < older_than_ms + commit_deadline_ms)
-        young_before = young
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if rest.startswith("seg/"):
@@ -1506,17 +1518,10 @@ def gc(
                 young += 1
             else:
                 doomed.append(o.key)
-        if head is not None and is_expired(head) and young == young_before and now - head.updated_at >= grace:
-            tombstones[layout.head(sid)] = etags[sid]  # goes with (or after) its last segment
+    # A tombstone (an expired session's head) is never deleted: a DELETE cannot be made
+    # conditional on every store, and a new session may take over the id at any moment
+    # (If-Match on the tombstone); deleting by key could then delete that session.
     deleted: list[str] = []
-    if tombstones and not dry_run:
-        # Read again just before the DELETE (S3's DELETE takes no If-Match on every
-        # store): a head that changed since the listing (the tombstone deleted by
-        # another gc and the id created again) is not this tombstone, and stays.
-        again = yield from ops.parallel([Get(k) for k in tombstones])
-        tombstones = {k: e for (k, e), blob in zip(tombstones.items(), again, strict=True)
-                      if isinstance(blob, Blob) and decide.etags_equal(blob.etag, e)}
-    doomed += tombstones
     if doomed and not dry_run:
         results = yield from ops.parallel([Delete(k) for k in doomed])
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]

@@ -24,9 +24,11 @@ atomic against a writer:
   makes them self-contained) and their lineage shows the parent as expired.
 
 The tombstone's ``retired_at`` starts gc's grace period: a reader holding the old head
-can still read its segments for that long; then ``gc`` deletes them and, once none is
-left, the tombstone. Nothing is ever half-deleted: until gc runs the data is all
-there, and after it only unreferenced objects were removed.
+can still read its segments for that long; then ``gc`` deletes them. The tombstone
+stays, a small object, until a new session takes over the id (replacing it with
+If-Match) or ``Log.delete`` removes it: gc never deletes a head, since a DELETE cannot
+be made conditional on every store. Nothing is ever half-deleted: until gc runs the
+data is all there, and after it only unreferenced objects were removed.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def test_a_writer_that_commits_after_the_tombstone_forks_and_loses_nothing() -> 
     assert log.read(child).entries[-1].data == "child lives"
 
 
-def test_gc_collects_an_expired_session_after_the_grace_period_then_its_tombstone() -> None:
+def test_gc_collects_an_expired_session_after_the_grace_period_but_keeps_its_tombstone() -> None:
     store, clock, log, ids = _world()
     sid = ids["idle1"]
     segments = log.head(sid).segments
@@ -184,10 +184,13 @@ def test_gc_collects_an_expired_session_after_the_grace_period_then_its_tombston
     assert not [k for k in early.deleted if sid in k]  # a reader of the old head has the grace period
     clock.t += 2 * 3_600_000
     late = log.gc(older_than_ms=3_600_000)
-    assert set(segments) <= set(late.deleted) and log.layout.head(sid) in late.deleted
-    assert not [k for k in store.all_keys() if f"/sessions/{sid}/" in k]
-    with pytest.raises(s3log.SessionNotFound):
+    assert set(segments) <= set(late.deleted) and log.layout.head(sid) not in late.deleted
+    # Only the tombstone is left: gc never deletes a head (a new session may take it over).
+    assert [k for k in store.all_keys() if f"/sessions/{sid}/" in k] == [log.layout.head(sid)]
+    with pytest.raises(s3log.SessionExpired):
         log.read(sid)
+    assert log.delete(sid) == 1
+    assert not [k for k in store.all_keys() if f"/sessions/{sid}/" in k]
 
 
 def test_expire_refuses_bad_arguments_before_reading_anything() -> None:

@@ -278,3 +278,125 @@ def test_every_fork_of_a_commit_is_reported() -> None:
     w.wait(ty)
     assert w.session_id not in (sid, child)  # forked twice: sid -> child -> grandchild
     assert [f.parent.session for f in seen] == [sid, child]
+
+
+# ------------------------------------------------------------ gc and a tombstone taken over
+# gc deleted a tombstone by key after reading it: a session that took the id over (If-Match
+# on the tombstone) in between lost its head and its acknowledged entries.
+
+
+class _NoHeadDeletes(s3log.MemoryStore):
+    def delete(self, key: str) -> None:
+        assert not key.endswith("/head"), f"gc deleted the head {key}"
+        super().delete(key)
+
+
+def test_gc_never_deletes_a_head_so_a_takeover_cannot_be_lost() -> None:
+    clock, store = Clock(T0), _NoHeadDeletes()
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock)))
+    w = log.create("thread-7")
+    for i in range(3):
+        w.append("k", {"i": i, "pad": "x" * 20_000})
+        w.commit()
+    clock.t += 40 * DAY
+    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
+    clock.t += 2 * 3_600_000
+    report = log.gc(older_than_ms=3_600_000)  # the expired session's segments, not its head
+    assert report.deleted and all("/seg/" in k for k in report.deleted)
+    acked = log.create("thread-7").append_durable("k", "after expiry")  # takes the id over
+    clock.t += 2 * 3_600_000
+    log.gc(older_than_ms=3_600_000)
+    assert [e.hash for e in log.read("thread-7").entries] == [acked.hash]
+
+
+# ------------------------------------------------------------ the third review
+# A doubt about a child was replaced by one about a grandchild (doubts are now kept per
+# parent position); entries never sent to a doubted child were looked for there and
+# matched to another writer's equal entry (a doubt now says how many its PUTs carried).
+
+
+def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
+    inner = s3log.MemoryStore()
+    box: dict[str, Any] = {"on": False, "spare": ()}
+
+    def plan(method: str, key: str) -> Any:
+        if not box["on"] or not key.endswith("/head") or any(s in key for s in box["spare"]):
+            return None
+        if method == "put_if_absent":
+            return "timeout-landed"  # a new child's head lands, its reply is lost
+        if method == "get":
+            return "503"  # ...and re-reading it fails: the fork is undecided
+        return None
+
+    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    w_a = log_a.create()
+    p = w_a.session_id
+    w_a.append("k", "a0")
+    w_a.commit()
+
+    plain = s3log.Log(inner)
+    plain.open(p).append_durable("k", "b0")  # B moves the parent: A's next commit forks
+
+    t1 = w_a.submit("k", "e1")
+    box.update(on=True, spare=(p,))
+    with pytest.raises(StoreError):
+        w_a.commit()  # parent 412; fork child C1 holds [fork, e1], undecided
+    box["on"] = False
+    assert w_a.status(t1) == "uncertain"
+    (c1,) = plain.children(p)
+    plain.open(c1).append_durable("k", "d0")  # D writes in C1 after A's entries
+
+    t2 = w_a.submit("k", "e2")
+    box.update(on=True, spare=(p, c1))
+    with pytest.raises(StoreError):
+        # parent 412 -> C1 again (finds [fork, e1]) -> continue e2 there -> 412 (D) ->
+        # fork from C1 into grandchild G: its head lands, undecided.
+        w_a.commit()
+    box["on"] = False
+
+    w_a.wait(t1)
+    w_a.wait(t2)
+
+    holders: dict[str, list[str]] = {}
+    for sid in plain.list_session_ids():
+        for e in plain.read(sid).entries:
+            if e.kind == "k" and e.data in ("e1", "e2"):
+                holders.setdefault(e.data, []).append(sid)
+    assert all(len(v) == 1 for v in holders.values()), f"entries stored in several sessions: {holders}"
+
+
+def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_there() -> None:
+    inner = s3log.MemoryStore()
+    box: dict[str, Any] = {"on": False, "sid": None}
+
+    def plan(method: str, key: str) -> Any:
+        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
+            return None
+        if method == "put_if_absent":
+            return "timeout-landed"  # the fork child's head lands, its reply is lost
+        if method == "get":
+            return "503"  # ...and re-reading it fails: the fork is undecided
+        return None
+
+    w_a = s3log.Log(FaultyStore(inner, plan), config=_fast()).create()
+    p = box["sid"] = w_a.session_id
+    w_a.append("k", "a0")
+    w_a.commit()
+    plain = s3log.Log(inner)
+    plain.open(p).append_durable("k", "b0")  # the parent moves: A's next commit forks
+
+    t1 = w_a.submit("pop", {"item": 1}, ts=1_000)
+    box["on"] = True
+    with pytest.raises(StoreError):
+        w_a.commit()  # child C1 holds [fork, item 1]; A does not know
+    box["on"] = False
+
+    (c1,) = plain.children(p)
+    w_d = plain.open(c1)  # D works in C1: sees item 1 popped, pops item 2
+    d_entry = w_d.append_durable("pop", {"item": 2}, ts=2_000)
+
+    t2 = w_a.submit("pop", {"item": 2}, ts=2_000)  # A pops item 2 too: never sent anywhere
+    w_a.wait(t1)
+    a_entry = w_a.wait(t2)
+    assert not (w_a.session_id == c1 and a_entry.hash == d_entry.hash and a_entry.seq == d_entry.seq), \
+        "D's entry in the child was acknowledged to A as its own"
