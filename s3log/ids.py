@@ -15,6 +15,8 @@ _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_SESSION_ID_LENGTH = 128
 
 _lock = threading.Lock()
+#: How far back the clock may step with ids still ordered after the ones before.
+_MAX_STEP_BACK_MS = 60_000
 _last_ms = 0
 _counter = 0
 
@@ -35,7 +37,9 @@ def uuid7(now_ms: int | None = None, rng: random.Random | None = None) -> str:
     global _last_ms, _counter
     with _lock:
         ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-        if ms <= _last_ms:
+        # Ordered across a small step back of the clock; a large one is another clock
+        # (a test's virtual one), not to be carried into every later id of the process.
+        if _last_ms - _MAX_STEP_BACK_MS <= ms <= _last_ms:
             ms = _last_ms
             _counter += 1
             if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond

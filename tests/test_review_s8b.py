@@ -400,3 +400,23 @@ def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_th
     a_entry = w_a.wait(t2)
     assert not (w_a.session_id == c1 and a_entry.hash == d_entry.hash and a_entry.seq == d_entry.seq), \
         "D's entry in the child was acknowledged to A as its own"
+
+
+# ------------------------------------------------------------ ids after a virtual clock
+# An id minted on a clock far ahead (a test's virtual one) made every later id of the
+# process carry that future time: sessions created after it looked young to expire.
+
+
+def test_an_id_on_a_far_future_clock_does_not_date_later_ids() -> None:
+    import time
+
+    from s3log.ids import uuid7
+
+    uuid7(int(time.time() * 1000) + 40 * DAY)
+    now = int(time.time() * 1000)
+    later = uuid7()
+    ms = int(later.replace("-", "")[:12], 16)
+    assert now - 1_000 <= ms <= now + 60_000
+    # Ids of one clock stay ordered, within a millisecond and across a small step back.
+    a, b = uuid7(now + 100), uuid7(now + 50)
+    assert a < b
