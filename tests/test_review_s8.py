@@ -295,18 +295,22 @@ class State(TypedDict):
     steps: Annotated[list[str], operator.add]
 
 
-def test_a_langgraph_thread_used_after_expiry_persists_its_checkpoints() -> None:
-    pytest.importorskip("langgraph")
+def _one_node_graph(saver: Any) -> Any:
+    """A LangGraph graph of one node appending "a" to ``steps``, checkpointed by ``saver``."""
     from langgraph.graph import END, START, StateGraph
 
+    g = StateGraph(State)
+    g.add_node("a", lambda s: {"steps": ["a"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    return g.compile(checkpointer=saver)
+
+
+def test_a_langgraph_thread_used_after_expiry_persists_its_checkpoints() -> None:
+    pytest.importorskip("langgraph")
     from s3log.integrations.langgraph import S3LogSaver
 
-    def graph(saver: Any) -> Any:
-        g = StateGraph(State)
-        g.add_node("a", lambda s: {"steps": ["a"]})
-        g.add_edge(START, "a")
-        g.add_edge("a", END)
-        return g.compile(checkpointer=saver)
+    graph = _one_node_graph
 
     clock = Clock(T0)
     log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
@@ -525,16 +529,9 @@ def test_creating_an_expired_id_takes_it_over_lazy_or_not() -> None:
 
 def test_a_strict_langgraph_saver_starts_an_expired_thread_afresh() -> None:
     pytest.importorskip("langgraph")
-    from langgraph.graph import END, START, StateGraph
-
     from s3log.integrations.langgraph import S3LogSaver
 
-    def graph(saver: Any) -> Any:
-        g = StateGraph(State)
-        g.add_node("a", lambda s: {"steps": ["a"]})
-        g.add_edge(START, "a")
-        g.add_edge("a", END)
-        return g.compile(checkpointer=saver)
+    graph = _one_node_graph
 
     clock = Clock(T0)
     log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))

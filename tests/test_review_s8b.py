@@ -43,12 +43,9 @@ class Clock:
 
 
 
-# ------------------------------------------------------------ f1_fork_doubt_adopts_equal_entries
-# F1: an undecided *fork* makes the next commit look for its entries in the *parent*.
-
-def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
-    inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "sid": None}
+def _undecided_fork(box: dict[str, Any]) -> Any:
+    """A fault plan: while ``box["on"]``, a fork child's head lands with its reply lost and
+    re-reading it fails (the fork is undecided); the session ``box["sid"]`` is left alone."""
 
     def plan(method: str, key: str) -> Any:
         if not box["on"] or not key.endswith("/head") or box["sid"] in key:
@@ -58,6 +55,17 @@ def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
         if method == "get":
             return "503"  # ...and re-reading it fails: the fork is undecided
         return None
+
+    return plan
+
+
+# ------------------------------------------------------------ f1_fork_doubt_adopts_equal_entries
+# F1: an undecided *fork* makes the next commit look for its entries in the *parent*.
+
+def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+    inner = s3log.MemoryStore()
+    box: dict[str, Any] = {"on": False, "sid": None}
+    plan = _undecided_fork(box)
 
     log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
     w_a = log_a.create()
@@ -368,15 +376,7 @@ def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
 def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_there() -> None:
     inner = s3log.MemoryStore()
     box: dict[str, Any] = {"on": False, "sid": None}
-
-    def plan(method: str, key: str) -> Any:
-        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
-            return None
-        if method == "put_if_absent":
-            return "timeout-landed"  # the fork child's head lands, its reply is lost
-        if method == "get":
-            return "503"  # ...and re-reading it fails: the fork is undecided
-        return None
+    plan = _undecided_fork(box)
 
     w_a = s3log.Log(FaultyStore(inner, plan), config=_fast()).create()
     p = box["sid"] = w_a.session_id
