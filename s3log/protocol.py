@@ -282,22 +282,27 @@ def load_latest_from(
 ) -> Proc[SessionData]:
     """:func:`load_from_head` for a head just read as the current one: if a segment it
     lists is gone because the head has moved since, load from the new head instead."""
-    session = head.session
     for _ in range(3):
         try:
             return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
-        except SegmentMissing:
-            # A slow reader can meet a segment gc collected after a newer head stopped
-            # listing it: if the head moved, read again from the new one.
-            current = yield from _read_head_or_none(layout, session)
-            if current is None:
-                raise SessionNotFound(session, "it was deleted while being read") from None
-            if decide.etags_equal(current[1], etag):
-                raise
-            if is_expired(current[0]):
-                raise _expired(current[0]) from None  # expired meanwhile: no chain to read
-            head, etag = current
+        except SegmentMissing as missing:
+            head, etag = yield from _moved_on(layout, head.session, etag, missing)
     return (yield from load_from_head(layout, head, etag, upto_seq=upto_seq, confirm_pending=confirm_pending))
+
+
+def _moved_on(layout: Layout, session: str, etag: str, missing: SegmentMissing) -> Proc[tuple[Head, str]]:
+    """After a segment the head at ``etag`` lists was found missing: the head to read
+    from now, if it moved (a slow reader can meet a segment gc collected after a newer
+    head stopped listing it). Raises SessionNotFound / SessionExpired if the session was
+    deleted or expired meanwhile, and ``missing`` if the head did not move (corruption)."""
+    current = yield from _read_head_or_none(layout, session)
+    if current is None:
+        raise SessionNotFound(session, "it was deleted while being read") from None
+    if decide.etags_equal(current[1], etag):
+        raise missing
+    if is_expired(current[0]):
+        raise _expired(current[0]) from None  # expired meanwhile: no chain to read
+    return current
 
 
 def load_from_head(
@@ -491,7 +496,19 @@ def load_suffix(
     needs the latest N items does not replay the whole log. The suffix read is
     verified (seqs, links, hashes, keys, and the head against its last entry).
     """
-    head, _ = yield from read_head(layout, session)
+    head, etag = yield from read_head(layout, session)
+    for _ in range(3):
+        try:
+            return (yield from _suffix_from(layout, session, head, enough))
+        except SegmentMissing as missing:
+            head, etag = yield from _moved_on(layout, session, etag, missing)
+    return (yield from _suffix_from(layout, session, head, enough))
+
+
+def _suffix_from(
+    layout: Layout, session: str, head: Head, enough: Callable[[Sequence[Entry]], bool]
+) -> Proc[tuple[Head, list[Entry]]]:
+    """:func:`load_suffix` from ``head``, already read."""
     entries = list(head.tail)
     read: list[tuple[str, Segment]] = []
     remaining = list(head.segments)
@@ -1114,6 +1131,7 @@ def commit(
     touch: bool = False,
     maybe_landed: bool | int = True,
     journal: CommitJournal | None = None,
+    takeover: bool = False,
 ) -> Proc[CommitResult[S]]:
     """Commit ``pending`` after the head ``ws`` knows; fork or raise on conflict.
 
@@ -1134,7 +1152,8 @@ def commit(
     stored yet (a lazily created session stays unstored until it has an entry; use
     :func:`create_session` to store an empty one). ``CommitResult.acked`` holds the committed form of each pending
     entry, in order, wherever it landed. The decisions after a lost race are
-    :func:`s3log.decide.after_lost`.
+    :func:`s3log.decide.after_lost`. ``takeover``: ``ws`` creates the session over an
+    expired one's tombstone (If-Match on its ETag): losing the race means the id is taken.
     """
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
@@ -1148,8 +1167,9 @@ def commit(
     # How many leading entries of ``pending`` may be stored already where this commit
     # writes: only those are looked for after a lost race (decision 0025).
     uncertain = len(pending) if maybe_landed is True else int(maybe_landed)
-    # This commit creates the session over an expired one's tombstone (see below).
-    over_tombstone = False
+    # This commit creates the session over an expired one's tombstone (see below; or
+    # ``takeover``: ``ws`` is set up so already, If-Match on the tombstone).
+    over_tombstone = takeover
     attempts_left = cfg.retry.attempts
     while attempts_left > 0:
         attempts_left -= 1
@@ -1170,14 +1190,17 @@ def commit(
             ws, over_tombstone = _over_tombstone(ws, found_head, found_etag, cfg.env.now_ms()), True
             attempts_left += 1
             continue
-        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain else 0
+        # A create that landed unacknowledged is ours, not a taken id: the stored head
+        # carries the creator nonce this writer put in it. A creator that is not ours
+        # proves our create never landed: equal entries there are the other writer's.
+        ours = ws.head.creator is not None and found_head.creator == ws.head.creator
+        creating = (ws.etag is None or over_tombstone) and not ours
+        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not creating \
+            else 0
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
-        # A create that landed unacknowledged is ours, not a taken id: the stored head
-        # carries the creator nonce this writer put in it.
-        ours = ws.head.creator is not None and found_head.creator == ws.head.creator
         step = decide.after_lost(
-            creating=(ws.etag is None or over_tombstone) and not ours,
+            creating=creating,
             batch=len(entries),
             landed=landed,
             stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
@@ -1614,6 +1637,7 @@ def append_latest(
     acked: list[Entry] = []
     ws = hint
     for _ in range(cfg.retry.attempts):
+        takeover = False
         if ws is None:
             current = yield from _read_head_or_none(layout, session)
             if current is None:
@@ -1629,11 +1653,13 @@ def append_latest(
                     raise _expired(current[0])
                 fresh = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
                 ws = _over_tombstone(fresh, current[0], current[1], fresh.head.created_at)
+                takeover = True
             else:
                 ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
         try:
             # Fresh entries: only this call's own undecided PUTs can have stored them.
-            result = yield from commit(layout, cfg, ws, pending, reducer, "raise", maybe_landed=False)
+            result = yield from commit(layout, cfg, ws, pending, reducer, "raise", maybe_landed=False,
+                                       takeover=takeover)
         except ConflictError as err:
             acked += err.landed
             pending = pending[len(err.landed):]

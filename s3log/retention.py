@@ -50,6 +50,7 @@ from .protocol import EXPIRED_FIELD, check_head, is_expired, list_all, list_head
 from .results import ActiveSessions as ActiveSessions
 from .results import ExpireProgress as ExpireProgress
 from .results import ExpireReport as ExpireReport
+from .signing import sign_head
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
@@ -176,7 +177,10 @@ def _write_tombstones(
     layout: Layout, cfg: LogConfig, doomed: Sequence[tuple[Head, str]], now: int, idle_for_ms: int
 ) -> Proc[tuple[list[str], list[str], list[str]]]:
     """PUT the tombstones of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
-    plans = [(h, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms)) for h, _ in doomed]
+    # Signed as any head this log writes: a verifying reader then reads it as expired (it
+    # carried the old head's signature, which no longer matched: SignatureError for ever).
+    plans = [(h, sign_head(cfg.signer, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms)))
+             for h, _ in doomed]
     puts = [PutIfMatch(layout.head(h.session), encode_head(t), etag)
             for (h, t), (_, etag) in zip(plans, doomed, strict=True)]
     results = yield from ops.parallel(puts)

@@ -15,6 +15,7 @@ test failed on the commit that introduced it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 import s3log
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
-from s3log.errors import StoreError, TransientStoreError
+from s3log.errors import SessionExists, StoreError, TransientStoreError
 from s3log.faults import FaultyStore
 
 T0 = 1_800_000_000_000
@@ -420,3 +421,196 @@ def test_an_id_on_a_far_future_clock_does_not_date_later_ids() -> None:
     # Ids of one clock stay ordered, within a millisecond and across a small step back.
     a, b = uuid7(now + 100), uuid7(now + 50)
     assert a < b
+
+
+# ------------------------------------------------------------ the fourth review
+# A create (lazy, or taking over an expired id, or append_latest's takeover) whose PUT
+# never landed, while another creator wrote an equal first entry: the other creator's
+# head has another creator nonce, which proves ours never landed, but the commit looked
+# for its entries there and acknowledged the other writer's as its own.
+
+
+def _cfg_seeded(clock: Clock, seed: int) -> LogConfig:
+    return LogConfig(env=Env.deterministic(seed, clock), activity_index=False,
+                     retry=RetryPolicy(attempts=3, initial=0.0001, max_backoff=0.0002, max_time=1.0))
+
+
+def _expired_by(sid: str) -> tuple[Clock, s3log.MemoryStore]:
+    clock, store = Clock(T0), s3log.MemoryStore()
+    log = s3log.Log(store, config=_cfg_seeded(clock, 1))
+    w = log.create(sid)
+    w.append("k", "old")
+    w.commit()
+    clock.t += 40 * DAY
+    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
+    return clock, store
+
+
+def _racing(
+    store: s3log.MemoryStore, sid: str, b_does: Any, methods: tuple[str, ...] = ("put_if_match",)
+) -> FaultyStore:
+    box = {"armed": True}
+
+    def plan(method: str, key: str) -> Any:
+        # A's If-Match PUT replacing the tombstone (the takeover) is the one intercepted.
+        if box["armed"] and method in methods and key.endswith(f"/{sid}/head"):
+            box["armed"] = False
+            b_does()  # B takes the id over just before A's PUT ...
+            return "timeout-lost"  # ... which never reaches the store; A sees a timeout
+        return None
+
+    return FaultyStore(store, plan)
+
+
+def _assert_not_shared(a_acked: list[s3log.Entry], b_acked: list[s3log.Entry]) -> None:
+    shared = {(e.seq, e.hash) for e in a_acked} & {(e.seq, e.hash) for e in b_acked}
+    assert not shared, f"one stored entry acknowledged to both writers: {shared}"
+
+
+def test_append_latest_takeover_undecided_does_not_adopt_another_creators_prefix() -> None:
+    sid = "thread-1"
+    clock, store = _expired_by(sid)
+    b_acked: list[s3log.Entry] = []
+    log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
+    faulty = _racing(store, sid, lambda: b_acked.extend(
+        log_b.append_latest(sid, [("msg", "hello")], create_meta={}).acked))
+    log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
+    a = log_a.append_latest(sid, [("msg", "hello"), ("msg", "two")], create_meta={})
+    _assert_not_shared(a.acked, b_acked)
+
+
+def test_append_latest_takeover_undecided_does_not_ack_another_creators_equal_batch() -> None:
+    sid = "thread-2"
+    clock, store = _expired_by(sid)
+    b_acked: list[s3log.Entry] = []
+    log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
+    faulty = _racing(store, sid, lambda: b_acked.extend(
+        log_b.append_latest(sid, [("msg", "hello")], create_meta={}).acked))
+    log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
+    a = log_a.append_latest(sid, [("msg", "hello")], create_meta={})
+    _assert_not_shared(a.acked, b_acked)
+
+
+def test_lazy_create_over_a_tombstone_undecided_does_not_ack_another_creators_equal_batch() -> None:
+    sid = "thread-3"
+    clock, store = _expired_by(sid)
+    b_acked: list[s3log.Entry] = []
+    log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
+
+    def b_takes_over() -> None:
+        wb = log_b.create(sid, lazy=True)
+        wb.append("msg", "hello")
+        b_acked.extend(wb.commit().acked)
+
+    faulty = _racing(store, sid, b_takes_over)
+    # A's first PUT is its create-only one (it meets the tombstone, 412); the If-Match
+    # takeover PUT after it is the one the plan intercepts.
+    log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
+    wa = log_a.create(sid, lazy=True)
+    wa.append("msg", "hello")
+    with pytest.raises(SessionExists):  # our takeover never landed: the id is B's now
+        wa.commit()
+    assert b_acked
+
+
+def test_lazy_create_undecided_does_not_ack_another_creators_equal_batch() -> None:
+    """The same without a tombstone (a plain lazy create; older than this session)."""
+    clock, store = Clock(T0), s3log.MemoryStore()
+    sid = "thread-4"
+    b_acked: list[s3log.Entry] = []
+    log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
+
+    def b_creates() -> None:
+        wb = log_b.create(sid, lazy=True)
+        wb.append("msg", "hello")
+        b_acked.extend(wb.commit().acked)
+
+    faulty = _racing(store, sid, b_creates, methods=("put_if_absent",))
+    wa = s3log.Log(faulty, config=_cfg_seeded(clock, 3)).create(sid, lazy=True)
+    wa.append("msg", "hello")
+    with pytest.raises(SessionExists):  # our create never landed: the id is B's
+        wa.commit()
+    assert b_acked
+
+
+# A tombstone written under a signer kept the old head's signature, which no longer
+# matched: a verifying reader called the expired session corrupt, and the id could not be
+# taken over. read_suffix reported corruption when its session expired or went under it.
+
+
+def _signed_world() -> tuple[Clock, s3log.Log]:
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    key = Ed25519PrivateKey.generate()
+    clock = Clock(T0)
+    cfg = LogConfig(env=Env.deterministic(1, clock), signer=Ed25519Signer(key),
+                    verifier=PublicKeyVerifier([key.public_key()]))
+    log = s3log.Log(s3log.MemoryStore(), config=cfg)
+    w = log.create("thread-1")
+    w.append("k", 1)
+    w.commit()
+    clock.t += 40 * DAY
+    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-1"]
+    clock.t += 2 * DAY
+    log.gc(older_than_ms=3_600_000)  # gc no longer deletes the tombstone: it stays
+    return clock, log
+
+
+def test_a_verifying_reader_of_an_expired_session_is_told_expired_not_corrupt() -> None:
+    _clock, log = _signed_world()
+    with pytest.raises(s3log.SessionExpired):
+        log.read("thread-1")
+
+
+def test_an_expired_id_can_be_created_again_under_a_verifying_log() -> None:
+    _clock, log = _signed_world()
+    w = log.create("thread-1")
+    w.append("k", 2)
+    w.commit()
+    assert [e.data for e in log.read("thread-1").entries] == [2]
+
+
+def test_append_latest_takes_over_an_expired_id_under_a_verifying_log() -> None:
+    _clock, log = _signed_world()
+    log.append_latest("thread-1", [("msg", "again")], create_meta={})
+    assert [e.data for e in log.read("thread-1").entries] == ["again"]
+
+
+class _SegmentHook(s3log.MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_segment: Callable[[], None] | None = None
+
+    def get(self, key: str) -> Any:
+        if "/seg/" in key and self.on_segment is not None:
+            hook, self.on_segment = self.on_segment, None
+            hook()
+        return super().get(key)
+
+
+@pytest.mark.parametrize("then", ["expired", "deleted"])
+def test_read_suffix_of_a_session_collected_under_it_is_not_corrupt(then: str) -> None:
+    clock = Clock(T0)
+    store = _SegmentHook()
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_max_bytes=256,
+                                            pending_max_bytes=0))
+    w = log.create("s000")
+    for j in range(3):
+        w.append("k", {"j": j, "pad": "x" * 300})
+        w.commit()
+    assert log.head("s000").segments
+    clock.t += 40 * DAY
+
+    def sweep_and_collect() -> None:  # between the reader's head GET and its segment GET
+        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
+        for key in [k for k in store.all_keys() if "/seg/" in k]:
+            store.delete(key)
+        if then == "deleted":
+            store.delete(log.layout.head("s000"))
+
+    store.on_segment = sweep_and_collect
+    with pytest.raises(s3log.SessionExpired if then == "expired" else s3log.SessionNotFound):
+        log.read_suffix("s000", lambda entries: len(entries) >= 3)
