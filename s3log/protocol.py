@@ -1195,7 +1195,8 @@ def commit(
         # proves our create never landed: equal entries there are the other writer's.
         ours = ws.head.creator is not None and found_head.creator == ws.head.creator
         creating = (ws.etag is None or over_tombstone) and not ours
-        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not creating \
+        others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
+        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
             else 0
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
