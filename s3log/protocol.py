@@ -1261,7 +1261,8 @@ def commit(
         # child. An earlier commit may have gone on there too and left its PUT undecided
         # (it may land yet): the rest may be stored there, and while this commit writes
         # there, the child is where its entries may be (the journal's fork doubt).
-        assert doubt is not None  # only a fork found holding part of the batch is continued
+        if doubt is None:  # (a fork is continued only from a doubt; conservative if not)
+            doubt = ForkDoubt(parent, fork_ws.session, fork_ws.head.creator or "", fork_entries[0].ts, len(rest))
         ws, pending = fork_ws, rest[len(fork_entries) - 1:]
         uncertain = max(0, doubt.carried - (len(fork_entries) - 1))
         journal.forks[parent] = replace(doubt, carried=max(doubt.carried, len(rest)))
