@@ -90,17 +90,25 @@ def test_entries_refused_by_session_exists_stay_pending() -> None:
     asyncio.run(main())
 
 
-def test_a_store_error_on_the_head_put_still_leaves_the_entries_uncertain() -> None:
-    # A lost reply, and the re-read fails too: the PUT may have been applied.
-    inner = s3log.MemoryStore()
-    state = {"on": False}
+def lost_head_reply(armed: Callable[[], bool]) -> Any:
+    """A fault plan: while ``armed()``, a head If-Match PUT lands with its reply lost and
+    re-reading the head fails (503): the commit ends with its outcome unknown."""
 
     def plan(method: str, key: str) -> Any:
-        if not state["on"]:
+        if not armed():
             return None
         if method == "put_if_match":
             return "timeout-landed"
         return "503" if method == "get" and key.endswith("/head") else None
+
+    return plan
+
+
+def test_a_store_error_on_the_head_put_still_leaves_the_entries_uncertain() -> None:
+    # A lost reply, and the re-read fails too: the PUT may have been applied.
+    inner = s3log.MemoryStore()
+    state = {"on": False}
+    plan = lost_head_reply(lambda: state["on"])
 
     log = s3log.Log(FaultyStore(inner, plan), config=_fast(1))
     w = log.create()

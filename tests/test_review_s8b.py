@@ -27,6 +27,8 @@ from s3log.env import Env
 from s3log.errors import SessionExists, StoreError, TransientStoreError
 from s3log.faults import FaultyStore
 
+from .test_review_s8 import lost_head_reply
+
 T0 = 1_800_000_000_000
 DAY = 86_400_000
 
@@ -100,13 +102,7 @@ def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
 def test_entry_queued_after_an_undecided_commit_is_not_taken_from_another_writer() -> None:
     inner = s3log.MemoryStore()
     on = {"v": False}
-
-    def plan(method: str, key: str) -> Any:
-        if not on["v"]:
-            return None
-        if method == "put_if_match":
-            return "timeout-landed"
-        return "503" if method == "get" and key.endswith("/head") else None
+    plan = lost_head_reply(lambda: on["v"])
 
     w_a = s3log.Log(FaultyStore(inner, plan), config=_fast(1)).create()
     sid = w_a.session_id
@@ -467,27 +463,20 @@ def _assert_not_shared(a_acked: list[s3log.Entry], b_acked: list[s3log.Entry]) -
     assert not shared, f"one stored entry acknowledged to both writers: {shared}"
 
 
-def test_append_latest_takeover_undecided_does_not_adopt_another_creators_prefix() -> None:
-    sid = "thread-1"
+@pytest.mark.parametrize(("sid", "batch"), [
+    ("thread-1", [("msg", "hello"), ("msg", "two")]),  # another creator's prefix: not adopted
+    ("thread-2", [("msg", "hello")]),  # another creator's equal batch: not acknowledged
+])
+def test_append_latest_takeover_undecided_does_not_ack_another_creators_equal_batch(
+    sid: str, batch: list[tuple[str, Any]]
+) -> None:
     clock, store = _expired_by(sid)
     b_acked: list[s3log.Entry] = []
     log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
     faulty = _racing(store, sid, lambda: b_acked.extend(
         log_b.append_latest(sid, [("msg", "hello")], create_meta={}).acked))
     log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
-    a = log_a.append_latest(sid, [("msg", "hello"), ("msg", "two")], create_meta={})
-    _assert_not_shared(a.acked, b_acked)
-
-
-def test_append_latest_takeover_undecided_does_not_ack_another_creators_equal_batch() -> None:
-    sid = "thread-2"
-    clock, store = _expired_by(sid)
-    b_acked: list[s3log.Entry] = []
-    log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
-    faulty = _racing(store, sid, lambda: b_acked.extend(
-        log_b.append_latest(sid, [("msg", "hello")], create_meta={}).acked))
-    log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
-    a = log_a.append_latest(sid, [("msg", "hello")], create_meta={})
+    a = log_a.append_latest(sid, batch, create_meta={})
     _assert_not_shared(a.acked, b_acked)
 
 
