@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .codec import FORMAT_VERSION, check_format_version
 from .env import DEFAULT_ENV, Env
+from .errors import InvalidArgumentError
 from .signing import Signer, Verifier
 
 
@@ -36,6 +37,11 @@ class LogConfig:
     ``tail_max_bytes`` bounds the head: while the head with the new entries inline is
     at most this big, a commit is one PUT; past it the tail is flushed to a segment
     (32 KiB: a short session restores in one GET; decision record 0027).
+    ``tail_per_commit``: a commit adding more than ``tail_max_bytes / tail_per_commit``
+    (a group commit of many appenders, a long output) may keep its head inline up to
+    that many times its own bytes, while a next commit of its size could still flush
+    within ``pending_max_bytes``: one PUT instead of a head and a segment. 0 makes
+    ``tail_max_bytes`` a strict bound (decision record 0033).
     ``pending_max_bytes``: the flushing commit writes that segment beside its head (one
     round trip) while the head keeping the entries inline is at most this big, until
     the next commit references the segment; a bigger head is written after its
@@ -59,6 +65,7 @@ class LogConfig:
 
     tail_max_bytes: int = 32 * 1024
     pending_max_bytes: int = 256 * 1024
+    tail_per_commit: int = 4
     fanout: int = 4
     max_parallel: int = 16
     cache_levels: int = 3
@@ -75,3 +82,5 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         check_format_version(self.format_version)
+        if type(self.tail_per_commit) is not int or self.tail_per_commit < 0:
+            raise InvalidArgumentError("tail_per_commit", f"must be an integer >= 0, not {self.tail_per_commit!r}")

@@ -342,19 +342,40 @@ class FlushMode(Enum):
     SEQUENTIAL = "sequential"  # the segment first, confirmed, then the head referencing it
 
 
+def tail_bound(
+    *, tail_max_bytes: int, pending_max_bytes: int, commit_bytes: int, tail_per_commit: int, format_version: int
+) -> int:
+    """How big the head of a commit adding ``commit_bytes`` of records may grow inline.
+
+    ``tail_max_bytes``; for a big commit (format v2), up to ``tail_per_commit`` times
+    its own bytes, as long as a next commit of the same size could still flush in one
+    round trip (the head then holding both within ``pending_max_bytes``). A commit
+    then uploads at most that many times what it adds, or the tail bound, and a group
+    commit of 64 ~1 KB entries is one PUT most of the time instead of a head and a
+    segment beside it (decision record 0033). Small commits see ``tail_max_bytes``.
+    """
+    if format_version < 2:
+        return tail_max_bytes
+    return max(tail_max_bytes, min(tail_per_commit * commit_bytes, pending_max_bytes - commit_bytes))
+
+
 def flush_mode(
-    *, inline_bytes: int, tail_max_bytes: int, pending_max_bytes: int, format_version: int, has_tail: bool
+    *, inline_bytes: int, tail_max_bytes: int, pending_max_bytes: int, format_version: int, has_tail: bool,
+    commit_bytes: int = 0, tail_per_commit: int = 0,
 ) -> FlushMode:
     """Choose how to write a commit from the size of its head with every entry inline.
 
-    Within ``tail_max_bytes`` the head holds them. Up to ``pending_max_bytes`` (format
-    v2), the segment and the head go out in one round trip, the head keeping the
-    entries inline until a later commit confirms the segment; beyond (a very large
-    batch, or always with ``pending_max_bytes=0``) the head is not allowed to grow, so
-    the segment is written and confirmed before the head names it. Format v1 heads
-    have no ``pending`` field: always sequential.
+    Within :func:`tail_bound` (``tail_max_bytes`` for a small commit of
+    ``commit_bytes``, or with ``tail_per_commit`` 0) the head holds them. Up to ``pending_max_bytes`` (format v2), the
+    segment and the head go out in one round trip, the head keeping the entries inline
+    until a later commit confirms the segment; beyond (a very large batch, or always
+    with ``pending_max_bytes=0``) the head is not allowed to grow, so the segment is
+    written and confirmed before the head names it. Format v1 heads have no
+    ``pending`` field: always sequential.
     """
-    if inline_bytes <= tail_max_bytes or not has_tail:
+    bound = tail_bound(tail_max_bytes=tail_max_bytes, pending_max_bytes=pending_max_bytes,
+                       commit_bytes=commit_bytes, tail_per_commit=tail_per_commit, format_version=format_version)
+    if inline_bytes <= bound or not has_tail:
         return FlushMode.INLINE
     if format_version >= 2 and inline_bytes <= pending_max_bytes:
         return FlushMode.PARALLEL

@@ -37,6 +37,7 @@ from .codec import (
     dumps,
     encode_head,
     encode_segment,
+    entry_record,
     new_entry,
     normalize_data,
     tail_run,
@@ -791,9 +792,11 @@ def _plan_head(
     # not this commit flushes), so the heads derived below keep the signature.
     inline = sign_head(cfg.signer, inline)
     body = encode_head(inline)
+    # A big commit (a group of many appenders) may carry more of the tail inline.
+    own = sum(map(len, map(entry_record, entries)))
     mode = decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
                              pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
-                             has_tail=bool(inline.tail))
+                             has_tail=bool(inline.tail), commit_bytes=own, tail_per_commit=cfg.tail_per_commit)
     if mode is decide.FlushMode.INLINE:
         return _HeadPlan(inline, body, None, None, (), 0)
     # This commit writes a segment: an unconfirmed pending one is dropped (the DROP row
@@ -825,6 +828,7 @@ def _plan_head(
         body = encode_head(head)
         # The mode was chosen from the head without this pending field, which can take
         # it past the bound: measured again with it, such a head goes sequentially.
+        # (Without commit_bytes: only whether it still fits pending_max_bytes matters.)
         if decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
                              pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
                              has_tail=True) is decide.FlushMode.PARALLEL:

@@ -141,6 +141,9 @@ class Scenario:
     #: Whether the simulated driver applies ``Get.decode`` inside a Parallel, as the
     #: real drivers do (otherwise the procedures decode the blobs themselves).
     decode: bool = False
+    #: LogConfig.tail_per_commit: 0 is the strict tail bound; 4 (the default) lets a big
+    #: commit keep more inline (it matters only with pending_max_bytes set).
+    tail_per_commit: int = 0
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -185,6 +188,7 @@ class Scenario:
             # Drawn apart, so the scenarios of earlier seeds (the regression seeds) keep
             # every choice above.
             decode=extra.random() < 0.5,
+            tail_per_commit=extra.choice((0, 4)),
         )
 
     def describe(self) -> str:
@@ -197,7 +201,8 @@ class Scenario:
             f"crash={self.crash_rate} cancel={self.cancel_rate} ghosts={self.ghosts} tail={self.tail_max_bytes} "
             f"fanout={self.fanout} cache={self.cache_levels} attempts={self.attempts} "
             f"deadline={self.commit_deadline_ms}ms grace={self.grace_ms}ms steps={self.steps} "
-            f"advance<={self.max_advance_ms}ms pending<={self.pending_max_bytes} decode={self.decode}"
+            f"advance<={self.max_advance_ms}ms pending<={self.pending_max_bytes} decode={self.decode} "
+            f"share={self.tail_per_commit}"
         )
 
 
@@ -652,6 +657,7 @@ class Simulation:
         self.config = LogConfig(
             tail_max_bytes=scenario.tail_max_bytes,
             pending_max_bytes=scenario.pending_max_bytes,
+            tail_per_commit=scenario.tail_per_commit,
             fanout=scenario.fanout,
             cache_levels=scenario.cache_levels,
             retry=RetryPolicy(attempts=scenario.attempts, initial=0.02, max_backoff=1.0, max_time=30.0),

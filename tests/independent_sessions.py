@@ -116,8 +116,8 @@ def _commit_each(w: Any, items: list[tuple[str, Any]], per: int) -> None:
 def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519PrivateKey]:
     """Write every shape into ``store``; return {name: session id} and the signing key."""
     out: dict[str, str] = {}
-    v1 = s3log.LogConfig(format_version=1, tail_max_bytes=4 * 1024)
-    v2 = s3log.LogConfig(tail_max_bytes=4 * 1024)
+    v1 = s3log.LogConfig(format_version=1, tail_per_commit=0, tail_max_bytes=4 * 1024)
+    v2 = s3log.LogConfig(tail_per_commit=0, tail_max_bytes=4 * 1024)
     big = {"role": "assistant", "content": "y" * 900}
 
     log = s3log.Log(store)
@@ -149,7 +149,7 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
     out["v1_then_v2"] = sid
 
     # A head whose last commit wrote its segment beside it: `pending` set, the entries inline.
-    lg = s3log.Log(store)
+    lg = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0))  # a commit past the strict bound flushes
     w = lg.create()
     for i in range(40):
         w.append("event", {"i": i, **big})

@@ -43,9 +43,9 @@ def test_exit_without_close_commits_the_buffer(s3log_server: LocalS3, ending: st
         def handler() -> str:  # the session is dropped when it returns, still buffering
             s = AgentSession.create(log, system_prompt="sys", max_buffer_bytes=10**9)
             s.user_input("left in the buffer")
-            # Bigger than the head's inline tail: this commit writes a segment through the
-            # log's thread pool, which must still take work when the exit hook runs.
-            s.assistant_items([{{"role": "assistant", "content": "x" * 40000}}])
+            # Too big for the head to keep inline (decision 0033): this commit writes a segment
+            # through the log's thread pool, which must still take work when the exit hook runs.
+            s.assistant_items([{{"role": "assistant", "content": "x" * 140000}}])
             return s.session_id
 
         print(handler(), flush=True)

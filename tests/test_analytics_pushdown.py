@@ -20,7 +20,7 @@ PAD = "x" * 3000  # big enough that every commit after the first few moves entri
 def _populate(store: s3log.MemoryStore) -> dict[str, Any]:
     """3 sessions, each 3 days x 4 entries (2 kinds), with segments; labels per tenant."""
     # A small tail bound, so these few entries make segments (whose reads are counted).
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8 * 1024))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=8 * 1024))
     out: dict[str, Any] = {}
     for s in range(3):
         w = log.create(meta={"labels": {"tenant": f"t{s % 2}", "model": "m1"}, "agent": "a"})

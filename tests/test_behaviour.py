@@ -49,7 +49,9 @@ def test_large_commit_writes_its_segment_beside_the_head_and_the_next_commit_ref
     w = backend.log.create()
     backend.requests.reset()
     for _ in range(4):
-        w.append("blob", "x" * 9000)  # 36 KB: past the default 32 KiB tail bound
+        # 160 KB: past the default 32 KiB tail bound, and past what a commit of its size
+        # may keep inline (96 KB: a next one as big must still fit 256 KiB; decision 0033)
+        w.append("blob", "x" * 40000)
     w.commit()
     # One round trip: the segment and the head (which keeps the entries inline).
     assert backend.requests.snapshot() == {"GET": 0, "PUT": 2, "LIST": 0, "DELETE": 0}
@@ -215,7 +217,7 @@ def test_flipped_byte_in_a_segment_is_corruption_naming_key_and_seq(backend: Bac
     log = backend.log
     w = log.create()
     for i in range(3):
-        w.append("big", f"{i}" * 12000)  # 36 KB: past the default 32 KiB tail bound
+        w.append("big", f"{i}" * 50000)  # 150 KB: past what a commit of its size keeps inline
     w.commit()
     w.append("small", 0)
     w.commit()  # references the segment written beside the previous head

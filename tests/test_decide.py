@@ -130,7 +130,7 @@ LAYOUT = Layout("s3log")
 SID = "sess"
 CFG = LogConfig(
     env=Env.deterministic(7, lambda: 1_000_000), retry=RetryPolicy(attempts=5, initial=0.0, max_backoff=0.0),
-    tail_max_bytes=400,
+    tail_max_bytes=400, tail_per_commit=0,
     pending_max_bytes=800,  # a head with a pending segment stays within twice the tail bound
     # The scripts spell out the decision table's requests; the activity marker a
     # creating commit adds is scripted in tests/test_retention.py.
@@ -340,6 +340,41 @@ def test_pending_rows(has: bool, confirmed: bool, flushes: bool, step: decide.Pe
 def test_flush_mode_rows(inline: int, pending_max: int, version: int, has_tail: bool, mode: decide.FlushMode) -> None:
     got = decide.flush_mode(inline_bytes=inline, tail_max_bytes=1000, pending_max_bytes=pending_max,
                             format_version=version, has_tail=has_tail)
+    assert got is mode
+
+
+@pytest.mark.parametrize(
+    ("commit", "share", "version", "bound"),
+    [
+        (100, 4, 2, 1000),       # a small commit sees the tail bound
+        (250, 4, 2, 1000),       # four times its bytes is the tail bound: still it
+        (300, 4, 2, 1200),       # bigger: four times its own bytes
+        (1500, 4, 2, 3500),      # ... unless a next one as big could not flush within 5000
+        (2600, 4, 2, 2400),      # ... and never below what that leaves
+        (3000, 4, 2, 2000),
+        (4500, 4, 2, 1000),      # nothing left: the tail bound
+        (300, 0, 2, 1000),       # tail_per_commit=0: the strict bound
+        (300, 4, 1, 1000),       # v1 heads flush in sequence: the strict bound
+    ],
+)
+def test_tail_bound_rows(commit: int, share: int, version: int, bound: int) -> None:
+    assert decide.tail_bound(tail_max_bytes=1000, pending_max_bytes=5000, commit_bytes=commit,
+                             tail_per_commit=share, format_version=version) == bound
+
+
+@pytest.mark.parametrize(
+    ("inline", "commit", "mode"),
+    [
+        (1100, 300, decide.FlushMode.INLINE),      # past the tail bound, within four times the commit
+        (1201, 300, decide.FlushMode.PARALLEL),    # past that: a segment beside the head
+        (3500, 1500, decide.FlushMode.INLINE),
+        (3501, 1500, decide.FlushMode.PARALLEL),
+        (5001, 1500, decide.FlushMode.SEQUENTIAL), # past pending_max_bytes: segment first, as ever
+    ],
+)
+def test_flush_mode_with_a_big_commit(inline: int, commit: int, mode: decide.FlushMode) -> None:
+    got = decide.flush_mode(inline_bytes=inline, tail_max_bytes=1000, pending_max_bytes=5000, format_version=2,
+                            has_tail=True, commit_bytes=commit, tail_per_commit=4)
     assert got is mode
 
 

@@ -72,7 +72,7 @@ def test_the_async_driver_decodes_as_each_get_completes() -> None:
 
 
 def _session(store: s3log.MemoryStore) -> tuple[s3log.Log, str, str]:
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=256))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=256))
     w = log.create()
     for i in range(40):
         w.append("k", {"i": i, "pad": "x" * 40})

@@ -27,7 +27,8 @@ from s3log.faults import Fault, FaultyStore
 from s3log.ops import Blob
 from s3log.protocol import LogConfig, RetryPolicy, load_from_head
 
-FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005), tail_max_bytes=1024)
+FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005),
+                 tail_per_commit=0, tail_max_bytes=1024)
 HOUR = 3_600_000
 
 
@@ -141,7 +142,7 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
     # at once, and a reader holding the previous head got CorruptionError.
     store = s3log.MemoryStore()
     # Segments written first (pending_max_bytes=0): merges retire at once.
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=600, fanout=2, pending_max_bytes=0))
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=600, fanout=2, pending_max_bytes=0))
     w = log.create()
     for i in range(3):
         w.append("k", "z" * 500 + str(i))

@@ -145,7 +145,7 @@ step = st.tuples(
 @given(st.lists(step, min_size=1, max_size=25))
 def test_random_interleavings_of_writers_and_faults_keep_every_invariant(steps: list[Any]) -> None:
     mem = s3log.MemoryStore()
-    base = s3log.Log(mem, config=LogConfig(tail_max_bytes=2048, retry=FAST.retry))
+    base = s3log.Log(mem, config=LogConfig(tail_per_commit=0, tail_max_bytes=2048, retry=FAST.retry))
     sid = base.create().session_id
     next_fault: list[Fault | None] = [None]
 

@@ -131,7 +131,8 @@ def test_tagged_values_that_read_back_are_kept(version: int) -> None:
 
     values = [cbor2.CBORTag(99, 5), datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), {1, 2},
               decimal.Decimal("1.5"), uuid.UUID(int=5), fractions.Fraction(1, 3)]
-    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(format_version=version, tail_max_bytes=1024))
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(format_version=version,
+                                                                tail_per_commit=0, tail_max_bytes=1024))
     w = log.create()
     for v in values:
         w.append("tagged", v)

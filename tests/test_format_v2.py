@@ -30,7 +30,7 @@ SMALL = 600  # a small tail bound, so a few commits flush segments
 
 
 def _log(store: s3log.MemoryStore, version: int) -> s3log.Log:
-    return s3log.Log(store, config=s3log.LogConfig(format_version=version, tail_max_bytes=SMALL))
+    return s3log.Log(store, config=s3log.LogConfig(format_version=version, tail_per_commit=0, tail_max_bytes=SMALL))
 
 
 def _write(w: s3log.Writer, start: int, n: int) -> None:
@@ -53,7 +53,7 @@ def _datas(entries: Sequence[Entry]) -> list[int]:
 
 def test_v2_is_the_default_and_stores_columns_and_hashes() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=SMALL))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=SMALL))
     w = log.create()
     _write(w, 0, 12)
     head_v, seg_vs = _versions(store, log, w.session_id)
@@ -126,7 +126,7 @@ def test_a_v2_session_through_every_read_path() -> None:
     w = log.create()
     sid = w.session_id
     _write(w, 0, 30)
-    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8192)).open(sid)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=8192)).open(sid)
     w.append("step", {"i": 30, "text": "marker-0030-" + "x" * 40})
     w.commit()  # one entry inline in the head
     head = log.head(sid)
@@ -221,7 +221,7 @@ def test_reordered_records_are_corruption_naming_the_key_and_seq() -> None:
 def test_a_flipped_byte_in_the_heads_tail_names_the_head() -> None:
     store = s3log.MemoryStore()
     log, sid = _v2_session(store)
-    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=8192)).open(sid)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=8192)).open(sid)
     w.append("step", {"i": 99, "text": "marker-tail-"})
     w.commit()
     seq = log.head(sid).seq

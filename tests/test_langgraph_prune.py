@@ -66,7 +66,7 @@ def _put(saver: S3LogSaver, tid: str, n: int, *, big: int = 0) -> list[Any]:
 
 def test_prune_keeps_the_latest_n_as_a_verified_chain_and_gc_collects_the_rest() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=2048))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=2048))
     saver = S3LogSaver(log)
     configs = _put(saver, "t", 8, big=1500)
     sid = session_for("t", "")

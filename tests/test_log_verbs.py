@@ -37,7 +37,7 @@ def test_append_latest_validates_before_writing() -> None:
 
 
 def test_read_suffix_heads_find_and_keys() -> None:
-    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(tail_max_bytes=600))
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600))
     w = log.create("conv-1")
     for i in range(20):
         w.append("k", "x" * 100 + str(i))
@@ -112,7 +112,7 @@ def test_read_runs_gives_the_verified_chain_as_stored_runs_sync_and_async() -> N
     from s3log.store.memory import AsyncMemoryStore
 
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=300))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300))
     w = log.create()
     for i in range(30):
         w.append("k", {"i": i}, ts=1000 + i)

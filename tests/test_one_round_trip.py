@@ -53,6 +53,7 @@ class BreakingStore(s3log.MemoryStore):
 
 
 def _log(store: s3log.MemoryStore, clock: Clock | None = None, **kw: Any) -> s3log.Log:
+    kw.setdefault("tail_per_commit", 0)  # the strict bound these sizes are counted against
     cfg = s3log.LogConfig(env=Env.deterministic(7, clock or Clock()), tail_max_bytes=TAIL, activity_index=False,
                           **kw)
     return s3log.Log(store, config=cfg)

@@ -64,7 +64,7 @@ def test_session_protocol_semantics(kind: str) -> None:
 
 def test_bounded_get_items_does_not_replay_the_whole_log() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1))  # every commit writes a segment
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=1))  # every commit writes a segment
     s = S3LogSession("long", log)
     for i in range(40):
         asyncio.run(s.add_items([_msg("user", f"m{i}")]))

@@ -40,8 +40,8 @@ def test_many_appenders_snippet_runs_and_a_group_stays_one_put() -> None:
     ns: dict[str, Any] = {}
     exec(compile(code, "docs/operations.md", "exec"), ns)
     config, log = ns["config"], ns["log"]
-    assert config.tail_max_bytes == 256 * 1024
-    # What the section says: with the default bound a group of 64 ~1 KB entries is a
-    # head and a segment; with the wide bound the head holds them, one PUT.
-    assert _group_commit_puts(s3log.Log(s3log.MemoryStore())) == 2
-    assert _group_commit_puts(log) == 1
+    assert config.tail_per_commit == 0
+    # What the section says: by default the head holds a group of 64 ~1 KB entries,
+    # one PUT; with the strict bound it is a head and a segment.
+    assert _group_commit_puts(s3log.Log(s3log.MemoryStore())) == 1
+    assert _group_commit_puts(log) == 2

@@ -66,7 +66,8 @@ class ClockStore(s3log.MemoryStore):
 def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
     # Heads with a pending segment bounded at twice the tail bound, as the sizes here assume.
     kw.setdefault("pending_max_bytes", 2 * kw.get("tail_max_bytes", TAIL))
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_max_bytes=kw.pop("tail_max_bytes", TAIL),
+    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0,
+                          tail_max_bytes=kw.pop("tail_max_bytes", TAIL),
                           activity_index=False, retry=FAST, **kw)
     return s3log.Log(store, config=cfg)
 
@@ -642,7 +643,8 @@ async def test_a_commit_cancelled_while_its_parallel_pair_is_in_flight(lands: bo
     and later commits promote only a segment whose PUT answered 2xx."""
     store = GatedHeads()
     store.refuse_segments = not segment
-    log = s3log.AsyncLog(store, config=s3log.LogConfig(tail_max_bytes=TAIL, activity_index=False, retry=FAST))
+    log = s3log.AsyncLog(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=TAIL, activity_index=False,
+                                                       retry=FAST))
     w = await log.create("s1")
     acked: list[s3log.Entry] = []
     store.gate.clear()  # any head naming a pending segment now waits

@@ -29,7 +29,7 @@ def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
 def test_restore_of_ten_thousand_single_entry_commits_reads_head_plus_at_most_20_segments() -> None:
     store = s3log.MemoryStore()
     # A tiny tail bound makes every commit write a segment: the worst case for merging.
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1))
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=1))
     w = log.create()
     for i in range(10_000):
         w.append("k", i)
@@ -57,7 +57,7 @@ def test_restore_with_default_tail_after_ten_thousand_commits_is_bounded() -> No
 
 def test_merging_needs_no_get_for_a_writer_that_wrote_the_segments() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1))
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=1))
     w = log.create()
     store.requests.reset()
     for i in range(64):
@@ -273,7 +273,7 @@ def test_heads_encoded_from_the_previous_tail_equal_the_canonical_map() -> None:
     from s3log.codec import decode_head, encode_head
 
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=2048))
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=2048))
     a, b = log.create(), log.create()
     for i in range(120):
         for w in (a, b):

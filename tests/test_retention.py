@@ -29,6 +29,7 @@ class Clock:
 
 
 def _log(store: s3log.MemoryStore, clock: Clock, **kw: Any) -> s3log.Log:
+    kw.setdefault("tail_per_commit", 0)  # the strict tail bound the flushes here are counted against
     return s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(11, clock), **kw))
 
 

@@ -168,7 +168,7 @@ def _plain_run(store: s3log.MemoryStore, proc: Proc[Any]) -> Any:
 def _twins(version: int = 2) -> tuple[s3log.MemoryStore, s3log.Log, str, str]:
     """Two sessions of the same shape (segments from seq 0 and 20, a tail from 25)."""
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=600, format_version=version))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600, format_version=version))
     a, b = log.create(), log.create()
     for w, dt in ((a, 0), (b, 1)):
         for i in range(30):
@@ -268,8 +268,8 @@ def test_read_runs_refuses_a_segment_listed_twice() -> None:
 
 def test_read_runs_refuses_a_tampered_v1_segment_in_a_mixed_chain() -> None:
     store = s3log.MemoryStore()
-    v1 = s3log.Log(store, config=s3log.LogConfig(format_version=1, tail_max_bytes=600))
-    v2 = s3log.Log(store, config=s3log.LogConfig(format_version=2, tail_max_bytes=600))
+    v1 = s3log.Log(store, config=s3log.LogConfig(format_version=1, tail_per_commit=0, tail_max_bytes=600))
+    v2 = s3log.Log(store, config=s3log.LogConfig(format_version=2, tail_per_commit=0, tail_max_bytes=600))
     w = v1.create()
     for i in range(20):
         w.append("k", {"i": i, "t": "x" * 30}, ts=T0 + i)
@@ -294,7 +294,7 @@ def test_read_runs_refuses_a_tampered_v1_segment_in_a_mixed_chain() -> None:
 
 def _parallel_head(store: s3log.MemoryStore) -> tuple[s3log.Log, str, str]:
     """A session whose head names a pending segment (written beside it, not yet listed)."""
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=600))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600))
     w = log.create()
     for i in range(8):
         w.append("k", {"i": i, "t": "x" * 60}, ts=T0 + i)
@@ -364,7 +364,7 @@ def test_a_decode_raising_a_base_exception_is_not_handed_back_as_a_result() -> N
 
 def test_segments_decoded_by_many_pool_threads_leave_the_collector_as_it_was() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=300, max_parallel=16, fanout=64))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300, max_parallel=16, fanout=64))
     w = log.create()
     for i in range(60):
         w.append("k", {"i": i, "t": "x" * 200})
@@ -417,7 +417,7 @@ class _SlowStore(AsyncMemoryStore):
 
 def test_a_read_cancelled_mid_parallel_leaves_no_pause_and_reads_again() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=300, fanout=64))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300, fanout=64))
     w = log.create()
     for i in range(30):
         w.append("k", {"i": i, "t": "x" * 200})

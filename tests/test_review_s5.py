@@ -528,7 +528,7 @@ def test_a_tail_s3log_reads_stays_readable_when_a_v1_writer_continues_it() -> No
         s3log.Log(store).read(sid)
     except CorruptionError:
         return  # refused up front: the fix
-    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=600, format_version=1)).open(sid)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600, format_version=1)).open(sid)
     for i in range(30):
         w.append("k", {"i": i, "pad": "x" * 30})
         w.commit()
@@ -568,13 +568,13 @@ def test_a_malformed_tail_is_refused_the_same_way_on_every_read() -> None:
 def _session(store: s3log.MemoryStore) -> tuple[str, str]:
     """A v2 session with segments and a tail of awkward data (kinds the fast path takes:
     one holding the "kind" key's bytes would send every read to the general path)."""
-    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=600)).create()
+    w = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600)).create()
     for i in range(9):
         w.append("step", {"i": i, "pad": "x" * 40})
         if i % 3 == 2:
             w.commit()
     w.commit()
-    w = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=65_536)).open(w.session_id)
+    w = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=65_536)).open(w.session_id)
     for i, kind in enumerate(["tool_call", "message", "x" * 30, "ünï", "k", "tool_call", "step"]):
         w.append(kind, _AWKWARD_DATA[(3 * i) % len(_AWKWARD_DATA)])
     w.commit()
@@ -728,7 +728,7 @@ def test_the_kind_cache_cleared_under_concurrent_decoders_never_gives_a_wrong_ki
 
 def test_a_parallel_scan_with_a_cache_cleared_all_the_time_reads_as_a_serial_one() -> None:
     store = s3log.MemoryStore()
-    log = s3log.Log(store, config=s3log.LogConfig(tail_max_bytes=65_536))
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=65_536))
     sids = []
     for s in range(10):
         w = log.create()

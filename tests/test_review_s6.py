@@ -51,6 +51,7 @@ _TS0 = 1_700_000_000_000
 
 
 def _log(store: s3log.MemoryStore, **config: Any) -> s3log.Log:
+    config.setdefault("tail_per_commit", 0)
     return s3log.Log(store, config=s3log.LogConfig(activity_index=False, **config))
 
 

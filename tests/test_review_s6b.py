@@ -567,7 +567,8 @@ def test_fork_check_from_segment_columns_as_02311d6(old: ModuleType) -> None:
     oa = _sub(old, "analytics")
     store = s3log.MemoryStore()
     clock = itertools.count(T0, 3)
-    log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(4, lambda: next(clock)), tail_max_bytes=300))
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(4, lambda: next(clock)),
+                                                  tail_per_commit=0, tail_max_bytes=300))
     w = log.create()
     for i in range(30):
         w.append("m", {"i": i})

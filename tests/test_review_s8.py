@@ -348,7 +348,7 @@ class _DeleteHook(s3log.MemoryStore):
 
 def test_delete_never_removes_a_session_created_again_under_its_id() -> None:
     store = _DeleteHook("thread-1")
-    log = s3log.Log(store, config=LogConfig(tail_max_bytes=1024, pending_max_bytes=0))
+    log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=1024, pending_max_bytes=0))
     old = log.create("thread-1")
     for i in range(4):
         old.append("k", {"old": i, "pad": "x" * 400})
@@ -397,7 +397,7 @@ class _SlowHeads(s3log.MemoryStore):
 
 def _segmented(clock: Clock, n: int) -> tuple[_SlowHeads, s3log.Log, list[str]]:
     store = _SlowHeads(clock)
-    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_max_bytes=256,
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_per_commit=0, tail_max_bytes=256,
                                             pending_max_bytes=0))
     ids = []
     for i in range(n):

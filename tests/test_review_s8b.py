@@ -298,7 +298,7 @@ class _NoHeadDeletes(s3log.MemoryStore):
 
 def test_gc_never_deletes_a_head_so_a_takeover_cannot_be_lost() -> None:
     clock, store = Clock(T0), _NoHeadDeletes()
-    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock)))
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock), tail_per_commit=0))
     w = log.create("thread-7")
     for i in range(3):
         w.append("k", {"i": i, "pad": "x" * 20_000})
@@ -584,7 +584,7 @@ class _SegmentHook(s3log.MemoryStore):
 def test_read_suffix_of_a_session_collected_under_it_is_not_corrupt(then: str) -> None:
     clock = Clock(T0)
     store = _SegmentHook()
-    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_max_bytes=256,
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_per_commit=0, tail_max_bytes=256,
                                             pending_max_bytes=0))
     w = log.create("s000")
     for j in range(3):

@@ -31,7 +31,8 @@ def _env() -> Env:
 
 
 def _log(store: s3log.MemoryStore, version: int, env: Env) -> s3log.Log:
-    return s3log.Log(store, config=s3log.LogConfig(format_version=version, env=env, tail_max_bytes=600))
+    return s3log.Log(store, config=s3log.LogConfig(format_version=version, env=env,
+                                                   tail_per_commit=0, tail_max_bytes=600))
 
 
 def _data(i: int) -> Any:

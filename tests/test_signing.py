@@ -60,7 +60,7 @@ def _store(server: LocalS3, bucket: str) -> s3log.S3Store:
 
 def _log(server: LocalS3, bucket: str, **cfg: Any) -> s3log.Log:
     # A small tail: commits flush to segments and merge, so signed heads take every path.
-    return s3log.Log(_store(server, bucket), config=s3log.LogConfig(tail_max_bytes=600, **cfg))
+    return s3log.Log(_store(server, bucket), config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=600, **cfg))
 
 
 def _write_session(log: s3log.Log, n: int = 12) -> str:
@@ -233,7 +233,7 @@ async def test_async_log_signs_and_verifies(ed_key: Ed25519PrivateKey) -> None:
 
     store = s3log.AsyncMemoryStore()
     signer = Ed25519Signer(ed_key)
-    alog = AsyncLog(store, config=s3log.LogConfig(signer=signer, tail_max_bytes=300))
+    alog = AsyncLog(store, config=s3log.LogConfig(signer=signer, tail_per_commit=0, tail_max_bytes=300))
     w = await alog.create()
     for i in range(6):
         await w.append("m", {"i": i})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -142,8 +143,9 @@ REGRESSION_SEEDS = {
 @pytest.mark.parametrize("bug", sorted(REGRESSION_SEEDS))
 def test_regression_seed(bug: str) -> None:
     # Each seed struck a protocol bug the simulator found (now fixed): it must run clean
-    # with that bug's check enforced.
-    o = run_seed(REGRESSION_SEEDS[bug], known_bugs=frozenset({bug}))
+    # with that bug's check enforced, in the scenario it struck in (the strict tail bound).
+    scenario = replace(Scenario.from_seed(REGRESSION_SEEDS[bug]), tail_per_commit=0)
+    o = Simulation(scenario, known_bugs=frozenset({bug})).run()
     assert o.violation is None, str(o.violation)
 
 
@@ -233,7 +235,7 @@ def test_lazy_writer_whose_create_landed_unacknowledged_adopts_it() -> None:
 def test_writer_whose_merge_landed_unacknowledged_survives_gc() -> None:
     clock = Clock()
     mem = SimStore(clock, Layout())  # objects stamped with the test's clock
-    cfg = LogConfig(tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
+    cfg = LogConfig(tail_per_commit=0, tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
                     commit_deadline_ms=1000,
                     env=Env(clock_ms=clock))
     armed = {"on": False}
@@ -267,7 +269,7 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
     clock = Clock()
     mem = SimStore(clock, Layout())
     grace = 1000
-    cfg = LogConfig(tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
+    cfg = LogConfig(tail_per_commit=0, tail_max_bytes=1, pending_max_bytes=0, fanout=2, cache_levels=0, retry=FAST,
                     commit_deadline_ms=grace,
                     env=Env(clock_ms=clock))
     log = s3log.Log(mem, config=cfg)
@@ -318,5 +320,5 @@ def test_a_crash_decides_the_requests_its_cancelled_commits_left_in_flight() -> 
     # crashed and restarted, and the restarted writer (rightly) forked away from its own
     # previous life; the simulator now decides such requests at the crash, as it does
     # for the crash's own, so a solo scenario stays solo.
-    o = run_seed(2856)
+    o = Simulation(replace(Scenario.from_seed(2856), tail_per_commit=0)).run()
     assert o.violation is None, str(o.violation)

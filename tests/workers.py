@@ -46,7 +46,8 @@ def soak(endpoint: str, bucket: str, kind: str, shared: str, own: str, worker: i
 
     os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"})
-    cfg = LogConfig(retry=RetryPolicy(attempts=10, initial=0.005, max_backoff=0.05), tail_max_bytes=2048)
+    cfg = LogConfig(retry=RetryPolicy(attempts=10, initial=0.005, max_backoff=0.05),
+                    tail_per_commit=0, tail_max_bytes=2048)
     plan = random_plan(1000 + worker, rate)
     out: dict[str, Any] = {"acked": [], "false_forks": 0, "errors": []}
 
