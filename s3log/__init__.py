@@ -25,6 +25,7 @@ from .errors import (
     SessionExists,
     SessionExpired,
     SessionNotFound,
+    SessionReplaced,
     StoreError,
 )
 from .reducer import EntriesReducer, NullReducer, Reducer
@@ -76,7 +77,7 @@ __all__ = [
     "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
-    "SessionExpired", "ExpireReport",
+    "SessionExpired", "SessionReplaced", "ExpireReport",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
     "open_async_log", "open_log",
 ]

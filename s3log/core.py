@@ -407,7 +407,7 @@ class LogCore:
 
     def delete(self, session_id: str) -> Proc[int]:
         """Delete a session and everything under it."""
-        return protocol.delete_session(self.layout, validate_session_id(session_id))
+        return protocol.delete_session(self.layout, validate_session_id(session_id), self.config)
 
     def gc(self, older_than_ms: int, dry_run: bool) -> Proc[GcReport]:
         """Collect unreferenced segments and dangling fork markers older than the grace period."""

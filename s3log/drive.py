@@ -20,6 +20,7 @@ from .errors import StoreError
 from .ops import (
     Blob,
     Delete,
+    DeleteIfMatch,
     Get,
     ListKeys,
     ListPage,
@@ -30,6 +31,7 @@ from .ops import (
     PutIfMatch,
     Sleep,
     StoreOp,
+    call_delete_if_match,
     call_store,
     decoded,
     is_retryable,
@@ -187,6 +189,9 @@ class AsyncDriver:
                 return await store.list(op.prefix, **list_kwargs(op))
             case Delete(key):
                 await store.delete(key)
+                return None
+            case DeleteIfMatch(key, etag):
+                await call_delete_if_match(store, key, etag)
                 return None
 
     async def _capture(self, op: Op) -> Any:

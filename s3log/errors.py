@@ -126,6 +126,33 @@ class ConflictError(S3LogError):
         )
 
 
+class SessionReplaced(ConflictError):
+    """``Log.delete`` refused: the id now holds another session than the one it read.
+
+    Raised when an expired session's tombstone (or a deleted session's id) was taken
+    over by a new session between the delete's read of the head and its conditional
+    DELETE. The new session is not the one asked for: nothing of it is deleted, and
+    nothing of the old one either (``Log.delete`` deletes the rest only after the head).
+    ``expected`` and ``found`` summarise the two heads (their ``created_at`` and
+    ``creator`` differ). ``maybe_deleted``: the delete's reply was lost, so the head it
+    read may have been deleted by it before the new session was created at the id.
+    """
+
+    def __init__(
+        self, session: str, expected: dict[str, Any], found: dict[str, Any], *, maybe_deleted: bool = False
+    ) -> None:
+        super().__init__(session, expected, found)
+        self.maybe_deleted = maybe_deleted
+        done = ("the head read may have been deleted (the reply was lost), nothing else was" if maybe_deleted
+                else "nothing was deleted")
+        # ConflictError's message speaks of writers; this one says what happened here.
+        self.args = (
+            f"session {session} not deleted: the id now holds another session (created at "
+            f"{found.get('created_at')}, creator {found.get('creator')!r}) than the one read "
+            f"(created at {expected.get('created_at')}, creator {expected.get('creator')!r}); {done}",
+        )
+
+
 class CorruptionError(S3LogError):
     """A stored object does not verify (hash, chain link, seq, key or shape)."""
 
@@ -199,6 +226,14 @@ class PreconditionFailed(StoreError):
 
 class ConditionalRequestConflict(StoreError):
     """409: a conflicting conditional write was in flight at the same time."""
+
+
+class ConditionalDeleteUnsupported(StoreError):
+    """The store cannot make a DELETE conditional (``If-Match``): obstore has no way to.
+
+    Nothing was sent. :func:`s3log.protocol.delete_session` then falls back to a plain
+    DELETE, keeping on that store alone the race a conditional DELETE closes.
+    """
 
 
 class TransientStoreError(StoreError):

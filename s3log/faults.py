@@ -3,8 +3,8 @@
 :class:`FaultyStore` wraps any blocking store, :class:`AsyncFaultyStore` any async
 store; both follow the same plan. Before or after each request a *plan* may inject:
 
-- ``"409"``: a ConditionalRequestConflict, nothing written (conditional PUTs only,
-  create-only or If-Match, as on S3; ignored on other requests);
+- ``"409"``: a ConditionalRequestConflict, nothing written (conditional requests only:
+  create-only or If-Match PUTs and If-Match DELETEs, as on S3; ignored on others);
 - ``"503"``: a throttling TransientStoreError, nothing done;
 - ``"timeout-landed"``: the request is performed, then the response is lost;
 - ``"timeout-lost"``: the request never reaches the store, the caller sees a timeout;
@@ -19,13 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
 from .errors import ConditionalRequestConflict, TransientStoreError
-from .ops import Blob, ListPage, list_keywords
+from .ops import Blob, ListPage, call_delete_if_match, list_keywords
 from .store.base import AsyncObjectStore, ObjectStore, RequestCounter
 
 T = TypeVar("T")
 
 Fault = Literal["409", "503", "timeout-landed", "timeout-lost", "crash"]
-#: ``plan(method, key) -> fault or None``; method is get, put_if_absent, put_if_match, list, delete.
+#: ``plan(method, key) -> fault or None``; method is get, put_if_absent, put_if_match, list,
+#: delete, delete_if_match.
 FaultPlan = Callable[[str, str], Fault | None]
 
 
@@ -54,7 +55,7 @@ class _Faults:
             with self._lock:
                 self.injected.append((method, key, fault))
         # S3 answers 409 only to conditional writes; elsewhere the fault does nothing.
-        if fault == "409" and method not in ("put_if_match", "put_if_absent"):
+        if fault == "409" and method not in ("put_if_match", "put_if_absent", "delete_if_match"):
             return None
         return fault
 
@@ -115,6 +116,10 @@ class FaultyStore(_Faults):
         """DELETE, maybe failing."""
         self._call("delete", key, lambda: self.inner.delete(key))
 
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Conditional DELETE, maybe failing (ConditionalDeleteUnsupported if the inner store cannot)."""
+        self._call("delete_if_match", key, lambda: call_delete_if_match(self.inner, key, etag))
+
 
 class AsyncFaultyStore(_Faults):
     """An async store that fails on purpose, as ``plan`` decides (same plans as FaultyStore)."""
@@ -152,6 +157,10 @@ class AsyncFaultyStore(_Faults):
     async def delete(self, key: str) -> None:
         """DELETE, maybe failing."""
         await self._call("delete", key, lambda: self.inner.delete(key))
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Conditional DELETE, maybe failing (ConditionalDeleteUnsupported if the inner store cannot)."""
+        await self._call("delete_if_match", key, lambda: call_delete_if_match(self.inner, key, etag))
 
 
 def random_plan(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from .errors import StoreError
+from .errors import ConditionalDeleteUnsupported, StoreError
 
 T = TypeVar("T")
 
@@ -107,6 +107,21 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteIfMatch:
+    """DELETE with ``If-Match: etag``. Result: None; raises PreconditionFailed if the
+    object's ETag differs, ObjectNotFound if it is missing, ConditionalDeleteUnsupported
+    on a store that cannot make a DELETE conditional (nothing sent).
+
+    Never retried by a driver: after a lost reply a second try may meet a 404 because
+    the first one landed, which a driver cannot tell from "someone else deleted it";
+    the procedure decides (:func:`s3log.protocol.delete_session` reads the head again).
+    """
+
+    key: str
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
 class Sleep:
     """Wait before retrying. Result: None."""
 
@@ -121,7 +136,7 @@ class Parallel:
 
 
 #: The ops a store performs (the drivers match on them, one store method each).
-StoreOp = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete
+StoreOp = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete | DeleteIfMatch
 Op = StoreOp | Sleep | Parallel
 #: A protocol procedure returning ``T``.
 Proc = Generator[Op, Any, T]
@@ -129,7 +144,8 @@ Proc = Generator[Op, Any, T]
 
 def is_retryable(op: Op) -> bool:
     """Whether a driver may repeat ``op`` by itself after a transient error: only reads,
-    listings and deletes, which are idempotent. Writes are decided by the procedure."""
+    listings and unconditional deletes, which are idempotent. Writes (conditional
+    DELETEs too) are decided by the procedure."""
     return isinstance(op, (Get, ListKeys, Delete))
 
 
@@ -151,6 +167,20 @@ def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
         case Delete(key):
             store.delete(key)
             return None
+        case DeleteIfMatch(key, etag):
+            call_delete_if_match(store, key, etag)
+            return None
+
+
+def call_delete_if_match(store: Any, key: str, etag: str) -> Any:
+    """Call ``store.delete_if_match`` (awaitable on an async store): a store written
+    before the method existed cannot delete conditionally, and says so as obstore does
+    (ConditionalDeleteUnsupported), so :func:`s3log.protocol.delete_session` falls back."""
+    method = getattr(store, "delete_if_match", None)
+    if method is None:
+        raise ConditionalDeleteUnsupported(
+            f"{type(store).__name__} has no delete_if_match", key=key, code="NotImplemented")
+    return method(key, etag)
 
 
 def decoded(op: Op, result: Any) -> Any:
@@ -218,6 +248,12 @@ def list_page(
 def delete(key: str) -> Proc[None]:
     """DELETE ``key`` (a missing key is no error)."""
     yield Delete(key)
+
+
+def delete_if_match(key: str, etag: str) -> Proc[None]:
+    """DELETE ``key`` if its ETag is ``etag``. Raises PreconditionFailed if it differs,
+    ObjectNotFound if it is missing, ConditionalDeleteUnsupported on a store without it."""
+    yield DeleteIfMatch(key, etag)
 
 
 def sleep(seconds: float) -> Proc[None]:

@@ -46,6 +46,7 @@ from .config import LogConfig as LogConfig
 from .config import RetryPolicy as RetryPolicy
 from .env import wall_clock_ms
 from .errors import (
+    ConditionalDeleteUnsupported,
     ConflictError,
     CorruptionError,
     EntryNotFound,
@@ -57,6 +58,7 @@ from .errors import (
     SessionExists,
     SessionExpired,
     SessionNotFound,
+    SessionReplaced,
     StoreError,
 )
 from .ids import validate_session_id
@@ -1455,29 +1457,99 @@ def fork_at(
     )
 
 
-def delete_session(layout: Layout, session: str) -> Proc[int]:
+def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | None = None) -> Proc[int]:
     """Delete a session: its head first (readers see it gone at once), then the rest.
+
+    The head is deleted with ``If-Match`` on the ETag just read, so only that head: if
+    it changed meanwhile nothing is deleted yet. A commit of the same session (same
+    ``created_at`` and ``creator``) moved it on: the delete starts over from a fresh
+    read, at most ``cfg.retry.attempts`` times. Another session that took the id over
+    (a new session replacing an expired one's tombstone) is not the one asked for:
+    :class:`~s3log.errors.SessionReplaced`, and it keeps everything. A store that
+    cannot make a DELETE conditional (obstore) deletes the head by key, keeping there
+    the race the condition closes (docs/operations.md).
+
+    ``etag``: delete only the head with this ETag (one the caller read and decided
+    on); a head changed since is ConflictError and nothing is deleted.
 
     Returns how many objects were deleted.
     """
-    head, _ = yield from read_head(layout, session, expired_ok=True)
-    # Listed before the head goes: once it is gone the id may be created again, and
-    # what the new session stores must not be deleted with the old one.
-    objects, _ = yield from list_all(layout.session_dir(session))
-    head_key = layout.head(session)
-    objects = [o for o in objects if o.key != head_key]
-    yield from ops.delete(head_key)
-    keys = [o.key for o in objects]
-    if head.parent is not None:
-        keys.append(layout.fork_marker(head.parent.session, session))
-    # Its activity markers (s3log.activity), on any day it may have been committed to.
-    keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
-    if keys:
-        results = yield from ops.parallel([Delete(k) for k in keys])
-        for res in results:
-            if res is not None:
-                raise res
-    return 1 + len(objects)
+    for _ in range(cfg.retry.attempts):
+        head, read = yield from read_head(layout, session, expired_ok=True)
+        if etag is not None and read != etag:
+            raise ConflictError(session, {"etag": etag}, _identity(head, read))
+        # Listed before the head goes: once it is gone the id may be created again, and
+        # what the new session stores must not be deleted with the old one.
+        objects, _ = yield from list_all(layout.session_dir(session))
+        head_key = layout.head(session)
+        objects = [o for o in objects if o.key != head_key]
+        if not (yield from _delete_head(layout, cfg, session, head, read)):
+            if etag is not None:
+                raise ConflictError(session, {"etag": etag}, None)
+            continue  # the same session moved on: what it stores now is listed again
+        keys = [o.key for o in objects]
+        if head.parent is not None:
+            keys.append(layout.fork_marker(head.parent.session, session))
+        # Its activity markers (s3log.activity), on any day it may have been committed to.
+        keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
+        if keys:
+            results = yield from ops.parallel([Delete(k) for k in keys])
+            for res in results:
+                if res is not None:
+                    raise res
+        return 1 + len(objects)
+    raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
+
+
+def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag: str) -> Proc[bool]:
+    """DELETE the head of ``session`` if it is still ``head`` (ETag ``etag``).
+
+    True when the head is gone (deleted now, or by another delete); False when the
+    same session's head moved on (a commit landed: start over). SessionReplaced when
+    another session lives at the id now.
+    """
+    key = layout.head(session)
+    undecided = False
+    for attempt in range(1, cfg.retry.attempts + 1):
+        try:
+            yield from ops.delete_if_match(key, etag)
+            return True
+        except ConditionalDeleteUnsupported:
+            # obstore cannot send If-Match on a DELETE: by key, as before conditional
+            # deletes existed, with the race they close left open on that store alone.
+            yield from ops.delete(key)
+            return True
+        except StoreError as exc:
+            reply = decide.classify(exc)
+            if reply is decide.Reply.NOT_FOUND:
+                # Nothing to delete: another delete won (it deletes what it listed too).
+                # A new session at the id would have answered 412, not 404.
+                return True
+            if reply is decide.Reply.FATAL:
+                raise
+            if reply in (decide.Reply.UNKNOWN, decide.Reply.CONFLICT):
+                # A lost reply (the DELETE may have landed: sent again it would meet a
+                # 404) or a 409 (nothing done): read what is there before deciding.
+                undecided = undecided or reply is decide.Reply.UNKNOWN
+                yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
+        current = yield from _read_head_or_none(layout, session)
+        if current is None:
+            return True  # this DELETE landed before its reply was lost, or another delete did
+        found, found_etag = current
+        if found_etag.strip('"') == etag.strip('"'):
+            continue  # still the head read: the DELETE did not land; send it again
+        if found.created_at != head.created_at or found.creator != head.creator:
+            # A takeover: created anew (the creator nonce and time are the new session's).
+            raise SessionReplaced(session, _identity(head, etag), _identity(found, found_etag),
+                                  maybe_deleted=undecided)
+        return False
+    raise StoreError(f"could not delete the head of session {session}: the store kept failing", key=key)
+
+
+def _identity(head: Head, etag: str) -> dict[str, Any]:
+    """What tells one session at an id from another that took it over, for errors."""
+    return dict(head.summary(), created_at=head.created_at, creator=head.creator, etag=etag,
+                expired=is_expired(head))
 
 
 def gc(
@@ -1707,7 +1779,8 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     if kept is None:
         return False
     if not kept:
-        yield from delete_session(layout, session)
+        # Only the head decided on: a concurrent commit wins here too (ConflictError).
+        yield from delete_session(layout, session, cfg, etag=data.etag)
         return True
     now = cfg.env.now_ms()
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,

@@ -65,6 +65,7 @@ from .errors import (
 from .layout import Layout, parse_segment_key
 from .ops import (
     Delete,
+    DeleteIfMatch,
     Get,
     ListKeys,
     Op,
@@ -257,6 +258,14 @@ class SimStore(MemoryStore):
     def delete(self, key: str) -> None:
         """DELETE, recorded for invariant 5."""
         super().delete(key)
+        self._deleted(key)
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Conditional DELETE, recorded (when it deletes) as a DELETE is."""
+        super().delete_if_match(key, etag)
+        self._deleted(key)
+
+    def _deleted(self, key: str) -> None:
         sid = self.layout.session_of(key)
         if sid is not None:
             self.dirty.add(sid)
@@ -731,7 +740,7 @@ class Simulation:
             self.lines.append(f"{self.step_no:5d} t={self.now - EPOCH_MS:7d} {who:3s} {text}")
 
     def _describe(self, op: Op) -> str:
-        if isinstance(op, (Get, PutIfAbsent, PutIfMatch, Delete)):
+        if isinstance(op, (Get, PutIfAbsent, PutIfMatch, Delete, DeleteIfMatch)):
             return f"{type(op).__name__} {self.short(op.key)}"
         if isinstance(op, ListKeys):
             return f"ListKeys {self.short(op.prefix)}"
@@ -827,7 +836,7 @@ class Simulation:
     def _abandon(self, actor: Actor, why: str, ghosts: bool) -> None:
         """Stop ``actor``'s procedure at its yield point; decide each request in flight."""
         for req in actor.reqs:
-            if not isinstance(req.op, (PutIfAbsent, PutIfMatch, Delete)):
+            if not isinstance(req.op, (PutIfAbsent, PutIfMatch, Delete, DeleteIfMatch)):
                 continue
             fate: Fate = self.rng.choice(("dropped", "landed", "ghost") if ghosts else ("dropped", "landed"))
             if fate == "landed":
@@ -948,7 +957,8 @@ class Simulation:
         if self.calm or not sc.fault_rate or self.rng.random() >= sc.fault_rate:
             return None
         fault: Fault = self.rng.choice(sc.faults)
-        if fault in ("409", "412") and not isinstance(op, (PutIfAbsent, PutIfMatch)):
+        # S3 answers 409 and 412 only to conditional requests.
+        if fault in ("409", "412") and not isinstance(op, (PutIfAbsent, PutIfMatch, DeleteIfMatch)):
             return None
         return fault
 

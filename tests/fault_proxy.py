@@ -78,7 +78,8 @@ class Request:
 
     @property
     def kind(self) -> str:
-        """The s3log store method this request is: get, put_if_absent, put_if_match, list, delete."""
+        """The s3log store method this request is: get, put_if_absent, put_if_match, list, delete,
+        delete_if_match."""
         if self.method == "PUT":
             if "if-none-match" in self.headers:
                 return "put_if_absent"
@@ -89,6 +90,8 @@ class Request:
             # Path-style addressing: /bucket?list-type=2... lists, /bucket/key gets.
             path, _, query = self.path.partition("?")
             return "list" if "list-type=" in query or path.strip("/").count("/") == 0 else "get"
+        if self.method == "DELETE" and "if-match" in self.headers:
+            return "delete_if_match"
         if self.method == "POST" and "delete" in self.path.partition("?")[2].split("&"):
             return "delete"  # DeleteObjects: obstore deletes one key this way
         return self.method.lower()

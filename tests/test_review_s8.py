@@ -341,6 +341,13 @@ class _DeleteHook(s3log.MemoryStore):
 
     def delete(self, key: str) -> None:
         super().delete(key)
+        self._deleted(key)
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        super().delete_if_match(key, etag)  # the head goes conditionally (Log.delete)
+        self._deleted(key)
+
+    def _deleted(self, key: str) -> None:
         if key.endswith(f"/sessions/{self.sid}/head") and self.hook is not None:
             hook, self.hook = self.hook, None
             hook()

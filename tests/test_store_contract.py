@@ -28,6 +28,7 @@ import pytest
 import s3log
 from s3log.decide import etags_equal
 from s3log.errors import (
+    ConditionalDeleteUnsupported,
     ConditionalRequestConflict,
     ObjectNotFound,
     PreconditionFailed,
@@ -43,7 +44,9 @@ STORES = ["memory", "async-memory", "s3", "async-s3", "obstore", "async-obstore"
 HTTP_STORES = ["s3", "async-s3", "obstore", "async-obstore"]
 #: HTTP request kind (as the proxy names it) -> the kind a store counts.
 COUNTED_AS = {"get": "GET", "put_if_absent": "PUT", "put_if_match": "PUT", "put": "PUT", "list": "LIST",
-              "delete": "DELETE"}
+              "delete": "DELETE", "delete_if_match": "DELETE"}
+#: Stores that cannot make a DELETE conditional (obstore 0.12 has no If-Match on DELETE).
+NO_CONDITIONAL_DELETE = {"obstore", "async-obstore"}
 
 
 class Blocking:
@@ -73,6 +76,9 @@ class Blocking:
 
     def delete(self, key: str) -> None:
         self._run(self.inner.delete(key))
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self._run(self.inner.delete_if_match(key, etag))
 
     def close(self) -> None:
         aclose = getattr(self.inner, "aclose", None)
@@ -480,6 +486,72 @@ def test_delete_removes_and_a_missing_key_deletes_fine(subject: Subject) -> None
     assert s.get(k).body == b"y"
 
 
+@pytest.mark.parametrize("form", ["as-returned", "unquoted"])
+def test_delete_if_match_deletes_only_the_version_it_names(subject: Subject, form: str) -> None:
+    s, k = subject.store, subject.base + "head"
+    e1 = s.put_if_absent(k, b"v1")
+    e2 = s.put_if_match(k, b"v2", e1)
+    if subject.kind in NO_CONDITIONAL_DELETE:
+        # Refused up front: nothing sent (the proxy checks counted == sent), nothing deleted.
+        with pytest.raises(ConditionalDeleteUnsupported) as refused:
+            s.delete_if_match(k, e2)
+        assert refused.value.key == k and s.requests["DELETE"] == 0
+        assert s.get(k).body == b"v2"
+        return
+    # An older version's ETag: 412, and the object stays (a head replaced since the read).
+    with pytest.raises(PreconditionFailed):
+        s.delete_if_match(k, e1 if form == "as-returned" else e1.strip('"'))
+    assert s.get(k).body == b"v2"
+    s.delete_if_match(k, e2 if form == "as-returned" else e2.strip('"'))
+    with pytest.raises(ObjectNotFound):
+        s.get(k)
+    # A missing key: 404, as for an If-Match PUT.
+    with pytest.raises(ObjectNotFound):
+        s.delete_if_match(k, e2)
+    assert s.requests["DELETE"] == 3
+
+
+def test_a_conditional_delete_and_a_conditional_put_have_one_winner(subject: Subject) -> None:
+    """A DELETE and a PUT, both If-Match on one version, race: exactly one wins (the check
+    and the write are one step on S3, and on moto through s3log.localserver's patch)."""
+    if subject.kind in NO_CONDITIONAL_DELETE:
+        pytest.skip("obstore cannot make a DELETE conditional")
+    s = subject.store
+    for round_ in range(8):
+        k = f"{subject.base}race{round_}"
+        etag = s.put_if_absent(k, b"v1")
+        if isinstance(s, Blocking):
+            async def race(coros: list[Any]) -> list[Any]:
+                return list(await asyncio.gather(*coros, return_exceptions=True))
+
+            puts = [s.inner.put_if_match(k, f"m{i}".encode(), etag) for i in range(3)]
+            results = s.loop.run_until_complete(race([s.inner.delete_if_match(k, etag), *puts]))
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            def attempt(call: Callable[[], object]) -> object:
+                try:
+                    return call()
+                except StoreError as exc:
+                    return exc
+
+            calls: list[Callable[[], object]] = [lambda: s.delete_if_match(k, etag)]
+            calls += [lambda i=i: s.put_if_match(k, f"m{i}".encode(), etag) for i in range(3)]
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(attempt, calls))
+        won = [r for r in results if not isinstance(r, StoreError)]
+        assert len(won) == 1, results
+        # Losers are told so: 412 (or 409 in flight), or 404 for a PUT after the DELETE won.
+        assert all(isinstance(r, (PreconditionFailed, ConditionalRequestConflict, ObjectNotFound))
+                   for r in results if isinstance(r, StoreError))
+        deleted = results[0] is None
+        try:
+            body: bytes | None = s.get(k).body
+        except ObjectNotFound:
+            body = None
+        assert (body is None) == deleted
+
+
 def test_every_request_is_counted_once_failures_included(subject: Subject) -> None:
     s, b = subject.store, subject.base
     e = s.put_if_absent(b + "a", b"1")
@@ -601,6 +673,33 @@ def test_if_match_put_faults_map_to_the_same_error_on_every_store(
     assert s.get(k).body == (b"v2" if landed else b"v1")
 
 
+@pytest.mark.parametrize(
+    ("name", "action", "error", "landed"),
+    [*PUT_FAULTS, ("404-no-key", Status(404, "NoSuchKey"), ObjectNotFound, False)],
+    ids=[*(f[0] for f in PUT_FAULTS), "404-no-key"],
+)
+def test_if_match_delete_faults_map_to_the_same_error_on_every_store(
+    http_subject: Subject, name: str, action: Action, error: type[StoreError], landed: bool
+) -> None:
+    if http_subject.kind in NO_CONDITIONAL_DELETE:
+        pytest.skip("obstore cannot make a DELETE conditional (refused before sending: see the contract test)")
+    s, k = http_subject.store, http_subject.base + "head"
+    etag = s.put_if_absent(k, b"v1")
+    assert http_subject.proxy is not None
+    http_subject.proxy.plan.add("delete_if_match", action)
+    with pytest.raises(StoreError) as caught:
+        s.delete_if_match(k, etag)
+    assert _exactly(caught.value, error), repr(caught.value)
+    assert caught.value.key == k
+    # One request sent, one counted: no client resent the DELETE behind s3log's back.
+    assert http_subject.sent()["DELETE"] == 1 and s.requests["DELETE"] == 1
+    if landed:
+        with pytest.raises(ObjectNotFound):
+            s.get(k)
+    else:
+        assert s.get(k).body == b"v1"
+
+
 @pytest.mark.parametrize("method", ["get", "list", "delete"])
 @pytest.mark.parametrize(
     ("name", "action", "error"),
@@ -704,7 +803,7 @@ WRAPPER_FAULTS: list[tuple[Fault, type[StoreError], bool]] = [
 
 
 @pytest.mark.parametrize(("fault", "error", "landed"), WRAPPER_FAULTS, ids=[f[0] for f in WRAPPER_FAULTS])
-@pytest.mark.parametrize("method", ["put_if_absent", "put_if_match"])
+@pytest.mark.parametrize("method", ["put_if_absent", "put_if_match", "delete_if_match"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_fault_wrappers_raise_what_real_stores_raise(
     flavour: str, method: str, fault: Fault, error: type[StoreError], landed: bool
@@ -720,20 +819,21 @@ def test_fault_wrappers_raise_what_real_stores_raise(
         return None
 
     key = "new" if method == "put_if_absent" else "k"
+    args: dict[str, tuple[Any, ...]] = {"put_if_absent": (key, b"v2"), "put_if_match": (key, b"v2", etag),
+                                        "delete_if_match": (key, etag)}
     if flavour == "sync":
         faulty: Any = FaultyStore(mem, plan)
-        call = (lambda: faulty.put_if_absent(key, b"v2")) if method == "put_if_absent" else \
-            (lambda: faulty.put_if_match(key, b"v2", etag))
+        call = lambda: getattr(faulty, method)(*args[method])  # noqa: E731
     else:
         afaulty = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), plan)
-        call = (lambda: asyncio.run(afaulty.put_if_absent(key, b"v2"))) if method == "put_if_absent" else \
-            (lambda: asyncio.run(afaulty.put_if_match(key, b"v2", etag)))
+        call = lambda: asyncio.run(getattr(afaulty, method)(*args[method]))  # noqa: E731
     with pytest.raises(StoreError) as caught:
         call()
     assert _exactly(caught.value, error)
     stored = mem.get(key).body if key in mem.all_keys() else None
     expected_unlanded = None if method == "put_if_absent" else b"v1"
-    assert stored == (b"v2" if landed else expected_unlanded)
+    expected_landed = None if method == "delete_if_match" else b"v2"
+    assert stored == (expected_landed if landed else expected_unlanded)
 
 
 # ------------------------------------------------------------ issue 16: the log owns the prefix

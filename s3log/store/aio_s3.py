@@ -168,3 +168,13 @@ class AsyncS3Store:
             await client.delete_object(Bucket=self.bucket, Key=key)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
+        PreconditionFailed if it differs, ObjectNotFound if the key is missing."""
+        self.requests.add("DELETE")
+        client = await self._c()
+        try:
+            await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc

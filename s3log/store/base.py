@@ -1,8 +1,9 @@
 """The object store interface s3log needs, and request counting.
 
-Five operations: get, put-if-absent, put-if-match, list, delete. Stores raise the
-:mod:`s3log.errors` store errors (ObjectNotFound, PreconditionFailed,
-ConditionalRequestConflict, TransientStoreError) and nothing else for store failures.
+Six operations: get, put-if-absent, put-if-match, list, delete, delete-if-match.
+Stores raise the :mod:`s3log.errors` store errors (ObjectNotFound, PreconditionFailed,
+ConditionalRequestConflict, TransientStoreError, and ConditionalDeleteUnsupported from
+a store that cannot make a DELETE conditional) and nothing else for store failures.
 """
 
 from __future__ import annotations
@@ -157,6 +158,15 @@ class ObjectStore(Protocol):
         """Delete the object; a missing key is not an error."""
         ...
 
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag`` (``If-Match``).
+
+        PreconditionFailed if the ETag differs, ObjectNotFound if the key is missing
+        (as for :meth:`put_if_match`); ConditionalDeleteUnsupported, with nothing sent,
+        from a store that cannot do it (a store without the method is taken to be one).
+        """
+        ...
+
 
 @runtime_checkable
 class AsyncObjectStore(Protocol):
@@ -185,4 +195,8 @@ class AsyncObjectStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
+        ...
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag`` (see :meth:`ObjectStore.delete_if_match`)."""
         ...

@@ -2,6 +2,8 @@
 
 Same interface, errors and request counting as the boto3 stores; conditional writes
 use obstore's ``mode="create"`` (If-None-Match: *) and ``mode={"e_tag": ...}`` (If-Match).
+obstore 0.12 has no conditional DELETE: ``delete_if_match`` raises
+:class:`~s3log.errors.ConditionalDeleteUnsupported` and sends nothing.
 Needs the ``fast`` extra (``pip install "s3log[fast]"``).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConditionalDeleteUnsupported
 from ..ops import Blob, ListPage
 from . import _obstore_common as common
 from .base import RequestCounter, deprecated_prefix
@@ -39,6 +42,14 @@ class _ObstoreBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r})"
+
+    def _no_conditional_delete(self, key: str) -> ConditionalDeleteUnsupported:
+        # Refused rather than sent unconditionally: a DELETE by key could remove an object
+        # that replaced the one meant (a new session that took an expired id over); the
+        # caller decides whether a plain DELETE is acceptable (delete_session falls back).
+        common.check_key(key)
+        return ConditionalDeleteUnsupported(
+            "obstore cannot send a DELETE with If-Match", key=key, code="NotImplemented")
 
 
 class ObstoreStore(_ObstoreBase):
@@ -112,6 +123,10 @@ class ObstoreStore(_ObstoreBase):
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Not possible through obstore: ConditionalDeleteUnsupported, nothing sent or counted."""
+        raise self._no_conditional_delete(key)
+
 
 class AsyncObstoreStore(_ObstoreBase):
     """S3 (or any S3-compatible store) through obstore, awaited."""
@@ -184,3 +199,7 @@ class AsyncObstoreStore(_ObstoreBase):
             await obstore.delete_async(self.client, key)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Not possible through obstore: ConditionalDeleteUnsupported, nothing sent or counted."""
+        raise self._no_conditional_delete(key)

@@ -97,6 +97,18 @@ class MemoryStore:
         with self._lock:
             self._objects.pop(key, None)
 
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag``: PreconditionFailed if it differs,
+        ObjectNotFound if the key is missing (S3's replies to ``If-Match`` on DELETE)."""
+        self.requests.add("DELETE")
+        with self._lock:
+            found = self._objects.get(key)
+            if found is None:
+                raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+            if found[1].strip('"') != etag.strip('"'):
+                raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+            del self._objects[key]
+
     # Not part of the store protocol: for tests and tools.
 
     def put_raw(self, key: str, body: bytes, *, mtime_ms: int | None = None) -> str:
@@ -143,6 +155,10 @@ class AsyncMemoryStore:
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
         self.sync.delete(key)
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag`` (see :meth:`MemoryStore.delete_if_match`)."""
+        self.sync.delete_if_match(key, etag)
 
 
 def _now_ms() -> int:

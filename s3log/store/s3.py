@@ -114,3 +114,12 @@ class S3Store:
             self.client.delete_object(Bucket=self.bucket, Key=key)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
+        PreconditionFailed if it differs, ObjectNotFound if the key is missing."""
+        self.requests.add("DELETE")
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
+        except CAUGHT as exc:
+            raise map_error(exc, key) from exc
