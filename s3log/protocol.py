@@ -1571,7 +1571,8 @@ def gc(
     Expired sessions (tombstone heads, :mod:`s3log.retention`) list no segments, so
     theirs are collected like any unreferenced segment, from the tombstone's
     ``retired_at``. The tombstone itself stays (``Log.delete`` removes it): a new
-    session may take the id over from it at any time, and a DELETE is not conditional.
+    session may take the id over from it at any time, and a DELETE is not conditional
+    on every store (obstore has none).
     """
     grace = max(older_than_ms, commit_deadline_ms)
     objects, _ = yield from list_all(layout.sessions_prefix)
