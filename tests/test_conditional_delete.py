@@ -242,13 +242,8 @@ def test_after_a_lost_reply_a_404_on_the_resent_delete_means_it_landed() -> None
     the one sent again meets a 404 (the first landed late). The head is gone: the delete
     goes on and removes what it listed, instead of failing or resending forever."""
     mem = s3log.MemoryStore()
-    log = s3log.Log(mem, config=LogConfig(tail_max_bytes=1024, pending_max_bytes=0))
-    w = log.create(SID)
-    w.append("k", {"pad": "x" * 1500})
-    w.commit()
-    head_key = log.layout.head(SID)
-    head = mem.get(head_key)
-    listing = mem.list(log.layout.session_dir(SID))
+    log = _log(mem, Clock(T0))
+    head_key, head, listing = _one_segment_session(mem, log)
     others = [o.key for o in listing.objects if o.key != head_key]
     assert others
     lost = TransientStoreError("reply lost", key=head_key, code="RequestTimeout")
@@ -267,6 +262,16 @@ def test_after_a_lost_reply_a_404_on_the_resent_delete_means_it_landed() -> None
     assert isinstance(last, Parallel) and set(others) <= {o.key for o in last.ops}  # type: ignore[attr-defined]
 
 
+def _one_segment_session(mem: s3log.MemoryStore, log: s3log.Log) -> tuple[str, Blob, ListPage]:
+    """Session SID with a segment beside its head: the head's key, the head as read,
+    and the listing of the session (what a delete reads first)."""
+    w = log.create(SID)
+    w.append("k", {"pad": "x" * 1500})
+    w.commit()
+    head_key = log.layout.head(SID)
+    return head_key, mem.get(head_key), mem.list(log.layout.session_dir(SID))
+
+
 def assert_etag(op: Any, head: Blob) -> None:
     assert isinstance(op, DeleteIfMatch) and op.etag == head.etag
 
@@ -277,12 +282,7 @@ def test_a_precondition_failure_then_another_session_deletes_nothing_more() -> N
     mem = s3log.MemoryStore()
     clock = Clock(T0)
     log = _log(mem, clock)
-    w = log.create(SID)
-    w.append("k", {"pad": "x" * 1500})
-    w.commit()
-    head_key = log.layout.head(SID)
-    first = mem.get(head_key)
-    listing = mem.list(log.layout.session_dir(SID))
+    head_key, first, listing = _one_segment_session(mem, log)
     log.delete(SID)
     clock.t += 1000
     log.create(SID)  # another session at the id (another creator nonce and time)

@@ -520,25 +520,8 @@ def test_a_conditional_delete_and_a_conditional_put_have_one_winner(subject: Sub
     for round_ in range(8):
         k = f"{subject.base}race{round_}"
         etag = s.put_if_absent(k, b"v1")
-        if isinstance(s, Blocking):
-            async def race(coros: list[Any]) -> list[Any]:
-                return list(await asyncio.gather(*coros, return_exceptions=True))
-
-            puts = [s.inner.put_if_match(k, f"m{i}".encode(), etag) for i in range(3)]
-            results = s.loop.run_until_complete(race([s.inner.delete_if_match(k, etag), *puts]))
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            def attempt(call: Callable[[], object]) -> object:
-                try:
-                    return call()
-                except StoreError as exc:
-                    return exc
-
-            calls: list[Callable[[], object]] = [lambda: s.delete_if_match(k, etag)]
-            calls += [lambda i=i: s.put_if_match(k, f"m{i}".encode(), etag) for i in range(3)]
-            with ThreadPoolExecutor(4) as pool:
-                results = list(pool.map(attempt, calls))
+        results = _race(s, [("delete_if_match", (k, etag)),
+                            *(("put_if_match", (k, f"m{i}".encode(), etag)) for i in range(3))])
         won = [r for r in results if not isinstance(r, StoreError)]
         assert len(won) == 1, results
         # Losers are told so: 412 (or 409 in flight), or 404 for a PUT after the DELETE won.
@@ -571,31 +554,36 @@ def test_every_request_is_counted_once_failures_included(subject: Subject) -> No
     assert s.requests.total == 10
 
 
+def _race(s: Any, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    """Send ``calls`` (store method, arguments) at once: per call its result or StoreError.
+
+    An async store's coroutines are gathered on its loop, a blocking store's calls run
+    on as many threads.
+    """
+    if isinstance(s, Blocking):
+        async def race() -> list[Any]:
+            coros = [getattr(s.inner, name)(*args) for name, args in calls]
+            return list(await asyncio.gather(*coros, return_exceptions=True))
+
+        return s.loop.run_until_complete(race())  # type: ignore[no-any-return]
+    from concurrent.futures import ThreadPoolExecutor
+
+    def attempt(call: tuple[str, tuple[Any, ...]]) -> object:
+        try:
+            return getattr(s, call[0])(*call[1])
+        except StoreError as exc:
+            return exc
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(attempt, calls))
+
+
 def test_one_winner_among_racing_creates_and_replaces(subject: Subject) -> None:
     """Create-only and If-Match PUTs are compare-and-swap: of N racers exactly one wins."""
     s, k = subject.store, subject.base + "race"
-    if isinstance(s, Blocking):
-        async def race(coros: list[Any]) -> list[Any]:
-            return list(await asyncio.gather(*coros, return_exceptions=True))
-
-        results = s.loop.run_until_complete(race([s.inner.put_if_absent(k, f"{i}".encode()) for i in range(6)]))
-        etag = next(r for r in results if isinstance(r, str))
-        results2 = s.loop.run_until_complete(race([s.inner.put_if_match(k, f"m{i}".encode(), etag)
-                                                   for i in range(6)]))
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def attempt(call: Callable[[], str]) -> object:
-            try:
-                return call()
-            except StoreError as exc:
-                return exc
-
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(attempt, [lambda i=i: s.put_if_absent(k, f"{i}".encode()) for i in range(6)]))
-            etag = next(r for r in results if isinstance(r, str))
-            results2 = list(pool.map(attempt, [lambda i=i: s.put_if_match(k, f"m{i}".encode(), etag)
-                                               for i in range(6)]))
+    results = _race(s, [("put_if_absent", (k, f"{i}".encode())) for i in range(6)])
+    etag = next(r for r in results if isinstance(r, str))
+    results2 = _race(s, [("put_if_match", (k, f"m{i}".encode(), etag)) for i in range(6)])
     for outcome in (results, results2):
         winners = [r for r in outcome if isinstance(r, str)]
         assert len(winners) == 1
@@ -654,11 +642,15 @@ def test_create_only_put_faults_map_to_the_same_error_on_every_store(
             s.get(k)
 
 
-@pytest.mark.parametrize(
+#: The faults of an If-Match request (PUT or DELETE): those of a PUT, and 404 for a missing key.
+IF_MATCH_FAULTS = pytest.mark.parametrize(
     ("name", "action", "error", "landed"),
     [*PUT_FAULTS, ("404-no-key", Status(404, "NoSuchKey"), ObjectNotFound, False)],
     ids=[*(f[0] for f in PUT_FAULTS), "404-no-key"],
 )
+
+
+@IF_MATCH_FAULTS
 def test_if_match_put_faults_map_to_the_same_error_on_every_store(
     http_subject: Subject, name: str, action: Action, error: type[StoreError], landed: bool
 ) -> None:
@@ -673,11 +665,7 @@ def test_if_match_put_faults_map_to_the_same_error_on_every_store(
     assert s.get(k).body == (b"v2" if landed else b"v1")
 
 
-@pytest.mark.parametrize(
-    ("name", "action", "error", "landed"),
-    [*PUT_FAULTS, ("404-no-key", Status(404, "NoSuchKey"), ObjectNotFound, False)],
-    ids=[*(f[0] for f in PUT_FAULTS), "404-no-key"],
-)
+@IF_MATCH_FAULTS
 def test_if_match_delete_faults_map_to_the_same_error_on_every_store(
     http_subject: Subject, name: str, action: Action, error: type[StoreError], landed: bool
 ) -> None:

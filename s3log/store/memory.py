@@ -52,11 +52,7 @@ class MemoryStore:
         self.requests.add("PUT")
         new = _etag(body)
         with self._lock:
-            found = self._objects.get(key)
-            if found is None:
-                raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
-            if found[1].strip('"') != etag.strip('"'):
-                raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+            self._check_match(key, etag)
             self._objects[key] = (bytes(body), new, _now_ms())
         return new
 
@@ -102,12 +98,16 @@ class MemoryStore:
         ObjectNotFound if the key is missing (S3's replies to ``If-Match`` on DELETE)."""
         self.requests.add("DELETE")
         with self._lock:
-            found = self._objects.get(key)
-            if found is None:
-                raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
-            if found[1].strip('"') != etag.strip('"'):
-                raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+            self._check_match(key, etag)
             del self._objects[key]
+
+    def _check_match(self, key: str, etag: str) -> None:
+        # If-Match, PUT or DELETE: checked under the lock the write then holds (one step).
+        found = self._objects.get(key)
+        if found is None:
+            raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+        if found[1].strip('"') != etag.strip('"'):
+            raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
 
     # Not part of the store protocol: for tests and tools.
 
