@@ -1536,7 +1536,7 @@ def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag:
         if current is None:
             return True  # this DELETE landed before its reply was lost, or another delete did
         found, found_etag = current
-        if found_etag.strip('"') == etag.strip('"'):
+        if decide.etags_equal(found_etag, etag):
             continue  # still the head read: the DELETE did not land; send it again
         if found.created_at != head.created_at or found.creator != head.creator:
             # A takeover: created anew (the creator nonce and time are the new session's).
