@@ -352,12 +352,15 @@ def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> bo
 
     Iterative (an explicit stack), so hostile depth cannot exhaust Python's stack either.
     """
+    if type(data) is dict and max_depth > 0 and _flat_map_ok(kind, data, session):
+        return True
     plain = True
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, str):
-            _check_text(kind, value, session)
+            if not value.isascii():  # ASCII text is always valid Unicode
+                _check_text(kind, value, session)
             continue
         if isinstance(value, (dict, list, tuple)):
             if depth >= max_depth:
@@ -371,6 +374,26 @@ def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> bo
         elif type(value) not in _PLAIN_SCALARS:
             plain = False
     return plain
+
+
+def _flat_map_ok(kind: str, data: dict[Any, Any], session: str | None) -> bool:
+    """Whether ``data`` is a map of text and plain scalars only (the common entry), each
+    text valid Unicode: then :func:`_check_tree` is done in one pass, with no stack. A
+    key or value of any other type (a nested map or array, a tag...) returns False and
+    the whole tree is checked the general way."""
+    for k, v in data.items():
+        tk, tv = type(k), type(v)
+        if tk is str:
+            if not k.isascii():
+                _check_text(kind, k, session)
+        elif tk not in _PLAIN_SCALARS:
+            return False
+        if tv is str:
+            if not v.isascii():
+                _check_text(kind, v, session)
+        elif tv not in _PLAIN_SCALARS:
+            return False
+    return True
 
 
 def _check_text(kind: str, text: str, session: str | None) -> None:

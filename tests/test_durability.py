@@ -119,7 +119,13 @@ def test_deep_data_within_the_bound_reads_back_and_forks() -> None:
     assert log.read(child).seed[0]["data"] == value
 
 
-@pytest.mark.parametrize(("kind", "data"), [("bad\ud800", 1), ("k", "bad\ud800"), ("k", {"bad\udfff": 1})])
+@pytest.mark.parametrize(("kind", "data"), [
+    ("bad\ud800", 1), ("k", "bad\ud800"), ("k", {"bad\udfff": 1}),
+    # A flat map is checked in one pass (codec._flat_map_ok): its keys and values too,
+    # ASCII or not, and a map holding more than text and scalars the general way.
+    ("k", {"role": "user", "content": "caf\u00e9 bad\udc80", "n": 1}), ("k", {"ok": "\u00e9", 7: "x\ud800"}),
+    ("k", {"role": "user", "parts": ["fine", {"deep": "bad\ud800"}]}),
+])
 def test_lone_surrogates_are_refused_at_append_and_never_block_others(kind: str, data: object) -> None:
     # Defect 3: accepted, then every later commit raised a raw UnicodeEncodeError.
     log = s3log.Log(s3log.MemoryStore())
@@ -383,3 +389,17 @@ def test_equal_entries_of_another_writer_are_not_taken_for_ours(on_conflict: str
         assert result.fork is not None, "a's entry was never stored in the parent: it goes to a fork"
         assert [e.kind for e in log.read(result.fork.child).entries][-1] == "pop"
     assert len(log.read(sid).entries) == 1
+
+
+def test_flat_maps_of_valid_text_and_scalars_are_kept_as_given_and_depth_is_still_bounded() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    flat = {"role": "assistant", "content": "caf\u00e9 \U0001f600", 3: True, "n": None, "b": b"\x00", "f": 1.5}
+    w.append("k", flat)
+    deep: object = "leaf"
+    for _ in range(300):
+        deep = {"d": deep}
+    with pytest.raises(InvalidEntryError, match="deeper"):
+        w.append("k", deep)
+    w.commit()
+    assert [e.data for e in log.read(w.session_id).entries] == [flat]
