@@ -674,9 +674,24 @@ def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
             # An ancestor was deleted: the lineage ends there, and says so.
             steps.append(LineageStep(current, None))
             break
+        if steps and not is_expired(head) and not (yield from _still_holds(layout, head, steps[-1].parent)):
+            # Another session took the id over (a new root chain over an expired or
+            # deleted parent): it is not the parent, and the lineage ends here.
+            steps.append(LineageStep(current, None, replaced=True))
+            break
         steps.append(LineageStep(current, head.parent, is_expired(head)))
         current = head.parent.session if head.parent else None
     return steps
+
+
+def _still_holds(layout: Layout, head: Head, ref: ParentRef | None) -> Proc[bool]:
+    """Whether ``head``'s chain still holds the entry a child forked after (``ref``):
+    false when the session at that id is another one now. A fork of an empty chain
+    (seq -1) is held by any."""
+    if ref is None or ref.seq < 0:
+        return True
+    entry = yield from entry_at(layout, head, ref.seq)
+    return entry is not None and entry.hash == ref.hash
 
 
 # ---------------------------------------------------------------------------- writing

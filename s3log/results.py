@@ -142,11 +142,15 @@ class LineageStep:
     """One session of a lineage and where it forked from (None for the root).
 
     ``expired``: the session was expired by retention; its fork still holds its seed.
+    ``replaced``: another session lives at this id now (it took an expired or deleted
+    parent's id over; its chain does not hold the entry the child forked after): the
+    lineage ends here, ``parent`` None, as for a deleted ancestor.
     """
 
     session: str
     parent: ParentRef | None
     expired: bool = False
+    replaced: bool = False
 
 # ----------------------------------------------------------------------------- listings
 

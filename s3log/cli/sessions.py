@@ -252,7 +252,9 @@ def lineage(
     """Show a session's family: its ancestors and everything forked from them."""
     with command_log(ctx) as log:
         steps = log.lineage(session)
-        root = steps[-1].session
+        # A replaced ancestor (another session at its id now) is not drawn as the root:
+        # its children would be that other session's.
+        root = next(s.session for s in reversed(steps) if not s.replaced)
         edges: list[tuple[str, str]] = []
 
         def collect(sid: str) -> None:
@@ -264,7 +266,8 @@ def lineage(
     if as_json:
         emit_json({
             "session": session, "root": root,
-            "ancestors": [{"session": s.session, "parent": s.parent.to_map() if s.parent else None} for s in steps],
+            "ancestors": [{"session": s.session, "parent": s.parent.to_map() if s.parent else None,
+                           "expired": s.expired, "replaced": s.replaced} for s in steps],
             "edges": [{"parent": a, "child": b} for a, b in edges],
         })
         return
