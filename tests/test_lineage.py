@@ -13,16 +13,7 @@ from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.testing import LocalS3
 
-T0 = 1_800_000_000_000
-DAY = 86_400_000
-
-
-class Clock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
+from .test_review_s8b import DAY, T0, Clock
 
 
 def test_a_parent_id_taken_over_ends_the_lineage_instead_of_naming_the_new_session() -> None:
