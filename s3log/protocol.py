@@ -64,7 +64,7 @@ from .errors import (
 from .ids import validate_session_id
 from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
-from .ops import Blob, Delete, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
+from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
@@ -1585,9 +1585,10 @@ def gc(
 
     Expired sessions (tombstone heads, :mod:`s3log.retention`) list no segments, so
     theirs are collected like any unreferenced segment, from the tombstone's
-    ``retired_at``. The tombstone itself stays (``Log.delete`` removes it): a new
-    session may take the id over from it at any time, and a DELETE is not conditional
-    on every store (obstore has none).
+    ``retired_at``. The tombstone itself goes once as old, and only with ``If-Match`` on
+    the ETag just read: a new session may take the id over from it at any time, and a
+    DELETE by key could delete that session. On a store that cannot make a DELETE
+    conditional (obstore) tombstones stay (``Log.delete`` removes one).
     """
     grace = max(older_than_ms, commit_deadline_ms)
     objects, _ = yield from list_all(layout.sessions_prefix)
@@ -1607,7 +1608,9 @@ def gc(
     with_head = {r.session for r in rows}
     # A pending segment is kept too: its writer may move it into the manifest next.
     referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
+    etags = {r.session: r.etag for r in rows}
     doomed: list[str] = []
+    tombstones: dict[str, str] = {}  # head key -> the ETag read, for its If-Match DELETE
     young = 0
     for sid, objs in by_session.items():
         if sid in broken:
@@ -1619,6 +1622,16 @@ def gc(
                             and now - head.retired_at < older_than_ms + commit_deadline_ms)
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
+            if o.key == layout.head(sid):
+                etag = etags.get(sid)
+                if head is None or not is_expired(head) or etag is None:
+                    continue
+                if retired_recently or now - o.last_modified_ms < grace:
+                    young += 1
+                else:
+                    tombstones[o.key] = etag
+                    doomed.append(o.key)
+                continue
             if rest.startswith("seg/"):
                 garbage = o.key not in referenced
                 recent = retired_recently
@@ -1635,12 +1648,14 @@ def gc(
                 young += 1
             else:
                 doomed.append(o.key)
-    # A tombstone (an expired session's head) is never deleted: a DELETE cannot be made
-    # conditional on every store, and a new session may take over the id at any moment
-    # (If-Match on the tombstone); deleting by key could then delete that session.
+    # A tombstone is deleted only if it is still the head read (If-Match): a new session
+    # may take the id over from it at any moment, and that one must not be deleted. A
+    # 412 (taken over), a 404 (deleted meanwhile) or a store that cannot make a DELETE
+    # conditional (obstore: nothing is sent) leaves whatever is there.
     deleted: list[str] = []
     if doomed and not dry_run:
-        results = yield from ops.parallel([Delete(k) for k in doomed])
+        results = yield from ops.parallel(
+            [DeleteIfMatch(k, tombstones[k]) if k in tombstones else Delete(k) for k in doomed])
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)

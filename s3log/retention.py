@@ -24,11 +24,12 @@ atomic against a writer:
   makes them self-contained) and their lineage shows the parent as expired.
 
 The tombstone's ``retired_at`` starts gc's grace period: a reader holding the old head
-can still read its segments for that long; then ``gc`` deletes them. The tombstone
-stays, a small object, until a new session takes over the id (replacing it with
-If-Match) or ``Log.delete`` removes it: gc never deletes a head, since a DELETE cannot
-be made conditional on every store. Nothing is ever half-deleted: until gc runs the
-data is all there, and after it only unreferenced objects were removed.
+can still read its segments for that long; then ``gc`` deletes them, and the tombstone
+with ``If-Match`` on the ETag it read, so a new session that took the id over meanwhile
+(replacing the tombstone with If-Match) is kept. On a store that cannot make a DELETE
+conditional (obstore) the tombstone stays until the id is taken over or ``Log.delete``
+removes it. Nothing is ever half-deleted: until gc runs the data is all there, and
+after it only unreferenced objects were removed.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_a_writer_that_commits_after_the_tombstone_forks_and_loses_nothing() -> 
     assert log.read(child).entries[-1].data == "child lives"
 
 
-def test_gc_collects_an_expired_session_after_the_grace_period_but_keeps_its_tombstone() -> None:
+def test_gc_collects_an_expired_session_and_its_tombstone_after_the_grace_period() -> None:
     store, clock, log, ids = _world()
     sid = ids["idle1"]
     segments = log.head(sid).segments
@@ -185,13 +185,66 @@ def test_gc_collects_an_expired_session_after_the_grace_period_but_keeps_its_tom
     assert not [k for k in early.deleted if sid in k]  # a reader of the old head has the grace period
     clock.t += 2 * 3_600_000
     late = log.gc(older_than_ms=3_600_000)
-    assert set(segments) <= set(late.deleted) and log.layout.head(sid) not in late.deleted
-    # Only the tombstone is left: gc never deletes a head (a new session may take it over).
-    assert [k for k in store.all_keys() if f"/sessions/{sid}/" in k] == [log.layout.head(sid)]
-    with pytest.raises(s3log.SessionExpired):
-        log.read(sid)
-    assert log.delete(sid) == 1
+    # The tombstone goes too, with If-Match on the ETag gc read (a takeover is kept).
+    assert set(segments) | {log.layout.head(sid)} <= set(late.deleted)
     assert not [k for k in store.all_keys() if f"/sessions/{sid}/" in k]
+    with pytest.raises(s3log.SessionNotFound):
+        log.read(sid)
+
+
+class _NoConditionalDelete(s3log.MemoryStore):
+    """A store that cannot make a DELETE conditional, as obstore cannot."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        raise s3log.errors.ConditionalDeleteUnsupported("no If-Match on DELETE here", key=key)
+
+
+def test_gc_keeps_a_tombstone_on_a_store_without_conditional_delete() -> None:
+    store = _NoConditionalDelete()
+    clock = Clock(T0)
+    log = _log(store, clock)
+    w = log.create("idle")
+    w.append("k", {"pad": "x" * 50_000})
+    w.commit()
+    w.append("k", 2)
+    w.commit()
+    clock.t += 40 * DAY_MS
+    assert log.expire(idle_for=timedelta(days=30)).expired == ["idle"]
+    clock.t += 2 * 3_600_000
+    report = log.gc(older_than_ms=3_600_000)
+    assert log.layout.head("idle") in report.unreferenced and log.layout.head("idle") not in report.deleted
+    assert [k for k in store.all_keys() if "/sessions/idle/" in k] == [log.layout.head("idle")]
+    with pytest.raises(s3log.SessionExpired):
+        log.read("idle")
+    assert log.delete("idle") == 1
+
+
+class _TakeoverBeforeDelete(s3log.MemoryStore):
+    """Runs ``hook`` once just before a head is deleted: what another process does
+    between gc's read of a tombstone and its DELETE of it."""
+
+    hook = None
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        if key.endswith("/head") and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        super().delete_if_match(key, etag)
+
+
+def test_gc_never_deletes_a_session_that_took_over_a_tombstone_it_read() -> None:
+    store = _TakeoverBeforeDelete()
+    clock = Clock(T0)
+    log = _log(store, clock)
+    log.create("thread-7").append_durable("k", "old")
+    clock.t += 40 * DAY_MS
+    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
+    clock.t += 2 * 3_600_000
+    acked: list[s3log.Entry] = []
+    store.hook = lambda: acked.append(log.create("thread-7").append_durable("k", "after expiry"))
+    report = log.gc(older_than_ms=3_600_000)
+    assert acked and log.layout.head("thread-7") not in report.deleted
+    assert [e.hash for e in log.read("thread-7").entries] == [acked[0].hash]
 
 
 def test_expire_refuses_bad_arguments_before_reading_anything() -> None:
