@@ -1502,6 +1502,12 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
             if etag is not None:
                 raise ConflictError(session, {"etag": etag}, None)
             continue  # the same session moved on: what it stores now is listed again
+        # A new session at the id writes its first segment before its first head (beside
+        # it, or before it when flushing sequentially), so that segment can be listed
+        # here and its head land after ours is gone: a segment starting a chain (seq 0)
+        # that the head deleted does not name, young enough for a head to still name it
+        # (gc's commit deadline), is left for gc, which deletes it once no head does.
+        objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o)]
         keys = [o.key for o in objects]
         if head.parent is not None:
             keys.append(layout.fork_marker(head.parent.session, session))
@@ -1514,6 +1520,15 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
                     raise res
         return 1 + len(objects)
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
+
+
+def _maybe_anothers_first(layout: Layout, cfg: LogConfig, session: str, head: Head, o: ObjectInfo) -> bool:
+    """Whether ``o`` may be the first segment of a session created at the id after ``head``
+    is deleted (written before that session's create-only head PUT, which may land yet)."""
+    if o.key in head.segments or (head.pending is not None and o.key == head.pending.key):
+        return False
+    parsed = parse_segment_key(o.key) if layout.is_segment_of(session, o.key) else None
+    return parsed is not None and parsed[0] == 0 and cfg.env.now_ms() - o.last_modified_ms < cfg.commit_deadline_ms
 
 
 def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag: str) -> Proc[bool]:
