@@ -1195,7 +1195,16 @@ def commit(
     while attempts_left > 0:
         attempts_left -= 1
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
-        plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease, journal=journal)
+        try:
+            plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease, journal=journal)
+        except SessionNotFound:
+            if not over_tombstone or journal.in_doubt:
+                raise
+            # The tombstone this create replaced (If-Match) was deleted meanwhile, and
+            # no PUT of ours can have landed (404, nothing in doubt): the id is free now,
+            # so the session is created there as on a missing id (create-only).
+            ws, over_tombstone = replace(ws, etag=None), False
+            continue
         if outcome.uncertain:
             uncertain = len(entries)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
@@ -1299,8 +1308,14 @@ def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc
     """
     plan, outcome, written = yield from _write(layout, cfg, ws, [])
     if outcome.kind != "committed" and outcome.found is not None and is_expired(outcome.found[0]):
+        fresh = ws
         ws = _over_tombstone(ws, outcome.found[0], outcome.found[1], cfg.env.now_ms())
-        plan, outcome, written = yield from _write(layout, cfg, ws, [])
+        try:
+            plan, outcome, written = yield from _write(layout, cfg, ws, [])
+        except SessionNotFound:
+            # The tombstone was deleted meanwhile (Log.delete): the id is free, create it.
+            ws = fresh
+            plan, outcome, written = yield from _write(layout, cfg, ws, [])
     if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
         return _advance(cfg, ws, plan, outcome.etag, ws.state, written)
     raise SessionExists(ws.session)

@@ -90,3 +90,68 @@ def test_delete_keeps_the_pending_segment_of_a_session_created_while_it_ran() ->
     second = new.commit().acked
     assert [e.hash for e in log.read(SID).entries] == [e.hash for e in first + second]
     assert log.verify(SID).ok
+
+
+# ---------------------------------------------------------------- a takeover losing to a delete
+
+T0 = 1_800_000_000_000
+DAY = 86_400_000
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class _HookedMatch(s3log.MemoryStore):
+    """Runs ``hook`` once, just before the first If-Match PUT of ``SID``'s head."""
+
+    hook: Any = None
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if key.endswith(f"/sessions/{SID}/head") and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return super().put_if_match(key, body, etag)
+
+
+def _expired_session() -> tuple[_HookedMatch, s3log.Log]:
+    from datetime import timedelta
+
+    from s3log.env import Env
+
+    clock = _Clock()
+    store = _HookedMatch()
+    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(7, clock)))
+    old = log.create(SID)
+    old.append("k", {"old": 0})
+    old.commit()
+    clock.t += 40 * DAY
+    assert log.expire(idle_for=timedelta(days=30)).expired == [SID]
+    return store, log
+
+
+def test_append_latest_creating_over_a_tombstone_that_a_delete_removes_creates_the_session() -> None:
+    """append_latest with create_meta over an expired id: its PUT replaces the tombstone
+    with If-Match, and Log.delete removes the tombstone first (404). The id is free: the
+    documented behaviour is to create the session. Before: SessionNotFound ("it was
+    deleted while this writer held it"), though create_meta was given."""
+    store, log = _expired_session()
+    store.hook = lambda: log.delete(SID)
+    acked = log.append_latest(SID, [("k", {"new": 0})], create_meta={}).acked
+    assert [e.data for e in log.read(SID).entries] == [{"new": 0}]
+    assert [e.hash for e in log.read(SID).entries] == [e.hash for e in acked]
+
+
+def test_create_over_a_tombstone_that_a_delete_removes_creates_the_session() -> None:
+    """Log.create over an expired id, the tombstone deleted just before its If-Match PUT:
+    the id is free, so the session is created. Before: SessionNotFound from create."""
+    store, log = _expired_session()
+    store.hook = lambda: log.delete(SID)
+    w = log.create(SID)
+    w.append("k", {"new": 0})
+    w.commit()
+    assert [e.data for e in log.read(SID).entries] == [{"new": 0}]
