@@ -295,3 +295,30 @@ def test_cli_expire_and_ls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3lo
     assert out.exit_code != 0 and "NAME=VALUE" in out.output
     out = runner.invoke(app, ["expire", "--idle", "1ms"], env=env)
     assert out.exit_code == 0 and "expired 4" in out.stdout
+
+
+class _GcBeforeHeadPut(s3log.MemoryStore):
+    """Runs ``hook`` once just before a head is replaced with If-Match."""
+
+    hook = None
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if key.endswith("/head") and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return super().put_if_match(key, body, etag)
+
+
+def test_a_takeover_whose_tombstone_gc_deletes_first_creates_the_session() -> None:
+    store = _GcBeforeHeadPut()
+    clock = Clock(T0)
+    log = _log(store, clock)
+    log.create("thread-7").append_durable("k", "old")
+    clock.t += 40 * DAY_MS
+    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
+    clock.t += 2 * 3_600_000
+    reports: list[s3log.GcReport] = []
+    store.hook = lambda: reports.append(log.gc(older_than_ms=3_600_000))
+    acked = log.create("thread-7").append_durable("k", "new")  # its If-Match PUT meets 404
+    assert reports and log.layout.head("thread-7") in reports[0].deleted
+    assert [e.hash for e in log.read("thread-7").entries] == [acked.hash]
