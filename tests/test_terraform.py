@@ -206,6 +206,10 @@ class Recording(s3log.MemoryStore):
         self.calls.append(("delete", key))
         super().delete(key)
 
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self.calls.append(("delete_if_match", key))
+        super().delete_if_match(key, etag)
+
 
 class Clock:
     """The recorded log's clock: the flows move it on by days (day rollover, idleness)."""
@@ -277,15 +281,19 @@ def _gc_flows(log: s3log.Log, store: Recording, sid: str) -> None:
     assert any(m == "delete" and k.startswith("s3log/activity/") for m, k in store.calls), "rm drops markers"
 
 
-def _sweep_flows(log: s3log.Log, clock: Clock) -> None:
+def _sweep_flows(log: s3log.Log, store: Recording, clock: Clock) -> None:
     """What the retention sweep runs, as scripts/sweep_lambda.py does: expire, then gc."""
+    # A dangling fork marker (its child has no head), planted behind the recorder's back.
+    sid = log.list_session_ids()[0]
+    store.put_raw(f"s3log/sessions/{sid}/forks/{uuid7()}", b"", mtime_ms=0)
     clock.ms += 40 * DAY_MS  # every session idle; the index's first days past keeping
     expired = log.expire(idle_for=timedelta(days=30))
     assert expired.expired and expired.pruned_days, expired
     log.gc(older_than_ms=3_600_000)  # the tombstones' segments stay for the grace period
     clock.ms += DAY_MS
-    collected = log.gc(older_than_ms=3_600_000)  # the next run collects them; tombstones stay
-    assert collected.deleted and all("/seg/" in k for k in collected.deleted), collected.deleted
+    collected = log.gc(older_than_ms=3_600_000)  # the next run collects them, and the tombstones
+    assert collected.deleted and all("/seg/" in k or k.endswith("/head") for k in collected.deleted)
+    assert any(k.endswith("/head") for k in collected.deleted), collected.deleted
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +314,7 @@ def recorded() -> dict[str, list[tuple[str, str]]]:
     take("reader")
     _gc_flows(log, store, sid)
     take("gc")
-    _sweep_flows(log, clock)
+    _sweep_flows(log, store, clock)
     take("sweep")
     return out
 
@@ -354,6 +362,8 @@ SUBSTITUTE = {
 }
 HEADER_KEYS = {"s3:if-match": "if-match", "s3:if-none-match": "if-none-match"}
 WRITE_HEADERS = {"put_if_absent": {"if-none-match"}, "put_if_match": {"if-match"}}
+#: The conditional headers each store method sends, deletes included.
+CALL_HEADERS = {**WRITE_HEADERS, "delete_if_match": {"if-match"}}
 
 
 def _resolve(text: str) -> str:
@@ -402,7 +412,7 @@ def _s3_calls(calls: list[tuple[str, str]]) -> set[S3Call]:
             if action == "s3:ListBucket":
                 out.add(S3Call(action, BUCKET_ARN, prefix=key))
             else:
-                out.add(S3Call(action, f"{BUCKET_ARN}/{key}", headers=frozenset(WRITE_HEADERS.get(method, ()))))
+                out.add(S3Call(action, f"{BUCKET_ARN}/{key}", headers=frozenset(CALL_HEADERS.get(method, ()))))
     return out
 
 
@@ -488,13 +498,22 @@ def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
 
 
 def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
+    stmt = _role_statements("gc")["DeleteSessionsAndMarkers"]
+    assert stmt["actions"] == ["s3:DeleteObject"]
+    assert stmt["resources"] == ["${local.sessions_arn}", "${local.activity_arn}"]
     for role in ("gc", "sweep"):
-        stmt = _role_statements(role)["DeleteSessionsAndMarkers"]
-        assert stmt["actions"] == ["s3:DeleteObject"]
-        assert stmt["resources"] == ["${local.sessions_arn}", "${local.activity_arn}"]
         assert _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"))
+        assert _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
+        assert _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/sessions/x/forks/y"))
         assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/other"))
         assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/elsewhere/sessions/x/head"))
+    # The sweep deletes a head (a tombstone past gc's grace) only with If-Match, so a
+    # session that took the id over is never deleted; gc also runs `s3log rm`, which
+    # deletes by key on a store without conditional DELETE (obstore).
+    head = f"{BUCKET_ARN}/s3log/sessions/x/head"
+    assert _allowed("sweep", S3Call("s3:DeleteObject", head, headers=frozenset({"if-match"})))
+    assert not _allowed("sweep", S3Call("s3:DeleteObject", head))
+    assert _allowed("gc", S3Call("s3:DeleteObject", head))
     assert _locals()["activity_arn"] == "${local.bucket_arn}/${var.prefix}/activity/*"
     assert _locals()["sessions_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*"
     assert _locals()["heads_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*/head"
@@ -502,7 +521,12 @@ def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
 
 def test_sweep_puts_heads_only_with_if_match(recorded: dict[str, list[tuple[str, str]]]) -> None:
     stmts = _role_statements("sweep")
-    assert set(stmts) == {"ReadHeads", "WriteTombstones", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
+    assert set(stmts) == {"ReadHeads", "WriteTombstones", "DeleteGarbageAndMarkers", "DeleteTombstones",
+                          "ListPrefix", "UseKey"}
+    assert stmts["DeleteTombstones"]["resources"] == ["${local.heads_arn}"]
+    assert stmts["DeleteTombstones"]["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
+    head_deletes = [m for m, k in recorded["sweep"] if k.endswith("/head") and m.startswith("delete")]
+    assert head_deletes and set(head_deletes) == {"delete_if_match"}
     tomb = stmts["WriteTombstones"]
     assert tomb["actions"] == ["s3:PutObject"] and tomb["resources"] == ["${local.heads_arn}"]
     assert tomb["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]

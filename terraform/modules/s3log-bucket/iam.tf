@@ -8,11 +8,15 @@
 #
 # gc (and rm) only list, read heads and delete: no PUT, so a leaked gc credential cannot
 # rewrite anything. The sweep (expire + gc) may PUT a head only with If-Match: it can
-# replace a head it has just read by a tombstone, never create or blindly overwrite one.
+# replace a head it has just read by a tombstone, never create or blindly overwrite one,
+# and delete a head (a tombstone past gc's grace) only with If-Match on the ETag read.
 
 locals {
   sessions_arn = "${local.bucket_arn}/${var.prefix}/sessions/*"
   heads_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/head"
+  # What gc deletes under a session besides its head: segments and fork markers.
+  segments_arn = "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*"
+  forks_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*"
   activity_arn = "${local.bucket_arn}/${var.prefix}/activity/*"
   # s3:prefix values of the LISTs: session folders, and the activity index's day folders.
   list_sessions = "${var.prefix}/sessions/*"
@@ -154,9 +158,21 @@ data "aws_iam_policy_document" "sweep" {
     }
   }
   statement {
-    sid       = "DeleteSessionsAndMarkers"
+    sid       = "DeleteGarbageAndMarkers"
     actions   = ["s3:DeleteObject"]
-    resources = [local.sessions_arn, local.activity_arn]
+    resources = [local.segments_arn, local.forks_arn, local.activity_arn]
+  }
+  # gc deletes a tombstone past its grace only if it is still the head it read: a new
+  # session that took the id over meanwhile is kept (412).
+  statement {
+    sid       = "DeleteTombstones"
+    actions   = ["s3:DeleteObject"]
+    resources = [local.heads_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-match"
+      values   = ["false"]
+    }
   }
   statement {
     sid       = "ListPrefix"
