@@ -1010,6 +1010,10 @@ def _write(
     except SegmentMissing:
         # Our view of the head is stale and gc collected what it listed: the head moved.
         current = yield from _read_head_or_none(layout, ws.session)
+        if current is None and ws.etag is not None:
+            # Deleted (Log.delete) while this writer held it: its segments went with the
+            # head. What the head PUT would have met (404), not corruption.
+            raise SessionNotFound(ws.session, "it was deleted while this writer held it") from None
         if current is None or decide.etags_equal(current[1], ws.etag):
             raise
         return None, _HeadOutcome("conflict", None, current), {}
@@ -1228,6 +1232,10 @@ def commit(
         others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
         landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
             else 0
+        if not landed and journal.forks and (is_expired(found_head) or found_head.creator != ws.head.creator
+                                             or found_head.created_at != ws.head.created_at):
+            # Expired since, or deleted and another session took the id over.
+            landed = _landed_before_expiry(ws.session, entries, journal.forks)
         done = entries[:landed]
         ends_at = done[-1].hash if done else ws.head.hash
         step = decide.after_lost(
@@ -1299,6 +1307,25 @@ def commit(
         journal.fork_sent = True
         attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
+
+
+def _landed_before_expiry(session: str, entries: Sequence[Entry], forks: Mapping[ParentRef, ForkDoubt]) -> int:
+    """How many of ``entries`` an earlier commit found landed in ``session`` before it
+    expired (or was deleted and the id taken over), as the fork it left undecided from
+    there proves (0 if none).
+
+    That commit found a prefix of these entries stored, forked from the end of it, and
+    left the fork undecided (its child may hold the rest). The tombstone that replaced
+    the head lists no entries (a new session at the id holds none of ours), so the
+    prefix cannot be found again; but the doubt's
+    parent names it exactly (its seq and hash are those of our own chain's entry):
+    forking from the same place forks into the same child, rather than storing the
+    rest a second time in a new one.
+    """
+    for k in range(len(entries) - 1, -1, -1):
+        if ParentRef(session, entries[k].seq, entries[k].hash, "conflict") in forks:
+            return k + 1
+    return 0
 
 
 def create_session(layout: Layout, cfg: LogConfig, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
@@ -1808,6 +1835,16 @@ def append_latest(
             return CommitResult(new_writer_state(session, reducer), acked, acked)
         except SessionExists:
             ws = None  # created by someone else meanwhile: append on top of theirs
+            continue
+        except SessionNotFound:
+            # Deleted (Log.delete, or gc's delete of a tombstone) after its head was read
+            # here: the If-Match PUT met 404, so no head of this call can land there any
+            # more, and what an earlier undecided PUT stored went with the session. With
+            # create_meta a missing session is created: read again (the id is free, or
+            # someone created it meanwhile).
+            if create_meta is None:
+                raise
+            ws = None
             continue
         return CommitResult(result.ws, acked + result.entries, acked + result.acked)
     raise StoreError(f"could not append to session {session}: the head kept changing")
