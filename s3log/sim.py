@@ -17,18 +17,30 @@ Everything follows from the seed: the scenario, the interleaving, the faults, th
 clock, and (through :meth:`s3log.env.Env.deterministic`) nonces and session ids. A
 failing seed replays exactly and prints one line per step.
 
+Half the scenarios add retention (drawn apart, so earlier seeds keep every other
+choice): an actor that now and then expires the sessions idle on the virtual clock
+(tombstones) and/or deletes one (``Log.delete``), and a creator that takes expired or
+deleted ids over (``Log.create``, ``append_latest`` with ``create_meta``). The store
+records every session that lived at each id, how it ended, and the chain of each head
+an expiry or a delete replaced (read as it ended): only those entries are legitimately
+gone.
+
 After every step that changed the store, the invariants are checked on a fresh load of
 each session it touched:
 
 1. no acknowledged entry is lost: each is in the session it was acked in, at its seq
-   and with its hash;
+   and with its hash, unless it was in the chain of a head an expiry or a delete
+   replaced (never a later session's at the id: a takeover's entries, or those a
+   writer meeting the tombstone forked, must stay);
 2. none is duplicated: each payload is acked at most once and stored at most once,
    in one chain of all the sessions (fork seeds are not counted, only entries);
 3. every stored chain verifies (:func:`s3log.protocol.load` on every session with a head);
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
-   ever forks, meets a conflict or finds its session taken;
+   ever forks, meets a conflict or finds its session taken, unless retention or the
+   creator changed its session since it opened it;
 5. gc never deletes a segment referenced by a head that was current within the grace
-   period before the delete;
+   period before the delete (``Log.delete`` may delete the segments of the session it
+   deleted and of expired ones at the id, never of a session that has not ended);
 6. no head ever lands listing a segment that is not stored at that moment (a segment
    written beside its head stays pending until confirmed: "acknowledged means
    readable now", not after a later commit).
@@ -45,7 +57,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import decide, protocol
+from . import decide, protocol, retention
 from .codec import FORK_KIND, Entry, Head, RunColumns, decode_head
 from .config import LogConfig, RetryPolicy
 from .core import CommitQueue, LogCore
@@ -55,10 +67,12 @@ from .errors import (
     ConditionalRequestConflict,
     ConflictError,
     CorruptionError,
+    EntryNotFound,
     PreconditionFailed,
     S3LogError,
     SessionExists,
     SessionNotFound,
+    SessionReplaced,
     StoreError,
     TransientStoreError,
 )
@@ -80,7 +94,7 @@ from .ops import (
     is_retryable,
 )
 from .protocol import ChainPosition, OnConflict, SessionData
-from .results import CommitResult, GcReport
+from .results import CommitResult, ExpireReport, GcReport
 from .store.base import ObjectStore
 from .store.memory import MemoryStore
 
@@ -145,6 +159,15 @@ class Scenario:
     #: LogConfig.tail_per_commit: 0 is the strict tail bound; 4 (the default) lets a big
     #: commit keep more inline (it matters only with pending_max_bytes set).
     tail_per_commit: int = 0
+    #: The retention actor: "" (none), "expire" (idle sessions), "delete" (a session
+    #: now and then), or "both".
+    retention: str = ""
+    #: How long a session must be idle for the retention actor's expire sweep.
+    idle_ms: int = 100
+    #: How often (on average) the retention actor runs.
+    retention_every_ms: int = 600
+    #: A creator taking over ids retention expired or deleted (with the retention actor).
+    creator: bool = False
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -190,6 +213,12 @@ class Scenario:
             # every choice above.
             decode=extra.random() < 0.5,
             tail_per_commit=extra.choice((0, 4)),
+            # Drawn after the choices above (keyword arguments are evaluated in order):
+            # the scenarios of earlier seeds keep them.
+            retention=extra.choice(("", "", "expire", "delete", "both", "both")),
+            idle_ms=extra.choice((20, 100, 400)),
+            retention_every_ms=extra.choice((150, 600)),
+            creator=extra.random() < 0.6,
         )
 
     def describe(self) -> str:
@@ -204,6 +233,8 @@ class Scenario:
             f"deadline={self.commit_deadline_ms}ms grace={self.grace_ms}ms steps={self.steps} "
             f"advance<={self.max_advance_ms}ms pending<={self.pending_max_bytes} decode={self.decode} "
             f"share={self.tail_per_commit}"
+            + (f" retention={self.retention}/idle={self.idle_ms}ms/every={self.retention_every_ms}ms"
+               f" creator={self.creator}" if self.retention else "")
         )
 
 
@@ -220,58 +251,134 @@ def _tail_bound(drawn: int, extra: random.Random) -> int:
 @dataclass(slots=True)
 class HeadLife:
     """One head body as stored: the segments it lists, when it became current and
-    when another replaced it (None while current)."""
+    when another replaced it or it was deleted (None while current)."""
 
     segments: frozenset[str]
     start: int
     end: int | None = None
     #: The head's ``retired_at`` (stamped when its commit was planned).
     retired_at: int | None = None
+    #: Which session lived at the id when it landed (an index into ``SimStore.lives``).
+    life: int = 0
+    #: A tombstone (retention): the session at the id expired.
+    tomb: bool = False
+
+
+#: What tells one session at an id from another that took it over: (created_at, creator).
+Ident = tuple[int, str | None]
+
+
+@dataclass(slots=True)
+class SessionLife:
+    """One session at an id, from its first head to its expiry (tombstone) and its
+    deletion (head deleted), and who ended it."""
+
+    ident: Ident
+    start: int
+    expired_at: int | None = None
+    deleted_at: int | None = None
+    deleted_by: str = ""
 
 
 class SimStore(MemoryStore):
     """A :class:`MemoryStore` stamping objects with the virtual clock and recording
-    what the invariants need: every head ever current, and which sessions changed."""
+    what the invariants need: every head ever current, which session lived at each id
+    (and how it ended), which sessions changed."""
 
     def __init__(self, clock: Callable[[], int], layout: Layout) -> None:
         super().__init__()
         self.clock = clock
         self.layout = layout
         self.heads: dict[str, list[HeadLife]] = {}
+        #: Per id, every session that lived there (a takeover starts another).
+        self.lives: dict[str, list[SessionLife]] = {}
         self.dirty: set[str] = set()
-        self.deletes: list[tuple[str, int]] = []
+        #: (key, when, who) of every DELETE since the last check.
+        self.deletes: list[tuple[str, int, str]] = []
+        #: Who last deleted each key.
+        self.deleted_by: dict[str, str] = {}
         #: Heads that landed listing a segment not stored at that moment (invariant 6).
         self.dangling: list[str] = []
+        #: The actor whose request is being performed (the simulator sets it).
+        self.who = ""
+        #: Per id, the entries legitimately gone: the chain of each head an expiry
+        #: (tombstone) or a delete replaced, as (seq, hash) -> the ident of its session.
+        self.gone: dict[str, dict[tuple[int, bytes], Ident]] = {}
+        #: Heads ended by retention that did not load at that moment (invariant 3).
+        self.unloadable: list[str] = []
+        #: Per id, the last time retention or the creator changed it (the premise of
+        #: invariant 4: writers of a solo scenario meet no competitor but these).
+        self.disturbed: dict[str, int] = {}
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create-only PUT, stamped with virtual time."""
         etag = super().put_if_absent(key, body)
-        self._landed(key, body)
+        self._landed(key, body, None)
         return etag
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Conditional PUT, stamped with virtual time."""
+        old = self._objects.get(key)
         new = super().put_if_match(key, body, etag)
-        self._landed(key, body)
+        self._landed(key, body, old[0] if old else None)
         return new
 
     def delete(self, key: str) -> None:
         """DELETE, recorded for invariant 5."""
+        old = self._objects.get(key)
         super().delete(key)
-        self._deleted(key)
+        self._deleted(key, old[0] if old else None)
 
     def delete_if_match(self, key: str, etag: str) -> None:
         """Conditional DELETE, recorded (when it deletes) as a DELETE is."""
+        old = self._objects.get(key)
         super().delete_if_match(key, etag)
-        self._deleted(key)
+        self._deleted(key, old[0] if old else None)
 
-    def _deleted(self, key: str) -> None:
+    def current(self, sid: str) -> HeadLife | None:
+        """The head stored at ``sid`` now (None if none is)."""
+        lives = self.heads.get(sid)
+        return lives[-1] if lives and lives[-1].end is None else None
+
+    def life_of(self, sid: str, life: HeadLife) -> SessionLife:
+        """The session ``life`` was a head of."""
+        return self.lives[sid][life.life]
+
+    def _deleted(self, key: str, old: bytes | None) -> None:
+        now = self.clock()
         sid = self.layout.session_of(key)
         if sid is not None:
             self.dirty.add(sid)
-        self.deletes.append((key, self.clock()))
+            if key.endswith("/head") and old is not None:
+                cur = self.current(sid)
+                assert cur is not None
+                cur.end = now
+                life = self.life_of(sid, cur)
+                life.deleted_at, life.deleted_by = now, self.who
+                if not cur.tomb:
+                    self._gone(sid, key, old)
+                self._disturb(sid, now)
+        self.deletes.append((key, now, self.who))
+        self.deleted_by[key] = self.who
 
-    def _landed(self, key: str, body: bytes) -> None:
+    def _disturb(self, sid: str, now: int) -> None:
+        if self.who in ("rt", "cr"):
+            self.disturbed[sid] = now
+
+    def _gone(self, sid: str, key: str, body: bytes) -> None:
+        """The head ``body`` (replaced by a tombstone, or deleted): its chain is legitimately gone."""
+        head = decode_head(body, key)
+        try:
+            data: SessionData = run_direct(self, protocol.load_from_head(self.layout, head, ""))
+        except S3LogError as exc:
+            self.unloadable.append(f"{key} v{head.version}: {type(exc).__name__}: {exc}")
+            return
+        ident = (head.created_at, head.creator)
+        gone = self.gone.setdefault(sid, {})
+        for e in data.entries:
+            gone[(e.seq, e.hash)] = ident
+
+    def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
         self.put_raw(key, body, mtime_ms=now)
         if not key.endswith("/head"):
@@ -281,9 +388,27 @@ class SimStore(MemoryStore):
         head = decode_head(body, key)
         self.dangling += [f"{key} v{head.version} lists {k}" for k in head.segments if k not in self._objects]
         lives = self.heads.setdefault(sid, [])
-        if lives:
-            lives[-1].end = now
-        lives.append(HeadLife(frozenset(head.segments), now, None, head.retired_at))
+        sessions = self.lives.setdefault(sid, [])
+        tomb = protocol.is_expired(head)
+        ident = (head.created_at, head.creator)
+        prev = self.current(sid)
+        if prev is not None:
+            prev.end = now
+        if prev is not None and tomb and not prev.tomb:
+            life = prev.life  # expired: the same session, ended
+            sessions[life].expired_at = now
+            assert old is not None
+            self._gone(sid, key, old)
+        elif prev is not None and not prev.tomb and sessions[prev.life].ident == ident:
+            life = prev.life  # a commit of the same session
+        else:
+            # A new session at the id: at a free id, over a tombstone (a takeover), or
+            # (a protocol bug) over another live session, whose entries are then not
+            # excused: invariant 1 catches their loss.
+            life = len(sessions)
+            sessions.append(SessionLife(ident, now))
+        lives.append(HeadLife(frozenset(head.segments), now, None, head.retired_at, life, tomb))
+        self._disturb(sid, now)
         self.dirty.add(sid)
 
 
@@ -392,6 +517,9 @@ class WriterActor(Actor):
         self.incarnation = 0
         self.count = 0
         self.commits = 0
+        #: When this writer last started opening (or creating) its session: retention
+        #: and the creator disturbing it since are competitors even in a solo scenario.
+        self.opened_at = 0
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         if self.dead:
@@ -399,6 +527,7 @@ class WriterActor(Actor):
             self.incarnation += 1
             sim.note(self, f"restarts (incarnation {self.incarnation}), opens {sim.short(self.sid)}")
         if self.core is None:
+            self.opened_at = sim.now
             return "open", self._open(sim)
         r = sim.rng
         if sim.calm:
@@ -475,14 +604,21 @@ class WriterActor(Actor):
         self.sid = value.session_id
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if isinstance(exc, SessionNotFound) and self.core is not None:
+            # Its head was deleted while this writer held it (Log.delete, or gc's delete of
+            # an expired session's tombstone): documented; the application reopens.
+            if not sim.disturbed_since(self.sid, self.opened_at):
+                raise Violation("writer", f"{self.name} raised {type(exc).__name__} with no session deleted: {exc}")
+            self.drop(sim, "session deleted; reopening")
+            return
         if isinstance(exc, ConflictError):
-            if sim.scenario.solo:
+            if sim.scenario.solo and not sim.disturbed_since(self.sid, self.opened_at):
                 raise Violation("4", f"{self.name} met a conflict with no competitor: {exc}")
             sim.settle_conflict(self, exc)
             self.drop(sim, "conflict")  # an application told to raise reopens, dropping what was not acked
             return
         if isinstance(exc, SessionExists):
-            if sim.scenario.solo:
+            if sim.scenario.solo and not sim.disturbed_since(self.sid, self.opened_at):
                 sim.refresh(self.sid)
                 stored = [_payload(e) for e in sim.chains.get(self.sid, [])]
                 if stored and stored == self.queued[: len(stored)]:
@@ -567,6 +703,8 @@ class ReaderActor(Actor):
             ended = sim.head_ended(head)
             if ended is not None and sim.now - ended >= sim.scenario.grace_ms:
                 return  # held past the grace period: gc may have collected it
+            if sim.deleted_since_held(head, exc.key):
+                return  # its session was deleted since (Log.delete promises no grace)
             raise Violation("5", f"{self.name} holding a head retired {sim.now - (ended or sim.now)}ms ago "
                                  f"(grace {sim.scenario.grace_ms}ms) could not read it: {exc}")
         raise Violation("3", f"{self.name} failed to read: {type(exc).__name__}: {exc}")
@@ -602,6 +740,7 @@ class ForkerActor(Actor):
     """Forks a stored session at a random committed seq (contended scenarios only)."""
 
     at_fork: tuple[int, bool] = (0, False)  # (at_seq, forking a fork) of the fork under way
+    target: tuple[str, int] = ("", 0)  # (session, when) of the fork under way
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         r = sim.rng
@@ -610,6 +749,7 @@ class ForkerActor(Actor):
         if not sids:
             return None
         sid = r.choice(sids)
+        self.target = (sid, sim.now)
         return f"fork {sim.short(sid)}", self._fork(sim, sid)
 
     def _fork(self, sim: Simulation, sid: str) -> Proc[str]:
@@ -626,10 +766,93 @@ class ForkerActor(Actor):
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, (StoreError, SessionNotFound, SessionExists)):
             return
+        if isinstance(exc, EntryNotFound) and sim.disturbed_since(*self.target):
+            return  # the seq it read is past the end of a session that took the id over since
         if isinstance(exc, CorruptionError) and "no fork entry" in exc.reason and self.at_fork == (-1, True):
             sim.known("fork-before-fork-entry", self, str(exc))
             return
         raise Violation("fork", f"fork raised {type(exc).__name__}: {exc}")
+
+
+class RetentionActor(Actor):
+    """Now and then expires the sessions idle for ``Scenario.idle_ms`` (the retention
+    sweep, on the virtual clock) and/or deletes a stored session (``Log.delete``)."""
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        sc = sim.scenario
+        self.wake_at = sim.now + r.randint(sc.retention_every_ms // 2, sc.retention_every_ms * 3 // 2)
+        if sc.retention == "expire" or (sc.retention == "both" and r.random() < 0.5):
+            return "expire", retention.expire(sim.layout, sim.config, idle_for_ms=sc.idle_ms, now=sim.now)
+        sids = sim.stored_sessions()
+        if not sids:
+            return None
+        sid = r.choice(sids)
+        return f"delete {sim.short(sid)}", protocol.delete_session(sim.layout, sid, sim.config)
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        if isinstance(value, ExpireReport):
+            sim.note(self, f"expired {' '.join(sim.short(s) for s in value.expired) or 'none'}"
+                           f"{' raced ' + ' '.join(sim.short(s) for s in value.raced) if value.raced else ''}"
+                           f"{' errors ' + str(len(value.errors)) if value.errors else ''}")
+        else:
+            sim.note(self, f"deleted {value} objects")
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        # Documented: a session taken over meanwhile (SessionReplaced), one gone already
+        # (SessionNotFound), a store that kept failing or heads that kept moving.
+        if isinstance(exc, (StoreError, SessionNotFound, SessionReplaced)):
+            return
+        raise Violation("retention", f"{self.what} raised {type(exc).__name__}: {exc}")
+
+
+class CreatorActor(Actor):
+    """Takes over ids retention expired or deleted: ``Log.create(sid)`` (an empty head,
+    over the tombstone or at the free id), or ``append_latest`` with ``create_meta``
+    (entries of its own, acknowledged like any writer's)."""
+
+    count = 0
+    #: The payloads of the append under way, and the session it appends to.
+    sending: tuple[str, list[str]] = ("", [])
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        self.wake_at = sim.now + r.randint(20, sim.scenario.retention_every_ms)
+        ended = [sid for sid, lives in sim.store.lives.items()
+                 if any(lf.expired_at is not None or lf.deleted_at is not None for lf in lives)]
+        if not ended:
+            return None
+        sid = r.choice(ended)
+        if r.random() < 0.4:
+            ws = sim.core.new_session(sid, {"by": self.name}, None)
+            return f"create {sim.short(sid)}", sim.core.create(ws)
+        names = []
+        for _ in range(r.randint(1, 2)):
+            self.count += 1
+            names.append(f"{self.name}.{self.count}")
+        sim.appended.update(names)
+        self.sending = (sid, names)
+        entries = [(KIND, {"p": p, "pad": "x" * r.randint(0, 60)}) for p in names]
+        return (f"append {sim.short(sid)} {' '.join(names)}",
+                sim.core.append_latest(sid, entries, {"by": self.name}, None))
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        if isinstance(value, ChainPosition):
+            sim.note(self, f"created {sim.short(value.session)}")
+            return
+        assert isinstance(value, CommitResult)
+        sid, names = self.sending
+        got = [_payload(e) for e in value.acked]
+        if got != names:
+            raise Violation("2", f"{self.name} appended {names} to {sim.short(sid)}, acked {got}")
+        sim.ack_direct(self, value.acked, value.session_id)
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if self.what.startswith("append"):
+            sim.dropped.update(self.sending[1])  # not acknowledged (it may have landed)
+        if isinstance(exc, (StoreError, SessionExists)):
+            return
+        raise Violation("creator", f"{self.what} raised {type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------------------- simulation
@@ -692,6 +915,10 @@ class Simulation:
         self.acked: dict[str, tuple[str, int, bytes]] = {}
         self.acked_by_session: dict[str, list[str]] = {}
         self.chains: dict[str, list[Entry]] = {}
+        #: The session (created_at, creator) whose chain ``chains`` holds, per id.
+        self.idents: dict[str, Ident | None] = {}
+        #: The session each acknowledged payload was acknowledged in (an id may see several).
+        self.ack_life: dict[str, Ident | None] = {}
         #: The session each stored payload is in (invariant 2 across chains: an entry
         #: stored in two sessions, e.g. forked twice, is duplicated too).
         self.stored_in: dict[str, str] = {}
@@ -708,6 +935,10 @@ class Simulation:
             self.actors.append(GcActor("gc"))
         if scenario.forker:
             self.actors.append(ForkerActor("fk"))
+        if scenario.retention:
+            self.actors.append(RetentionActor("rt"))
+            if scenario.creator:
+                self.actors.append(CreatorActor("cr"))
 
     # ------------------------------------------------------------------------ tracing
 
@@ -789,6 +1020,12 @@ class Simulation:
         every writer must get its pending entries committed."""
         self.calm = True
         self.note(None, "calm: no more faults, crashes, cancellations or appends; writers drain")
+        for actor in self.actors:
+            if isinstance(actor, CreatorActor) and actor.proc is not None and actor.what.startswith("append"):
+                # It stops here (only writers run from now on): what it was appending is
+                # not acknowledged, and its request in flight lands or not.
+                self.dropped.update(actor.sending[1])
+                self._abandon(actor, "calm", ghosts=False)
         while self.ghosts:
             who, op, _ = self.ghosts.pop(0)
             if self.rng.random() < 0.5:
@@ -851,6 +1088,7 @@ class Simulation:
         actor.proc, actor.reqs, actor.results, actor.sleeping = None, [], [], False
 
     def _land(self, who: str, op: Op, why: str) -> None:
+        self.store.who = who
         try:
             res: Any = perform(self.store, op)
         except StoreError as exc:
@@ -970,6 +1208,7 @@ class Simulation:
         perform_it = fault in (None, "timeout-landed") or (fault == "reset" and self.rng.random() < 0.5)
         value: Any
         if perform_it:
+            self.store.who = actor.name
             try:
                 value = perform(self.store, op)
             except StoreError as exc:
@@ -1025,9 +1264,27 @@ class Simulation:
         segs = frozenset(head.segments)
         ended: int | None = None
         for life in lives:
-            if life.segments == segs:
+            if life.segments == segs and not life.tomb:
                 ended = life.end
         return ended
+
+    def deleted_since_held(self, head: Head, key: str) -> bool:
+        """Whether the session of ``head`` (its session's life at the id, not a later
+        one) was deleted by ``Log.delete`` since, or expired and its segment ``key``
+        deleted by ``Log.delete`` of the id: no grace promised."""
+        ident = (head.created_at, head.creator)
+        segs = frozenset(head.segments)
+        for life in self.store.heads.get(head.session, []):
+            lf = self.store.life_of(head.session, life)
+            if life.segments == segs and not life.tomb and lf.ident == ident:
+                if lf.deleted_at is not None and lf.deleted_by == "rt":
+                    return True
+                return lf.expired_at is not None and self.store.deleted_by.get(key) == "rt"
+        return False
+
+    def disturbed_since(self, sid: str, t: int) -> bool:
+        """Whether retention or the creator changed ``sid`` at ``t`` or later."""
+        return self.store.disturbed.get(sid, -1) >= t
 
     def acknowledge(self, w: WriterActor, result: CommitResult) -> None:
         """Record what a commit acknowledged; check it at once (invariants 1, 2, 4)."""
@@ -1037,7 +1294,7 @@ class Simulation:
         self.forks += 1
         self.note(w, f"FORK {self.short(result.fork.parent.session)}@{result.fork.parent.seq} -> "
                      f"{self.short(result.fork.child)}")
-        if self.scenario.solo:
+        if self.scenario.solo and not self.disturbed_since(result.fork.parent.session, w.opened_at):
             raise Violation("4", f"{w.name} forked with no competitor: {result.fork}")
         # acked = the entries that landed in the parent, then the rest, in the child
         # after its fork entry.
@@ -1048,6 +1305,14 @@ class Simulation:
         self._ack_entries(w, result.acked[split:], result.session_id)
 
     def _ack_entries(self, w: WriterActor, acked: list[Entry], sid: str) -> None:
+        self.ack_direct(w, acked, sid)
+        done = [_payload(e) for e in acked]
+        if w.queued[: len(done)] != done:
+            raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
+        del w.queued[: len(done)]
+
+    def ack_direct(self, who: Actor, acked: list[Entry], sid: str) -> None:
+        """Record entries acknowledged in ``sid``; check them at once (invariants 1, 2)."""
         names = []
         for e in acked:
             payload = _payload(e)
@@ -1059,11 +1324,7 @@ class Simulation:
             names.append(f"{payload}@{e.seq}")
         self.refresh(sid)
         self._check_acked(sid, [_payload(e) for e in acked])
-        self.note(w, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
-        done = [_payload(e) for e in acked]
-        if w.queued[: len(done)] != done:
-            raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
-        del w.queued[: len(done)]
+        self.note(who, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
 
     def settle_conflict(self, w: WriterActor, err: ConflictError) -> None:
         """A ConflictError's ``landed`` entries are acknowledged in the writer's session."""
@@ -1078,6 +1339,8 @@ class Simulation:
         """Re-verify every session the last step changed (every session when ``full``)."""
         if self.store.dangling:
             raise Violation("6", f"a head landed listing a segment not stored: {self.store.dangling[0]}")
+        if self.store.unloadable:
+            raise Violation("3", f"a head retention ended did not load: {self.store.unloadable[0]}")
         self._check_deletes()
         dirty = set(self.store.heads) if full else set(self.store.dirty)
         for sid in sorted(dirty):
@@ -1092,14 +1355,20 @@ class Simulation:
         for e in self.chains.get(sid, []):
             if self.stored_in.get(_payload(e)) == sid:
                 del self.stored_in[_payload(e)]
-        if not lives:
+        current = self.store.current(sid)
+        if not lives or current is None or current.tomb:
+            # No session at the id (never stored, deleted) or an expired one's tombstone:
+            # every entry acknowledged there must be one retention legitimately removed.
             self.chains[sid] = []
+            self.idents[sid] = None
+            self._check_acked(sid, self.acked_by_session.get(sid, []))
             return
         try:
             data: SessionData = run_direct(self.store, protocol.load(self.layout, sid))
         except S3LogError as exc:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries
+        self.idents[sid] = (data.head.created_at, data.head.creator)
         seen = Counter(_payload(e) for e in data.entries if e.kind != FORK_KIND)
         twice = sorted(p for p, n in seen.items() if n > 1)
         if twice:
@@ -1115,37 +1384,59 @@ class Simulation:
 
     def check_read(self, reader: Actor, data: SessionData) -> None:
         """A reader's view (perhaps of an old head) agrees with every acknowledgement:
-        a session's heads form one linear history, so seq s holds the same entry in all."""
+        a session's heads form one linear history, so seq s holds the same entry in all
+        (of that session: one that took the id over after an expiry or a delete has a
+        history of its own)."""
+        ident = (data.head.created_at, data.head.creator)
         for e in data.entries:
             at = self.acked.get(_payload(e))
-            if at is not None and at[0] == data.session and (at[1] != e.seq or at[2] != e.hash):
+            if at is not None and at[0] == data.session and self.ack_life.get(_payload(e)) == ident \
+                    and (at[1] != e.seq or at[2] != e.hash):
                 raise Violation("1", f"{reader.name} read {_payload(e)} at {self.short(data.session)}@{e.seq}, "
                                      f"acked at {self._where(at)}")
         last = data.entries[-1].seq if data.entries else -1
         for p in self.acked_by_session.get(data.session, []):
             _, seq, h = self.acked[p]
-            if seq <= last and data.entries[seq].hash != h:
+            if seq <= last and data.entries[seq].hash != h and self.ack_life.get(p) == ident:
                 raise Violation("1", f"{reader.name} read {_payload(data.entries[seq])} at "
                                      f"{self.short(data.session)}@{seq}, where {p} was acked")
 
     def _check_acked(self, sid: str, payloads: list[str]) -> None:
+        """Each acknowledged entry is in the chain stored at ``sid``, at its seq with its
+        hash, unless it was in the chain of a head an expiry or a delete replaced (and
+        only that head's: the store recorded its chain as it ended)."""
         chain = self.chains.get(sid, [])
+        gone = self.store.gone.get(sid, {})
         for p in payloads:
             _, seq, h = self.acked[p]
             found = chain[seq] if seq < len(chain) else None
-            if found is None or found.hash != h or _payload(found) != p:
-                what = "nothing" if found is None else f"{_payload(found)}"
-                raise Violation("1", f"acked {p} at {self.short(sid)}@{seq} is lost: the chain holds {what} there "
-                                     f"(chain length {len(chain)})")
+            if found is not None and found.hash == h and _payload(found) == p:
+                self.ack_life.setdefault(p, self.idents.get(sid))
+                continue
+            ended = gone.get((seq, h))
+            if ended is not None:
+                self.ack_life.setdefault(p, ended)
+                continue
+            what = "nothing" if found is None else f"{_payload(found)}"
+            raise Violation("1", f"acked {p} at {self.short(sid)}@{seq} is lost: the chain holds {what} there "
+                                 f"(chain length {len(chain)})")
 
     def _check_deletes(self) -> None:
         grace = self.scenario.grace_ms
-        for key, t in self.store.deletes:
+        for key, t, who in self.store.deletes:
             sid = self.layout.session_of(key)
             if sid is None or "/seg/" not in key:
                 continue
             lives = self.store.heads.get(sid, [])
             for i, life in enumerate(lives):
+                lf = self.store.life_of(sid, life)
+                if lf.deleted_by == "rt" and lf.deleted_at is not None and lf.deleted_at <= t:
+                    continue  # its session was deleted (Log.delete): no grace promised
+                if who == "rt" and lf.expired_at is not None and lf.expired_at <= t:
+                    # Log.delete of the id removes what an expired session there left for
+                    # gc too (its readers' grace ends with the delete), but never anything
+                    # of a session that has not ended.
+                    continue
                 if key in life.segments and life.start <= t and (life.end is None or life.end >= t - grace):
                     state = "still current" if life.end is None else f"retired {t - life.end}ms before"
                     detail = f"gc deleted {self.short(key)} at t={t - EPOCH_MS}, referenced by a head {state} " \

@@ -68,6 +68,8 @@ def test_scenarios_cover_every_actor_and_fault() -> None:
     assert any(s.ghosts and s.cancel_rate for s in scenarios) and any(s.crash_rate for s in scenarios)
     assert {f for s in scenarios for f in s.faults} == {"409", "412", "503", "timeout-landed", "timeout-lost", "reset"}
     assert {style for s in scenarios for _, style, _ in s.writers} == {"sync", "async"}
+    assert {s.retention for s in scenarios} == {"", "expire", "delete", "both"}
+    assert any(s.retention and s.creator for s in scenarios) and any(s.retention and s.solo for s in scenarios)
 
 
 def test_a_failing_seed_prints_a_readable_trace(capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,7 +146,7 @@ REGRESSION_SEEDS = {
 def test_regression_seed(bug: str) -> None:
     # Each seed struck a protocol bug the simulator found (now fixed): it must run clean
     # with that bug's check enforced, in the scenario it struck in (the strict tail bound).
-    scenario = replace(Scenario.from_seed(REGRESSION_SEEDS[bug]), tail_per_commit=0)
+    scenario = replace(Scenario.from_seed(REGRESSION_SEEDS[bug]), tail_per_commit=0, retention="")
     o = Simulation(scenario, known_bugs=frozenset({bug})).run()
     assert o.violation is None, str(o.violation)
 
