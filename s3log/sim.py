@@ -78,6 +78,7 @@ from .errors import (
 )
 from .layout import Layout, parse_segment_key
 from .ops import (
+    Blob,
     Delete,
     DeleteIfMatch,
     Get,
@@ -278,6 +279,9 @@ class SessionLife:
     expired_at: int | None = None
     deleted_at: int | None = None
     deleted_by: str = ""
+    #: Ended (tombstone or delete) by the retention actor, of the session it had read
+    #: at the id: only then are its entries legitimately gone.
+    decided: bool = False
 
 
 class SimStore(MemoryStore):
@@ -309,6 +313,19 @@ class SimStore(MemoryStore):
         #: Per id, the last time retention or the creator changed it (the premise of
         #: invariant 4: writers of a solo scenario meet no competitor but these).
         self.disturbed: dict[str, int] = {}
+        #: Per id, the session whose head the retention actor last read there (what an
+        #: expiry or a delete decides on).
+        self.decided: dict[str, Ident] = {}
+
+    def get(self, key: str) -> Blob:
+        """GET; a head the retention actor reads is what it decides on."""
+        blob = super().get(key)
+        if self.who == "rt" and key.endswith("/head"):
+            sid = self.layout.session_of(key)
+            if sid is not None:
+                head = decode_head(blob.body, key)
+                self.decided[sid] = (head.created_at, head.creator)
+        return blob
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create-only PUT, stamped with virtual time."""
@@ -355,8 +372,10 @@ class SimStore(MemoryStore):
                 cur.end = now
                 life = self.life_of(sid, cur)
                 life.deleted_at, life.deleted_by = now, self.who
-                if not cur.tomb:
-                    self._gone(sid, key, old)
+                if self.who == "rt" and self.decided.get(sid) == life.ident:
+                    life.decided = True
+                    if not cur.tomb:
+                        self._gone(sid, key, old)
                 self._disturb(sid, now)
         self.deletes.append((key, now, self.who))
         self.deleted_by[key] = self.who
@@ -398,7 +417,9 @@ class SimStore(MemoryStore):
             life = prev.life  # expired: the same session, ended
             sessions[life].expired_at = now
             assert old is not None
-            self._gone(sid, key, old)
+            if self.who == "rt" and self.decided.get(sid) == sessions[life].ident:
+                sessions[life].decided = True
+                self._gone(sid, key, old)
         elif prev is not None and not prev.tomb and sessions[prev.life].ident == ident:
             life = prev.life  # a commit of the same session
         else:
@@ -1277,9 +1298,9 @@ class Simulation:
         for life in self.store.heads.get(head.session, []):
             lf = self.store.life_of(head.session, life)
             if life.segments == segs and not life.tomb and lf.ident == ident:
-                if lf.deleted_at is not None and lf.deleted_by == "rt":
+                if lf.deleted_at is not None and lf.deleted_by == "rt" and lf.decided:
                     return True
-                return lf.expired_at is not None and self.store.deleted_by.get(key) == "rt"
+                return lf.decided and lf.expired_at is not None and self.store.deleted_by.get(key) == "rt"
         return False
 
     def disturbed_since(self, sid: str, t: int) -> bool:
@@ -1430,9 +1451,9 @@ class Simulation:
             lives = self.store.heads.get(sid, [])
             for i, life in enumerate(lives):
                 lf = self.store.life_of(sid, life)
-                if lf.deleted_by == "rt" and lf.deleted_at is not None and lf.deleted_at <= t:
+                if lf.deleted_by == "rt" and lf.decided and lf.deleted_at is not None and lf.deleted_at <= t:
                     continue  # its session was deleted (Log.delete): no grace promised
-                if who == "rt" and lf.expired_at is not None and lf.expired_at <= t:
+                if who == "rt" and lf.decided and lf.expired_at is not None and lf.expired_at <= t:
                     # Log.delete of the id removes what an expired session there left for
                     # gc too (its readers' grace ends with the delete), but never anything
                     # of a session that has not ended.
