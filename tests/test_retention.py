@@ -232,14 +232,20 @@ class _TakeoverBeforeDelete(s3log.MemoryStore):
         super().delete_if_match(key, etag)
 
 
-def test_gc_never_deletes_a_session_that_took_over_a_tombstone_it_read() -> None:
-    store = _TakeoverBeforeDelete()
+def _expired_past_grace(store: s3log.MemoryStore) -> s3log.Log:
+    """A log over ``store`` whose session "thread-7" expired over an hour ago (gc's grace)."""
     clock = Clock(T0)
     log = _log(store, clock)
     log.create("thread-7").append_durable("k", "old")
     clock.t += 40 * DAY_MS
     assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
     clock.t += 2 * 3_600_000
+    return log
+
+
+def test_gc_never_deletes_a_session_that_took_over_a_tombstone_it_read() -> None:
+    store = _TakeoverBeforeDelete()
+    log = _expired_past_grace(store)
     acked: list[s3log.Entry] = []
     store.hook = lambda: acked.append(log.create("thread-7").append_durable("k", "after expiry"))
     report = log.gc(older_than_ms=3_600_000)
@@ -311,12 +317,7 @@ class _GcBeforeHeadPut(s3log.MemoryStore):
 
 def test_a_takeover_whose_tombstone_gc_deletes_first_creates_the_session() -> None:
     store = _GcBeforeHeadPut()
-    clock = Clock(T0)
-    log = _log(store, clock)
-    log.create("thread-7").append_durable("k", "old")
-    clock.t += 40 * DAY_MS
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
-    clock.t += 2 * 3_600_000
+    log = _expired_past_grace(store)
     reports: list[s3log.GcReport] = []
     store.hook = lambda: reports.append(log.gc(older_than_ms=3_600_000))
     acked = log.create("thread-7").append_durable("k", "new")  # its If-Match PUT meets 404
