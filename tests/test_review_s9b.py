@@ -24,19 +24,7 @@ import pytest
 import s3log
 from s3log.config import LogConfig
 
-SID = "thread-1"
-
-
-class _HookedMatch(s3log.MemoryStore):
-    """Runs ``hook`` once, just before the first If-Match PUT of ``SID``'s head."""
-
-    hook: Any = None
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        if key.endswith(f"/sessions/{SID}/head") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        return super().put_if_match(key, body, etag)
+from .test_review_s9 import SID, _HookedMatch
 
 
 def _live_session() -> tuple[_HookedMatch, s3log.Log, s3log.CommitResult]:
