@@ -200,6 +200,13 @@ class CommitJournal:
 EXPIRED_FIELD = "expired"
 
 
+def same_life(a: Head, b: Head) -> bool:
+    """Whether two heads of one id are the same session: created at the same time by the
+    same creator (a session created again at the id, over a tombstone or after a delete,
+    has a new ``created_at`` and creator nonce)."""
+    return a.created_at == b.created_at and a.creator == b.creator
+
+
 def is_expired(head: Head) -> bool:
     """Whether ``head`` is the tombstone of an expired session (it lists no entries)."""
     return isinstance(head.extra.get(EXPIRED_FIELD), dict)
@@ -1232,8 +1239,7 @@ def commit(
         others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
         landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
             else 0
-        if not landed and journal.forks and (is_expired(found_head) or found_head.creator != ws.head.creator
-                                             or found_head.created_at != ws.head.created_at):
+        if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
             # Expired since, or deleted and another session took the id over.
             landed = _landed_before_expiry(ws.session, entries, journal.forks)
         done = entries[:landed]
@@ -1610,7 +1616,7 @@ def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag:
         found, found_etag = current
         if decide.etags_equal(found_etag, etag):
             continue  # still the head read: the DELETE did not land; send it again
-        if found.created_at != head.created_at or found.creator != head.creator:
+        if not same_life(found, head):
             # A takeover: created anew (the creator nonce and time are the new session's).
             raise SessionReplaced(session, _identity(head, etag), _identity(found, found_etag),
                                   maybe_deleted=undecided)
