@@ -1555,26 +1555,105 @@ class Head(_HeadSlots):
 
 def encode_head(head: Head) -> bytes:
     """The bytes of a head object (equal to ``dumps(head.to_map())``)."""
-    fields = head._fields()
     if check_format_version(head.v) == 1:
-        return _map_with_raw(fields, {"tail": _entries_array(head.tail)})
-    records, hashes = _tail_arrays(head.tail)
-    return _map_with_raw(fields, {"tail": records, "tail_hashes": hashes})
+        return _map_with_raw(head._fields(), {"tail": _entries_array(head.tail)})
+    n, records, hashes = _tail_arrays(head.tail)
+    if head.extra:  # fields of a newer writer, of any type: placed by the general encoder
+        return _map_with_raw(head._fields(), {"tail": b"".join((n, *records)), "tail_hashes": b"".join((n, *hashes))})
+    # Every commit encodes its head: laid out by hand in the deterministic key order
+    # (_HEAD_KEY_ORDER), each value by the shortest route. The values a head carries
+    # unchanged from commit to commit (the session, segments, levels, parent) are
+    # encoded once per object; the rest are a few integers and strings.
+    k = _HK
+    out = [b"", k["v"], _enc_int(head.v), k["seq"], _enc_int(head.seq)]
+    if head.sig is not None:
+        out += (k["sig"], dumps(head.sig.to_map()))
+    h = head.hash
+    out += (k["hash"], _NULL if h is None else _BYTES32 + h if type(h) is bytes and len(h) == HASH_LEN else dumps(h),
+            k["meta"], _EMPTY_MAP if not head.meta and type(head.meta) is dict else dumps(head.meta),
+            k["tail"], n, *records)
+    if head.lease is not None:
+        out += (k["lease"], dumps(head.lease.to_map()))
+    parent = head.parent
+    out += (k["levels"], _enc_once(head.levels), k["parent"], _NULL if parent is None else _enc_once(parent),
+            k["ts_max"], _enc_int(head.ts_max), k["ts_min"], _enc_int(head.ts_min), k["writer"], _enc_str(head.writer))
+    if head.creator is not None:
+        out += (k["creator"], _enc_str(head.creator))
+    if head.pending is not None:
+        out += (k["pending"], dumps(head.pending.to_map()))
+    out += (k["session"], _enc_once(head.session), k["version"], _enc_int(head.version),
+            k["segments"], _enc_once(head.segments), k["created_at"], _enc_int(head.created_at))
+    if head.retired_at is not None:
+        out += (k["retired_at"], _enc_int(head.retired_at))
+    out += (k["updated_at"], _enc_int(head.updated_at), k["tail_hashes"], n, *hashes)
+    # One piece per key and per value, but the two tail arrays' items.
+    out[0] = _length_head(0xA0, (len(out) - 1 - len(records) - len(hashes)) >> 1)
+    return b"".join(out)
 
 
-#: The encoded tail arrays of recent heads (their items, without the array heads), by
-#: the id of the tail's first entry: a writer's next head has the same tail plus its
-#: new entries, so only those are encoded again. Holding the tail keeps its first
-#: entry alive, so its id is not reused while cached.
-_TAILS: dict[int, tuple[tuple[Entry, ...], bytes, bytes]] = {}
+#: The encoded keys of a format 2 head, and their deterministic order (shorter
+#: encodings first, then bytewise), which :func:`encode_head` follows.
+_HK = {name: dumps(name) for name in (
+    "v", "seq", "sig", "hash", "meta", "tail", "lease", "levels", "parent", "ts_max", "ts_min", "writer",
+    "creator", "pending", "session", "version", "segments", "created_at", "retired_at", "updated_at",
+    "tail_hashes")}
+_HEAD_KEY_ORDER = tuple(_HK)
+assert tuple(sorted(_HK, key=lambda n: (len(_HK[n]), _HK[n]))) == _HEAD_KEY_ORDER, "encode_head's key order"
+_EMPTY_MAP = dumps({})
+_SMALL_UINTS = tuple(_length_head(0x00, n) for n in range(24))
 
 
-def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, bytes]:
-    """A head's ``tail`` (the entries' records as byte strings) and ``tail_hashes`` arrays."""
+def _enc_int(n: Any) -> bytes:
+    """A head's integer field (or None, or anything else the general encoder takes)."""
+    if type(n) is int and 0 <= n < 24:
+        return _SMALL_UINTS[n]
+    return _uint(n) if type(n) is int else _NULL if n is None else dumps(n)
+
+
+def _enc_str(s: Any) -> bytes:
+    """A head's text field."""
+    if type(s) is str and s.isascii() and len(s) < 24:
+        return bytes((0x60 | len(s),)) + s.encode("ascii")
+    return dumps(s)
+
+
+#: Encodings of the immutable values a writer's heads carry unchanged (a session id,
+#: segments, levels, parent), by the id of the value and holding it, so the id is not
+#: reused while cached. Many writers just miss.
+_ONCE: dict[int, tuple[Any, bytes]] = {}
+_IMMUTABLE = frozenset({str, tuple, ParentRef})
+
+
+def _enc_once(value: Any) -> bytes:
+    if type(value) not in _IMMUTABLE:  # (a list where a tuple belongs: encoded every time)
+        return dumps(value)
+    hit = _ONCE.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    encoded = dumps(value.to_map() if isinstance(value, ParentRef) else value)
+    if len(_ONCE) >= 256:
+        _ONCE.clear()
+    _ONCE[id(value)] = (value, encoded)
+    return encoded
+
+
+#: The encoded items of recent heads' tail arrays (their pieces, without the array
+#: heads), by the id of the tail's first entry: a writer's next head has the same tail
+#: plus its new entries, so only those are encoded again. Pieces, not one string: each
+#: head is then joined in one copy. Holding the tail keeps its first entry alive, so
+#: its id is not reused while cached.
+_TAILS: dict[int, tuple[tuple[Entry, ...], list[bytes], list[bytes]]] = {}
+
+
+def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, list[bytes], list[bytes]]:
+    """A head's ``tail`` (the entries' records as byte strings) and ``tail_hashes``
+    arrays: the head both arrays share (their length), then the pieces of the items of each."""
     if not tail:
-        return _array_head(0), _array_head(0)
+        return _array_head(0), [], []
     cached = _TAILS.get(id(tail[0]))
-    done, records, hashes = 0, b"", b""
+    done: int = 0
+    records: list[bytes] = []
+    hashes: list[bytes] = []
     if cached is not None:
         old, old_records, old_hashes = cached
         # Same objects, not equal ones: an entry is immutable, so its bytes are the same.
@@ -1582,13 +1661,17 @@ def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, bytes]:
             done, records, hashes = len(old), old_records, old_hashes
     new = tail[done:]
     if new:
-        records += _bytes_items(map(entry_record, new))
-        hashes += _hash_items(new)
+        records = records + [_bytes_head(len(r)) + r for r in map(entry_record, new)]
+        hashes = hashes + list(map(_add, repeat(_BYTES32), map(_HASH_OF, new)))
         if len(_TAILS) >= 64:  # a few writers' tails; many writers just miss
             _TAILS.clear()
         _TAILS[id(tail[0])] = (tail, records, hashes)
-    n = _array_head(len(tail))
-    return n + records, n + hashes
+    return _array_head(len(tail)), records, hashes
+
+
+def _bytes_head(n: int) -> bytes:
+    """The head of a byte string of ``n`` bytes (major type 2, shortest length form)."""
+    return _length_head(0x40, n)
 
 
 _HEAD_FIELDS = frozenset(

@@ -10,6 +10,7 @@ exactly from its seed.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -47,6 +48,9 @@ class Env:
 
     def nonce(self) -> str:
         """16 random hex digits: a head's writer nonce, a segment key's suffix."""
+        if type(self.rng) is random.SystemRandom:
+            # The OS source directly (what SystemRandom reads): every commit takes one.
+            return os.urandom(8).hex()
         return f"{self.rng.getrandbits(64):016x}"
 
     def new_id(self) -> str:

@@ -59,6 +59,10 @@ def normalize_prefix(prefix: object) -> str:
     return stripped
 
 
+#: Head keys made, by prefix and session id (ids that passed validation only).
+_HEADS: dict[tuple[str, str], str] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Computes the keys of one store prefix.
@@ -85,7 +89,14 @@ class Layout:
 
     def head(self, session: str) -> str:
         """The key of a session's head object."""
-        return self.session_dir(session) + "head"
+        # Every commit asks for it a few times: the id is validated once.
+        key = _HEADS.get((self.prefix, session)) if type(session) is str else None
+        if key is None:
+            key = self.session_dir(session) + "head"
+            if len(_HEADS) >= 1024:
+                _HEADS.clear()
+            _HEADS[(self.prefix, session)] = key
+        return key
 
     def segment_dir(self, session: str) -> str:
         """The prefix of a session's segment objects."""

@@ -1,0 +1,97 @@
+"""A head is encoded by hand on the commit path (codec.encode_head): byte for byte the
+deterministic encoding of its stored map, for every shape a head can take, and never
+a stale one from the caches the encoder keeps between commits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s3log.codec import Head, Lease, ParentRef, Pending, Signature, dumps, encode_head, make_entry
+
+HASH = st.binary(min_size=32, max_size=32)
+TEXT = st.text(max_size=40)
+INT = st.one_of(st.integers(min_value=0, max_value=2**64 - 1), st.integers(min_value=-(2**63), max_value=-1))
+SMALL = st.integers(min_value=-1, max_value=10**13)
+META = st.dictionaries(TEXT, st.recursive(st.one_of(st.none(), st.booleans(), INT, TEXT, st.floats(allow_nan=False)),
+                                          lambda c: st.lists(c, max_size=3) | st.dictionaries(TEXT, c, max_size=3),
+                                          max_leaves=6), max_size=4)
+
+
+def _tail(n: int, after_seq: int, prev: bytes | None) -> tuple[Any, ...]:
+    out = []
+    for i in range(n):
+        data = {"i": i, "text": "é" * (i % 3)}
+        e = make_entry(after_seq + 1 + i, prev, "event", 1_700_000_000_000 + i, data, dumps(data))
+        out.append(e)
+        prev = e.hash
+    return tuple(out)
+
+
+@st.composite
+def heads(draw: Any) -> Head:
+    seq = draw(SMALL)
+    n_tail = draw(st.integers(min_value=0, max_value=4))
+    segments = draw(st.lists(TEXT, max_size=4))
+    return Head(
+        session=draw(st.one_of(TEXT, st.just("01a2312c-f66e-762b-b4bd-51c338f954c0"))),
+        version=draw(INT),
+        seq=seq,
+        hash=draw(st.one_of(st.none(), HASH, st.binary(max_size=3))),
+        segments=tuple(segments) if draw(st.booleans()) else segments,  # type: ignore[arg-type]
+        levels=tuple(draw(st.lists(st.integers(min_value=0, max_value=300), min_size=len(segments),
+                                   max_size=len(segments)))),
+        tail=_tail(n_tail, seq, None),
+        parent=draw(st.one_of(st.none(), st.builds(ParentRef, TEXT, SMALL, st.one_of(st.none(), HASH), TEXT))),
+        meta=draw(META),
+        created_at=draw(INT),
+        updated_at=draw(INT),
+        writer=draw(TEXT),
+        ts_min=draw(st.one_of(st.none(), INT)),
+        ts_max=draw(st.one_of(st.none(), INT)),
+        retired_at=draw(st.one_of(st.none(), INT)),
+        creator=draw(st.one_of(st.none(), TEXT)),
+        lease=draw(st.one_of(st.none(), st.builds(Lease, TEXT, INT))),
+        v=draw(st.sampled_from([1, 2])),
+        extra=draw(st.one_of(st.just({}), st.dictionaries(st.one_of(TEXT, st.integers()), INT, min_size=1,
+                                                           max_size=2))),
+        sig=draw(st.one_of(st.none(), st.builds(Signature, TEXT, TEXT, st.binary(max_size=64)))),
+        pending=draw(st.one_of(st.none(), st.builds(Pending, TEXT, SMALL, st.integers(0, 9), st.integers(0, 9)))),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(heads())
+def test_encode_head_is_the_deterministic_encoding_of_the_stored_map(head: Head) -> None:
+    assert encode_head(head) == dumps(head.to_map())
+    # Again, from the encoder's caches (the tail's items, the values met before).
+    assert encode_head(head) == dumps(head.to_map())
+
+
+def test_a_growing_tail_and_changed_values_are_encoded_afresh() -> None:
+    """A writer's successive heads share their tail's first entries and their unchanged
+    values by identity: each head encodes as its own map, whatever was cached."""
+    tail = _tail(3, -1, None)
+    head = Head("s-1", 1, 2, tail[-1].hash, ("a",), (0,), tail, None, {}, 1, 2, "w1")
+    assert encode_head(head) == dumps(head.to_map())
+    more = tail + _tail(2, 2, tail[-1].hash)
+    grown = replace(head, version=2, seq=4, hash=more[-1].hash, tail=more, writer="w2")
+    assert encode_head(grown) == dumps(grown.to_map())
+    shorter = replace(grown, tail=more[1:])  # a tail that starts later: not the cached one
+    assert encode_head(shorter) == dumps(shorter.to_map())
+    other = replace(grown, tail=tail[:2] + _tail(1, 1, tail[1].hash))  # same first entry, then others
+    assert encode_head(other) == dumps(other.to_map())
+    flushed = replace(grown, segments=("a", "b"), levels=(0, 1), tail=())
+    assert encode_head(flushed) == dumps(flushed.to_map())
+
+
+def test_a_list_where_a_tuple_belongs_is_never_taken_from_the_cache() -> None:
+    """segments given as a (mutable) list: changed in place, the next encoding shows it."""
+    segments = ["a"]
+    head = Head("s-1", 1, -1, None, segments, (0,), (), None, {}, 1, 2, "w")  # type: ignore[arg-type]
+    first = encode_head(head)
+    segments.append("b")
+    assert encode_head(head) == dumps(head.to_map()) != first
