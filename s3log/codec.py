@@ -1558,7 +1558,7 @@ def encode_head(head: Head) -> bytes:
     if check_format_version(head.v) == 1:
         return _map_with_raw(head._fields(), {"tail": _entries_array(head.tail)})
     n, records, hashes = _tail_arrays(head.tail)
-    if head.extra:  # fields of a newer writer, of any type: placed by the general encoder
+    if head.extra or type(head.extra) is not dict:  # a newer writer's fields (of any type): the general encoder
         return _map_with_raw(head._fields(), {"tail": b"".join((n, *records)), "tail_hashes": b"".join((n, *hashes))})
     # Every commit encodes its head: laid out by hand in the deterministic key order
     # (_HEAD_KEY_ORDER), each value by the shortest route. The values a head carries
@@ -1575,14 +1575,14 @@ def encode_head(head: Head) -> bytes:
     if head.lease is not None:
         out += (k["lease"], dumps(head.lease.to_map()))
     parent = head.parent
-    out += (k["levels"], _enc_once(head.levels), k["parent"], _NULL if parent is None else _enc_once(parent),
+    out += (k["levels"], _enc_array(head.levels), k["parent"], _enc_parent(parent),
             k["ts_max"], _enc_int(head.ts_max), k["ts_min"], _enc_int(head.ts_min), k["writer"], _enc_str(head.writer))
     if head.creator is not None:
         out += (k["creator"], _enc_str(head.creator))
     if head.pending is not None:
         out += (k["pending"], dumps(head.pending.to_map()))
     out += (k["session"], _enc_once(head.session), k["version"], _enc_int(head.version),
-            k["segments"], _enc_once(head.segments), k["created_at"], _enc_int(head.created_at))
+            k["segments"], _enc_array(head.segments), k["created_at"], _enc_int(head.created_at))
     if head.retired_at is not None:
         out += (k["retired_at"], _enc_int(head.retired_at))
     out += (k["updated_at"], _enc_int(head.updated_at), k["tail_hashes"], n, *hashes)
@@ -1619,22 +1619,49 @@ def _enc_str(s: Any) -> bytes:
 
 #: Encodings of the immutable values a writer's heads carry unchanged (a session id,
 #: segments, levels, parent), by the id of the value and holding it, so the id is not
-#: reused while cached. Many writers just miss.
+#: reused while cached. Only values immutable all the way down are cached (text, a
+#: tuple of text or integers, a ParentRef of such fields): another value's contents
+#: could change between two encodings. Many writers just miss.
 _ONCE: dict[int, tuple[Any, bytes]] = {}
-_IMMUTABLE = frozenset({str, tuple, ParentRef})
 
 
 def _enc_once(value: Any) -> bytes:
-    if type(value) not in _IMMUTABLE:  # (a list where a tuple belongs: encoded every time)
-        return dumps(value)
+    """A value as the general encoder writes it, from the cache when it may be."""
     hit = _ONCE.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
-    encoded = dumps(value.to_map() if isinstance(value, ParentRef) else value)
+    encoded = dumps(value)
+    if type(value) is str or (type(value) is tuple and all(type(x) in _ATOMS for x in value)):
+        _remember(value, encoded)
+    return encoded
+
+
+def _enc_array(value: Any) -> bytes:
+    """A head's ``segments`` or ``levels``: stored as an array, whatever the sequence."""
+    return _enc_once(value) if type(value) is tuple else dumps(list(value))
+
+
+def _enc_parent(parent: Any) -> bytes:
+    """A head's ``parent`` as :meth:`Head.to_map` stores it (null when there is none)."""
+    if not parent:
+        return _NULL
+    hit = _ONCE.get(id(parent))
+    if hit is not None and hit[0] is parent:
+        return hit[1]
+    encoded = dumps(parent.to_map())
+    if type(parent) is ParentRef and type(parent.session) is str and type(parent.seq) is int \
+            and type(parent.reason) is str and (parent.hash is None or type(parent.hash) is bytes):
+        _remember(parent, encoded)
+    return encoded
+
+
+def _remember(value: Any, encoded: bytes) -> None:
     if len(_ONCE) >= 256:
         _ONCE.clear()
     _ONCE[id(value)] = (value, encoded)
-    return encoded
+
+
+_ATOMS = frozenset({str, int})
 
 
 #: The encoded items of recent heads' tail arrays (their pieces, without the array
@@ -1650,7 +1677,8 @@ def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, list[bytes], list[byte
     arrays: the head both arrays share (their length), then the pieces of the items of each."""
     if not tail:
         return _array_head(0), [], []
-    cached = _TAILS.get(id(tail[0]))
+    # A tuple of entries cannot change; a list where a tuple belongs could (not cached).
+    cached = _TAILS.get(id(tail[0])) if type(tail) is tuple else None
     done: int = 0
     records: list[bytes] = []
     hashes: list[bytes] = []
@@ -1663,9 +1691,10 @@ def _tail_arrays(tail: tuple[Entry, ...]) -> tuple[bytes, list[bytes], list[byte
     if new:
         records = records + [_bytes_head(len(r)) + r for r in map(entry_record, new)]
         hashes = hashes + list(map(_add, repeat(_BYTES32), map(_HASH_OF, new)))
-        if len(_TAILS) >= 64:  # a few writers' tails; many writers just miss
-            _TAILS.clear()
-        _TAILS[id(tail[0])] = (tail, records, hashes)
+        if type(tail) is tuple:
+            if len(_TAILS) >= 64:  # a few writers' tails; many writers just miss
+                _TAILS.clear()
+            _TAILS[id(tail[0])] = (tail, records, hashes)
     return _array_head(len(tail)), records, hashes
 
 

@@ -90,7 +90,9 @@ class Layout:
     def head(self, session: str) -> str:
         """The key of a session's head object."""
         # Every commit asks for it a few times: the id is validated once.
-        key = _HEADS.get((self.prefix, session)) if type(session) is str else None
+        if type(session) is not str:  # (a str subclass may format or hash otherwise)
+            return self.session_dir(session) + "head"
+        key = _HEADS.get((self.prefix, session))
         if key is None:
             key = self.session_dir(session) + "head"
             if len(_HEADS) >= 1024:

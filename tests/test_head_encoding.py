@@ -95,3 +95,69 @@ def test_a_list_where_a_tuple_belongs_is_never_taken_from_the_cache() -> None:
     first = encode_head(head)
     segments.append("b")
     assert encode_head(head) == dumps(head.to_map()) != first
+
+
+def _base() -> Head:
+    return Head("s-1", 1, 2, None, ("a",), (0,), (), None, {}, 1, 2, "w")
+
+
+def test_a_value_that_can_change_inside_is_never_taken_from_the_cache() -> None:
+    """Found by review: a tuple holding a list, or a ParentRef whose hash is a
+    bytearray, changed in place after one encoding, was encoded from the cache."""
+    inner = ["x"]
+    head = replace(_base(), segments=(inner,))  # type: ignore[arg-type]
+    encode_head(head)
+    inner.append("y")
+    assert encode_head(head) == dumps(head.to_map())
+    digest = bytearray(32)
+    head = replace(_base(), parent=ParentRef("p", 1, digest, "fork"))  # type: ignore[arg-type]
+    encode_head(head)
+    digest[0] = 1
+    assert encode_head(head) == dumps(head.to_map())
+
+
+def test_odd_values_encode_as_the_stored_map_says() -> None:
+    """Found by review: a ParentRef subclass, segments or levels that are not a list
+    or tuple, and a falsy parent are encoded as Head.to_map stores them."""
+
+    class Parent(ParentRef):
+        __slots__ = ()
+
+    odd: list[dict[str, Any]] = [
+        {"parent": Parent("p", 1, None, "fork")},
+        {"segments": "ab", "levels": (0, 0)},
+        {"segments": frozenset({"a"})},
+        {"levels": {0: 1}},
+        {"parent": ()},
+    ]
+    for changes in odd:
+        head = replace(_base(), **changes)
+        assert encode_head(head) == dumps(head.to_map()), changes
+
+
+def test_a_str_subclass_id_does_not_poison_the_head_key_cache() -> None:
+    """Found by review: Layout.head cached the key of a str subclass id (formatted its
+    own way) under the plain id, and raised TypeError for an unhashable one."""
+    from s3log.layout import Layout
+
+    class Formatted(str):
+        def __format__(self, spec: str) -> str:
+            return "EVIL"
+
+    class Unhashable(str):
+        __hash__ = None  # type: ignore[assignment]
+
+    layout = Layout("p")
+    layout.head(Formatted("abc"))
+    assert layout.head("abc") == "p/sessions/abc/head"
+    assert layout.head(Unhashable("abd")) == "p/sessions/abd/head"
+
+
+def test_a_list_tail_changed_in_place_is_encoded_afresh() -> None:
+    """Found by review (older than the hand-made encoder): a tail given as a list and
+    appended to in place was taken from the cache, its array one item short."""
+    tail = list(_tail(2, -1, None))
+    head = replace(_base(), seq=1, tail=tail)  # type: ignore[arg-type]
+    encode_head(head)
+    tail.extend(_tail(1, 1, tail[-1].hash))
+    assert encode_head(head) == dumps(head.to_map())
