@@ -1143,12 +1143,6 @@ def _bytes_array(items: Sequence[bytes]) -> bytes:
     return dumps(items if type(items) is list else list(items))
 
 
-def _bytes_items(items: Iterable[bytes]) -> bytes:
-    """Byte strings as the items of a CBOR array, no array head."""
-    listed = list(items)
-    return dumps(listed)[_head_len(len(listed)) :]
-
-
 def check_format_version(version: object) -> int:
     """Refuse a format version this build cannot write (ValueError naming it)."""
     if type(version) is not int or version not in READABLE_VERSIONS:
