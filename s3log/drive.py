@@ -66,19 +66,13 @@ def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | N
 
 
 class SyncDriver:
-    """Runs procedures on a blocking store; ``Parallel`` ops use a thread pool.
-
-    The calling thread performs the first op of a ``Parallel`` itself (it would only
-    wait otherwise) and the pool the others, at most ``max_parallel`` at once in all:
-    a single op (a segment, one GET) then costs no hand-over to another thread.
-    """
+    """Runs procedures on a blocking store; ``Parallel`` ops use a thread pool."""
 
     def __init__(self, store: ObjectStore, retry: RetryPolicy, max_parallel: int, env: Env = DEFAULT_ENV) -> None:
         self.store = store
         self.retry = retry
         self.env = env
-        self._max_parallel = max_parallel
-        self._pool = ThreadPoolExecutor(max_workers=max(1, max_parallel - 1), thread_name_prefix="s3log")
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="s3log")
 
     def close(self) -> None:
         """Stop the thread pool."""
@@ -104,15 +98,7 @@ class SyncDriver:
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            if len(op.ops) <= 1 or self._max_parallel <= 1:
-                return [self._capture(o) for o in op.ops]
-            rest = [self._pool.submit(self._capture, o) for o in op.ops[1:]]
-            try:
-                first = self._capture(op.ops[0])
-                return [first, *(f.result() for f in rest)]
-            finally:
-                for f in rest:  # interrupted: what has not started yet never will
-                    f.cancel()
+            return list(self._pool.map(self._capture, op.ops))
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None

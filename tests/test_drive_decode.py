@@ -63,27 +63,7 @@ def test_the_sync_driver_decodes_in_the_worker_that_fetched() -> None:
     finally:
         driver.close()
     _check(results)
-    # The calling thread performs the first op (Get "a") itself, and decodes it there.
-    assert results[-1] == [threading.current_thread().name]
-
-
-def test_the_sync_driver_decodes_the_other_ops_in_the_pool_beside_the_transfers() -> None:
-    threads: list[str] = []
-
-    def upper(blob: Blob) -> bytes:
-        threads.append(threading.current_thread().name)
-        return blob.body.upper()
-
-    def proc() -> Proc[list[Any]]:
-        return (yield Parallel((Get("b"), Get("a", upper))))  # type: ignore[no-any-return]
-
-    driver = SyncDriver(_store(), RetryPolicy(), 4)
-    try:
-        plain_b, upper_a = driver.run(proc())
-    finally:
-        driver.close()
-    assert upper_a == b"BODY-A" and plain_b.body == b"body-b"
-    assert len(threads) == 1 and threads[0].startswith("s3log")
+    assert all(name.startswith("s3log") for name in results[-1])  # in the pool, beside the transfers
 
 
 def test_the_async_driver_decodes_as_each_get_completes() -> None:
