@@ -72,3 +72,25 @@ def test_the_repository_docs_carry_one_block_of_targets() -> None:
     rows = [line for line in block.splitlines() if line.startswith("| ✔ |") or line.startswith("| ✘ |")]
     assert rows, "the block holds the targets of a run"
     assert all(line.count(" | ") >= 3 for line in rows)
+
+
+def test_the_scan_benchmark_writes_sessions_of_a_head_and_a_segment() -> None:
+    """Its sessions are a head and at least one segment (two dependent round trips to
+    read), as scripts/bench_scan.py says: decision 0033 had made most of them their
+    head alone, so the sequential loop it is compared with did a third of its GETs."""
+    pytest.importorskip("pyarrow")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_scan
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    import s3log
+
+    store = s3log.MemoryStore()
+    bench_scan.generate(store, 4, 100)  # type: ignore[arg-type]
+    log = s3log.Log(store)
+    heads = [log.head(info.session_id) for info in log.list_sessions()]
+    assert len(heads) == 4
+    assert all(h.segments for h in heads)
