@@ -1555,7 +1555,7 @@ def encode_head(head: Head) -> bytes:
     if head.extra or type(head.extra) is not dict:  # a newer writer's fields (of any type): the general encoder
         return _map_with_raw(head._fields(), {"tail": b"".join((n, *records)), "tail_hashes": b"".join((n, *hashes))})
     # Every commit encodes its head: laid out by hand in the deterministic key order
-    # (_HEAD_KEY_ORDER), each value by the shortest route. The values a head carries
+    # (that of _HK), each value by the shortest route. The values a head carries
     # unchanged from commit to commit (the session, segments, levels, parent) are
     # encoded once per object; the rest are a few integers and strings.
     k = _HK
@@ -1591,8 +1591,7 @@ _HK = {name: dumps(name) for name in (
     "v", "seq", "sig", "hash", "meta", "tail", "lease", "levels", "parent", "ts_max", "ts_min", "writer",
     "creator", "pending", "session", "version", "segments", "created_at", "retired_at", "updated_at",
     "tail_hashes")}
-_HEAD_KEY_ORDER = tuple(_HK)
-assert tuple(sorted(_HK, key=lambda n: (len(_HK[n]), _HK[n]))) == _HEAD_KEY_ORDER, "encode_head's key order"
+assert tuple(sorted(_HK, key=lambda n: (len(_HK[n]), _HK[n]))) == tuple(_HK), "encode_head's key order"
 _EMPTY_MAP = dumps({})
 _SMALL_UINTS = tuple(_length_head(0x00, n) for n in range(24))
 
@@ -1621,9 +1620,9 @@ _ONCE: dict[int, tuple[Any, bytes]] = {}
 
 def _enc_once(value: Any) -> bytes:
     """A value as the general encoder writes it, from the cache when it may be."""
-    hit = _ONCE.get(id(value))
-    if hit is not None and hit[0] is value:
-        return hit[1]
+    hit = _cached(value)
+    if hit is not None:
+        return hit
     encoded = dumps(value)
     if type(value) is str or (type(value) is tuple and all(type(x) in _ATOMS for x in value)):
         _remember(value, encoded)
@@ -1639,14 +1638,20 @@ def _enc_parent(parent: Any) -> bytes:
     """A head's ``parent`` as :meth:`Head.to_map` stores it (null when there is none)."""
     if not parent:
         return _NULL
-    hit = _ONCE.get(id(parent))
-    if hit is not None and hit[0] is parent:
-        return hit[1]
+    hit = _cached(parent)
+    if hit is not None:
+        return hit
     encoded = dumps(parent.to_map())
     if type(parent) is ParentRef and type(parent.session) is str and type(parent.seq) is int \
             and type(parent.reason) is str and (parent.hash is None or type(parent.hash) is bytes):
         _remember(parent, encoded)
     return encoded
+
+
+def _cached(value: Any) -> bytes | None:
+    """The encoding :func:`_remember` kept for this very object, if any."""
+    hit = _ONCE.get(id(value))
+    return hit[1] if hit is not None and hit[0] is value else None
 
 
 def _remember(value: Any, encoded: bytes) -> None:
