@@ -94,3 +94,41 @@ def test_the_scan_benchmark_writes_sessions_of_a_head_and_a_segment() -> None:
     heads = [log.head(info.session_id) for info in log.list_sessions()]
     assert len(heads) == 4
     assert all(h.segments for h in heads)
+
+
+def _bench() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return bench
+
+
+def test_the_paired_split_counts_puts_in_flight_together_once() -> None:
+    """scripts/bench.py splits a commit's time into its PUTs and the rest: a segment PUT
+    beside the head (from the driver's pool) overlaps the head's and is not added twice."""
+    import threading
+    from types import SimpleNamespace
+
+    both_in = threading.Barrier(2)
+
+    def put(*args: object, **kwargs: object) -> str:
+        both_in.wait(timeout=10)  # two calls: both in flight at once
+        return "etag"
+
+    store = SimpleNamespace(put_if_match=put, put_if_absent=put)
+    spent = _bench()._time_writes(store)
+    threads = [threading.Thread(target=store.put_if_match, args=("h", b"", "e")),
+               threading.Thread(target=store.put_if_absent, kwargs={"key": "s", "body": b""})]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(spent) == 1  # one span for the two overlapping PUTs
+    spent.clear()
+    store2 = SimpleNamespace(put_if_match=lambda *a: "e", put_if_absent=lambda *a: "e")
+    spent2 = _bench()._time_writes(store2)
+    store2.put_if_match("h", b"", "e")
+    store2.put_if_absent("s", b"")
+    assert len(spent2) == 2  # one after the other: two spans
