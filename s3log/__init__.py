@@ -27,6 +27,7 @@ from .errors import (
     SessionNotFound,
     SessionReplaced,
     StoreError,
+    WriterBusyError,
 )
 from .reducer import EntriesReducer, NullReducer, Reducer
 from .results import CommitResult, ExpireReport, ForkInfo, LineageStep, SessionInfo, SessionView, VerifyReport
@@ -78,7 +79,7 @@ __all__ = [
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
     "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
     "SessionExpired", "SessionReplaced", "ExpireReport",
-    "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer",
+    "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer", "WriterBusyError",
     "open_async_log", "open_log",
 ]
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from .codec import Entry, Head
 from .config import LogConfig
 from .core import CommitQueue, ForkListener, LogCore, LogVerbs
 from .drive import AsyncDriver
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, WriterBusyError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
@@ -59,11 +60,40 @@ class AsyncWriter(WriterVerbs[S]):
     def __init__(self, log: AsyncLog, core: CommitQueue[S]) -> None:
         self._log = log
         self._core = core
+        #: The event loop this writer's commits run on, and what belongs to it: the
+        #: lock that runs them one at a time, every commit task not finished yet, the
+        #: newest of them (see :meth:`wait`: waiters follow it, not queue more) and the
+        #: futures of the waiters following it, each resolved when it ends.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
-        #: The newest commit task (see :meth:`wait`: waiters follow it, not queue more),
-        #: and the futures of the waiters following it, each resolved when it ends.
+        self._tasks: set[asyncio.Future[CommitResult[S]]] = set()
         self._running: asyncio.Future[CommitResult[S]] | None = None
         self._following: dict[asyncio.Future[None], None] = {}
+
+    def _bind(self) -> None:
+        """Make the running event loop this writer's, if it was another's.
+
+        asyncio's lock and futures belong to one loop, and a writer outlives a loop
+        (a second ``asyncio.run``, a test framework's loop per test): its commits were
+        refused with a RuntimeError on the next loop after entries were carried by a
+        commit that was not, so callers heard of failure for stored entries. A commit
+        still pending on a loop that is closed can never finish: it is abandoned as a
+        cancelled one is (its entries stay queued, "uncertain" if its head PUT may have
+        landed), then the writer starts afresh. One pending on a loop that is not
+        closed may still finish there: using the writer elsewhere meanwhile is refused.
+        """
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if old is loop:
+            return
+        pending = [t for t in self._tasks if not t.done()]
+        if pending and old is not None and not old.is_closed():
+            raise WriterBusyError(self.session_id)
+        for task in pending:
+            _abandon(task)
+        self._tasks.clear()
+        self._loop, self._lock = loop, asyncio.Lock()
+        self._running, self._following = None, {}
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
@@ -99,6 +129,7 @@ class AsyncWriter(WriterVerbs[S]):
         its commit) and :meth:`status` tells what became of it. The entry is returned
         to one wait; a wait on a ticket already returned raises InvalidArgumentError.
         """
+        self._bind()
         # Let every task that is ready to append queue its entry first, so one
         # commit carries them all even when the store never suspends.
         await asyncio.sleep(0)
@@ -151,7 +182,8 @@ class AsyncWriter(WriterVerbs[S]):
 
         The commit runs in its own task: cancelling the caller does not cancel it.
         """
-        task = asyncio.ensure_future(self._commit_task())
+        self._bind()
+        task = self._start(self._commit_task())
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued ("uncertain" if its
         # head PUT may have been applied).
@@ -163,9 +195,16 @@ class AsyncWriter(WriterVerbs[S]):
 
     async def renew_lease(self) -> CommitResult[S]:
         """Write the head now, renewing (or releasing) this writer's lease (see ``Writer.renew_lease``)."""
-        task = asyncio.ensure_future(self._commit_task(touch=True))
+        self._bind()
+        task = self._start(self._commit_task(touch=True))
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
+
+    def _start(self, commit: Coroutine[Any, Any, CommitResult[S]]) -> asyncio.Future[CommitResult[S]]:
+        task = asyncio.ensure_future(commit)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _commit_task(self, touch: bool = False) -> CommitResult[S]:
         async with self._lock:
@@ -192,6 +231,17 @@ class Ticket(int):
             raise InvalidArgumentError("ticket", f"entry {int(self)} was already committed or withdrawn",
                                        session=writer.session_id)
         return writer._durable(int(self)).__await__()
+
+
+def _abandon(task: asyncio.Future[Any]) -> None:
+    """Close the commit task of a closed event loop, which will never run it again: its
+    procedure's cleanup runs as on a cancellation (the commit journal decides what its
+    entries become). What fails after that cleanup, such as waking the other tasks of
+    that loop, concerns nothing but that loop."""
+    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+    if coro is not None and inspect.iscoroutine(coro):
+        with contextlib.suppress(Exception):
+            coro.close()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

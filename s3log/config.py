@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from .codec import FORMAT_VERSION, check_format_version
 from .env import DEFAULT_ENV, Env
 from .errors import InvalidArgumentError
+from .layout import MAX_SEGMENTS
+from .manifest import max_manifest_length
 from .signing import Signer, Verifier
+
+#: The largest merge fan-out whose manifest stays within the MAX_SEGMENTS a reader
+#: accepts, however many segments a session writes (2**64 bounds any count): a level
+#: holds fewer than ``fanout`` segments, so a larger fan-out could make a writer
+#: acknowledge a head that every reader refuses.
+MAX_FANOUT = 512
+assert max_manifest_length(2**64, MAX_FANOUT) <= MAX_SEGMENTS < max_manifest_length(2**64, 2 * MAX_FANOUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +56,7 @@ class LogConfig:
     the next commit references the segment; a bigger head is written after its
     segment instead (two round trips), and 0 always does that. Up to 256 KiB,
     uploading the entries twice costs less than a round trip.
-    ``fanout`` is the merge fan-out (see :mod:`s3log.manifest`). ``max_parallel``
+    ``fanout`` is the merge fan-out, 2 to :data:`MAX_FANOUT` (see :mod:`s3log.manifest`). ``max_parallel``
     bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
     entries of segments below this level in memory, so the merges it will do soon
     need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
@@ -82,5 +91,15 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         check_format_version(self.format_version)
-        if type(self.tail_per_commit) is not int or self.tail_per_commit < 0:
-            raise InvalidArgumentError("tail_per_commit", f"must be an integer >= 0, not {self.tail_per_commit!r}")
+        # Checked here, before anything is written: a bad value would otherwise surface
+        # at some later flush (fanout < 2) or, worse, in what readers refuse (fanout too big).
+        for name in ("tail_max_bytes", "pending_max_bytes", "tail_per_commit", "cache_levels"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise InvalidArgumentError(name, f"must be an integer >= 0, not {value!r}")
+        if type(self.fanout) is not int or not 2 <= self.fanout <= MAX_FANOUT:
+            raise InvalidArgumentError("fanout", f"must be an integer from 2 to {MAX_FANOUT}, not {self.fanout!r}")
+        for name in ("max_parallel", "commit_deadline_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise InvalidArgumentError(name, f"must be an integer >= 1, not {value!r}")

@@ -136,6 +136,7 @@ class AsyncDriver:
         self.env = env
         self._max_parallel = max_parallel
         self._sem: asyncio.Semaphore | None = None
+        self._sem_loop: asyncio.AbstractEventLoop | None = None
 
     async def run(self, proc: Proc[T]) -> T:
         """Drive ``proc`` to completion and return its value."""
@@ -157,8 +158,11 @@ class AsyncDriver:
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            if self._sem is None:
-                self._sem = asyncio.Semaphore(self._max_parallel)
+            # A semaphore belongs to the loop it first waits on, and a log may outlive
+            # a loop (a second asyncio.run): each loop gets its own.
+            loop = asyncio.get_running_loop()
+            if self._sem is None or self._sem_loop is not loop:
+                self._sem, self._sem_loop = asyncio.Semaphore(self._max_parallel), loop
             return list(await asyncio.gather(*(self._capture(o) for o in op.ops)))
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)

@@ -244,6 +244,16 @@ class TransientStoreError(StoreError):
     """
 
 
+class WriterBusyError(S3LogError, RuntimeError):
+    """An async writer was used on one event loop while a commit of it is pending on
+    another loop that may still run it: finish (or close) that loop first."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"writer of session {session} has a commit pending on another event loop; "
+                         "finish (or close) that loop before using the writer on this one")
+
+
 class MissingExtraError(S3LogError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it.
 

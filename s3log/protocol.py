@@ -966,7 +966,9 @@ def _put_head(
         doubted = track.in_doubt
     while True:
         attempt += 1
-        if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
+        # Checked before each PUT is sent. Not before reading the reply of one already
+        # out (``first``): it may have landed, and a 2xx must be taken as such.
+        if deadline_ms is not None and not (attempt == 1 and first is not None) and cfg.env.now_ms() > deadline_ms:
             raise StoreError(f"commit to session {ws.session} passed its deadline undecided; nothing acknowledged",
                              key=key)
         result: str | StoreError
@@ -1067,6 +1069,7 @@ def _write(
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:
         outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
+        yield from _landed_late(cfg, plan, outcome, deadline_ms, confirmed)
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
@@ -1089,7 +1092,34 @@ def _write(
                      ws.session, beside.key, seg_result)
     fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal, first=head_result, doubted=doubted)
+    yield from _landed_late(cfg, plan, outcome, deadline_ms, confirmed)
     return plan, replace(outcome, fetched=fetched), confirmed
+
+
+def _landed_late(
+    cfg: LogConfig, plan: _HeadPlan, outcome: _HeadOutcome, deadline_ms: int | None,
+    confirmed: dict[str, decide.Confirmed],
+) -> Proc[None]:
+    """Make sure the head just committed names nothing gc may have collected.
+
+    gc takes an unreferenced segment older than the commit deadline for garbage. The
+    deadline is checked before each head PUT is sent, but a PUT sent in time can land
+    (or its reply be read) after it: the segment this commit wrote may then be gone. A
+    segment the head lists is written again (it is create-only, keyed by its nonce,
+    and its bytes are still in hand) before the commit is acknowledged; a pending one
+    is not taken as confirmed, so it is never promoted (the head keeps its entries).
+    """
+    if outcome.kind != "committed" or deadline_ms is None or plan.segment_key is None \
+            or plan.segment_body is None or cfg.env.now_ms() <= deadline_ms:
+        return
+    if plan.parallel:
+        confirmed.pop(plan.segment_key, None)
+        return
+    log.warning("commit to session %s landed past its deadline; writing segment %s again",
+                plan.head.session, plan.segment_key)
+    again = yield from put_immutable(cfg, [PutIfAbsent(plan.segment_key, plan.segment_body)])
+    if again[plan.segment_key] is not decide.Confirmed.OURS:
+        raise CorruptionError(plan.segment_key, "another object holds this segment's key; the head names it")
 
 
 def merge_ahead(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan) -> list[str]:
