@@ -737,9 +737,17 @@ def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) ->
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
     pending = data.head.pending
-    if data.confirmed is not None and pending is not None and pending.level < cfg.cache_levels:
-        cache[data.confirmed] = data.segments[data.confirmed]
-    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache, data.confirmed)
+    confirmed = data.confirmed
+    # A pending segment found stored is confirmed only if its head was written less than
+    # a commit deadline ago: that head then landed in time, so no gc can have taken the
+    # segment for garbage before it was named. A head that landed later may name one a
+    # gc run had already decided to delete (docs/decisions/0008): it is not promoted
+    # then, and the next flush writes its entries again (they are inline in the head).
+    if confirmed is not None and cfg.env.now_ms() - data.head.updated_at >= cfg.commit_deadline_ms:
+        confirmed = None
+    if confirmed is not None and pending is not None and pending.level < cfg.cache_levels:
+        cache[confirmed] = data.segments[confirmed]
+    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache, confirmed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1069,7 +1077,7 @@ def _write(
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:
         outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
-        yield from _landed_late(cfg, plan, outcome, deadline_ms, confirmed)
+        plan, outcome = yield from _landed_late(layout, cfg, ws, plan, outcome, deadline_ms, confirmed, journal)
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
@@ -1092,34 +1100,61 @@ def _write(
                      ws.session, beside.key, seg_result)
     fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal, first=head_result, doubted=doubted)
-    yield from _landed_late(cfg, plan, outcome, deadline_ms, confirmed)
+    plan, outcome = yield from _landed_late(layout, cfg, ws, plan, outcome, deadline_ms, confirmed, journal)
     return plan, replace(outcome, fetched=fetched), confirmed
 
 
 def _landed_late(
-    cfg: LogConfig, plan: _HeadPlan, outcome: _HeadOutcome, deadline_ms: int | None,
-    confirmed: dict[str, decide.Confirmed],
-) -> Proc[None]:
-    """Make sure the head just committed names nothing gc may have collected.
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, outcome: _HeadOutcome,
+    deadline_ms: int | None, confirmed: dict[str, decide.Confirmed], journal: CommitJournal,
+) -> Proc[tuple[_HeadPlan, _HeadOutcome]]:
+    """Make sure the head just committed names nothing gc may collect: the plan and
+    outcome to acknowledge.
 
     gc takes an unreferenced segment older than the commit deadline for garbage. The
     deadline is checked before each head PUT is sent, but a PUT sent in time can land
-    (or its reply be read) after it: the segment this commit wrote may then be gone. A
-    segment the head lists is written again (it is create-only, keyed by its nonce,
-    and its bytes are still in hand) before the commit is acknowledged; a pending one
-    is not taken as confirmed, so it is never promoted (the head keeps its entries).
+    (or its reply be read) after it, when a gc run may have decided to delete the
+    segment this commit wrote, and may delete it at any moment. Writing it again at
+    the same key cannot help (the DELETE may come after). So the entries go to a new
+    segment under a new key, which no gc has listed, and a second head names it in the
+    first one's place (If-Match on it) before the commit is acknowledged; that head
+    is checked the same way. A pending segment (beside the head) is just not taken as
+    confirmed, so it is never promoted: the head keeps its entries inline.
     """
-    if outcome.kind != "committed" or deadline_ms is None or plan.segment_key is None \
-            or plan.segment_body is None or cfg.env.now_ms() <= deadline_ms:
-        return
-    if plan.parallel:
-        confirmed.pop(plan.segment_key, None)
-        return
-    log.warning("commit to session %s landed past its deadline; writing segment %s again",
-                plan.head.session, plan.segment_key)
-    again = yield from put_immutable(cfg, [PutIfAbsent(plan.segment_key, plan.segment_body)])
-    if again[plan.segment_key] is not decide.Confirmed.OURS:
-        raise CorruptionError(plan.segment_key, "another object holds this segment's key; the head names it")
+    attempts = 0
+    while outcome.kind == "committed" and deadline_ms is not None and plan.segment_key is not None \
+            and plan.segment_body is not None and cfg.env.now_ms() > deadline_ms:
+        if plan.parallel:
+            confirmed.pop(plan.segment_key, None)
+            break
+        attempts += 1
+        if attempts > cfg.retry.attempts:
+            raise StoreError(f"commit to session {ws.session} kept landing past its deadline; its segment "
+                             f"{plan.segment_key} may be collected", key=plan.segment_key)
+        log.warning("commit to session %s landed past its deadline; its segment %s is written again under a new key",
+                    ws.session, plan.segment_key)
+        run = plan.segment_entries
+        nonce = cfg.env.nonce()
+        key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
+        # The deadline of this second write counts from now, as a commit's does.
+        deadline_ms = cfg.env.now_ms() + cfg.commit_deadline_ms
+        again = yield from put_immutable(cfg, [PutIfAbsent(key, plan.segment_body)])
+        if again[key] is not decide.Confirmed.OURS:
+            raise CorruptionError(key, "another object holds this new segment's key; not referenced")
+        confirmed[key] = decide.Confirmed.OURS
+        h = plan.head
+        head = sign_head(cfg.signer, replace(
+            h, version=h.version + 1, segments=tuple(key if k == plan.segment_key else k for k in h.segments),
+            updated_at=cfg.env.now_ms(), writer=nonce))
+        plan = _HeadPlan(head, encode_head(head), key, plan.segment_body, run, plan.segment_level)
+        landed = replace(ws, head=h, etag=outcome.etag)
+        outcome = yield from _put_head(layout, cfg, landed, plan, deadline_ms, journal)
+        if outcome.kind != "committed":
+            # Another writer moved on from the head that landed late: its chain names
+            # the old segment, which this writer cannot take back. Not acknowledged here.
+            raise StoreError(f"commit to session {ws.session} landed past its deadline and the head moved on before "
+                             f"its segment {h.segments[-1]} could be replaced", key=layout.head(ws.session))
+    return plan, outcome
 
 
 def merge_ahead(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan) -> list[str]:

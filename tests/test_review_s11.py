@@ -1,9 +1,12 @@
 """Regressions from the session 11 hostile review.
 
 - A head PUT sent before the commit deadline can land after it, when gc may already
-  have collected the segment that head names (gc's grace is the deadline). The commit
-  now writes that segment again before it is acknowledged (sequential flush), or does
-  not take a segment beside the head as confirmed, so it is never promoted (parallel).
+  have collected the segment that head names (gc's grace is the deadline), or decided
+  to and sent its DELETE later. The commit now writes the entries again under a new
+  key and moves the head to it before it is acknowledged (sequential flush), or does
+  not take a segment beside the head as confirmed, so it is never promoted (parallel);
+  a writer opening a session confirms a pending segment only if its head was written
+  less than a deadline ago.
 - A head PUT beside its segment whose 2xx was read after the deadline was reported as
   "passed its deadline undecided; nothing acknowledged": it landed, and is acknowledged.
 - LogConfig accepted any fan-out: above 4097 a writer acknowledged heads listing more
@@ -12,6 +15,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -146,3 +150,103 @@ def test_log_config_names_a_bad_size_before_anything_is_written(name: str, bad: 
     assert info.value.argument == name
     # Zero is a valid size where it has a meaning (always flush, never cache, strict bound).
     s3log.LogConfig(tail_max_bytes=0, pending_max_bytes=0, tail_per_commit=0, cache_levels=0)
+
+
+class DeferDeletes:
+    """The objects of ``inner``; its DELETEs are held back (a gc run decided, and its
+    requests arrive later) until :meth:`apply`."""
+
+    honours_preconditions = True
+
+    def __init__(self, inner: s3log.MemoryStore) -> None:
+        self.inner = inner
+        self.deferred: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def delete(self, key: str) -> None:
+        self.deferred.append(key)
+
+    def apply(self) -> None:
+        for key in self.deferred:
+            self.inner.delete(key)
+
+
+def test_a_late_head_moves_off_a_segment_gc_decided_to_delete_before_it_landed() -> None:
+    clock = Clock()
+    store = ClockStore(clock)
+    log = _log(store, clock, pending_max_bytes=0)
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=0)
+    w = log.create("s1")
+    ran: list[str] = []
+
+    def slow(key: str, body: bytes) -> None:
+        if ran or not decode_head(body, key).segments:
+            return
+        clock.t += DEADLINE + 1  # sent in time, lands past the deadline
+        ran.extend(gc_log.gc(older_than_ms=0).deleted)  # gc read the old head: unreferenced
+
+    store.during_head = slow
+    acked: list[s3log.Entry] = []
+    for i in range(12):
+        w.append("msg", {"i": i, "text": "x" * 300})
+        acked += w.commit().acked
+        if ran:
+            break
+    assert ran
+    gc_store.apply()  # gc's DELETEs, decided before the head landed, arrive after the ack
+    keys = set(store.all_keys())
+    assert not [k for k in _head(store).segments if k not in keys]
+    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+    w.append("msg", {"i": 99})
+    acked += w.commit().acked  # and the writer goes on
+    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+
+
+def test_a_writer_opening_a_late_head_does_not_promote_its_pending_segment() -> None:
+    clock = Clock()
+    store = ClockStore(clock)
+    log = _log(store, clock, pending_max_bytes=4096)
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=4096)
+    w = log.create("s1")
+    ran: list[str] = []
+    seg_written = threading.Event()
+    put_if_absent = store.put_if_absent
+
+    def pia(key: str, body: bytes) -> str:
+        etag = put_if_absent(key, body)
+        if "/seg/" in key:
+            seg_written.set()
+        return etag
+
+    store.put_if_absent = pia  # type: ignore[method-assign]
+
+    def slow(key: str, body: bytes) -> None:
+        h = decode_head(body, key)
+        if ran or h.pending is None:
+            return
+        assert seg_written.wait(5)  # the segment beside it landed first (the driver's pool)
+        clock.t += DEADLINE + 1  # the head is in flight past the deadline
+        ran.extend(gc_log.gc(older_than_ms=0).deleted)
+        assert h.pending.key in ran
+
+    store.during_head = slow
+    acked: list[s3log.Entry] = []
+    for i in range(12):
+        seg_written.clear()
+        w.append("msg", {"i": i, "text": "x" * 300})
+        acked += w.commit().acked
+        if ran:
+            break
+    assert ran
+    store.during_head = lambda key, body: None
+    # Another writer (a restarted process) opens while the pending segment still exists.
+    w2 = _log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
+    gc_store.apply()
+    for i in range(6):
+        w2.append("msg", {"i": 100 + i, "text": "y" * 300})
+        acked += w2.commit().acked
+        assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
