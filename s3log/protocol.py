@@ -737,17 +737,9 @@ def writer_state_from(data: SessionData, reducer: Reducer[S], cfg: LogConfig) ->
     cache = {k: data.segments[k] for k, lvl in zip(data.head.segments, data.head.levels, strict=True)
              if lvl < cfg.cache_levels and k in data.segments}
     pending = data.head.pending
-    confirmed = data.confirmed
-    # A pending segment found stored is confirmed only if its head was written less than
-    # a commit deadline ago: that head then landed in time, so no gc can have taken the
-    # segment for garbage before it was named. A head that landed later may name one a
-    # gc run had already decided to delete (docs/decisions/0008): it is not promoted
-    # then, and the next flush writes its entries again (they are inline in the head).
-    if confirmed is not None and cfg.env.now_ms() - data.head.updated_at >= cfg.commit_deadline_ms:
-        confirmed = None
-    if confirmed is not None and pending is not None and pending.level < cfg.cache_levels:
-        cache[confirmed] = data.segments[confirmed]
-    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache, confirmed)
+    if data.confirmed is not None and pending is not None and pending.level < cfg.cache_levels:
+        cache[data.confirmed] = data.segments[data.confirmed]
+    return ChainPosition(data.session, data.head, data.etag, replay(reducer, data.entries), cache, data.confirmed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1077,7 +1069,6 @@ def _write(
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:
         outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
-        plan, outcome = yield from _landed_late(layout, cfg, ws, plan, outcome, deadline_ms, confirmed, journal)
         return plan, outcome, confirmed
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
@@ -1100,61 +1091,7 @@ def _write(
                      ws.session, beside.key, seg_result)
     fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal, first=head_result, doubted=doubted)
-    plan, outcome = yield from _landed_late(layout, cfg, ws, plan, outcome, deadline_ms, confirmed, journal)
     return plan, replace(outcome, fetched=fetched), confirmed
-
-
-def _landed_late(
-    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan, outcome: _HeadOutcome,
-    deadline_ms: int | None, confirmed: dict[str, decide.Confirmed], journal: CommitJournal,
-) -> Proc[tuple[_HeadPlan, _HeadOutcome]]:
-    """Make sure the head just committed names nothing gc may collect: the plan and
-    outcome to acknowledge.
-
-    gc takes an unreferenced segment older than the commit deadline for garbage. The
-    deadline is checked before each head PUT is sent, but a PUT sent in time can land
-    (or its reply be read) after it, when a gc run may have decided to delete the
-    segment this commit wrote, and may delete it at any moment. Writing it again at
-    the same key cannot help (the DELETE may come after). So the entries go to a new
-    segment under a new key, which no gc has listed, and a second head names it in the
-    first one's place (If-Match on it) before the commit is acknowledged; that head
-    is checked the same way. A pending segment (beside the head) is just not taken as
-    confirmed, so it is never promoted: the head keeps its entries inline.
-    """
-    attempts = 0
-    while outcome.kind == "committed" and deadline_ms is not None and plan.segment_key is not None \
-            and plan.segment_body is not None and cfg.env.now_ms() > deadline_ms:
-        if plan.parallel:
-            confirmed.pop(plan.segment_key, None)
-            break
-        attempts += 1
-        if attempts > cfg.retry.attempts:
-            raise StoreError(f"commit to session {ws.session} kept landing past its deadline; its segment "
-                             f"{plan.segment_key} may be collected", key=plan.segment_key)
-        log.warning("commit to session %s landed past its deadline; its segment %s is written again under a new key",
-                    ws.session, plan.segment_key)
-        run = plan.segment_entries
-        nonce = cfg.env.nonce()
-        key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
-        # The deadline of this second write counts from now, as a commit's does.
-        deadline_ms = cfg.env.now_ms() + cfg.commit_deadline_ms
-        again = yield from put_immutable(cfg, [PutIfAbsent(key, plan.segment_body)])
-        if again[key] is not decide.Confirmed.OURS:
-            raise CorruptionError(key, "another object holds this new segment's key; not referenced")
-        confirmed[key] = decide.Confirmed.OURS
-        h = plan.head
-        head = sign_head(cfg.signer, replace(
-            h, version=h.version + 1, segments=tuple(key if k == plan.segment_key else k for k in h.segments),
-            updated_at=cfg.env.now_ms(), writer=nonce))
-        plan = _HeadPlan(head, encode_head(head), key, plan.segment_body, run, plan.segment_level)
-        landed = replace(ws, head=h, etag=outcome.etag)
-        outcome = yield from _put_head(layout, cfg, landed, plan, deadline_ms, journal)
-        if outcome.kind != "committed":
-            # Another writer moved on from the head that landed late: its chain names
-            # the old segment, which this writer cannot take back. Not acknowledged here.
-            raise StoreError(f"commit to session {ws.session} landed past its deadline and the head moved on before "
-                             f"its segment {h.segments[-1]} could be replaced", key=layout.head(ws.session))
-    return plan, outcome
 
 
 def merge_ahead(cfg: LogConfig, ws: ChainPosition[Any], plan: _HeadPlan) -> list[str]:
@@ -1657,7 +1594,8 @@ def _maybe_anothers_first(layout: Layout, cfg: LogConfig, session: str, head: He
     if o.key in head.segments or (head.pending is not None and o.key == head.pending.key):
         return False
     parsed = parse_segment_key(o.key) if layout.is_segment_of(session, o.key) else None
-    return parsed is not None and parsed[0] == 0 and cfg.env.now_ms() - o.last_modified_ms < cfg.commit_deadline_ms
+    return parsed is not None and parsed[0] == 0 \
+        and cfg.env.now_ms() - o.last_modified_ms < landing_bound_ms(cfg.commit_deadline_ms)
 
 
 def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag: str) -> Proc[bool]:
@@ -1711,6 +1649,19 @@ def _identity(head: Head, etag: str) -> dict[str, Any]:
                 expired=is_expired(head))
 
 
+def landing_bound_ms(commit_deadline_ms: int) -> int:
+    """How long after a commit is planned a write of it may still land.
+
+    A commit sends no write past its deadline, but one sent just before it is still on
+    its way for as long as a request can take, which is taken to be no longer than the
+    deadline again (client and server timeouts are seconds to minutes; the default
+    deadline is 10 minutes). gc leaves an unreferenced object alone until this old:
+    with a grace of the deadline alone, a head PUT sent just before it and landing just
+    after could name a segment gc had collected (docs/decisions/0008).
+    """
+    return 2 * commit_deadline_ms
+
+
 def gc(
     layout: Layout, *, older_than_ms: int, now: int, dry_run: bool, commit_deadline_ms: int = 0
 ) -> Proc[GcReport]:
@@ -1718,9 +1669,11 @@ def gc(
 
     An unreferenced segment is deleted only when both hold:
 
-    - it is older than ``older_than_ms`` and than ``commit_deadline_ms``: no commit in
-      flight can still reference it (a commit gives up at its deadline, and every
-      segment write uses a new key, so an old unreferenced segment stays unreferenced);
+    - it is older than ``older_than_ms`` and than :func:`landing_bound_ms` (twice
+      ``commit_deadline_ms``): no commit in flight can still reference it (a commit
+      sends nothing past its deadline, a request sent before it lands within the
+      deadline again, and every segment write uses a new key, so an old unreferenced
+      segment stays unreferenced);
     - its session's head last retired segments (``retired_at``) longer than
       ``older_than_ms`` ago: a reader holding an earlier head, which may still list it,
       had the whole grace period to read it.
@@ -1734,7 +1687,7 @@ def gc(
     DELETE by key could delete that session. On a store that cannot make a DELETE
     conditional (obstore) tombstones stay (``Log.delete`` removes one).
     """
-    grace = max(older_than_ms, commit_deadline_ms)
+    grace = max(older_than_ms, landing_bound_ms(commit_deadline_ms))
     objects, _ = yield from list_all(layout.sessions_prefix)
     by_session: dict[str, list[ObjectInfo]] = {}
     for o in objects:
@@ -1761,9 +1714,9 @@ def gc(
             continue
         head = heads.get(sid)
         # retired_at is stamped when the merging commit is planned; its head lands up to
-        # the commit deadline later: the grace counts from the latest it could have landed.
+        # landing_bound_ms later: the grace counts from the latest it could have landed.
         retired_recently = (head is not None and head.retired_at is not None
-                            and now - head.retired_at < older_than_ms + commit_deadline_ms)
+                            and now - head.retired_at < older_than_ms + landing_bound_ms(commit_deadline_ms))
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if o.key == layout.head(sid):

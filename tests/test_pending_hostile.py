@@ -414,7 +414,7 @@ def test_a_promoted_merge_keeps_the_segments_it_replaced_for_readers_of_the_old_
     assert not set(replaced) & set(deleted)
     held = log.run(protocol.load_from_head(log.layout, old, old_etag))
     assert [e.hash for e in held.entries] == [e.hash for e in acked[: len(held.entries)]]
-    clock.t += grace + log.config.commit_deadline_ms
+    clock.t += grace + protocol.landing_bound_ms(log.config.commit_deadline_ms)
     assert set(replaced) <= set(log.gc(older_than_ms=grace).deleted)
     # Past the grace period a reader of the old head is sent to the new one.
     assert [e.hash for e in log.run(protocol.load_latest_from(log.layout, old, old_etag)).entries] == \

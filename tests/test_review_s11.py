@@ -1,12 +1,11 @@
 """Regressions from the session 11 hostile review.
 
-- A head PUT sent before the commit deadline can land after it, when gc may already
-  have collected the segment that head names (gc's grace is the deadline), or decided
-  to and sent its DELETE later. The commit now writes the entries again under a new
-  key and moves the head to it before it is acknowledged (sequential flush), or does
-  not take a segment beside the head as confirmed, so it is never promoted (parallel);
-  a writer opening a session confirms a pending segment only if its head was written
-  less than a deadline ago.
+- gc's grace for an unreferenced object was the commit deadline itself, so a head PUT
+  sent just before the deadline and landing just after could name a segment gc had
+  collected (or had decided to delete, its DELETE arriving later), and a fork child's
+  head its parent's marker: acknowledged entries became unreadable. gc now waits for
+  twice the deadline (``protocol.landing_bound_ms``): a request sent before the
+  deadline lands within the deadline again.
 - A head PUT beside its segment whose 2xx was read after the deadline was reported as
   "passed its deadline undecided; nothing acknowledged": it landed, and is acknowledged.
 - LogConfig accepted any fan-out: above 4097 a writer acknowledged heads listing more
@@ -21,10 +20,11 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log import protocol
 from s3log.codec import decode_head
 from s3log.config import MAX_FANOUT, RetryPolicy
 from s3log.env import Env
-from s3log.errors import InvalidArgumentError, TransientStoreError
+from s3log.errors import InvalidArgumentError, PreconditionFailed, TransientStoreError
 from s3log.layout import MAX_SEGMENTS
 from s3log.manifest import max_manifest_length
 
@@ -82,19 +82,20 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
     gc_log = _log(store, clock, seed=8, pending_max_bytes=pending_max, cache_levels=cache_levels)
     w = log.create("s1")
     calls: list[str] = []
-    collected: list[str] = []
+    gc_runs: list[list[str]] = []
 
     def slow(key: str, body: bytes) -> None:
         h = decode_head(body, key)
-        if collected or not (h.pending is not None if pending_max else h.segments):
+        if gc_runs or not (h.pending is not None if pending_max else h.segments):
             return
         if pending_max and not calls:
             calls.append("lost")  # the first head PUT beside the segment never arrives
             raise TransientStoreError("injected timeout (request lost)", key=key, code="RequestTimeout")
         calls.append("slow")
-        # Sent before the deadline, in flight past it: gc runs meanwhile.
+        # Sent before the deadline, in flight past it (by less than the deadline again):
+        # gc runs meanwhile.
         clock.t += DEADLINE + 1
-        collected.extend(gc_log.gc(older_than_ms=0).deleted)
+        gc_runs.append(gc_log.gc(older_than_ms=0).deleted)
 
     store.during_head = slow
     acked: list[s3log.Entry] = []
@@ -103,11 +104,36 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
         acked += w.commit().acked
         keys = set(store.all_keys())
         head = _head(store)
-        assert not [k for k in head.segments if k not in keys], (i, collected)
+        assert not [k for k in head.segments if k not in keys], (i, gc_runs)
         # Acknowledged means readable now, by a fresh reader.
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
-    assert collected, "gc ran during a slow head PUT and deleted the segment it named"
+    assert gc_runs, "gc ran while a head PUT was in flight past the deadline"
     assert [e.hash for e in log.read("s1").entries] == [e.hash for e in acked]
+
+
+def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
+    """The bound itself: an orphan (a segment whose head never landed) is kept until it
+    is older than landing_bound_ms, then collected."""
+    clock = Clock()
+    store = ClockStore(clock)
+    log = _log(store, clock, pending_max_bytes=0)
+    w = log.create("s1")
+    w.append("msg", {"text": "x" * 2000})
+    lost: list[str] = []
+
+    def never_lands(key: str, body: bytes) -> None:
+        lost.append(decode_head(body, key).segments[-1])
+        raise PreconditionFailed("another writer moved on", key=key)
+
+    store.during_head = never_lands
+    with pytest.raises(s3log.S3LogError):
+        w.commit()
+    store.during_head = lambda key, body: None
+    assert lost and lost[0] in store.all_keys()
+    clock.t += protocol.landing_bound_ms(DEADLINE) - 1
+    assert lost[0] not in log.gc(older_than_ms=0).deleted
+    clock.t += 2
+    assert lost[0] in log.gc(older_than_ms=0).deleted
 
 
 def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() -> None:
@@ -173,7 +199,7 @@ class DeferDeletes:
             self.inner.delete(key)
 
 
-def test_a_late_head_moves_off_a_segment_gc_decided_to_delete_before_it_landed() -> None:
+def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None:
     clock = Clock()
     store = ClockStore(clock)
     log = _log(store, clock, pending_max_bytes=0)
@@ -186,7 +212,8 @@ def test_a_late_head_moves_off_a_segment_gc_decided_to_delete_before_it_landed()
         if ran or not decode_head(body, key).segments:
             return
         clock.t += DEADLINE + 1  # sent in time, lands past the deadline
-        ran.extend(gc_log.gc(older_than_ms=0).deleted)  # gc read the old head: unreferenced
+        gc_log.gc(older_than_ms=0)  # gc reads the old head: the segment is unreferenced
+        ran.append("ran")
 
     store.during_head = slow
     acked: list[s3log.Entry] = []
@@ -195,8 +222,8 @@ def test_a_late_head_moves_off_a_segment_gc_decided_to_delete_before_it_landed()
         acked += w.commit().acked
         if ran:
             break
-    assert ran
-    gc_store.apply()  # gc's DELETEs, decided before the head landed, arrive after the ack
+    assert ran == ["ran"]
+    gc_store.apply()  # gc's DELETEs, sent before the head landed, arrive after the ack
     keys = set(store.all_keys())
     assert not [k for k in _head(store).segments if k not in keys]
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
@@ -205,7 +232,7 @@ def test_a_late_head_moves_off_a_segment_gc_decided_to_delete_before_it_landed()
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
 
 
-def test_a_writer_opening_a_late_head_does_not_promote_its_pending_segment() -> None:
+def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> None:
     clock = Clock()
     store = ClockStore(clock)
     log = _log(store, clock, pending_max_bytes=4096)
@@ -230,8 +257,8 @@ def test_a_writer_opening_a_late_head_does_not_promote_its_pending_segment() -> 
             return
         assert seg_written.wait(5)  # the segment beside it landed first (the driver's pool)
         clock.t += DEADLINE + 1  # the head is in flight past the deadline
-        ran.extend(gc_log.gc(older_than_ms=0).deleted)
-        assert h.pending.key in ran
+        gc_log.gc(older_than_ms=0)
+        ran.append(h.pending.key)
 
     store.during_head = slow
     acked: list[s3log.Entry] = []
@@ -250,3 +277,73 @@ def test_a_writer_opening_a_late_head_does_not_promote_its_pending_segment() -> 
         w2.append("msg", {"i": 100 + i, "text": "y" * 300})
         acked += w2.commit().acked
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+
+
+def test_a_fork_whose_child_head_lands_past_the_deadline_keeps_its_parent_marker() -> None:
+    clock = Clock()
+
+    class SlowCreate(ClockStore):
+        hook: Any = None
+
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            if key.endswith("/c1/head") and self.hook is not None:
+                self.hook()
+            return super().put_if_absent(key, body)
+
+    store = SlowCreate(clock)
+    log = _log(store, clock)
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8)
+    w = log.create("s1")
+    w.append("msg", {"text": "a"})
+    w.commit()
+
+    def slow() -> None:
+        store.hook = None
+        clock.t += DEADLINE + 1  # the child's head, sent in time, lands past the deadline
+        gc_log.gc(older_than_ms=0)  # sees a marker whose child has no head yet
+
+    store.hook = slow
+    assert log.fork("s1", child_id="c1") == "c1"
+    gc_store.apply()
+    assert log.children("s1") == ["c1"]
+
+
+def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_readable() -> None:
+    clock = Clock()
+    store = ClockStore(clock)
+    cfg = dict(tail_max_bytes=1024, pending_max_bytes=4096)
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(7, clock), activity_index=False, retry=FAST,
+                                                  commit_deadline_ms=DEADLINE, **cfg))  # type: ignore[arg-type]
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8, **cfg)
+    w = log.create("s1")
+    ran: list[str] = []
+
+    def slow(key: str, body: bytes) -> None:
+        p = decode_head(body, key).pending
+        if ran or p is None:
+            return
+        if p.key not in store.all_keys():  # the head PUT beside the segment is lost; retried
+            raise TransientStoreError("injected timeout (request lost)", key=key, code="RequestTimeout")
+        clock.t += DEADLINE + 1  # the retried head lands past the deadline
+        gc_log.gc(older_than_ms=0)
+        ran.append(p.key)
+
+    store.during_head = slow
+    acked: list[s3log.Entry] = []
+    for i in range(12):
+        w.append("msg", {"i": i, "text": "x" * 300})
+        acked += w.commit().acked
+        if ran:
+            break
+    assert ran
+    w.append("big", {"text": "y" * 1500})  # inline (tail_per_commit): the pending is carried
+    acked += w.commit().acked
+    clock.t += 1000
+    w2 = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(9, clock), activity_index=False, retry=FAST,
+                                                 commit_deadline_ms=DEADLINE, **cfg)).open("s1")  # type: ignore[arg-type]
+    w2.append("msg", {"text": "z"})
+    acked += w2.commit().acked
+    gc_store.apply()
+    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
