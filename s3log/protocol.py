@@ -885,13 +885,19 @@ _NEXT_HEAD_FIELDS = ("session", "version", "seq", "hash", "segments", "levels", 
 assert tuple(f.name for f in fields(Head)) == _NEXT_HEAD_FIELDS, "protocol._plan_head sets every field of Head"
 
 
-def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:
+def put_immutable(
+    cfg: LogConfig, puts: Sequence[PutIfAbsent], refresh: frozenset[str] = frozenset()
+) -> Proc[dict[str, decide.Confirmed]]:
     """Create immutable objects (segments, fork markers) with create-only PUTs, in parallel.
 
     Each key ends :attr:`~decide.Confirmed.OURS` (stored, byte for byte what we wrote)
     or :attr:`~decide.Confirmed.TAKEN` (another object holds the key); nothing else
     returns. An "already exists" reply is confirmed by a GET before it is trusted, and
     409s, throttling and unknown outcomes are retried here (see :mod:`s3log.decide`).
+
+    ``refresh``: keys whose copy found already there (written by an earlier commit, of
+    unknown age) is written again, the same bytes with ``If-Match`` on it, so that gc
+    counts its age from now, like that of an object this commit creates.
     """
     out: dict[str, decide.Confirmed] = {}
     todo = list(puts)
@@ -901,6 +907,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
         results = yield from ops.parallel(todo)
         confirm: list[PutIfAbsent] = []
         again: list[PutIfAbsent] = []
+        touch: list[tuple[PutIfAbsent, str]] = []
         for op, res in zip(todo, results, strict=True):
             step = decide.after_create(decide.classify(res))
             if step is decide.CreateStep.DONE:
@@ -916,10 +923,19 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
             for op, blob in zip(confirm, got, strict=True):
                 stored = None if isinstance(blob, StoreError) else blob.body
                 verdict = decide.after_confirm(decide.classify(blob), stored, op.body)
-                if verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
+                if verdict is decide.Confirmed.OURS and op.key in refresh and isinstance(blob, Blob):
+                    touch.append((op, blob.etag))
+                elif verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
                     out[op.key] = verdict
                 else:
                     again.append(op)
+        if touch:
+            done = yield from ops.parallel([PutIfMatch(op.key, op.body, etag) for op, etag in touch])
+            for (op, _), res in zip(touch, done, strict=True):
+                if decide.after_create(decide.classify(res)) is decide.CreateStep.DONE:
+                    out[op.key] = decide.Confirmed.OURS
+                else:
+                    again.append(op)  # changed, deleted or undecided meanwhile: from the top
         if again:
             log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:
@@ -1019,8 +1035,12 @@ def _write(
     before_head: Sequence[PutIfAbsent] = (),
     lease: LeasePlan | None = None,
     journal: CommitJournal | None = None,
+    refresh: frozenset[str] = frozenset(),
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
+
+    ``refresh``: keys of ``before_head`` an earlier commit may have written (see
+    :func:`put_immutable`).
 
     The head is written only once every object it depends on is confirmed stored as
     ours; a segment key found taken by something else is never referenced. ``journal``
@@ -1055,7 +1075,7 @@ def _write(
             puts.append(segment)
     confirmed: dict[str, decide.Confirmed] = {}
     if puts:
-        confirmed = yield from put_immutable(cfg, puts)
+        confirmed = yield from put_immutable(cfg, puts, refresh)
         if not plan.parallel and plan.segment_key is not None \
                 and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
@@ -1075,6 +1095,11 @@ def _write(
     batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k, _segment_decoder(k)) for k in ahead)]
     if beside is not None:
         batch.append(beside)
+    # As _put_head does before each PUT: nothing goes out past the deadline (the
+    # objects written above may be collected from then on). Nothing is sent yet.
+    if deadline_ms is not None and cfg.env.now_ms() > deadline_ms:
+        raise StoreError(f"commit to session {ws.session} passed its deadline before its head went out; "
+                         "nothing acknowledged", key=layout.head(ws.session))
     doubted = journal.in_doubt
     if journal.session is None or journal.session == ws.session:
         journal.in_doubt = True  # the head PUT is in this batch
@@ -1439,8 +1464,11 @@ def create_fork(
         carried = max(doubt.carried, len(pending)) if reusing and doubt is not None else len(pending)
         journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
         journal.fork_sent = True
+        # A marker written by the earlier commit of this doubt is of unknown age: written
+        # again, so gc cannot take it for dangling while this child's head is on its way.
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease,
-                                                   journal=journal)
+                                                   journal=journal,
+                                                   refresh=frozenset((marker.key,)) if reusing else frozenset())
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             journal.forks.pop(parent, None)
             state = fold(reducer, ws.state, entries)
@@ -1564,6 +1592,9 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         objects, _ = yield from list_all(layout.session_dir(session))
         head_key = layout.head(session)
         objects = [o for o in objects if o.key != head_key]
+        # Ages are measured from before the DELETE: a head of a new session landing right
+        # after it may name a segment written up to landing_bound_ms before.
+        sent_ms = cfg.env.now_ms()
         if not (yield from _delete_head(layout, cfg, session, head, read)):
             if etag is not None:
                 raise ConflictError(session, {"etag": etag}, None)
@@ -1573,7 +1604,7 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         # here and its head land after ours is gone: a segment starting a chain (seq 0)
         # that the head deleted does not name, young enough for a head to still name it
         # (gc's commit deadline), is left for gc, which deletes it once no head does.
-        objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o)]
+        objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o, sent_ms)]
         keys = [o.key for o in objects]
         if head.parent is not None:
             keys.append(layout.fork_marker(head.parent.session, session))
@@ -1588,14 +1619,17 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
 
 
-def _maybe_anothers_first(layout: Layout, cfg: LogConfig, session: str, head: Head, o: ObjectInfo) -> bool:
+def _maybe_anothers_first(
+    layout: Layout, cfg: LogConfig, session: str, head: Head, o: ObjectInfo, now_ms: int
+) -> bool:
     """Whether ``o`` may be the first segment of a session created at the id after ``head``
-    is deleted (written before that session's create-only head PUT, which may land yet)."""
+    is deleted (written before that session's create-only head PUT, which may land yet),
+    judged at ``now_ms``, when the DELETE of ``head`` was sent."""
     if o.key in head.segments or (head.pending is not None and o.key == head.pending.key):
         return False
     parsed = parse_segment_key(o.key) if layout.is_segment_of(session, o.key) else None
     return parsed is not None and parsed[0] == 0 \
-        and cfg.env.now_ms() - o.last_modified_ms < landing_bound_ms(cfg.commit_deadline_ms)
+        and now_ms - o.last_modified_ms < landing_bound_ms(cfg.commit_deadline_ms)
 
 
 def _delete_head(layout: Layout, cfg: LogConfig, session: str, head: Head, etag: str) -> Proc[bool]:

@@ -347,3 +347,195 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
     acked += w2.commit().acked
     gc_store.apply()
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+
+
+# Found by a review of the gc margin (62898b5): writes sent past the deadline, a marker
+# of unknown age, an age measured too late.
+
+
+def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline() -> None:
+    """A sequential flush whose head goes out in the batch that reads ahead for the next
+    merge (_write's Parallel): its segment's create-only PUT landed, the reply was lost
+    and the retry went out past the deadline. The head was then sent anyway (and its
+    2xx taken, the ``first`` skip in _put_head), landing within one more deadline while
+    gc collected the segment, now twice the deadline old. Nothing goes out past the
+    deadline now: the commit gives up, nothing acknowledged, and the next one commits."""
+    clock = Clock()
+
+    class SlowSeg(ClockStore):
+        armed = False
+
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            etag = super().put_if_absent(key, body)
+            if self.armed and "/seg/" in key:
+                self.armed = False
+                clock.t += DEADLINE + 1  # the reply is lost; the retry goes out past the deadline
+                raise TransientStoreError("injected timeout (request landed)", key=key, code="RequestTimeout")
+            return etag
+
+    # Find the first commit whose head goes out with a read-ahead batch.
+    ahead_at: list[int] = []
+    orig = protocol.merge_ahead
+    cur = [0]
+
+    def spy(cfg: Any, ws: Any, plan: Any) -> list[str]:
+        out = orig(cfg, ws, plan)
+        if out and plan.segment_key is not None and not plan.parallel:
+            ahead_at.append(cur[0])
+        return out
+
+    def writer(store: ClockStore) -> Any:
+        return _log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
+
+    protocol.merge_ahead = spy  # type: ignore[assignment]
+    try:
+        w = writer(SlowSeg(clock))
+        for i in range(30):
+            cur[0] = i
+            w.append("msg", {"i": i, "text": "x" * 300})
+            w.commit()
+    finally:
+        protocol.merge_ahead = orig  # type: ignore[assignment]
+    assert ahead_at
+
+    clock.t = Clock().t
+    store = SlowSeg(clock)
+    log = _log(store, clock, pending_max_bytes=0, cache_levels=0)
+    gc_log = _log(store, clock, seed=8, pending_max_bytes=0, cache_levels=0)
+    w = log.create("s1")
+    sent_late: list[int] = []
+
+    def slow(key: str, body: bytes) -> None:
+        if store.armed is False and sent_late == [1]:
+            clock.t += DEADLINE - 1  # in flight within one more deadline
+            gc_log.gc(older_than_ms=0)
+            sent_late.append(2)
+
+    store.during_head = slow
+    acked: list[s3log.Entry] = []
+    for i in range(ahead_at[0] + 5):
+        w.append("msg", {"i": i, "text": "x" * 300})
+        store.armed = i == ahead_at[0]
+        if i == ahead_at[0]:
+            sent_late.append(1)
+            with pytest.raises(s3log.StoreError, match="passed its deadline"):
+                w.commit()
+            continue
+        acked += w.commit().acked
+        keys = set(store.all_keys())
+        assert not [k for k in _head(store).segments if k not in keys]
+        assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+    clock.t += 3 * DEADLINE
+    gc_log.gc(older_than_ms=0)
+    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
+
+
+def test_a_fork_retried_from_its_doubt_writes_its_old_marker_again() -> None:
+    """create_fork with a ForkDoubt re-creates the same child: its marker PUT meets the
+    earlier commit's marker (same key, same body: created_at = doubt.ts), confirms it
+    OURS and goes on to the child's head. That marker's age is the earlier commit's,
+    not this one's: gc (child headless, marker older than 2D) deletes it while the
+    child's create-only head is in flight; the head lands and the fork is acknowledged
+    with no marker under its parent (protocol.py create_fork's marker/`now = doubt.ts`,
+    gc's forks/ branch)."""
+    clock = Clock()
+
+    class Hooked(ClockStore):
+        hook: Any = None
+
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            if key.endswith("/head") and "/s1/" not in key and self.hook is not None:
+                self.hook(key)
+            return super().put_if_absent(key, body)
+
+    store = Hooked(clock)
+    log_a = _log(store, clock)
+    log_b = _log(store, clock, seed=9)
+    gc_log = _log(store, clock, seed=8)
+    a = log_a.create("s1")
+    a.append("msg", {"text": "first"})
+    a.commit()
+    b = log_b.open("s1")
+    b.append("msg", {"text": "b"})
+    b.commit()
+    a.append("msg", {"text": "a"})
+
+    def lost(key: str) -> None:
+        raise TransientStoreError("injected timeout (request lost)", key=key, code="RequestTimeout")
+
+    store.hook = lost
+    with pytest.raises(s3log.S3LogError):
+        a.commit()  # forks; the child's head never lands: a ForkDoubt stays
+    markers = [k for k in store.all_keys() if "/s1/forks/" in k]
+    assert len(markers) == 1
+    clock.t += 3 * DEADLINE  # the writer retries later (the doubt's head can no longer land)
+    ran: list[list[str]] = []
+
+    def gc_meanwhile(key: str) -> None:
+        store.hook = None
+        ran.append(gc_log.gc(older_than_ms=0).deleted)
+
+    store.hook = gc_meanwhile
+    res = a.commit()
+    assert ran and res.fork is not None
+    child = res.fork.child
+    assert a.session_id == child and log_a.read(child).entries  # the child exists and is acknowledged
+    assert markers[0] not in ran[0], ("gc deleted the marker of a child whose head then landed", ran)
+    assert log_a.children("s1") == [child]
+
+
+def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete() -> None:
+    """Log.delete lists, DELETEs the head, and only then (protocol.py
+    _maybe_anothers_first: cfg.env.now_ms()) measures a seq-0 segment's age. A new
+    session's create-only head that lands between the head DELETE and that measure
+    (sent just before its deadline, landing within one more) names a segment now 2D
+    old: it is deleted, and the new session's acknowledged first commit is unreadable.
+    The age must be measured before the head DELETE is sent."""
+    clock = Clock()
+    d = DEADLINE
+
+    class Hooked(ClockStore):
+        hook: Any = None
+        on_delete: Any = None
+
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            if key.endswith("/s1/head") and self.hook is not None:
+                hook, self.hook = self.hook, None
+                return hook(key, body)
+            return super().put_if_absent(key, body)
+
+        def delete_if_match(self, key: str, etag: str) -> None:
+            super().delete_if_match(key, etag)
+            if self.on_delete is not None:
+                on_delete, self.on_delete = self.on_delete, None
+                on_delete()
+
+    store = Hooked(clock)
+    log_a = _log(store, clock)
+    a = log_a.create("s1")
+    a.append("msg", {"text": "old"})
+    a.commit()
+    log_b = _log(store, clock, seed=9, pending_max_bytes=0)
+    b = log_b.create("s1", lazy=True)
+    b.append("msg", {"text": "x" * 2000})  # flushes: a seq-0 segment, then a create-only head
+    deleter = _log(store, clock, seed=8)
+    p = clock.t
+    landed: list[str] = []
+
+    def b_head(key: str, body: bytes) -> str:
+        clock.t = p + d - 1  # sent before B's deadline; in flight
+
+        def head_delete_lands_then_b() -> None:
+            clock.t = p + 2 * d - 1  # A's head is gone; B's head lands right after (in its bound)
+            landed.append(ClockStore.put_if_absent(store, key, body))
+            clock.t = p + 2 * d + 1  # the DELETE's reply is read a moment later
+
+        store.on_delete = head_delete_lands_then_b
+        deleter.delete("s1")
+        return landed[0]
+
+    store.hook = b_head
+    acked = b.commit().acked
+    assert landed and acked
+    keys = set(store.all_keys())
+    assert not [k for k in _head(store).segments if k not in keys]
