@@ -932,10 +932,13 @@ def put_immutable(
         if touch:
             done = yield from ops.parallel([PutIfMatch(op.key, op.body, etag) for op, etag in touch])
             for (op, _), res in zip(touch, done, strict=True):
-                if decide.after_create(decide.classify(res)) is decide.CreateStep.DONE:
+                step = decide.after_create(decide.classify(res))
+                if step is decide.CreateStep.DONE:
                     out[op.key] = decide.Confirmed.OURS
-                else:
+                elif step in (decide.CreateStep.CONFIRM, decide.CreateStep.RETRY):
                     again.append(op)  # changed, deleted or undecided meanwhile: from the top
+                else:
+                    raise _failure(res)
         if again:
             log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:

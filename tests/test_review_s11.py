@@ -539,3 +539,24 @@ def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete
     assert landed and acked
     keys = set(store.all_keys())
     assert not [k for k in _head(store).segments if k not in keys]
+
+
+def test_a_refused_marker_refresh_raises_the_stores_error() -> None:
+    """put_immutable's refresh of a found-existing object: a fatal reply is raised as it
+    is, not retried until "could not create ... after N attempts" hides it."""
+    from s3log.errors import StoreError
+    from s3log.ops import PutIfAbsent
+
+    class Refusing(s3log.MemoryStore):
+        def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+            raise StoreError("access denied", key=key, code="AccessDenied")
+
+    store = Refusing()
+    store.put_if_absent("s3log/sessions/s1/forks/c1", b"marker")
+    log = s3log.Log(store, config=s3log.LogConfig(retry=FAST))
+    key = "s3log/sessions/s1/forks/c1"
+    with pytest.raises(StoreError, match="access denied"):
+        log.run(protocol.put_immutable(log.config, [PutIfAbsent(key, b"marker")], frozenset({key})))
+    # Without a refresh the same object is simply confirmed as ours.
+    assert log.run(protocol.put_immutable(log.config, [PutIfAbsent(key, b"marker")])) == {
+        key: protocol.decide.Confirmed.OURS}
