@@ -61,8 +61,9 @@ class LogConfig:
     entries of segments below this level in memory, so the merges it will do soon
     need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
     this long after it wrote a segment gives up (nothing acknowledged; the next commit
-    writes a new segment), so gc may treat an unreferenced segment older than this as
-    garbage no commit will ever reference. ``env``: clock, randomness and new ids.
+    writes a new segment), so gc may treat an unreferenced segment older than twice
+    this (a request sent just before the deadline may take that long again to land)
+    as garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     ``verify_preconditions``: probe, before the first write to a store, that it
     honours ``If-None-Match`` and ``If-Match`` (see
     :func:`s3log.protocol.probe_preconditions`). ``activity_index``: a session's first

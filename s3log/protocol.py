@@ -1606,7 +1606,7 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         # it, or before it when flushing sequentially), so that segment can be listed
         # here and its head land after ours is gone: a segment starting a chain (seq 0)
         # that the head deleted does not name, young enough for a head to still name it
-        # (gc's commit deadline), is left for gc, which deletes it once no head does.
+        # (landing_bound_ms), is left for gc, which deletes it once no head does.
         objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o, sent_ms)]
         keys = [o.key for o in objects]
         if head.parent is not None:
