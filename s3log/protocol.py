@@ -885,19 +885,13 @@ _NEXT_HEAD_FIELDS = ("session", "version", "seq", "hash", "segments", "levels", 
 assert tuple(f.name for f in fields(Head)) == _NEXT_HEAD_FIELDS, "protocol._plan_head sets every field of Head"
 
 
-def put_immutable(
-    cfg: LogConfig, puts: Sequence[PutIfAbsent], refresh: frozenset[str] = frozenset()
-) -> Proc[dict[str, decide.Confirmed]]:
+def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:
     """Create immutable objects (segments, fork markers) with create-only PUTs, in parallel.
 
     Each key ends :attr:`~decide.Confirmed.OURS` (stored, byte for byte what we wrote)
     or :attr:`~decide.Confirmed.TAKEN` (another object holds the key); nothing else
     returns. An "already exists" reply is confirmed by a GET before it is trusted, and
     409s, throttling and unknown outcomes are retried here (see :mod:`s3log.decide`).
-
-    ``refresh``: keys whose copy found already there (written by an earlier commit, of
-    unknown age) is written again, the same bytes with ``If-Match`` on it, so that gc
-    counts its age from now, like that of an object this commit creates.
     """
     out: dict[str, decide.Confirmed] = {}
     todo = list(puts)
@@ -907,7 +901,6 @@ def put_immutable(
         results = yield from ops.parallel(todo)
         confirm: list[PutIfAbsent] = []
         again: list[PutIfAbsent] = []
-        touch: list[tuple[PutIfAbsent, str]] = []
         for op, res in zip(todo, results, strict=True):
             step = decide.after_create(decide.classify(res))
             if step is decide.CreateStep.DONE:
@@ -923,22 +916,10 @@ def put_immutable(
             for op, blob in zip(confirm, got, strict=True):
                 stored = None if isinstance(blob, StoreError) else blob.body
                 verdict = decide.after_confirm(decide.classify(blob), stored, op.body)
-                if verdict is decide.Confirmed.OURS and op.key in refresh and isinstance(blob, Blob):
-                    touch.append((op, blob.etag))
-                elif verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
+                if verdict in (decide.Confirmed.OURS, decide.Confirmed.TAKEN):
                     out[op.key] = verdict
                 else:
                     again.append(op)
-        if touch:
-            done = yield from ops.parallel([PutIfMatch(op.key, op.body, etag) for op, etag in touch])
-            for (op, _), res in zip(touch, done, strict=True):
-                step = decide.after_create(decide.classify(res))
-                if step is decide.CreateStep.DONE:
-                    out[op.key] = decide.Confirmed.OURS
-                elif step in (decide.CreateStep.CONFIRM, decide.CreateStep.RETRY):
-                    again.append(op)  # changed, deleted or undecided meanwhile: from the top
-                else:
-                    raise _failure(res)
         if again:
             log.info("retrying create-only PUT of %s (attempt %d)", again[0].key, attempt)
             if attempt >= cfg.retry.attempts:
@@ -1038,12 +1019,8 @@ def _write(
     before_head: Sequence[PutIfAbsent] = (),
     lease: LeasePlan | None = None,
     journal: CommitJournal | None = None,
-    refresh: frozenset[str] = frozenset(),
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
-
-    ``refresh``: keys of ``before_head`` an earlier commit may have written (see
-    :func:`put_immutable`).
 
     The head is written only once every object it depends on is confirmed stored as
     ours; a segment key found taken by something else is never referenced. ``journal``
@@ -1078,7 +1055,7 @@ def _write(
             puts.append(segment)
     confirmed: dict[str, decide.Confirmed] = {}
     if puts:
-        confirmed = yield from put_immutable(cfg, puts, refresh)
+        confirmed = yield from put_immutable(cfg, puts)
         if not plan.parallel and plan.segment_key is not None \
                 and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
@@ -1467,11 +1444,8 @@ def create_fork(
         carried = max(doubt.carried, len(pending)) if reusing and doubt is not None else len(pending)
         journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
         journal.fork_sent = True
-        # A marker written by the earlier commit of this doubt is of unknown age: written
-        # again, so gc cannot take it for dangling while this child's head is on its way.
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease,
-                                                   journal=journal,
-                                                   refresh=frozenset((marker.key,)) if reusing else frozenset())
+                                                   journal=journal)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             journal.forks.pop(parent, None)
             state = fold(reducer, ws.state, entries)
