@@ -22,43 +22,14 @@ import pytest
 import s3log
 from s3log import protocol
 from s3log.codec import decode_head
-from s3log.config import MAX_FANOUT, RetryPolicy
+from s3log.config import MAX_FANOUT
 from s3log.env import Env
 from s3log.errors import InvalidArgumentError, PreconditionFailed, TransientStoreError
 from s3log.layout import MAX_SEGMENTS
 from s3log.manifest import max_manifest_length
+from tests.test_pending_hostile import FAST, Clock, ClockStore
 
-FAST = RetryPolicy(initial=0.0001, max_backoff=0.0001)
 DEADLINE = 60_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.t
-
-
-class ClockStore(s3log.MemoryStore):
-    """A MemoryStore whose objects carry the virtual clock's time; ``during_head`` runs
-    inside each If-Match PUT, after it is sent and before it lands (a slow request)."""
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
-        self.during_head: Any = lambda key, body: None
-
-    def put_if_absent(self, key: str, body: bytes) -> str:
-        etag = super().put_if_absent(key, body)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return etag
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.during_head(key, body)
-        new = super().put_if_match(key, body, etag)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return new
 
 
 def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
@@ -66,6 +37,17 @@ def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
     cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
                           retry=FAST, commit_deadline_ms=DEADLINE, **kw)
     return s3log.Log(store, config=cfg)
+
+
+def _commit_until(w: s3log.Writer[Any], ran: list[str]) -> list[s3log.Entry]:
+    """Commit ~300-byte entries one by one until ``ran`` holds something (a hook ran)."""
+    acked: list[s3log.Entry] = []
+    for i in range(12):
+        w.append("msg", {"i": i, "text": "x" * 300})
+        acked += w.commit().acked
+        if ran:
+            break
+    return acked
 
 
 def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
@@ -97,7 +79,7 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
         clock.t += DEADLINE + 1
         gc_runs.append(gc_log.gc(older_than_ms=0).deleted)
 
-    store.during_head = slow
+    store.before_head = slow
     acked: list[s3log.Entry] = []
     for i in range(12):
         w.append("msg", {"i": i, "text": "x" * 300})
@@ -125,10 +107,10 @@ def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
         lost.append(decode_head(body, key).segments[-1])
         raise PreconditionFailed("another writer moved on", key=key)
 
-    store.during_head = never_lands
+    store.before_head = never_lands
     with pytest.raises(s3log.S3LogError):
         w.commit()
-    store.during_head = lambda key, body: None
+    store.before_head = lambda key, body: None
     assert lost and lost[0] in store.all_keys()
     clock.t += protocol.landing_bound_ms(DEADLINE) - 1
     assert lost[0] not in log.gc(older_than_ms=0).deleted
@@ -148,7 +130,7 @@ def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() 
             late.append(key)
             clock.t += DEADLINE + 1  # its 2xx is read past the deadline
 
-    store.during_head = slow
+    store.before_head = slow
     acked: list[s3log.Entry] = []
     for i in range(8):
         w.append("msg", {"i": i, "text": "x" * 300})
@@ -215,13 +197,8 @@ def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None
         gc_log.gc(older_than_ms=0)  # gc reads the old head: the segment is unreferenced
         ran.append("ran")
 
-    store.during_head = slow
-    acked: list[s3log.Entry] = []
-    for i in range(12):
-        w.append("msg", {"i": i, "text": "x" * 300})
-        acked += w.commit().acked
-        if ran:
-            break
+    store.before_head = slow
+    acked = _commit_until(w, ran)
     assert ran == ["ran"]
     gc_store.apply()  # gc's DELETEs, sent before the head landed, arrive after the ack
     keys = set(store.all_keys())
@@ -260,7 +237,7 @@ def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> N
         gc_log.gc(older_than_ms=0)
         ran.append(h.pending.key)
 
-    store.during_head = slow
+    store.before_head = slow
     acked: list[s3log.Entry] = []
     for i in range(12):
         seg_written.clear()
@@ -269,7 +246,7 @@ def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> N
         if ran:
             break
     assert ran
-    store.during_head = lambda key, body: None
+    store.before_head = lambda key, body: None
     # Another writer (a restarted process) opens while the pending segment still exists.
     w2 = _log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
     gc_store.apply()
@@ -330,13 +307,8 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
         gc_log.gc(older_than_ms=0)
         ran.append(p.key)
 
-    store.during_head = slow
-    acked: list[s3log.Entry] = []
-    for i in range(12):
-        w.append("msg", {"i": i, "text": "x" * 300})
-        acked += w.commit().acked
-        if ran:
-            break
+    store.before_head = slow
+    acked = _commit_until(w, ran)
     assert ran
     w.append("big", {"text": "y" * 1500})  # inline (tail_per_commit): the pending is carried
     acked += w.commit().acked
@@ -411,7 +383,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
             gc_log.gc(older_than_ms=0)
             sent_late.append(2)
 
-    store.during_head = slow
+    store.before_head = slow
     acked: list[s3log.Entry] = []
     for i in range(ahead_at[0] + 5):
         w.append("msg", {"i": i, "text": "x" * 300})
