@@ -1317,13 +1317,24 @@ class Simulation:
                      f"{self.short(result.fork.child)}")
         if self.scenario.solo and not self.disturbed_since(result.fork.parent.session, w.opened_at):
             raise Violation("4", f"{w.name} forked with no competitor: {result.fork}")
-        # acked = the entries that landed in the parent, then the rest, in the child
-        # after its fork entry.
-        kinds = [e.kind for e in result.entries]
-        in_child = len(kinds) - kinds.index(FORK_KIND) - 1
-        split = len(result.acked) - in_child
-        self._ack_entries(w, result.acked[:split], result.fork.parent.session)
-        self._ack_entries(w, result.acked[split:], result.session_id)
+        # entries = what landed in the first fork's parent, then each fork's fork entry
+        # and what went to its child. A commit can fork more than once: it continues an
+        # undecided fork of an earlier commit, then loses a race there and forks again
+        # (CommitResult.forks). acked = the same entries without the fork entries.
+        forks = result.forks or (result.fork,)
+        groups: list[tuple[str, list[Entry]]] = [(forks[0].parent.session, [])]
+        for e in result.entries:
+            if e.kind == FORK_KIND:
+                if len(groups) > len(forks):
+                    raise Violation("2", f"{w.name}'s commit holds more fork entries than forks: {forks}")
+                groups.append((forks[len(groups) - 1].child, []))
+            else:
+                groups[-1][1].append(e)
+        if len(groups) != len(forks) + 1 or [e for _, g in groups for e in g] != list(result.acked):
+            raise Violation("2", f"{w.name}'s commit result does not add up: {len(groups) - 1} fork entries "
+                                 f"for {len(forks)} forks")
+        for sid, group in groups:
+            self._ack_entries(w, group, sid)
 
     def _ack_entries(self, w: WriterActor, acked: list[Entry], sid: str) -> None:
         self.ack_direct(w, acked, sid)

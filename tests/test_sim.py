@@ -325,3 +325,13 @@ def test_a_crash_decides_the_requests_its_cancelled_commits_left_in_flight() -> 
     # for the crash's own, so a solo scenario stays solo.
     o = Simulation(replace(Scenario.from_seed(2856), tail_per_commit=0)).run()
     assert o.violation is None, str(o.violation)
+
+
+def test_a_commit_that_forks_twice_is_acknowledged_where_each_entry_landed() -> None:
+    """Seed 7568: a commit continues a fork an earlier one left undecided, loses a race
+    in that child and forks again (CommitResult.forks holds both). The simulator put
+    every entry but the last in the first fork's parent and reported them lost
+    (invariant 1); they were stored, each in its own child."""
+    o = run_seed(7568)
+    assert o.violation is None, o.violation
+    assert o.forks >= 1 and o.acked > 0
