@@ -1229,8 +1229,16 @@ def commit(
     while attempts_left > 0:
         attempts_left -= 1
         entries = build_chain(pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
+        # An earlier commit of these entries found a prefix of them stored here, forked the
+        # rest and left that fork undecided: its child may hold the rest. Only the prefix
+        # is written here (the session may be gone and this a new one at the id, which no
+        # race will reveal); the rest follows into that same child, as below.
+        cut = _landed_before_expiry(ws.session, entries, journal.forks) if journal.forks else 0
+        if not 0 < cut < len(entries):
+            cut = 0
         try:
-            plan, outcome, written = yield from _write(layout, cfg, ws, entries, lease=lease, journal=journal)
+            plan, outcome, written = yield from _write(layout, cfg, ws, entries[:cut] if cut else entries,
+                                                       lease=lease, journal=journal)
         except SessionNotFound:
             if not over_tombstone or journal.in_doubt:
                 raise
@@ -1241,77 +1249,89 @@ def commit(
             continue
         if outcome.uncertain:
             uncertain = len(entries)
-        if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
+        if outcome.kind == "committed" and outcome.etag is not None and plan is not None and not cut:
             state = fold(reducer, ws.state, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
                                 durable + entries, acked + entries, forked, tuple(forks))
-        if outcome.found is None:
-            raise StoreError(f"commit to session {ws.session} lost its head without finding another")
-        found_head, found_etag = outcome.found
-        if ws.etag is None and is_expired(found_head):
-            # The id is an expired session's: a new session takes it over, as it would
-            # one deleted (nothing of ours can be in a tombstone, which lists no entries).
-            ws, over_tombstone = _over_tombstone(ws, found_head, found_etag, cfg.env.now_ms()), True
-            attempts_left += 1
-            continue
-        # A create that landed unacknowledged is ours, not a taken id: the stored head
-        # carries the creator nonce this writer put in it. A creator that is not ours
-        # proves our create never landed: equal entries there are the other writer's.
-        ours = ws.head.creator is not None and found_head.creator == ws.head.creator
-        creating = (ws.etag is None or over_tombstone) and not ours
-        others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
-        landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
-            else 0
-        if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
-            # Expired since, or deleted and another session took the id over.
-            landed = _landed_before_expiry(ws.session, entries, journal.forks)
-        done = entries[:landed]
-        ends_at = done[-1].hash if done else ws.head.hash
-        step = decide.after_lost(
-            creating=creating,
-            batch=len(entries),
-            landed=landed,
-            stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
-            and found_head.hash == ends_at,
-            on_conflict=on_conflict,
-        )
-        if isinstance(step, decide.IdTaken):
-            raise SessionExists(ws.session)
-        # A reducer may fold into the state it is given: entries that landed are folded
-        # into a copy, so that if this commit still fails, the writer's state (which the
-        # next commit folds them into again) holds only what it acknowledged.
-        state = fold(reducer, copy.deepcopy(ws.state), done) if done else ws.state
-        acked += done
-        durable += done
-        if isinstance(step, decide.AckAll):
-            if step.adopt:
-                return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked, tuple(forks))
-            # Someone built on our entries: they are durable, but this writer's view is
-            # behind; its next commit meets the other writer and forks.
-            return CommitResult(_stale(ws, done, state), durable, acked, forked, tuple(forks))
-        if isinstance(step, decide.AdoptAndRetry):
-            log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
-            ws = _adopt(ws, found_head, found_etag, state)
-            pending = pending[landed:]
-            uncertain = max(0, uncertain - landed)
-            if landed:
-                # Adopting a head that holds part of this batch is progress, not a
-                # failed attempt (at most one per entry): counted as one, a writer
-                # allowed a single attempt adopted, ran out and raised, losing the
-                # adopted position, on every commit after an undecided PUT.
+        if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
+            # The prefix is stored: the rest goes on from its end into the doubt's child.
+            landed = cut
+            done = entries[:cut]
+            state = fold(reducer, ws.state, done)
+            ws = _advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched)
+            acked += done
+            durable += done
+            found = dict(ws.head.summary(), etag=ws.etag)
+            why = "an undecided fork holds the rest of this batch"
+        else:
+            if outcome.found is None:
+                raise StoreError(f"commit to session {ws.session} lost its head without finding another")
+            found_head, found_etag = outcome.found
+            if ws.etag is None and is_expired(found_head):
+                # The id is an expired session's: a new session takes it over, as it would
+                # one deleted (nothing of ours can be in a tombstone, which lists no entries).
+                ws, over_tombstone = _over_tombstone(ws, found_head, found_etag, cfg.env.now_ms()), True
                 attempts_left += 1
-            continue
-        ws = _stale(ws, done, state) if done else ws
-        found = dict(found_head.summary(), etag=found_etag)
-        if isinstance(step, decide.RaiseConflict):
-            raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=acked)
+                continue
+            # A create that landed unacknowledged is ours, not a taken id: the stored head
+            # carries the creator nonce this writer put in it. A creator that is not ours
+            # proves our create never landed: equal entries there are the other writer's.
+            ours = ws.head.creator is not None and found_head.creator == ws.head.creator
+            creating = (ws.etag is None or over_tombstone) and not ours
+            others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
+            landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
+                else 0
+            if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
+                # Expired since, or deleted and another session took the id over.
+                landed = _landed_before_expiry(ws.session, entries, journal.forks)
+            done = entries[:landed]
+            ends_at = done[-1].hash if done else ws.head.hash
+            step = decide.after_lost(
+                creating=creating,
+                batch=len(entries),
+                landed=landed,
+                stored_ends_at_ours=found_head.seq == (done[-1].seq if done else ws.head.seq)
+                and found_head.hash == ends_at,
+                on_conflict=on_conflict,
+            )
+            if isinstance(step, decide.IdTaken):
+                raise SessionExists(ws.session)
+            # A reducer may fold into the state it is given: entries that landed are folded
+            # into a copy, so that if this commit still fails, the writer's state (which the
+            # next commit folds them into again) holds only what it acknowledged.
+            state = fold(reducer, copy.deepcopy(ws.state), done) if done else ws.state
+            acked += done
+            durable += done
+            if isinstance(step, decide.AckAll):
+                if step.adopt:
+                    return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked, tuple(forks))
+                # Someone built on our entries: they are durable, but this writer's view is
+                # behind; its next commit meets the other writer and forks.
+                return CommitResult(_stale(ws, done, state), durable, acked, forked, tuple(forks))
+            if isinstance(step, decide.AdoptAndRetry):
+                log.info("session %s: adopting a head that ends with this writer's own entries", ws.session)
+                ws = _adopt(ws, found_head, found_etag, state)
+                pending = pending[landed:]
+                uncertain = max(0, uncertain - landed)
+                if landed:
+                    # Adopting a head that holds part of this batch is progress, not a
+                    # failed attempt (at most one per entry): counted as one, a writer
+                    # allowed a single attempt adopted, ran out and raised, losing the
+                    # adopted position, on every commit after an undecided PUT.
+                    attempts_left += 1
+                continue
+            ws = _stale(ws, done, state) if done else ws
+            found = dict(found_head.summary(), etag=found_etag)
+            if isinstance(step, decide.RaiseConflict):
+                raise ConflictError(ws.session, dict(ws.head.summary(), etag=ws.etag), found, landed=acked)
+            why = f"lost a race to writer {found_head.writer}"
         parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
         rest = pending[landed:]
         # A fork an earlier commit of these entries left undecided, from this same place:
         # forked into again (same id), so its late or landed head and this one cannot
         # both be stored (both are create-only PUTs of one key).
         doubt = journal.forks.get(parent)
-        log.warning("session %s: lost a race to writer %s; forking%s", ws.session, found_head.writer,
+        log.warning("session %s: %s; forking%s", ws.session, why,
                     f" into {doubt.child}, as an undecided commit did" if doubt else "")
         fork_ws, fork_entries = yield from create_fork(
             layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, rest, lease=lease,

@@ -335,3 +335,15 @@ def test_a_commit_that_forks_twice_is_acknowledged_where_each_entry_landed() -> 
     o = run_seed(7568)
     assert o.violation is None, o.violation
     assert o.forks >= 1 and o.acked > 0
+
+
+def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_deleted_parent() -> None:
+    """Seed 5308: a lazy writer's commit found its first entries stored in S0, forked the
+    rest into S1 and was cancelled with S1's head in flight (a fork doubt). Retention
+    deleted S0 (no tombstone) and S1's head landed. The next commit rebuilt the batch,
+    created S0 again at the free id without any race, and stored every entry there, the
+    ones S1 held too (invariant 2). Only the prefix goes to the parent now; the rest
+    follows into the same child (protocol.commit, ``cut``)."""
+    o = run_seed(5308)
+    assert o.violation is None, o.violation
+    assert o.forks >= 1
