@@ -66,7 +66,7 @@ class AsyncWriter(WriterVerbs[S]):
         #: futures of the waiters following it, each resolved when it ends.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Future[CommitResult[S]]] = set()
+        self._tasks: set[asyncio.Task[CommitResult[S]]] = set()
         self._running: asyncio.Future[CommitResult[S]] | None = None
         self._following: dict[asyncio.Future[None], None] = {}
 
@@ -200,7 +200,7 @@ class AsyncWriter(WriterVerbs[S]):
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
-    def _start(self, commit: Coroutine[Any, Any, CommitResult[S]]) -> asyncio.Future[CommitResult[S]]:
+    def _start(self, commit: Coroutine[Any, Any, CommitResult[S]]) -> asyncio.Task[CommitResult[S]]:
         task = asyncio.ensure_future(commit)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -233,15 +233,13 @@ class Ticket(int):
         return writer._durable(int(self)).__await__()
 
 
-def _abandon(task: asyncio.Future[Any]) -> None:
+def _abandon(task: asyncio.Task[Any]) -> None:
     """Close the commit task of a closed event loop, which will never run it again: its
     procedure's cleanup runs as on a cancellation (the commit journal decides what its
     entries become). What fails after that cleanup, such as waking the other tasks of
     that loop, concerns nothing but that loop."""
-    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
-    if coro is not None and inspect.iscoroutine(coro):
-        with contextlib.suppress(Exception):
-            coro.close()
+    with contextlib.suppress(Exception):
+        task.get_coro().close()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
