@@ -116,6 +116,51 @@ def after_confirm(reply: Reply, stored: bytes | None, ours: bytes) -> Confirmed:
     return Confirmed.TAKEN if reply is Reply.PRECONDITION else Confirmed.UNKNOWN
 
 
+# --------------------------------------------- 1b. writing a fork marker again (a retried fork)
+
+
+class RefreshStep(Enum):
+    """Next step in writing a fork marker again, with new bytes, before a retried fork's
+    head (decision 0008): the marker must be there, and younger than the head, all along."""
+
+    DONE = "done"          # the new bytes are stored
+    REPLACE = "replace"    # this fork's earlier copy is there: If-Match PUT on its ETag
+    CREATE = "create"      # nothing is there: create-only PUT
+    AGAIN = "again"        # read the key again (after a backoff)
+    TAKEN = "taken"        # another object holds the key: never touch it
+    FAIL = "fail"          # raise the store's error
+
+
+def after_marker_read(reply: Reply, stored: bytes | None, ours: bytes, same_fork: bool) -> RefreshStep:
+    """After the GET of a marker about to be written again: ``same_fork`` says whether
+    what is stored is a copy of this fork's marker (any earlier bytes of it)."""
+    if reply is Reply.OK:
+        if stored == ours:
+            return RefreshStep.DONE
+        return RefreshStep.REPLACE if same_fork else RefreshStep.TAKEN
+    if reply is Reply.NOT_FOUND:
+        return RefreshStep.CREATE
+    return RefreshStep.AGAIN if reply in (Reply.UNKNOWN, Reply.CONFLICT) else RefreshStep.FAIL
+
+
+#: After the If-Match PUT of the new bytes. Anything but a 2xx reads the key again:
+#: a 412 or 404 is gc's DELETE (or an earlier copy landing late), an unknown outcome
+#: shows as our bytes or not.
+REPLACE_TABLE: dict[Reply, RefreshStep] = {
+    Reply.OK: RefreshStep.DONE,
+    Reply.PRECONDITION: RefreshStep.AGAIN,
+    Reply.NOT_FOUND: RefreshStep.AGAIN,
+    Reply.CONFLICT: RefreshStep.AGAIN,
+    Reply.UNKNOWN: RefreshStep.AGAIN,
+    Reply.FATAL: RefreshStep.FAIL,
+}
+
+
+def after_marker_replace(reply: Reply) -> RefreshStep:
+    """What to do after the If-Match PUT that writes a marker again replied ``reply``."""
+    return REPLACE_TABLE[reply]
+
+
 # ------------------------------------------------------------ 2. the head's conditional PUT
 
 

@@ -17,7 +17,10 @@ import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any, Generic, Literal
+
+import cbor2
 
 from . import activity, decide, ops
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
@@ -38,6 +41,7 @@ from .codec import (
     encode_head,
     encode_segment,
     entry_record,
+    loads,
     new_entry,
     normalize_data,
     tail_run,
@@ -54,6 +58,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidSessionIdError,
     ObjectNotFound,
+    PreconditionFailed,
     SegmentMissing,
     SessionExists,
     SessionExpired,
@@ -929,6 +934,57 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
     return out
 
 
+def _is_marker_of(body: bytes, marker: Mapping[str, Any]) -> bool:
+    """Whether ``body`` is a copy of ``marker`` (any ``refreshed_at``): the same fork's."""
+    try:
+        stored = loads(body)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError):
+        return False
+    if type(stored) is not dict:
+        return False
+    stored.pop("refreshed_at", None)
+    return bool(stored == marker)
+
+
+def rewrite_marker(cfg: LogConfig, op: PutIfAbsent, same_fork: Callable[[bytes], bool]) -> Proc[decide.Confirmed]:
+    """Store ``op.body`` at ``op.key``, replacing an earlier copy of the same fork's
+    marker (``same_fork`` judges a stored body) with If-Match on its ETag: the key is
+    never empty while a copy is there, and what ends up stored was written now.
+
+    A retried fork does this before its head (decision 0008): gc deletes a dangling
+    marker only with If-Match on the ETag it listed, so a copy it judged old and
+    unreferenced is no longer the one there, and the new copy is young. Returns
+    :attr:`~decide.Confirmed.OURS` or :attr:`~decide.Confirmed.TAKEN` (another object
+    holds the key, left alone).
+    """
+    for attempt in range(1, cfg.retry.attempts + 1):
+        if attempt > 1:
+            yield from ops.sleep(cfg.retry.backoff(attempt - 1, cfg.env.rng))
+        (got,) = yield from ops.parallel([Get(op.key)])
+        last: object = got
+        stored = got.body if isinstance(got, Blob) else None
+        step = decide.after_marker_read(decide.classify(got), stored, op.body,
+                                        stored is not None and same_fork(stored))
+        if step is decide.RefreshStep.REPLACE:
+            assert isinstance(got, Blob)
+            (res,) = yield from ops.parallel([PutIfMatch(op.key, op.body, got.etag)])
+            step = decide.after_marker_replace(decide.classify(res))
+            last = res
+        elif step is decide.RefreshStep.CREATE:
+            # An earlier copy landing meanwhile shows as TAKEN here: read it again.
+            if (yield from put_immutable(cfg, [op]))[op.key] is decide.Confirmed.OURS:
+                return decide.Confirmed.OURS
+            continue
+        if step is decide.RefreshStep.DONE:
+            return decide.Confirmed.OURS
+        if step is decide.RefreshStep.TAKEN:
+            return decide.Confirmed.TAKEN
+        if step is decide.RefreshStep.FAIL:
+            raise _failure(last)
+        log.info("writing fork marker %s again: %s (attempt %d)", op.key, last, attempt)
+    raise StoreError(f"could not write fork marker {op.key} again after {cfg.retry.attempts} attempts", key=op.key)
+
+
 def _failure(result: object) -> BaseException:
     """The error of a request :func:`decide.classify` found fatal (so it is one)."""
     return result if isinstance(result, BaseException) else StoreError(f"request failed: {result!r}")
@@ -1017,6 +1073,7 @@ def _write(
     entries: Sequence[Entry],
     *,
     before_head: Sequence[PutIfAbsent] = (),
+    rewrite: Sequence[tuple[PutIfAbsent, Callable[[bytes], bool]]] = (),
     lease: LeasePlan | None = None,
     journal: CommitJournal | None = None,
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
@@ -1024,7 +1081,9 @@ def _write(
 
     The head is written only once every object it depends on is confirmed stored as
     ours; a segment key found taken by something else is never referenced. ``journal``
-    is kept true of the head PUTs (see :class:`CommitJournal`).
+    is kept true of the head PUTs (see :class:`CommitJournal`). ``rewrite``: markers
+    written again (:func:`rewrite_marker`) first, after the deadline is set, so they
+    are younger than anything the head may meet.
     """
     if journal is None:
         journal = CommitJournal()
@@ -1042,6 +1101,9 @@ def _write(
         if current is None or decide.etags_equal(current[1], ws.etag):
             raise
         return None, _HeadOutcome("conflict", None, current), {}
+    confirmed: dict[str, decide.Confirmed] = {}
+    for op, same_fork in rewrite:
+        confirmed[op.key] = yield from rewrite_marker(cfg, op, same_fork)
     puts = list(before_head)
     # Activity index (s3log.activity): a day's first commit marks the day, before its head.
     marker = None if not cfg.activity_index else activity.marker_for(
@@ -1053,18 +1115,17 @@ def _write(
         segment = PutIfAbsent(plan.segment_key, plan.segment_body)
         if not plan.parallel:
             puts.append(segment)
-    confirmed: dict[str, decide.Confirmed] = {}
     if puts:
-        confirmed = yield from put_immutable(cfg, puts)
+        confirmed.update((yield from put_immutable(cfg, puts)))
         if not plan.parallel and plan.segment_key is not None \
                 and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
-        if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
-            return plan, _HeadOutcome("conflict", None, None), confirmed
+    if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
+        return plan, _HeadOutcome("conflict", None, None), confirmed
     # A segment written beside the head counts too: it is unreferenced until its head
     # lands, so gc may collect it once older than the deadline; a head retried later
     # would name it pending and its writer, holding the 2xx of its PUT, promote it.
-    deadline_ms = deadline if puts or segment is not None or plan.head.retired_at else None
+    deadline_ms = deadline if confirmed or segment is not None or plan.head.retired_at else None
     beside = segment if segment is not None and plan.parallel else None
     ahead = merge_ahead(cfg, ws, plan)
     if beside is None and not ahead:
@@ -1257,7 +1318,9 @@ def commit(
             # The prefix is stored: the rest goes on from its end into the doubt's child.
             landed = cut
             done = entries[:cut]
-            state = fold(reducer, ws.state, done)
+            # Into a copy, as below: the fork may still fail, and the writer's state (which
+            # its next commit folds these into again) must hold only what it acknowledged.
+            state = fold(reducer, copy.deepcopy(ws.state), done)
             ws = _advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched)
             acked += done
             durable += done
@@ -1454,18 +1517,24 @@ def create_fork(
             sid, creator = child or cfg.env.new_id(), cfg.env.nonce()
         ws = new_writer_state(sid, reducer, meta, parent, now, creator)
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
-        marker = PutIfAbsent(
-            layout.fork_marker(parent.session, sid),
-            dumps({"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}),
-        )
+        marker_map = {"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}
+        marker = PutIfAbsent(layout.fork_marker(parent.session, sid), dumps(marker_map))
         # Until it is settled, this child may hold the entries: a commit that raises or
         # is abandoned meanwhile leaves the doubt for the next one to resolve.
         reusing = attempt == 0 and doubt is not None
+        rewrite: list[tuple[PutIfAbsent, Callable[[bytes], bool]]] = []
+        if reusing:
+            # The marker an earlier attempt wrote is of unknown age: gc may judge it
+            # dangling (this child has no head yet) while this head is on its way. It
+            # is written again with new bytes, so it is younger than the head and gc's
+            # If-Match DELETE of the copy it listed fails (decision 0008).
+            fresh = PutIfAbsent(marker.key, dumps({**marker_map, "refreshed_at": cfg.env.now_ms()}))
+            rewrite.append((fresh, partial(_is_marker_of, marker=marker_map)))
         carried = max(doubt.carried, len(pending)) if reusing and doubt is not None else len(pending)
         journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
         journal.fork_sent = True
-        plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[marker], lease=lease,
-                                                   journal=journal)
+        plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[] if rewrite else [marker],
+                                                   rewrite=rewrite, lease=lease, journal=journal)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             journal.forks.pop(parent, None)
             state = fold(reducer, ws.state, entries)
@@ -1602,17 +1671,30 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         # that the head deleted does not name, young enough for a head to still name it
         # (landing_bound_ms), is left for gc, which deletes it once no head does.
         objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o, sent_ms)]
-        keys = [o.key for o in objects]
+        # Its children's fork markers with If-Match on the ETag listed: a new session at
+        # the id may have forked into one of them again, writing its marker anew
+        # (decision 0008); that copy is the new session's and stays.
+        forks_dir = layout.forks_dir(session)
+        dels: list[Delete | DeleteIfMatch] = [
+            DeleteIfMatch(o.key, o.etag) if o.key.startswith(forks_dir) and o.etag else Delete(o.key) for o in objects]
         if head.parent is not None:
-            keys.append(layout.fork_marker(head.parent.session, session))
+            dels.append(Delete(layout.fork_marker(head.parent.session, session)))
         # Its activity markers (s3log.activity), on any day it may have been committed to.
-        keys += activity.markers_of(layout, session, head.created_at, head.updated_at)
-        if keys:
-            results = yield from ops.parallel([Delete(k) for k in keys])
+        dels += [Delete(k) for k in activity.markers_of(layout, session, head.created_at, head.updated_at)]
+        spared = 0
+        if dels:
+            results = yield from ops.parallel(dels)
+            unsupported = [op.key for op, res in zip(dels, results, strict=True)
+                           if isinstance(res, ConditionalDeleteUnsupported)]
+            if unsupported:
+                # obstore: by key, keeping the race on that store alone (as for the head).
+                results += (yield from ops.parallel([Delete(k) for k in unsupported]))
             for res in results:
-                if res is not None:
+                if isinstance(res, PreconditionFailed):
+                    spared += 1  # written again since the listing: the new session's
+                elif res is not None and not isinstance(res, (ObjectNotFound, ConditionalDeleteUnsupported)):
                     raise res
-        return 1 + len(objects)
+        return 1 + len(objects) - spared
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
 
 
@@ -1738,7 +1820,8 @@ def gc(
     referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
     etags = {r.session: r.etag for r in rows}
     doomed: list[str] = []
-    tombstones: dict[str, str] = {}  # head key -> the ETag read, for its If-Match DELETE
+    # Deleted only with If-Match: a head key -> the ETag read, a fork marker -> the ETag listed.
+    conditional: dict[str, str] = {}
     young = 0
     for sid, objs in by_session.items():
         if sid in broken:
@@ -1757,7 +1840,7 @@ def gc(
                 if retired_recently or now - o.last_modified_ms < grace:
                     young += 1
                 else:
-                    tombstones[o.key] = etag
+                    conditional[o.key] = etag
                     doomed.append(o.key)
                 continue
             if rest.startswith("seg/"):
@@ -1765,8 +1848,11 @@ def gc(
                 recent = retired_recently
             elif rest.startswith("forks/"):
                 # A marker is dangling only if its child has no head at all: a child
-                # whose head is unreadable is broken, and its parent link is kept.
-                garbage = rest[len("forks/"):] not in with_head
+                # whose head is unreadable is broken, and its parent link is kept. A
+                # retried fork writes its marker again (new bytes) before its head, so
+                # the DELETE names the copy listed: a newer one stays (decision 0008).
+                # A listing without ETags leaves markers alone.
+                garbage = rest[len("forks/"):] not in with_head and bool(o.etag)
                 recent = False
             else:
                 continue
@@ -1775,15 +1861,18 @@ def gc(
             if recent or now - o.last_modified_ms < grace:
                 young += 1
             else:
+                if rest.startswith("forks/"):
+                    conditional[o.key] = o.etag
                 doomed.append(o.key)
     # A tombstone is deleted only if it is still the head read (If-Match): a new session
     # may take the id over from it at any moment, and that one must not be deleted. A
-    # 412 (taken over), a 404 (deleted meanwhile) or a store that cannot make a DELETE
+    # fork marker only if it is still the copy listed. A 412 (taken over, written
+    # again), a 404 (deleted meanwhile) or a store that cannot make a DELETE
     # conditional (obstore: nothing is sent) leaves whatever is there.
     deleted: list[str] = []
     if doomed and not dry_run:
         results = yield from ops.parallel(
-            [DeleteIfMatch(k, tombstones[k]) if k in tombstones else Delete(k) for k in doomed])
+            [DeleteIfMatch(k, conditional[k]) if k in conditional else Delete(k) for k in doomed])
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)

@@ -15,7 +15,7 @@ import pytest
 
 from s3log import decide
 from s3log.chain import PendingEntry, build_chain
-from s3log.codec import decode_head, encode_head, encode_segment
+from s3log.codec import decode_head, dumps, encode_head, encode_segment
 from s3log.decide import Confirmed, CreateStep, Reply
 from s3log.env import Env
 from s3log.errors import (
@@ -28,8 +28,16 @@ from s3log.errors import (
     TransientStoreError,
 )
 from s3log.layout import Layout
-from s3log.ops import Blob, Parallel
-from s3log.protocol import LogConfig, RetryPolicy, WriterState, commit, new_writer_state
+from s3log.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
+from s3log.protocol import (
+    LogConfig,
+    RetryPolicy,
+    WriterState,
+    _is_marker_of,
+    commit,
+    new_writer_state,
+    rewrite_marker,
+)
 from s3log.reducer import EntriesReducer
 from tests.scripted import Script, Step
 
@@ -72,6 +80,28 @@ def test_every_reply_has_a_create_row() -> None:
 )
 def test_confirm_rows(reply: Reply, stored: bytes | None, verdict: Confirmed) -> None:
     assert decide.after_confirm(reply, stored, b"ours") is verdict
+
+
+@pytest.mark.parametrize(
+    ("reply", "stored", "same_fork", "step"),
+    [(Reply.OK, b"new", True, decide.RefreshStep.DONE), (Reply.OK, b"old", True, decide.RefreshStep.REPLACE),
+     (Reply.OK, b"other", False, decide.RefreshStep.TAKEN), (Reply.NOT_FOUND, None, False, decide.RefreshStep.CREATE),
+     (Reply.UNKNOWN, None, False, decide.RefreshStep.AGAIN), (Reply.CONFLICT, None, False, decide.RefreshStep.AGAIN),
+     (Reply.PRECONDITION, None, False, decide.RefreshStep.FAIL), (Reply.FATAL, None, False, decide.RefreshStep.FAIL)],
+)
+def test_marker_read_rows(reply: Reply, stored: bytes | None, same_fork: bool, step: decide.RefreshStep) -> None:
+    assert decide.after_marker_read(reply, stored, b"new", same_fork) is step
+
+
+@pytest.mark.parametrize(
+    ("reply", "step"),
+    [(Reply.OK, decide.RefreshStep.DONE), (Reply.PRECONDITION, decide.RefreshStep.AGAIN),
+     (Reply.NOT_FOUND, decide.RefreshStep.AGAIN), (Reply.CONFLICT, decide.RefreshStep.AGAIN),
+     (Reply.UNKNOWN, decide.RefreshStep.AGAIN), (Reply.FATAL, decide.RefreshStep.FAIL)],
+)
+def test_marker_replace_rows(reply: Reply, step: decide.RefreshStep) -> None:
+    assert decide.after_marker_replace(reply) is step
+    assert set(decide.REPLACE_TABLE) == set(Reply)
 
 
 @pytest.mark.parametrize(
@@ -423,3 +453,61 @@ def _pair(op: Any) -> None:
     head = decode_head(next(o for o in op.ops if type(o).__name__ == "PutIfMatch").body, "h")
     assert "/seg/" in seg.key and head.pending is not None and head.pending.key == seg.key
     assert seg.key not in head.segments, "the head never references the segment it is written beside"
+
+
+# ------------------------------------------------------ writing a fork marker again
+
+
+MARKER = {"v": 1, "child": "c", "parent": {"session": "p"}, "created_at": 1}
+FRESH = PutIfAbsent("s3log/sessions/p/forks/c", dumps({**MARKER, "refreshed_at": 2}))
+
+
+def _same(body: bytes) -> bool:
+    return bool(_is_marker_of(body, MARKER))
+
+
+def test_a_marker_is_replaced_in_place_with_if_match_on_the_copy_read() -> None:
+    script = Script([
+        Step("Parallel", [Blob(dumps(MARKER), '"m1"')], key="/forks/c"),
+        Step("Parallel", ['"m2"'], key="/forks/c",
+             check=lambda op: _check_replace(op, '"m1"')),
+    ])
+    assert script.run(rewrite_marker(CFG, FRESH, _same)) is Confirmed.OURS
+
+
+def _check_replace(op: Any, etag: str) -> None:
+    (put,) = op.ops
+    assert isinstance(put, PutIfMatch) and put.etag == etag and put.body == FRESH.body
+
+
+def test_a_marker_deleted_between_the_read_and_the_replace_is_created_again() -> None:
+    script = Script([
+        Step("Parallel", [Blob(dumps(MARKER), '"m1"')], key="/forks/c"),
+        Step("Parallel", [E404], key="/forks/c"),                  # gc's DELETE came first
+        Step("Parallel", [E404], key="/forks/c"),                  # read again: gone
+        Step("Parallel", ['"m2"'], key="/forks/c"),                # created with the new bytes
+    ])
+    assert script.run(rewrite_marker(CFG, FRESH, _same)) is Confirmed.OURS
+
+
+def test_a_marker_already_holding_the_new_bytes_is_not_written_again() -> None:
+    script = Script([Step("Parallel", [Blob(FRESH.body, '"m2"')], key="/forks/c")])
+    assert script.run(rewrite_marker(CFG, FRESH, _same)) is Confirmed.OURS
+
+
+def test_another_object_at_the_marker_key_is_left_alone() -> None:
+    other = dumps({**MARKER, "child": "d"})
+    script = Script([Step("Parallel", [Blob(other, '"x"')], key="/forks/c")])
+    assert script.run(rewrite_marker(CFG, FRESH, _same)) is Confirmed.TAKEN
+    assert not _is_marker_of(b"\xff", MARKER) and not _is_marker_of(dumps([1]), MARKER)
+
+
+def test_an_earlier_copy_landing_late_during_the_create_is_replaced() -> None:
+    script = Script([
+        Step("Parallel", [E404], key="/forks/c"),
+        Step("Parallel", [E412], key="/forks/c"),                  # create: something is there now
+        Step("Parallel", [Blob(dumps(MARKER), '"m1"')], key="/forks/c"),  # confirm: the old copy
+        Step("Parallel", [Blob(dumps(MARKER), '"m1"')], key="/forks/c"),  # read again
+        Step("Parallel", ['"m2"'], key="/forks/c"),                # replaced
+    ])
+    assert script.run(rewrite_marker(CFG, FRESH, _same)) is Confirmed.OURS

@@ -1,0 +1,151 @@
+"""Regressions from session 12.
+
+- A fork retried from an undecided one (decision 0031) found its earlier marker under
+  the parent, of unknown age, and relied on it. gc could delete that marker (its child
+  had no head yet) while the child's head was on its way: the child and its entries
+  stayed readable, but its parent no longer listed it, so ``Log.children`` and an
+  agent restoring with ``follow_forks`` missed the branch holding acknowledged turns.
+  The retried fork now writes its marker again with new bytes (``refreshed_at``)
+  before its head, and gc deletes a dangling marker only with ``If-Match`` on the ETag
+  its listing showed (decision 0008).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.errors import ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
+from tests.test_pending_hostile import Clock, ClockStore
+from tests.test_review_s11 import DEADLINE, _log
+
+FORKS = "s3log/sessions/s1/forks/"
+
+
+class DeferDeletes:
+    """The objects of ``inner``; gc's DELETEs (plain and If-Match) are held back until
+    :meth:`apply`: a gc run decided, and its requests arrive later."""
+
+    honours_preconditions = True
+
+    def __init__(self, inner: s3log.MemoryStore) -> None:
+        self.inner = inner
+        self.deferred: list[tuple[str, str | None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def delete(self, key: str) -> None:
+        self.deferred.append((key, None))
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self.deferred.append((key, etag))
+
+    def apply(self) -> None:
+        for key, etag in self.deferred:
+            if etag is None:
+                self.inner.delete(key)
+            else:
+                with contextlib.suppress(PreconditionFailed, ObjectNotFound):
+                    self.inner.delete_if_match(key, etag)
+
+
+class ForkStore(ClockStore):
+    """A ClockStore whose fork child heads (any head but s1's) can be made undecided
+    (the PUT never arrives and re-reading the head fails), with hooks before a child's
+    head PUT and before a marker PUT."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.undecided = False
+        self.before_child_head: Any = None
+        self.before_marker: Any = None
+
+    def _child_head(self, key: str) -> bool:
+        return key.endswith("/head") and "/s1/" not in key and "_probe" not in key
+
+    def get(self, key: str) -> s3log.Blob:
+        if self.undecided and self._child_head(key):
+            raise TransientStoreError("injected 503", key=key, code="SlowDown")
+        return super().get(key)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        if self._child_head(key):
+            if self.undecided:
+                raise TransientStoreError("injected timeout (request lost)", key=key, code="RequestTimeout")
+            hook, self.before_child_head = self.before_child_head, None
+            if hook is not None:
+                hook()
+        if key.startswith(FORKS) and self.before_marker is not None:
+            hook, self.before_marker = self.before_marker, None
+            hook()
+        return super().put_if_absent(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if key.startswith(FORKS) and self.before_marker is not None:
+            hook, self.before_marker = self.before_marker, None
+            hook()
+        return super().put_if_match(key, body, etag)
+
+
+def _undecided_fork(store: ForkStore, clock: Clock) -> tuple[s3log.Writer[Any], Any, str]:
+    """Writer A on s1 loses a race and forks; the child's head PUT is left undecided.
+    Returns A, the ticket of its entry, and the child's id (from its marker)."""
+    log_a = _log(store, clock)
+    w_a = log_a.create("s1")
+    w_a.append("msg", {"text": "a0"})
+    w_a.commit()
+    w_b = _log(store, clock, seed=9).open("s1")
+    w_b.append_durable("msg", {"text": "b1"})
+    ticket = w_a.submit("msg", {"text": "a1"})
+    store.undecided = True
+    with pytest.raises(StoreError):
+        w_a.wait(ticket)
+    store.undecided = False
+    (marker,) = [k for k in store.all_keys() if k.startswith(FORKS)]
+    return w_a, ticket, marker[len(FORKS):]
+
+
+def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_flight() -> None:
+    clock = Clock()
+    store = ForkStore(clock)
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8)
+    w_a, ticket, child = _undecided_fork(store, clock)
+    clock.t += 3 * DEADLINE  # the first marker is now past gc's grace
+    store.before_child_head = lambda: gc_log.gc(older_than_ms=0)  # gc meets the retried head in flight
+    entry = w_a.wait(ticket)
+    gc_store.apply()
+    assert w_a.session_id == child
+    assert [e.data for e in s3log.Log(store).read(child).entries if e.kind == "msg"][-1] == entry.data
+    assert s3log.Log(store).children("s1") == [child]
+
+
+def test_a_dangling_marker_gc_listed_before_a_retried_fork_rewrote_it_is_not_deleted() -> None:
+    clock = Clock()
+    store = ForkStore(clock)
+    gc_store = DeferDeletes(store)
+    gc_log = _log(gc_store, clock, seed=8)
+    w_a, ticket, child = _undecided_fork(store, clock)
+    clock.t += 3 * DEADLINE
+    decided: list[list[str]] = []
+    # gc lists the old marker (dangling, old) and decides to delete it; its DELETE
+    # arrives after the retried fork wrote the marker again and its head landed.
+    store.before_marker = lambda: decided.append(gc_log.gc(older_than_ms=0).unreferenced)
+    w_a.wait(ticket)
+    assert decided == [[FORKS + child]]
+    gc_store.apply()
+    assert s3log.Log(store).children("s1") == [child]
+
+
+def test_gc_still_deletes_a_dangling_marker_nobody_rewrote() -> None:
+    clock = Clock()
+    store = ForkStore(clock)
+    _undecided_fork(store, clock)
+    clock.t += 3 * DEADLINE
+    report = _log(store, clock, seed=8).gc(older_than_ms=0)
+    assert [k for k in report.deleted if k.startswith(FORKS)] == report.unreferenced
+    assert not [k for k in store.all_keys() if k.startswith(FORKS)]
