@@ -7,7 +7,8 @@
   agent restoring with ``follow_forks`` missed the branch holding acknowledged turns.
   The retried fork now writes its marker again with new bytes (``refreshed_at``)
   before its head, and gc deletes a dangling marker only with ``If-Match`` on the ETag
-  its listing showed (decision 0008).
+  its listing showed (decision 0008). ``Log.delete`` deletes its children's markers
+  the same way: a session created again at the id may have written one anew.
 """
 
 from __future__ import annotations
@@ -149,3 +150,33 @@ def test_gc_still_deletes_a_dangling_marker_nobody_rewrote() -> None:
     report = _log(store, clock, seed=8).gc(older_than_ms=0)
     assert [k for k in report.deleted if k.startswith(FORKS)] == report.unreferenced
     assert not [k for k in store.all_keys() if k.startswith(FORKS)]
+
+
+def test_log_delete_spares_a_fork_marker_written_again_after_its_listing() -> None:
+    """``Log.delete`` lists a session's objects, deletes its head, then the rest. A
+    session created again at the id in between may fork again into a child the old one
+    left undecided, writing that child's marker anew: the copy is the new session's."""
+
+    class Hooked(s3log.MemoryStore):
+        hook: Any = None
+
+        def delete_if_match(self, key: str, etag: str) -> None:
+            super().delete_if_match(key, etag)
+            if key.endswith("/s1/head") and self.hook is not None:
+                self.hook()
+
+    store = Hooked()
+    log = s3log.Log(store)
+    w = log.create("s1")
+    w.append("msg", {"text": "a"})
+    w.commit()
+    assert log.fork("s1", child_id="c1") == "c1"
+    w.append("msg", {"text": "b"})
+    w.commit()
+    marker = FORKS + "c1"
+    stored = [k for k in store.all_keys() if k.startswith("s3log/sessions/s1/")]
+    store.hook = lambda: store.put_raw(marker, b"written again by a new session at the id")
+    deleted = log.delete("s1")
+    assert store.get(marker).body == b"written again by a new session at the id"
+    assert [k for k in store.all_keys() if k.startswith("s3log/sessions/s1/")] == [marker]
+    assert deleted == len(stored) - 1  # all but the marker, the head included
