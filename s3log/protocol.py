@@ -1962,8 +1962,13 @@ def append_latest(
     """
     acked: list[Entry] = []
     ws = hint
-    for _ in range(cfg.retry.attempts):
+    for attempt in range(1, cfg.retry.attempts + 1):
         takeover = False
+        if attempt > 1:
+            # After a lost race, a jittered backoff before reading again: the winner
+            # holds its head and needs no GET, so a loser retrying at once (a GET and
+            # a PUT per try) kept losing to it and ran out of attempts.
+            yield from ops.sleep(cfg.retry.backoff(attempt - 1, cfg.env.rng))
         if ws is None:
             current = yield from _read_head_or_none(layout, session)
             if current is None:

@@ -180,3 +180,47 @@ def test_log_delete_spares_a_fork_marker_written_again_after_its_listing() -> No
     assert store.get(marker).body == b"written again by a new session at the id"
     assert [k for k in store.all_keys() if k.startswith("s3log/sessions/s1/")] == [marker]
     assert deleted == len(stored) - 1  # all but the marker, the head included
+
+
+def test_append_latest_backs_off_after_each_lost_race() -> None:
+    """``append_latest`` retried a lost race at once: the winner needs no GET, so a
+    loser (a GET and a PUT per try) kept losing and ran out of attempts ("the head kept
+    changing", found with two LangGraph savers on one thread). It now waits a jittered
+    backoff before each new try."""
+    waits: list[int] = []
+
+    class Recording(s3log.RetryPolicy):
+        def backoff(self, attempt: int, rng: Any = None) -> float:
+            waits.append(attempt)
+            return 0.0
+
+    class Contended(s3log.MemoryStore):
+        races = 2
+        rival: Any = None
+
+        def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+            if key.endswith("/s1/head") and self.races and self.rival is not None:
+                self.races -= 1
+                self.rival.append_latest("s1", [("rival", {"n": self.races})])  # lands first
+            return super().put_if_match(key, body, etag)
+
+    store = Contended()
+    s3log.Log(store).create("s1").append_durable("k", {"n": 0})
+    store.rival = s3log.Log(_Plain(store))
+    log = s3log.Log(store, config=s3log.LogConfig(retry=Recording(attempts=8, initial=0.0)))
+    result = log.append_latest("s1", [("mine", {"n": 1})])
+    assert [e.kind for e in result.acked] == ["mine"]
+    assert [e.kind for e in log.read("s1").entries] == ["k", "rival", "rival", "mine"]
+    assert waits == [1, 2]
+
+
+class _Plain:
+    """The objects of a store, seen without its subclass's hooks (a second process)."""
+
+    honours_preconditions = True
+
+    def __init__(self, store: s3log.MemoryStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(s3log.MemoryStore, name).__get__(self.store)
