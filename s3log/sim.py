@@ -43,7 +43,9 @@ each session it touched:
    deleted and of expired ones at the id, never of a session that has not ended);
 6. no head ever lands listing a segment that is not stored at that moment (a segment
    written beside its head stays pending until confirmed: "acknowledged means
-   readable now", not after a later commit).
+   readable now", not after a later commit);
+7. every fork child with a head is listed by its parent (its fork marker is stored),
+   unless the parent was deleted (``Log.delete`` deletes the markers in its folder).
 
 Run ``python scripts/sim.py --seeds 5000`` for a campaign, ``--seed N --trace`` to replay one.
 """
@@ -943,6 +945,8 @@ class Simulation:
         #: The session each stored payload is in (invariant 2 across chains: an entry
         #: stored in two sessions, e.g. forked twice, is duplicated too).
         self.stored_in: dict[str, str] = {}
+        #: The parent of each fork child loaded (invariant 7).
+        self.parent_of: dict[str, str] = {}
         # Requests of abandoned procedures still on their way: (actor, op, latest landing).
         self.ghosts: list[tuple[str, Op, int]] = []
         sids = [self.env.new_id() for _ in range(scenario.sessions)]
@@ -1377,6 +1381,24 @@ class Simulation:
         dirty = set(self.store.heads) if full else set(self.store.dirty)
         for sid in sorted(dirty):
             self.refresh(sid, force=True)
+        self._check_markers(dirty)
+
+    def _check_markers(self, dirty: set[str]) -> None:
+        """Invariant 7, for the sessions that changed and the children of those that did
+        (a marker's DELETE dirties its parent)."""
+        for child, parent in sorted(self.parent_of.items()):
+            if child not in dirty and parent not in dirty:
+                continue
+            current = self.store.current(child)
+            if current is None or current.tomb:
+                continue
+            if self.layout.fork_marker(parent, child) in self.store._objects:
+                continue
+            if any(lf.deleted_by == "rt" for lf in self.store.lives.get(parent, [])):
+                continue  # Log.delete of the parent deleted the markers in its folder
+            by = self.store.deleted_by.get(self.layout.fork_marker(parent, child), "nobody")
+            raise Violation("7", f"fork child {self.short(child)} has a head but no marker under its parent "
+                                 f"{self.short(parent)} (deleted by {by})")
 
     def refresh(self, sid: str, *, force: bool = False) -> None:
         """Load ``sid`` afresh if it changed since its last check (invariants 1, 2, 3)."""
@@ -1401,6 +1423,10 @@ class Simulation:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries
         self.idents[sid] = (data.head.created_at, data.head.creator)
+        if data.head.parent is not None:
+            self.parent_of[sid] = data.head.parent.session
+        else:
+            self.parent_of.pop(sid, None)
         seen = Counter(_payload(e) for e in data.entries if e.kind != FORK_KIND)
         twice = sorted(p for p, n in seen.items() if n > 1)
         if twice:
