@@ -1658,6 +1658,14 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         objects, _ = yield from list_all(layout.session_dir(session))
         head_key = layout.head(session)
         objects = [o for o in objects if o.key != head_key]
+        # Its own fork marker, in its parent's folder: its ETag too, read before the head
+        # goes (as the listing above), for an If-Match DELETE. A fork retried into this
+        # id once it is free writes the marker anew first, and that copy must stay.
+        own: DeleteIfMatch | None = None
+        if head.parent is not None:
+            marker_key = layout.fork_marker(head.parent.session, session)
+            marker = yield from _get_or_none(marker_key)
+            own = DeleteIfMatch(marker_key, marker.etag) if marker is not None else None
         # Ages are measured from before the DELETE: a head of a new session landing right
         # after it may name a segment written up to landing_bound_ms before.
         sent_ms = cfg.env.now_ms()
@@ -1677,8 +1685,8 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         forks_dir = layout.forks_dir(session)
         dels: list[Delete | DeleteIfMatch] = [
             DeleteIfMatch(o.key, o.etag) if o.key.startswith(forks_dir) and o.etag else Delete(o.key) for o in objects]
-        if head.parent is not None:
-            dels.append(Delete(layout.fork_marker(head.parent.session, session)))
+        if own is not None:
+            dels.append(own)
         # Its activity markers (s3log.activity), on any day it may have been committed to.
         dels += [Delete(k) for k in activity.markers_of(layout, session, head.created_at, head.updated_at)]
         spared = 0
@@ -1689,13 +1697,23 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
             if unsupported:
                 # obstore: by key, keeping the race on that store alone (as for the head).
                 results += (yield from ops.parallel([Delete(k) for k in unsupported]))
-            for res in results:
+            for i, res in enumerate(results):
                 if isinstance(res, PreconditionFailed):
-                    spared += 1  # written again since the listing: the new session's
+                    # Written again since it was read: the new session's. (Only the
+                    # folder's objects are counted in the return value.)
+                    spared += i < len(objects)
                 elif res is not None and not isinstance(res, (ObjectNotFound, ConditionalDeleteUnsupported)):
                     raise res
         return 1 + len(objects) - spared
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
+
+
+def _get_or_none(key: str) -> Proc[Blob | None]:
+    """GET ``key``, or None if there is no object there."""
+    try:
+        return (yield from ops.get(key))
+    except ObjectNotFound:
+        return None
 
 
 def _maybe_anothers_first(

@@ -224,3 +224,30 @@ class _Plain:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(s3log.MemoryStore, name).__get__(self.store)
+
+
+def test_log_delete_of_a_fork_child_spares_its_marker_written_again_meanwhile() -> None:
+    """Deleting a fork child deleted its own marker (in the parent's folder) by key after
+    its head: a fork retried into the freed id (decision 0031) writes the marker anew
+    before its head, and that copy went, leaving the new child unlisted."""
+
+    class Hooked(s3log.MemoryStore):
+        hook: Any = None
+
+        def delete_if_match(self, key: str, etag: str) -> None:
+            super().delete_if_match(key, etag)
+            if key.endswith("/c1/head") and self.hook is not None:
+                self.hook()
+
+    store = Hooked()
+    log = s3log.Log(store)
+    log.create("s1").append_durable("msg", {"text": "a"})
+    assert log.fork("s1", child_id="c1") == "c1"
+    marker = FORKS + "c1"
+    store.hook = lambda: store.put_raw(marker, b"written again by a retried fork")
+    log.delete("c1")
+    assert store.get(marker).body == b"written again by a retried fork"
+    store.hook = None
+    log.fork("s1", child_id="c2")
+    log.delete("c2")  # nobody wrote it again: deleted with its child
+    assert FORKS + "c2" not in store.all_keys()
