@@ -76,8 +76,21 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
             self.loop = asyncio.get_running_loop()
 
     def _lock(self, sid: str) -> asyncio.Lock:
-        lock: asyncio.Lock = self._locks.setdefault(sid, asyncio.Lock())
-        return lock
+        """The running loop's lock on one session.
+
+        An ``asyncio.Lock`` belongs to the loop it was first contended on, and a saver
+        outlives loops (``asyncio.run`` per request, a loop per test): one lock for all
+        made contended use on a later loop raise RuntimeError. Each loop has its own
+        locks (those of closed loops are dropped), so tasks of one loop queue; appends
+        from two loops at once meet as two writers do.
+        """
+        loop = asyncio.get_running_loop()
+        locks: dict[str, asyncio.Lock] | None = self._locks.get(loop)
+        if locks is None:
+            for old in [old for old in self._locks if old.is_closed()]:
+                del self._locks[old]
+            locks = self._locks.setdefault(loop, {})
+        return locks.setdefault(sid, asyncio.Lock())
 
     async def _async(self, proc: Proc[T]) -> T:
         self.loop = asyncio.get_running_loop()

@@ -43,6 +43,8 @@ with extra("langgraph"):
         CheckpointMetadata,
         CheckpointTuple,
         get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -57,14 +59,35 @@ def _digest(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
-def thread_prefix(thread_id: str) -> str:
-    """The session-id prefix of every namespace of a thread."""
-    return f"lg-{_digest(thread_id, 32)}-"
+def _text(value: Any, what: str) -> str:
+    """``value`` if it is text that UTF-8 can encode (what ids are hashed from), else an
+    IntegrationError naming ``what``, raised before anything is read or written."""
+    if not isinstance(value, str):
+        raise IntegrationError(f"{what} must be a string, not {type(value).__name__} ({value!r})")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise IntegrationError(f"{what} {value!r} is not valid Unicode text ({exc.reason} at "
+                               f"position {exc.start})") from None
+    return value
+
+
+def thread_prefix(thread_id: str, *, what: str = "thread_id") -> str:
+    """The session-id prefix of every namespace of a thread.
+
+    A thread id that is not a string of valid Unicode raises
+    :class:`~s3log.integrations.IntegrationError` naming ``what``.
+    """
+    return f"lg-{_digest(_text(thread_id, what), 32)}-"
 
 
 def session_for(thread_id: str, checkpoint_ns: str) -> str:
-    """The s3log session holding (thread_id, checkpoint_ns)."""
-    return thread_prefix(thread_id) + _digest("ns:" + checkpoint_ns, 16)
+    """The s3log session holding (thread_id, checkpoint_ns).
+
+    Ids that are not strings of valid Unicode raise
+    :class:`~s3log.integrations.IntegrationError` naming the argument.
+    """
+    return thread_prefix(thread_id) + _digest("ns:" + _text(checkpoint_ns, "checkpoint_ns"), 16)
 
 
 def _create_meta(thread_id: str, ns: str) -> dict[str, Any]:
@@ -309,6 +332,10 @@ def _check_prune(strategy: str, keep: int) -> None:
         raise IntegrationError(f"prune keep must be a positive integer, not {keep!r}")
 
 
+def _head_info(head: Head) -> dict[str, Any]:
+    return {"version": head.version, "seq": head.seq, "hash": head.hash.hex() if head.hash else None}
+
+
 def _fork_meta(meta: dict[str, Any], target_thread_id: str) -> tuple[str, dict[str, Any]]:
     ns = meta.get("langgraph", {}).get("checkpoint_ns", "")
     return ns, {**meta, "langgraph": {"thread_id": target_thread_id, "checkpoint_ns": ns}}
@@ -345,8 +372,14 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         # the clones LangGraph makes (with_allowlist copies the saver shallowly).
         self._after: dict[str, CommitResult] = {}
         self._writers: dict[str, WriterBase] = {}
-        # The shell's in-process lock per session (threading or asyncio), for Locked.
-        self._locks: dict[str, Any] = {}
+        # strict: the head this saver last read of a session it holds no writer for
+        # (the next append's writer must open at it), and the checkpoints it refused
+        # (their pending writes are refused too; a bounded, insertion-ordered set).
+        self._read_at: dict[str, Head] = {}
+        self._refused: dict[tuple[str, str], None] = {}
+        # The shell's in-process locks per session, for Locked (the blocking shell: a
+        # threading.Lock per session id; the asyncio shell: per loop, per session id).
+        self._locks: dict[Any, Any] = {}
         self._started()
 
     def _started(self) -> None:
@@ -388,9 +421,15 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             {"configurable": {"thread_id": t.thread_id, "checkpoint_ns": t.checkpoint_ns, "checkpoint_id": parent}}
             if parent else None
         )
+        # In ``writes_sort_key`` order (task path, task id, index), as upstream requires:
+        # it is the order the run applied a super-step's writes in, and the order
+        # ``get_delta_channel_history`` replays them in; arrival order is whichever
+        # parallel task finished first.
+        stored = t.writes.get(cid, {})
+        ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][2], *kv[0]))
         pending = [
             (task_id, channel, self._loads(value, f"a pending write of checkpoint {cid}", t))
-            for (task_id, _), (channel, value, _) in t.writes.get(cid, {}).items()
+            for (task_id, _), (channel, value, _) in ordered
         ]
         return CheckpointTuple(
             config,
@@ -402,7 +441,10 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     def _get(self, config: RunnableConfig) -> Proc[CheckpointTuple | None]:
         conf = config["configurable"]
-        [view] = yield Read((session_for(conf["thread_id"], conf.get("checkpoint_ns", "")),))
+        sid = session_for(conf["thread_id"], conf.get("checkpoint_ns", ""))
+        [view] = yield Read((sid,))
+        if self.strict and view is not None:
+            yield Locked(sid, self._note_read(sid, view.head))
         t = _fold_view(view)
         if t is None or not t.order:
             return None
@@ -426,16 +468,24 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     def _select(
         self,
+        config: RunnableConfig | None,
         threads: Iterable[ThreadState],
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Iterator[CheckpointTuple]:
-        """``list``'s answer, lazily: newest first; ``filter``, then ``before``, then ``limit``."""
+        """``list``'s answer, lazily: newest first; the config's ``checkpoint_id`` (if any), ``filter``,
+        then ``before``, then ``limit`` (none at all when ``limit <= 0``)."""
+        if limit is not None and limit <= 0:
+            return
+        # A checkpoint id in the config names that checkpoint only (as upstream's savers do).
+        only_id = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
         found = sorted(((cid, t) for t in threads for cid in t.order), key=lambda x: x[0], reverse=True)
         n = 0
         for cid, t in found:
+            if only_id is not None and cid != only_id:
+                continue
             if before_id is not None and cid >= before_id:
                 continue
             tup = self._tuple(t, cid)
@@ -456,7 +506,9 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             "id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id"),
             "checkpoint": builtins.list(self.serde.dumps_typed(checkpoint)),
-            "metadata": builtins.list(self.serde.dumps_typed(metadata)),
+            # With the config's metadata and plain configurable values merged in, as
+            # upstream's savers store it (a run's ``run_id`` is how delete_for_runs finds it).
+            "metadata": builtins.list(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
         })
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
@@ -494,32 +546,83 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             result = yield AppendLatest(sid, ((kind, data),), meta, None)
         self._after[sid] = result
 
+    def _note_read(self, sid: str, head: Head) -> Proc[None]:
+        """strict: this saver read the session at ``head``; its next append builds on that.
+
+        The writer it holds stays when it is at that head (or past it: a commit of its
+        own since the read); otherwise another writer advanced the session and this saver
+        has now seen it: the writer goes, and the next append opens one that must be at
+        ``head`` (a commit by anyone else between this read and that append is a conflict).
+        """
+        writer = self._writers.get(sid)
+        if writer is not None:
+            mine = writer.head
+            if (mine.seq, mine.hash) == (head.seq, head.hash) or mine.seq > head.seq:
+                return
+            self._writers.pop(sid, None)
+        self._read_at[sid] = head
+        return
+        yield  # a procedure with no operations: run under the session's lock
+
     def _append_strict(self, sid: str, meta: dict[str, Any], kind: str, data: dict[str, Any]) -> Proc[None]:
-        """Append through the writer this saver opened; another writer's commit since is a
-        ConflictError (unless the entry landed after all), not something to build on."""
+        """Append through the writer this saver holds, opened at the head it last read or
+        wrote; another writer's commit since is a ConflictError (unless the entry landed
+        after all), not something to build on. A refused checkpoint's writes are refused."""
+        if kind == WRITES and (sid, data["checkpoint_id"]) in self._refused:
+            raise self._refusal(sid, data["checkpoint_id"])
+        try:
+            yield from self._commit_strict(sid, meta, kind, data)
+        except ConflictError:
+            if kind == CHECKPOINT:
+                self._refused[(sid, data["id"])] = None
+                while len(self._refused) > 1024:
+                    del self._refused[next(iter(self._refused))]
+            raise
+
+    def _commit_strict(self, sid: str, meta: dict[str, Any], kind: str, data: dict[str, Any]) -> Proc[None]:
         while True:
             writer = self._writers.get(sid)
             if writer is None:
+                read_at = self._read_at.get(sid)
                 try:
                     writer = yield Open(sid)
                 except SessionNotFound:
                     writer = yield Create(sid, meta)
+                found = writer.head
+                if read_at is not None and (found.seq, found.hash) != (read_at.seq, read_at.hash):
+                    # Advanced (or deleted) by another writer since this saver read it; the
+                    # read stays the base (every append conflicts) until the saver reads again.
+                    raise ConflictError(sid, _head_info(read_at), _head_info(found))
+                self._read_at.pop(sid, None)
                 self._writers[sid] = writer
             try:
                 yield Commit(writer, kind, data)
                 return
             except ConflictError as err:
-                del self._writers[sid]
+                self._writers.pop(sid, None)
                 if err.landed:
                     return
                 raise
             except (SessionExists, SessionNotFound):
-                del self._writers[sid]  # created or deleted by someone else meanwhile: again
+                self._writers.pop(sid, None)  # created or deleted by someone else meanwhile: again
+            except BaseException:
+                # Its batch may still hold the entry (queued, or uncertain): a later commit
+                # through it would store what this caller was told failed.
+                self._writers.pop(sid, None)
+                raise
+
+    @staticmethod
+    def _refusal(sid: str, cid: str) -> ConflictError:
+        err = ConflictError(sid, {"checkpoint_id": cid}, None)
+        err.args = (f"strict: checkpoint {cid} was refused on session {sid} (another writer advanced it "
+                    f"since this saver read it), so its pending writes are not stored either",)
+        return err
 
     def _forget(self, sid: str) -> None:
         """Drop what this saver knows of a session's head (it is about to be stale)."""
         self._after.pop(sid, None)
         self._writers.pop(sid, None)
+        self._read_at.pop(sid, None)
 
     # ------------------------------------------------------- threads, pruning
 
@@ -533,13 +636,29 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             yield Delete(sid)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Proc[None]:
-        for sid in (yield FindIds(thread_prefix(source_thread_id))):
+        source = thread_prefix(source_thread_id, what="source_thread_id")
+        thread_prefix(target_thread_id, what="target_thread_id")
+        forks: builtins.list[tuple[str, dict[str, Any], str]] = []
+        for sid in (yield FindIds(source)):
             head: Head = yield ReadHead(sid)
             ns, child_meta = _fork_meta(head.meta, target_thread_id)
-            yield Fork(sid, child_meta, session_for(target_thread_id, ns))
+            forks.append((sid, child_meta, session_for(target_thread_id, ns)))
+        # Every target namespace is checked before any is forked: a target that already
+        # holds one of them is refused whole, not copied in part. (A namespace created in
+        # the target meanwhile still makes its fork raise SessionExists.)
+        for _, _, child in forks:
+            try:
+                yield ReadHead(child)
+            except SessionNotFound:
+                continue  # free (an expired id's tombstone is taken over by the fork)
+            raise SessionExists(child)
+        for sid, child_meta, child in forks:
+            yield Fork(sid, child_meta, child)
 
     def _prune(self, thread_ids: Sequence[str], strategy: str, keep: int) -> Proc[None]:
         _check_prune(strategy, keep)
+        for tid in thread_ids:
+            thread_prefix(tid, what="a thread id in thread_ids")  # all checked before any is pruned
         for tid in thread_ids:
             if strategy == "delete":
                 yield from self._delete_thread(tid)
@@ -563,8 +682,62 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
         return drop
 
+    def _delta_safe(self, drop_of: Keep) -> Keep:
+        """``drop_of`` less every checkpoint a surviving checkpoint's ``DeltaChannel`` state
+        is rebuilt from (see :meth:`_delta_ancestors`): dropping those (and their writes)
+        would silently rebuild the survivor's delta channels as empty."""
+        def drop(t: ThreadState) -> set[str] | None:
+            out = drop_of(t)
+            if not out:
+                return None
+            out -= self._delta_ancestors(t, [cid for cid in t.order if cid not in out])
+            return out or None
+
+        return drop
+
+    def _delta_ancestors(self, t: ThreadState, survivors: Iterable[str]) -> set[str]:
+        """The ancestors LangGraph's ``get_delta_channel_history`` walks from ``survivors``.
+
+        A ``DeltaChannel`` stores its value only every ``snapshot_frequency`` steps; in
+        between, a checkpoint holds nothing for it and its value is rebuilt by walking the
+        parent chain, replaying each ancestor's pending writes, back to the nearest
+        ancestor whose ``channel_values`` has the channel (its snapshot). The channels to
+        walk for are those the checkpoint's metadata counts since their last snapshot
+        (``counters_since_delta_snapshot``, present only on threads with delta channels)
+        that have a version and no stored value there, as LangGraph decides at load.
+        """
+        loaded: dict[str, tuple[set[str], set[str]]] = {}
+
+        def stored_and_wanted(cid: str) -> tuple[set[str], set[str]]:
+            # (channels with a stored value, delta channels rebuilt by the walk), per checkpoint.
+            if cid not in loaded:
+                data = t.checkpoints[cid]
+                checkpoint = self._loads(data["checkpoint"], f"checkpoint {cid}", t)
+                metadata = self._loads(data["metadata"], f"the metadata of checkpoint {cid}", t)
+                stored = set(checkpoint.get("channel_values") or ())
+                versions = checkpoint.get("channel_versions") or {}
+                counters = (metadata or {}).get("counters_since_delta_snapshot") or {}
+                loaded[cid] = stored, {k for k in counters if k in versions and k not in stored}
+            return loaded[cid]
+
+        needed: set[str] = set()
+        carried: dict[str, set[str]] = {}  # ancestor -> channels already walked through it
+        for cid in survivors:
+            want = set(stored_and_wanted(cid)[1])
+            parent = t.checkpoints[cid].get("parent_id")
+            while want and parent in t.checkpoints:
+                seen = carried.setdefault(parent, set())
+                if want <= seen:
+                    break  # walked from here for these channels already
+                seen |= want
+                needed.add(parent)
+                want -= stored_and_wanted(parent)[0]
+                parent = t.checkpoints[parent].get("parent_id")
+        return needed
+
     def _compact(self, sid: str, drop_of: Keep) -> Proc[None]:
         self._forget(sid)
+        drop_of = self._delta_safe(drop_of)
         attempts = self.log.config.retry.attempts
         for attempt in range(attempts):
             try:
@@ -584,8 +757,9 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first; ``filter`` on metadata, then ``before``, then ``limit``."""
-        yield from self._select(self._sync(self._threads(config)), filter, before, limit)
+        """Checkpoints newest first; only the config's ``checkpoint_id`` if it names one; ``filter``
+        on metadata, then ``before``, then ``limit`` (``limit <= 0``: none)."""
+        yield from self._select(config, self._sync(self._threads(config)), filter, before, limit)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
@@ -602,7 +776,11 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         self._sync(self._delete_thread(thread_id))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Fork each namespace's session of the source thread into the target thread."""
+        """Fork each namespace's session of the source thread into the target thread.
+
+        Raises :class:`~s3log.SessionExists`, copying nothing, when the target thread
+        already has one of the source's namespaces.
+        """
         self._sync(self._copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1) -> None:
@@ -611,6 +789,9 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         Each namespace's session is rewritten into a compacted chain at the same id
         (one If-Match PUT of its head, plus a segment if big); the old segments are
         collected by ``gc`` after its grace period. ``strategy="delete"`` deletes the threads.
+
+        Ancestors a kept checkpoint's ``DeltaChannel`` state is rebuilt from (back to
+        each channel's nearest snapshot) are kept too, with their writes.
         """
         self._sync(self._prune(thread_ids, strategy, keep))
 
@@ -618,6 +799,8 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is one of ``run_ids``.
 
         Run ids are in each checkpoint's metadata only: every thread's session is read.
+        A named run's checkpoints that a surviving checkpoint's ``DeltaChannel`` state is
+        rebuilt from are kept, with their writes.
         """
         self._sync(self._delete_for_runs(run_ids))
 
@@ -630,7 +813,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list`."""
-        for tup in self._select(await self._async(self._threads(config)), filter, before, limit):
+        for tup in self._select(config, await self._async(self._threads(config)), filter, before, limit):
             yield tup
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,

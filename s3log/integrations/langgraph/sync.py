@@ -36,8 +36,9 @@ class S3LogSaver(SaverCore[Log]):
     that stored checkpoints may rebuild: classes or ``(module, name)`` pairs. ``serde``
     replaces the serializer (a permissive ``JsonPlusSerializer`` is refused).
     ``strict=True`` raises :class:`~s3log.ConflictError` when another writer advanced a
-    thread's session between this saver's read and write (exposing two runs on one
-    thread); by default the saver re-reads the head and appends again.
+    thread's session between this saver's read (``get_tuple``) or last write and its next
+    write (exposing two processes running one thread), and refuses the pending writes of
+    a checkpoint it refused; by default the saver re-reads the head and appends again.
 
     The async methods run the log's calls in a worker thread; for native asyncio use
     :class:`AsyncS3LogSaver`.
