@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import secrets
 import socket
@@ -25,11 +26,12 @@ import warnings
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from ..codec import Entry, Head, dumps
-from ..errors import ConflictError, InvalidEntryError, S3LogError
+from ..codec import Entry, Head, dumps, normalize_data_cbor
+from ..errors import ConflictError, EntryNotFound, InvalidEntryError, S3LogError
+from ..protocol import is_expired
 from ..results import ForkInfo, SessionInfo
 from ..writer import WriterVerbs
 from .state import (
@@ -262,18 +264,57 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+#: The longest ``lease_ttl`` (seconds, about 31 years): a lease's ``expires_at`` (ms)
+#: then stays far inside a 64-bit integer, which every reader of a head can decode.
+MAX_LEASE_TTL = 10**9
+
+
 def options_arg(options: Mapping[str, Any]) -> None:
-    """Refuse unknown session options before anything is read or written (a restore may repair)."""
+    """Refuse unknown or malformed session options before anything is read or written (a restore may repair)."""
     unknown = sorted(set(options) - SESSION_OPTIONS)
     if unknown:
         raise AgentArgumentError(f"unknown agent session option(s) {unknown}; known: {sorted(SESSION_OPTIONS)}")
-    lease_args(options.get("owner"), options.get("lease_ttl", 300.0))
+    session_args(**options)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def session_args(
+    *,
+    max_buffer_entries: Any = 64,
+    max_buffer_bytes: Any = 256 * 1024,
+    max_delay: Any = 2.0,
+    on_fork: Any = None,
+    owner: Any = None,
+    lease_ttl: Any = 300.0,
+) -> None:
+    """Refuse a malformed session option with :class:`AgentArgumentError`.
+
+    Checked when the session is made, before anything is read or written: a bad value
+    found later (by the first record that hits the buffer limits, or the first fork)
+    would fail a verb after its record was queued, or even after it was committed.
+    """
+    for name, value in (("max_buffer_entries", max_buffer_entries), ("max_buffer_bytes", max_buffer_bytes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise AgentArgumentError(f"{name} must be an integer >= 0, not {value!r}")
+    if not _is_number(max_delay) or not max_delay >= 0:  # (NaN fails the comparison too)
+        raise AgentArgumentError(f"max_delay must be a number of seconds >= 0, not {max_delay!r}")
+    if on_fork is not None and not callable(on_fork):
+        raise AgentArgumentError(f"on_fork must be a callable (session, info) or None, not {on_fork!r}")
+    lease_args(owner, lease_ttl)
 
 
 def lease_args(owner: Any, lease_ttl: Any) -> None:
-    """Refuse a bad ``owner`` or ``lease_ttl`` option (checked before a restore may repair)."""
-    if not isinstance(lease_ttl, (int, float)) or isinstance(lease_ttl, bool) or not lease_ttl > 0:
-        raise AgentArgumentError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
+    """Refuse a bad ``owner`` or ``lease_ttl`` option (checked before a restore may repair).
+
+    ``lease_ttl`` must be at least a millisecond (the lease is recorded in whole ms) and
+    finite (its expiry is an integer).
+    """
+    if not _is_number(lease_ttl) or not 0.001 <= lease_ttl <= MAX_LEASE_TTL or int(lease_ttl * 1000) < 1:
+        raise AgentArgumentError(
+            f"lease_ttl must be a number of seconds from 0.001 to {MAX_LEASE_TTL}, not {lease_ttl!r}")
     if owner is not None and (not isinstance(owner, str) or not owner):
         raise AgentArgumentError(f"owner must be a non-empty string, not {owner!r}")
 
@@ -317,10 +358,16 @@ def header(
     parent_session: str | None,
 ) -> dict[str, Any]:
     """The header of a new agent session."""
+    if meta is not None and not isinstance(meta, Mapping):
+        raise AgentArgumentError(f"meta must be a mapping, not {meta!r}")
+    if not isinstance(delegation_depth, int) or isinstance(delegation_depth, bool) or delegation_depth < 0:
+        raise AgentArgumentError(f"delegation_depth must be an integer >= 0, not {delegation_depth!r}")
+    if parent_session is not None and (not isinstance(parent_session, str) or not parent_session):
+        raise AgentArgumentError(f"parent_session must be a session id (str) or None, not {parent_session!r}")
     out = dict(meta or {})
     out.setdefault("kind", "agent")
     given = labels_arg(labels)
-    out["labels"] = given if given is not None else dict(out.get("labels") or {})
+    out["labels"] = given if given is not None else (labels_arg(out.get("labels")) or {})
     out["delegation_depth"] = delegation_depth
     out["parent"] = parent_session
     out["seed_len"] = 0
@@ -343,24 +390,30 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
 
     The tree is walked a level at a time: one LIST per session and one parallel read of
     its forks' heads. Forks whose head never landed, and forks out of scope, are skipped.
+    An expired fork (a retention tombstone) is never chosen, since it cannot be opened,
+    but its own forks, which may still be live, are walked into.
     """
     level = [session_id]
     seen = {session_id}
     best = session_id
     while level:
         found: list[tuple[int, str]] = []
+        walk: list[str] = []
         for parent in level:
             kids = [k for k in (yield Children(parent)) if k not in seen]
             if not kids:
                 continue
             heads: list[Head | None] = yield ReadHeads(tuple(kids))
             for sid, h in zip(kids, heads, strict=True):
-                if h is not None and h.parent is not None and h.parent.session == parent and in_scope(h.meta, labels):
+                if h is None or h.parent is None or h.parent.session != parent or not in_scope(h.meta, labels):
+                    continue
+                seen.add(sid)
+                walk.append(sid)
+                if not is_expired(h):
                     found.append((h.created_at, sid))
-                    seen.add(sid)
         if found:
             best = max(found)[1]
-        level = [sid for _, sid in found]
+        level = walk
     return best
 
 
@@ -381,8 +434,8 @@ def restore_proc(
     lets the repair go ahead.
     """
     labels = labels_arg(labels)
-    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
-        raise AgentArgumentError(f"wait must be a number of seconds >= 0, not {wait!r}")
+    if not _is_number(wait) or not 0 <= wait < math.inf:  # (NaN fails the comparison too)
+        raise AgentArgumentError(f"wait must be a number of seconds >= 0 (finite), not {wait!r}")
     deadline: int | None = None
     waited = 0.0
     target = session_id
@@ -443,6 +496,12 @@ def fork_at_proc(
     The fork is not repaired: forking at a user message (to ask the model again) must
     give that prefix with its turn open, not a turn closed as interrupted.
     """
+    if isinstance(at_seq, int) and not isinstance(at_seq, bool) and at_seq < 0:
+        # No entry has a negative seq; the log would read it as "before the first entry"
+        # and store an empty fork, with no session start. Refused here, before anything
+        # is written (protocol._check_at_seq is left as it is: its other callers may
+        # rely on it).
+        raise EntryNotFound(session_id, f"seq {at_seq}")
     head: Head = yield ReadHead(session_id)
     meta = dict(head.meta)
     given = labels_arg(labels)
@@ -486,7 +545,8 @@ class SessionCore(ABC):
         owner: str | None = None,
         lease_ttl: float = 300.0,
     ) -> None:
-        lease_args(owner, lease_ttl)
+        session_args(max_buffer_entries=max_buffer_entries, max_buffer_bytes=max_buffer_bytes,
+                     max_delay=max_delay, on_fork=on_fork, owner=owner, lease_ttl=lease_ttl)
         self.log = log
         self._writer = writer
         #: The worker id this session records in the head's lease while a turn is open.
@@ -500,7 +560,7 @@ class SessionCore(ABC):
         self._oldest: float | None = None
         #: The last automatic commit's error, kept until a flush succeeds.
         self.last_error: BaseException | None = None
-        self._pending_state: SessionState = writer.state
+        self._pending_state: SessionState = self._durable_state()
         self._reducer = AgentReducer()
         # True while the only record is the session start of a session not stored yet:
         # such a session is abandoned if nothing follows, and must not take its id.
@@ -534,7 +594,17 @@ class SessionCore(ABC):
     @property
     def committed_state(self) -> SessionState:
         """The state of what is durable (read-only)."""
-        return self._writer.state
+        return self._durable_state()
+
+    def _durable_state(self) -> SessionState:
+        state = self._writer.state
+        head = self._writer.head
+        if state.head_hash is None and head.hash is not None:
+            # A fork holding only its fork entry: the fold seeds its state from the
+            # parent's without seeing that entry (reducer.fold), so no hash was folded
+            # in; the session's last entry is still that fork entry, the head's hash.
+            state = replace(state, head_hash=head.hash.hex())
+        return state
 
     @property
     def meta(self) -> Mapping[str, Any]:
@@ -629,12 +699,15 @@ class SessionCore(ABC):
         self._oldest = None
         self._start_only = False
         if w.pending == 0:
-            self._pending_state = w.state
+            self._pending_state = self._durable_state()
 
     def _p_start(
         self, system_prompt: str | None, config: Mapping[str, Any] | None, history: Sequence[Mapping[str, Any]]
     ) -> Proc[None]:
         items = items_arg(SESSION_START, history, session=self.session_id) if history else []
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidEntryError(SESSION_START, f"argument 'config' must be a mapping, not {type(config).__name__}",
+                                    session=self.session_id)
         return self._p_record(SESSION_START, {
             "system_prompt": system_prompt, "config": dict(config or {}), "history": items,
         })
@@ -662,6 +735,10 @@ class SessionCore(ABC):
         return self._p_record(CONFIG_CHANGED, {"config": dict(config)})
 
     def _p_cache_locked(self, prefix_len: int) -> Proc[None]:
+        if not isinstance(prefix_len, int) or isinstance(prefix_len, bool) or prefix_len < 0:
+            # int() would take "3", 3.9 or True and store something the caller did not mean.
+            raise InvalidEntryError(CACHE_LOCKED, f"argument 'prefix_len' must be an integer >= 0, "
+                                    f"not {prefix_len!r}", session=self.session_id)
         return self._p_record(CACHE_LOCKED, {"prefix_len": int(prefix_len)})
 
     def _p_cache_unlocked(self) -> Proc[None]:
@@ -671,32 +748,64 @@ class SessionCore(ABC):
         runs = group_items(items_arg("record_turn", new_items, session=self.session_id))
         if outcome is not None:
             _check_status(outcome, self.session_id)
-        for kind, items in runs:
-            yield from self._p_record(kind, {"items": items})
+        records: list[tuple[str, dict[str, Any]]] = [(kind, {"items": items}) for kind, items in runs]
         if outcome is not None:
-            yield from self._p_record(OUTCOME, {"status": outcome, "message": message, "interrupted": False})
+            records.append((OUTCOME, {"status": outcome, "message": message, "interrupted": False}))
+        # Every record is checked as the writer's queue will check it, before the first
+        # is queued: the first one may open the turn, which commits at once, so a bad
+        # later item would otherwise leave half a turn stored (and the turn open).
+        for kind, data in records:
+            normalize_data_cbor(kind, data, session=self.session_id)
+        for kind, data in records:
+            yield from self._p_record(kind, data)
         yield from self._p_turn_end()
 
     def _p_renew(self) -> Proc[None]:
         """Renew the lease of the open turn (for a long tool call): one PUT of the head."""
         self._check_usable()
-        if self._writer.lease_owner is None:
+        w = self._writer
+        if w.lease_owner is None:
             return
-        yield Renew(self._writer)
-        if self._writer.pending == 0:
-            self._pending_state = self._writer.state
+        # With records buffered, the renewal commits them too, and a conflict would fork
+        # them into a new session without a word; the renewal must tell the caller that
+        # another worker wrote the session meanwhile (decision 0023), so it raises. The
+        # records stay buffered: the next commit forks them, as any lost race does.
+        # (Set on the writer for this one commit: a session's verbs run one at a time,
+        # and the writer's commit API takes no per-call conflict mode.)
+        previous = w.on_conflict
+        w.on_conflict = "raise"
+        try:
+            yield Renew(w)
+        finally:
+            w.on_conflict = previous
+            _track(self)
+        if w.pending == 0:
+            self._buffered_bytes = 0
+            self._oldest = None
+            self._pending_state = self._durable_state()
 
     def _p_abandon(self) -> Proc[None]:
         """Drain after the caller's block raised: its open turn is given up, so the drain
         releases the turn's lease too (a retry then repairs the turn at once instead of
         finding it busy until the lease expires)."""
         self._check_usable()
-        if self._writer.lease_owner is not None:
-            self._writer.release_lease()
-            if self._writer.pending == 0:
-                yield Renew(self._writer)  # nothing to commit: the release is a head-only write
+        w = self._writer
+        if w.lease_owner is not None:
+            w.release_lease()
+            if w.pending == 0:
+                yield Renew(w)  # nothing to commit: the release is a head-only write
                 return
         yield from self._p_flush()
+        lease = w.head.lease
+        if lease is not None and lease.owner == self.owner and w.pending == 0:
+            # The flush stored the turn without writing the release: the batch was carried
+            # by a commit already in flight (an async cancellation), or by one whose reply
+            # was lost and which this flush found landed and adopted. Either way the head
+            # still carries this worker's lease, so release it with a head-only write,
+            # else a retry would find the abandoned turn busy until the lease expires.
+            w.hold_lease(self.owner, 1)
+            w.release_lease()
+            yield Renew(w)
 
     def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[AgentWriter]:
         # The parent must be stored to be forked, even if it holds only its start.

@@ -170,7 +170,10 @@ class AgentSession(SessionCore):
     def renew_lease(self) -> None:
         """Extend the lease of the open turn (call during a long tool call): one PUT of the head.
 
-        Commits what is buffered too. Without an open turn it does nothing.
+        Commits what is buffered too. Without an open turn it does nothing. Raises
+        ``ConflictError`` if another worker wrote the session since this one's last commit
+        (e.g. repaired the turn after the lease ran out); buffered records stay buffered,
+        and the next commit forks them.
         """
         self._run(self._p_renew())
 
