@@ -418,3 +418,45 @@ def test_copy_thread_onto_a_target_holding_one_namespace_copies_nothing() -> Non
             ] == ["sub:2"]
     saver.copy_thread("src", "fresh")
     assert len(list(saver.list({"configurable": {"thread_id": "fresh"}}))) == 3
+
+
+# ---------------------------------------------------------------- DeltaChannel history
+
+
+@pytest.mark.parametrize("runs", [3, 12])
+def test_delta_channel_history_is_upstreams_answer_from_one_read(runs: int) -> None:
+    """LangGraph's default ``get_delta_channel_history`` calls ``get_tuple`` per ancestor,
+    and each reads the whole session: GETs grew with the square of the thread (31 for
+    10 invocations, 484 for 40). The saver's own walk answers the same from one read."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    store = s3log.MemoryStore()
+    saver = S3LogSaver(s3log.Log(store))
+    app, cfg, _ = _delta_thread(saver, runs)
+    ids = _ids(saver)
+    for cid in (None, ids[len(ids) // 2], ids[-1]):
+        conf = _cfg("t", cid)
+        upstream = BaseCheckpointSaver.get_delta_channel_history(saver, config=conf, channels=["log", "other"])
+        store.requests.reset()
+        ours = saver.get_delta_channel_history(config=conf, channels=["log", "other"])
+        assert ours == upstream
+        assert store.requests.snapshot().get("GET", 0) <= 2  # the head, and a segment if any
+    assert saver.get_delta_channel_history(config=_cfg("t"), channels=[]) == {}
+    assert saver.get_delta_channel_history(config=_cfg("nobody"), channels=["log"]) == {"log": {"writes": []}}
+    assert app.get_state(cfg).values["log"][-3:] == ["a", "b", "c"]
+
+
+def test_async_delta_channel_history_is_upstreams_answer() -> None:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    async def main() -> None:
+        saver = AsyncS3LogSaver(s3log.AsyncLog(s3log.AsyncMemoryStore()))
+        app = _delta_graph(saver, snapshot_frequency=3, parallel=True)
+        cfg = {"configurable": {"thread_id": "t"}}
+        for i in range(4):
+            await app.ainvoke({"log": [f"in{i}"]}, cfg)
+        upstream = await BaseCheckpointSaver.aget_delta_channel_history(saver, config=_cfg("t"), channels=["log"])
+        assert await saver.aget_delta_channel_history(config=_cfg("t"), channels=["log"]) == upstream
+        assert upstream["log"]["writes"]
+
+    asyncio.run(main())
