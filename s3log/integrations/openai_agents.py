@@ -8,19 +8,26 @@ or :class:`~s3log.Log` (run in a worker thread). Stored items are plain CBOR dat
 state can be forked from. ``get_items(limit)`` reads the session backwards (tail, then
 segments from the newest) only until it has ``limit`` items. Needs the
 ``openai-agents`` extra.
+
+A call that raised (or was cancelled) stored nothing of its own unless its commit's
+head PUT may have been applied (a lost reply, a timeout, a cancellation while it was in
+flight): then its entry may be stored. The session's next call waits for such a commit
+to end, so ``get_items`` tells what became of it; check it before repeating the call
+(the SDK does when it resumes a run with a pending session write).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._extras import extra
 from ..aio import AsyncLog, AsyncWriter
 from ..codec import FORK_KIND, Entry
-from ..errors import ConflictError, SessionExists, SessionNotFound
+from ..errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound, WriterBusyError
 from ..ids import validate_session_id
 from ..log import Log, Writer
 from . import IntegrationError, _log_from_url
@@ -37,12 +44,41 @@ POP = "oa.pop"
 CLEAR = "oa.clear"
 
 
-def store_id(session_id: str) -> str:
-    """The s3log session id for an SDK session id (hashed if it is not a safe id)."""
+#: The form of a hashed id: a safe id of this form is refused, or it would name the
+#: session of the id it is the hash of.
+_HASHED = re.compile(r"oa-[0-9a-f]{40}")
+#: Session-id prefixes other integrations own (the LangGraph savers list, copy and
+#: delete every ``lg-`` session as one of their threads' namespaces).
+RESERVED_PREFIXES = ("lg-",)
+
+
+def store_id(session_id: str, argument: str = "session_id") -> str:
+    """The s3log session id for an SDK session id: a safe s3log id as it is, any other
+    string hashed to ``oa-<sha256[:40]>``.
+
+    One-to-one: a safe id of the hashed form, or with another integration's prefix
+    (:data:`RESERVED_PREFIXES`), would land on a session that is not its own and raises
+    :class:`~s3log.integrations.IntegrationError` naming ``argument``, as does an id that
+    is not a string or not valid Unicode (a lone surrogate).
+    """
+    if not isinstance(session_id, str):
+        raise IntegrationError(f"{argument} must be a string, got {type(session_id).__name__}")
     try:
-        return validate_session_id(session_id)
-    except ValueError:
-        return "oa-" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
+        sid = validate_session_id(session_id)
+    except InvalidSessionIdError:
+        try:
+            raw = session_id.encode()
+        except UnicodeEncodeError:
+            raise IntegrationError(f"{argument} {session_id!r} is not valid Unicode text "
+                                   "(it has a lone surrogate)") from None
+        return "oa-" + hashlib.sha256(raw).hexdigest()[:40]
+    if _HASHED.fullmatch(sid):
+        raise IntegrationError(f"{argument} {sid!r} has the form of a hashed session id (oa- and 40 hex "
+                               "digits): it would name another id's session; use the original id")
+    if sid.startswith(RESERVED_PREFIXES):
+        raise IntegrationError(f"{argument} {sid!r} starts with a prefix another integration owns "
+                               f"({', '.join(RESERVED_PREFIXES)})")
+    return sid
 
 
 def latest_items(entries: Sequence[Entry], limit: int | None) -> tuple[list[Any], bool]:
@@ -85,6 +121,10 @@ class S3LogSession(SessionABC):
     or a :class:`~s3log.Log` (its calls run in a worker thread). Concurrent writers on
     one session are safe: a commit that meets another writer's re-reads the head and
     appends again (a pop recomputes which item it removes).
+
+    A session may be used on one event loop after another (``asyncio.run`` per
+    request), but not on two at once: a call while another call holds the session on a
+    loop that is not closed raises :class:`~s3log.WriterBusyError`.
     """
 
     def __init__(
@@ -96,7 +136,13 @@ class S3LogSession(SessionABC):
         self.session_settings = session_settings
         self.log = log
         self.sid = store_id(session_id)
+        #: The event loop the session's calls run on and what belongs to it: the lock
+        #: that runs its writes one at a time, and the commit of a call that failed or
+        #: was cancelled while that commit went on (see :meth:`_settle`). asyncio locks
+        #: and futures belong to one loop, and a session outlives a loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
+        self._unsettled: asyncio.Future[Any] | None = None
         self._writer: Writer | AsyncWriter | None = None
         self._owns_log = False
 
@@ -138,20 +184,53 @@ class S3LogSession(SessionABC):
 
         return await asyncio.to_thread(open_sync)
 
-    @staticmethod
-    async def _commit(writer: Writer | AsyncWriter, kind: str, data: Any) -> None:
-        if isinstance(writer, AsyncWriter):
-            writer.append(kind, data)
-            await writer.commit()
-        else:
-            writer.append(kind, data)
-            await asyncio.to_thread(writer.commit)
+    def _bind(self) -> asyncio.Lock:
+        """The running loop's lock for this session's writes (a new one on a new loop).
+
+        A lock kept from an earlier loop raised RuntimeError ("bound to a different
+        event loop") at the first contended call on a later one.
+        """
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if old is not loop:
+            if old is not None and not old.is_closed() and self._lock.locked():
+                raise WriterBusyError(self.sid)
+            # What was unsettled on a closed loop can never be awaited here.
+            self._loop, self._lock, self._unsettled = loop, asyncio.Lock(), None
+        return self._lock
+
+    async def _settle(self) -> None:
+        """Wait for the commit of an earlier call that failed or was cancelled while
+        the commit went on, so what is read next shows whether it landed."""
+        unsettled = self._unsettled
+        # One of another loop ends there or never (its loop closed): _bind forgets it.
+        if unsettled is None or unsettled.get_loop() is not asyncio.get_running_loop():
+            return
+        if not unsettled.done():
+            await asyncio.wait([unsettled])
+        if self._unsettled is unsettled:
+            self._unsettled = None
+
+    async def _commit(self, writer: Writer | AsyncWriter, kind: str, data: Any) -> None:
+        writer.append(kind, data)
+        # The commit runs on in its own task (or thread) if this call is cancelled: it is
+        # kept, and the next call waits for it (see _settle).
+        done: asyncio.Future[Any] = asyncio.ensure_future(
+            writer.commit() if isinstance(writer, AsyncWriter) else asyncio.to_thread(writer.commit))
+        done.add_done_callback(_retrieve)
+        try:
+            await asyncio.shield(done)
+        except BaseException:
+            if not done.done():
+                self._unsettled = done
+            raise
 
     # ---------------------------------------------------------------------- reads
 
     async def _items(self, limit: int | None) -> list[Any]:
         if limit is not None and limit <= 0:
             return []
+        await self._settle()
         try:
             if isinstance(self.log, AsyncLog):
                 _, entries = await self.log.read_suffix(self.sid, lambda es: latest_items(es, limit)[1])
@@ -173,13 +252,15 @@ class S3LogSession(SessionABC):
     async def _append(self, make: Callable[[], Awaitable[_Step]]) -> Any:
         """Append what ``make()`` decides, retrying on conflict (``make`` runs again)."""
         while True:
-            if self._writer is None:
-                self._writer = await self._open()
-            kind, data, result = await make()
-            if kind is None:
-                return result
+            await self._settle()
             try:
-                await self._commit(self._writer, kind, data)
+                writer = self._writer
+                if writer is None:
+                    writer = self._writer = await self._open()
+                kind, data, result = await make()
+                if kind is None:
+                    return result
+                await self._commit(writer, kind, data)
                 return result
             except ConflictError as err:
                 self._writer = None
@@ -187,17 +268,32 @@ class S3LogSession(SessionABC):
                     return result
             except (SessionExists, SessionNotFound):
                 self._writer = None
+            except BaseException:
+                # A failed or cancelled commit leaves its entry queued in the writer,
+                # and the next call's commit would carry it: a failed add stored after
+                # all (twice with the caller's retry), a failed pop removing an item
+                # later, a pop returning one item and removing another. The next call
+                # opens a writer from the stored head instead.
+                self._writer = None
+                raise
 
     async def add_items(self, items: list[Any]) -> None:
-        """Append items, as one atomic entry."""
-        if not items:
-            return
+        """Append items, as one atomic entry.
+
+        ``items`` is a list (any iterable but a string, bytes or a mapping, which would
+        be stored character by character or key by key: those raise
+        :class:`~s3log.integrations.IntegrationError` before anything is written).
+        """
+        if isinstance(items, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(items, Iterable):
+            raise IntegrationError(f"add_items takes a list of items, got {type(items).__name__}")
         payload = [dict(i) if isinstance(i, dict) else i for i in items]
+        if not payload:
+            return
 
         async def make() -> _Step:
             return ITEMS, {"items": payload}, None
 
-        async with self._lock:
+        async with self._bind():
             await self._append(make)
 
     async def pop_item(self) -> Any | None:
@@ -209,7 +305,7 @@ class S3LogSession(SessionABC):
                 return None, None, None
             return POP, {"item": latest[0]}, latest[0]
 
-        async with self._lock:
+        async with self._bind():
             return await self._append(make)
 
     async def clear_session(self) -> None:
@@ -218,7 +314,7 @@ class S3LogSession(SessionABC):
         async def make() -> _Step:
             return CLEAR, {}, None
 
-        async with self._lock:
+        async with self._bind():
             await self._append(make)
 
     # -------------------------------------------------------------------- branching
@@ -255,3 +351,10 @@ class S3LogSession(SessionABC):
             child = await asyncio.to_thread(
                 lambda: log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id))
         return S3LogSession(session_id or child, self.log, session_settings=self.session_settings)
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    # The commit's error was raised to its caller, or the caller was cancelled: either
+    # way it is reported, not to be logged again as never retrieved.
+    if not done.cancelled():
+        done.exception()
