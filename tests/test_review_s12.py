@@ -152,20 +152,27 @@ def test_gc_still_deletes_a_dangling_marker_nobody_rewrote() -> None:
     assert not [k for k in store.all_keys() if k.startswith(FORKS)]
 
 
+class AfterHeadDelete(s3log.MemoryStore):
+    """A MemoryStore that calls ``hook`` right after the conditional DELETE of the head
+    whose key ends with ``suffix`` (``Log.delete`` then deletes the rest)."""
+
+    def __init__(self, suffix: str) -> None:
+        super().__init__()
+        self.suffix = suffix
+        self.hook: Any = None
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        super().delete_if_match(key, etag)
+        if key.endswith(self.suffix) and self.hook is not None:
+            self.hook()
+
+
 def test_log_delete_spares_a_fork_marker_written_again_after_its_listing() -> None:
     """``Log.delete`` lists a session's objects, deletes its head, then the rest. A
     session created again at the id in between may fork again into a child the old one
     left undecided, writing that child's marker anew: the copy is the new session's."""
 
-    class Hooked(s3log.MemoryStore):
-        hook: Any = None
-
-        def delete_if_match(self, key: str, etag: str) -> None:
-            super().delete_if_match(key, etag)
-            if key.endswith("/s1/head") and self.hook is not None:
-                self.hook()
-
-    store = Hooked()
+    store = AfterHeadDelete("/s1/head")
     log = s3log.Log(store)
     w = log.create("s1")
     w.append("msg", {"text": "a"})
@@ -231,15 +238,7 @@ def test_log_delete_of_a_fork_child_spares_its_marker_written_again_meanwhile() 
     its head: a fork retried into the freed id (decision 0031) writes the marker anew
     before its head, and that copy went, leaving the new child unlisted."""
 
-    class Hooked(s3log.MemoryStore):
-        hook: Any = None
-
-        def delete_if_match(self, key: str, etag: str) -> None:
-            super().delete_if_match(key, etag)
-            if key.endswith("/c1/head") and self.hook is not None:
-                self.hook()
-
-    store = Hooked()
+    store = AfterHeadDelete("/c1/head")
     log = s3log.Log(store)
     log.create("s1").append_durable("msg", {"text": "a"})
     assert log.fork("s1", child_id="c1") == "c1"
