@@ -313,7 +313,9 @@ async def _create_retrying(log: s3log.AsyncLog) -> s3log.AsyncWriter[Any]:
 @pytest.mark.parametrize("seed", range(4))
 async def test_random_cancellations_against_a_conflicting_writer_fork_and_keep_everything(seed: int) -> None:
     store = JitterStore(seed)
-    log = s3log.AsyncLog(store)
+    # No wall-clock backoff: append_latest waits one after a lost race, and the rival's
+    # interleavings with w must come from the seeded store alone.
+    log = s3log.AsyncLog(store, config=s3log.LogConfig(retry=s3log.RetryPolicy(initial=0.0)))
     w = await log.create()
     rng = random.Random(seed + 100)
     rival_acked: list[str] = []
