@@ -1658,14 +1658,12 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         objects, _ = yield from list_all(layout.session_dir(session))
         head_key = layout.head(session)
         objects = [o for o in objects if o.key != head_key]
-        # Its own fork marker, in its parent's folder: its ETag too, read before the head
-        # goes (as the listing above), for an If-Match DELETE. A fork retried into this
-        # id once it is free writes the marker anew first, and that copy must stay.
-        own: DeleteIfMatch | None = None
+        # Its own fork marker, in its parent's folder, listed before the head goes too.
+        own: ObjectInfo | None = None
         if head.parent is not None:
             marker_key = layout.fork_marker(head.parent.session, session)
-            marker = yield from _get_or_none(marker_key)
-            own = DeleteIfMatch(marker_key, marker.etag) if marker is not None else None
+            listed, _ = yield from list_all(marker_key)
+            own = next((o for o in listed if o.key == marker_key and o.etag), None)
         # Ages are measured from before the DELETE: a head of a new session landing right
         # after it may name a segment written up to landing_bound_ms before.
         sent_ms = cfg.env.now_ms()
@@ -1685,8 +1683,12 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         forks_dir = layout.forks_dir(session)
         dels: list[Delete | DeleteIfMatch] = [
             DeleteIfMatch(o.key, o.etag) if o.key.startswith(forks_dir) and o.etag else Delete(o.key) for o in objects]
-        if own is not None:
-            dels.append(own)
+        # A fork retried into this id once it is free (decision 0031) writes the same
+        # marker again before its head, which may land after ours is gone: a copy young
+        # enough for such a head (landing_bound_ms) is left to gc, which deletes it once
+        # no head names its child; an older one goes, with If-Match on the ETag listed.
+        if own is not None and sent_ms - own.last_modified_ms >= landing_bound_ms(cfg.commit_deadline_ms):
+            dels.append(DeleteIfMatch(own.key, own.etag))
         # Its activity markers (s3log.activity), on any day it may have been committed to.
         dels += [Delete(k) for k in activity.markers_of(layout, session, head.created_at, head.updated_at)]
         spared = 0
@@ -1706,14 +1708,6 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
                     raise res
         return 1 + len(objects) - spared
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
-
-
-def _get_or_none(key: str) -> Proc[Blob | None]:
-    """GET ``key``, or None if there is no object there."""
-    try:
-        return (yield from ops.get(key))
-    except ObjectNotFound:
-        return None
 
 
 def _maybe_anothers_first(
@@ -1840,6 +1834,7 @@ def gc(
     doomed: list[str] = []
     # Deleted only with If-Match: a head key -> the ETag read, a fork marker -> the ETag listed.
     conditional: dict[str, str] = {}
+    markers: set[str] = set()
     young = 0
     for sid, objs in by_session.items():
         if sid in broken:
@@ -1881,6 +1876,7 @@ def gc(
             else:
                 if rest.startswith("forks/"):
                     conditional[o.key] = o.etag
+                    markers.add(o.key)
                 doomed.append(o.key)
     # A tombstone is deleted only if it is still the head read (If-Match): a new session
     # may take the id over from it at any moment, and that one must not be deleted. A
@@ -1891,6 +1887,14 @@ def gc(
     if doomed and not dry_run:
         results = yield from ops.parallel(
             [DeleteIfMatch(k, conditional[k]) if k in conditional else Delete(k) for k in doomed])
+        # A fork marker on a store without conditional DELETE (obstore) goes by key, the
+        # race with a retried fork kept on that store alone: left for ever, it made a fork
+        # with that explicit child id (LangGraph's copy_thread) fail for ever instead.
+        by_key = [k for k, r in zip(doomed, results, strict=True)
+                  if isinstance(r, ConditionalDeleteUnsupported) and k in markers]
+        if by_key:
+            again = dict(zip(by_key, (yield from ops.parallel([Delete(k) for k in by_key])), strict=True))
+            results = [again.get(k, r) for k, r in zip(doomed, results, strict=True)]
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)

@@ -1394,8 +1394,13 @@ class Simulation:
                 continue
             if self.layout.fork_marker(parent, child) in self.store._objects:
                 continue
-            if any(lf.deleted_by == "rt" for lf in self.store.lives.get(parent, [])):
-                continue  # Log.delete of the parent deleted the markers in its folder
+            # Log.delete of the parent deletes the markers in its folder: excused if it
+            # came after this child's marker could have been written (up to the landing
+            # bound before its first head), not for an earlier session at the parent's id.
+            since = self.store.lives[child][-1].start - protocol.landing_bound_ms(self.scenario.commit_deadline_ms)
+            if any(lf.deleted_by == "rt" and lf.deleted_at is not None and lf.deleted_at >= since
+                   for lf in self.store.lives.get(parent, [])):
+                continue
             by = self.store.deleted_by.get(self.layout.fork_marker(parent, child), "nobody")
             raise Violation("7", f"fork child {self.short(child)} has a head but no marker under its parent "
                                  f"{self.short(parent)} (deleted by {by})")

@@ -233,20 +233,56 @@ class _Plain:
         return getattr(s3log.MemoryStore, name).__get__(self.store)
 
 
-def test_log_delete_of_a_fork_child_spares_its_marker_written_again_meanwhile() -> None:
+def test_log_delete_of_a_fork_child_leaves_a_young_marker_and_spares_one_written_again() -> None:
     """Deleting a fork child deleted its own marker (in the parent's folder) by key after
-    its head: a fork retried into the freed id (decision 0031) writes the marker anew
-    before its head, and that copy went, leaving the new child unlisted."""
-
+    its head. A fork retried into the freed id (decision 0031) writes that marker again
+    before its head, which may land after the delete: the copy went, leaving the new
+    child unlisted by its live parent. Whether the rewrite came before the delete's
+    listing or after, the copy is young: a marker younger than the landing bound is
+    left to gc (which deletes it once no head names its child); an older one is deleted
+    with If-Match on the ETag listed, so one written again meanwhile stays."""
     store = AfterHeadDelete("/c1/head")
     log = s3log.Log(store)
     log.create("s1").append_durable("msg", {"text": "a"})
-    assert log.fork("s1", child_id="c1") == "c1"
     marker = FORKS + "c1"
+    old = log.config.env.now_ms() - 2 * log.config.commit_deadline_ms - 1
+
+    assert log.fork("s1", child_id="c1") == "c1"
+    log.delete("c1")  # a young marker (a retried fork may have just written it) stays
+    assert marker in store.all_keys()
+    assert s3log.Log(store).gc(older_than_ms=0).deleted == []  # ...until it is old itself
+
+    store.delete(marker)
+    assert log.fork("s1", child_id="c1") == "c1"
+    store.put_raw(marker, store.get(marker).body, mtime_ms=old)
     store.hook = lambda: store.put_raw(marker, b"written again by a retried fork")
     log.delete("c1")
     assert store.get(marker).body == b"written again by a retried fork"
+
     store.hook = None
-    log.fork("s1", child_id="c2")
-    log.delete("c2")  # nobody wrote it again: deleted with its child
-    assert FORKS + "c2" not in store.all_keys()
+    store.delete(marker)
+    assert log.fork("s1", child_id="c1") == "c1"
+    store.put_raw(marker, store.get(marker).body, mtime_ms=old)
+    log.delete("c1")  # old, and nobody wrote it again: deleted with its child
+    assert marker not in store.all_keys()
+
+def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_delete() -> None:
+    """obstore cannot make a DELETE conditional. gc left dangling markers there for
+    ever, and a fork with that explicit child id (LangGraph's ``copy_thread``) then
+    failed for ever with SessionExists: it goes by key, as before."""
+    from s3log.errors import ConditionalDeleteUnsupported
+
+    class NoConditionalDelete(ClockStore):
+        def delete_if_match(self, key: str, etag: str) -> None:
+            raise ConditionalDeleteUnsupported("no conditional DELETE", key=key, code="NotImplemented")
+
+    clock = Clock()
+    store = NoConditionalDelete(clock)
+    log = _log(store, clock)
+    log.create("s1").append_durable("msg", {"text": "a"})
+    body = s3log.codec.dumps({"v": 1, "child": "c1", "parent": {}, "created_at": 1})
+    store.put_raw(FORKS + "c1", body, mtime_ms=clock.t)  # a fork whose head never came
+    clock.t += 3 * DEADLINE
+    assert _log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
+    assert log.fork("s1", child_id="c1") == "c1"
+    assert log.children("s1") == ["c1"]
