@@ -15,29 +15,38 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
 import warnings
+import weakref
 from array import array
 from binascii import hexlify
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import compress, islice
 from operator import attrgetter, ne
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ._extras import extra
 from .codec import HASH_LEN, Head, RunColumns, data_cbor_column
 from .config import LogConfig
 from .core import head_outside
-from .errors import CorruptionError, FormatVersionError, S3LogError, SessionNotFound
+from .errors import (
+    CorruptionError,
+    FormatVersionError,
+    InvalidArgumentError,
+    S3LogError,
+    SessionNotFound,
+)
 from .ids import validate_session_id
+from .layout import normalize_prefix
 from .log import Log
-from .protocol import Run
+from .protocol import Run, is_expired
 from .store.base import ObjectStore
 
 with extra("analytics"):
@@ -126,49 +135,100 @@ ProgressCallback = Callable[[ScanProgress], None]
 # ------------------------------------------------------------------------------ values
 
 
-def _ms(value: int | float | datetime | str | None) -> int | None:
+#: The times, in ms since the epoch, a scan holds: from the epoch (no writer stores an
+#: earlier ``ts``) to the last ms DuckDB's ``TIMESTAMPTZ`` (microseconds in 64 bits)
+#: holds, 294247-01-10 UTC; Arrow's ``timestamp[ms]`` and ``date32`` hold all of it. A
+#: session with an entry ``ts``, or a head time, outside it is a
+#: :class:`~s3log.CorruptionError` to a scan (skipped with a
+#: :class:`CorruptSessionWarning` unless ``strict``). Python's ``datetime`` ends with
+#: year 9999: read later times as ``ts.cast(pa.int64())``.
+TS_RANGE = (0, (2**63 - 2) // 1000)
+
+
+def _ms(value: int | float | datetime | str | None, name: str = "time") -> int | None:
+    """``value`` (ms since the epoch, a datetime, naive as UTC, or an ISO string) in ms,
+    checked: :class:`~s3log.InvalidArgumentError` naming ``name`` otherwise."""
     if value is None:
         return None
+    shown = repr(value)
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise ValueError(f"not an ISO date or time: {value!r}") from None
+            raise InvalidArgumentError(name, f"not an ISO date or time: {shown}") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        return int(value.timestamp() * 1000)
+        try:
+            value = value.timestamp() * 1000
+        except (OverflowError, ValueError, OSError):
+            raise InvalidArgumentError(name, f"a time out of range: {shown}") from None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"a time must be ms since the epoch, a datetime or an ISO string, not {value!r}")
+        raise InvalidArgumentError(
+            name, f"a time must be ms since the epoch, a datetime or an ISO string, not {shown}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgumentError(name, f"a time must be finite, not {shown}")
+    if not TS_RANGE[0] <= value <= TS_RANGE[1] + 1:
+        raise InvalidArgumentError(
+            name, f"{shown} is out of range: ms since the epoch from {TS_RANGE[0]} to {TS_RANGE[1] + 1} "
+                  "(1970-01-01 to 294247-01-10 UTC)")
     return int(value)
 
 
-def _json_default(value: Any) -> Any:
+def _json_key(key: Any) -> str:
+    """A map key as JSON's text key, as the CLI prints one: bytes as hex, an array as
+    its JSON, anything else ``str()``."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key).hex()
+    if isinstance(key, list | tuple):
+        return json.dumps(_json_plain(key))
+    return str(key)
+
+
+def _json_plain(value: Any) -> Any:
+    """``value`` made of what JSON holds: map keys as :func:`_json_key`, bytes as hex,
+    sets as arrays, datetimes as ISO text, NaN and infinities as null (the rendering
+    orjson gives them), anything else ``str()``."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_json_key(k): _json_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json_plain(v) for v in value]
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, set | frozenset):
-        return list(value)
+    if _fragment is not None and isinstance(value, _fragment):
+        return value  # text orjson writes as it is
     return str(value)
 
 
 def _json_std(value: Any) -> str | None:
+    """:func:`_json` with the json module alone."""
     try:
-        return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False)
-    except (TypeError, ValueError):
+        return json.dumps(_json_plain(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
         return None
 
 
 if _orjson is not None:
-    _ORJSON_OPTS = _orjson.OPT_NON_STR_KEYS
 
     def _json(value: Any) -> str | None:
+        """``data_json`` of one value: the JSON of :func:`_json_plain` (None only for a
+        value nested too deep for the json module)."""
         try:
-            text: str = _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTS).decode()
+            plain = _json_plain(value)
+        except RecursionError:
+            return None
+        try:
+            text: str = _orjson.dumps(plain).decode()
             return text
-        except (TypeError, ValueError):  # ints over 64 bits and the like: the json module copes
+        except TypeError:  # ints over 64 bits, nesting over 255: the json module copes
             return _json_std(value)
 else:  # pragma: no cover - depends on the environment
     _json = _json_std
@@ -234,7 +294,7 @@ def _json_array(values: list[Any], row_bytes: int = 0) -> pa.Array:
 
 
 def _label(value: Any) -> str:
-    return value if isinstance(value, str) else (_json_std(value) or str(value))
+    return value if isinstance(value, str) else (_json(value) or str(value))
 
 
 def _days_to_dates(days: pa.Array) -> pa.Array:
@@ -520,6 +580,40 @@ class _Columns:
         self.chunks, self.rows = [], 0
 
 
+def _out_of_range(t: object) -> bool:
+    return isinstance(t, bool) or not isinstance(t, int) or not TS_RANGE[0] <= t <= TS_RANGE[1]
+
+
+def _check_head_times(head: Head, key: str) -> None:
+    """CorruptionError (``key``) if a time of the head is outside :data:`TS_RANGE`:
+    no Arrow, DuckDB or Python reader of the session's row could hold it."""
+    for name in ("created_at", "updated_at", "ts_min", "ts_max"):
+        t = getattr(head, name)
+        if t is not None and _out_of_range(t):
+            raise CorruptionError(key, f"{name} {t!r} is outside the times a scan holds {TS_RANGE} "
+                                       "(ms since the epoch, 1970 to 294247)")
+
+
+def _check_run_times(head: Head, runs: list[Run], key: str) -> None:
+    """CorruptionError (``key``, the seq) if an entry's ts is outside :data:`TS_RANGE`."""
+    lo, hi = TS_RANGE
+    for run in runs:
+        if isinstance(run, RunColumns):
+            tss, first = run.ts, run.seq
+        elif run:
+            tss, first = list(map(_TS_OF, run)), run[0].seq
+        else:
+            continue
+        # Two C passes per run; only a failing run is looked at entry by entry.
+        if tss and lo <= min(tss) and max(tss) <= hi:
+            continue
+        for i, t in enumerate(tss):
+            if _out_of_range(t):
+                seq = first + i if isinstance(run, RunColumns) else run[i].seq
+                raise CorruptionError(key, f"entry ts {t!r} is outside the times a scan holds {TS_RANGE} "
+                                           "(ms since the epoch, 1970 to 294247)", seq=seq)
+
+
 def _session_row(head: Head) -> dict[str, Any]:
     labels = head.meta.get("labels") if isinstance(head.meta, dict) else None
     return {
@@ -552,6 +646,32 @@ def _sessions_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 
 
 # -------------------------------------------------------------------------------- scan
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(name, f"must be a positive int, not {value!r}")
+    return value
+
+
+def _names(name: str, values: object, what: str) -> list[str]:
+    """``values`` as a list of strings: one string, or anything not iterable, is refused."""
+    if isinstance(values, str | bytes):
+        raise InvalidArgumentError(name, f"must be a list of {what}, not one string ({values!r})")
+    if not isinstance(values, Iterable):
+        raise InvalidArgumentError(name, f"must be a list of {what}, not {values!r}")
+    out = list(values)
+    for v in out:
+        if not isinstance(v, str):
+            raise InvalidArgumentError(name, f"must be a list of {what} (strings), not one holding {v!r}")
+    return out
+
+
+def _session_list(sessions: object) -> list[str] | None:
+    """Checked session ids (None: all of them); a bad id fails here, before anything is read."""
+    if sessions is None:
+        return None
+    return [validate_session_id(s) for s in _names("sessions", sessions, "session ids")]
 
 
 def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = None) -> list[str]:
@@ -609,16 +729,17 @@ def scan(
     A session that fails to verify is skipped with a :class:`CorruptSessionWarning`
     naming the key and seq, or raises :class:`~s3log.CorruptionError` with ``strict``.
     """
-    if batch_size < 1 or parallelism < 1:
-        raise ValueError(f"batch_size and parallelism must be at least 1 (got {batch_size}, {parallelism})")
-    lo, hi = _ms(since), _ms(until)
-    if isinstance(kinds, str):
-        raise ValueError("kinds must be a list of kinds, not one string")
-    kind_set = frozenset(kinds) if kinds is not None else None
-    if isinstance(sessions, str):
-        raise ValueError("sessions must be a list of session ids, not one string")
-    # Bad ids fail here, before anything is read.
-    wanted = None if sessions is None else [validate_session_id(s) for s in sessions]
+    # Every argument is checked here, before anything is read.
+    _positive("batch_size", batch_size)
+    _positive("parallelism", parallelism)
+    lo, hi = _ms(since, "since"), _ms(until, "until")
+    kind_set = None if kinds is None else frozenset(_names("kinds", kinds, "kinds"))
+    wanted = _session_list(sessions)
+    if prefix is not None:
+        normalize_prefix(prefix)
+    for name, fn in (("progress", progress), ("on_head", on_head)):
+        if fn is not None and not callable(fn):
+            raise InvalidArgumentError(name, f"must be callable, not {fn!r}")
     return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
 
 
@@ -639,7 +760,12 @@ def _scan(
 
     def read(sid: str) -> tuple[Head, list[Run]] | None:
         try:
-            return lg.read_runs(sid, since=lo, until=hi)
+            got = lg.read_runs(sid, since=lo, until=hi)
+            if got is not None:
+                key = lg._core.layout.head(sid)
+                _check_head_times(got[0], key)
+                _check_run_times(got[0], got[1], key)
+            return got
         except SessionNotFound:
             return None  # deleted since it was listed
         except (CorruptionError, FormatVersionError) as exc:
@@ -736,24 +862,29 @@ def sessions(
     prefix: str | None = None,
     batch_size: int = 1_000,
     parallelism: int = 16,
+    strict: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """One row per session (:data:`SESSIONS_SCHEMA`), from its head: one GET each.
 
     ``labels`` is ``meta["labels"]`` as a string map (non-string values as JSON), so
     ``labels['tenant']`` works in SQL; ``meta_json`` is the whole meta. With ``since`` /
     ``until``, sessions whose entries all fall outside the window are left out (as
-    :func:`scan` skips them). Missing or unreadable heads are left out.
+    :func:`scan` skips them). Missing, unreadable and expired heads are left out; a head
+    with a time outside :data:`TS_RANGE` is left out with a :class:`CorruptSessionWarning`,
+    or raises :class:`~s3log.CorruptionError` with ``strict``.
     """
-    lo, hi = _ms(since), _ms(until)
-    if isinstance(sessions, str):
-        raise ValueError("sessions must be a list of session ids, not one string")
-    wanted = None if sessions is None else [validate_session_id(s) for s in sessions]
-    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism)
+    lo, hi = _ms(since, "since"), _ms(until, "until")
+    wanted = _session_list(sessions)
+    if prefix is not None:
+        normalize_prefix(prefix)
+    _positive("batch_size", batch_size)
+    _positive("parallelism", parallelism)
+    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism, strict)
 
 
 def _sessions(
     store: ObjectStore, wanted: list[str] | None, lo: int | None, hi: int | None, prefix: str | None,
-    batch_size: int, parallelism: int,
+    batch_size: int, parallelism: int, strict: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
     try:
@@ -761,8 +892,20 @@ def _sessions(
         rows: list[dict[str, Any]] = []
         for start in range(0, len(ids), batch_size):
             heads = lg.heads(ids[start : start + batch_size])
-            rows = [_session_row(r.head) for r in heads if r.head is not None and (
-                (lo is None and hi is None) or not head_outside(r.head, lo, hi))]
+            rows = []
+            for r in heads:
+                head = r.head
+                if head is None or is_expired(head) or (
+                        (lo is not None or hi is not None) and head_outside(head, lo, hi)):
+                    continue
+                try:
+                    _check_head_times(head, lg._core.layout.head(head.session))
+                except CorruptionError as exc:
+                    if strict:
+                        raise
+                    warnings.warn(f"skipping session {head.session}: {exc}", CorruptSessionWarning, stacklevel=3)
+                    continue
+                rows.append(_session_row(head))
             if rows:
                 yield _sessions_batch(rows)
     finally:
@@ -796,19 +939,57 @@ def prepare_output(filesystem: Any, target: str, mode: ExportMode) -> None:
     the target holds any file; ``overwrite``: delete what it holds (stale partitions
     included); ``append``: keep it (new files get unique names).
     """
+    if check_output(filesystem, target, mode):
+        filesystem.delete_dir_contents(target, missing_dir_ok=True)
+
+
+def check_output(filesystem: Any, target: str, mode: ExportMode) -> bool:
+    """The checks of :func:`prepare_output`, deleting nothing: whether ``mode`` will
+    delete what the target holds (``overwrite`` of an existing directory)."""
     from pyarrow import fs
 
     if mode not in ("error", "overwrite", "append"):
-        raise ValueError(f"unknown mode {mode!r}: use error, overwrite or append")
+        raise InvalidArgumentError("mode", f"unknown mode {mode!r}: use error, overwrite or append")
     info = filesystem.get_file_info(target)
     if info.type == fs.FileType.NotFound:
-        return
+        return False
     if info.type != fs.FileType.Directory:
         raise OutputExistsError(target + " (a file, not a directory)")
     if mode == "error" and filesystem.get_file_info(fs.FileSelector(target, recursive=False)):
         raise OutputExistsError(target)
-    if mode == "overwrite":
-        filesystem.delete_dir_contents(target, missing_dir_ok=True)
+    return mode == "overwrite"
+
+
+def checked_scan(store: ObjectStore, *args: Any, **kwargs: Any) -> Generator[pa.RecordBatch, None, None]:
+    """:func:`scan` of these arguments, every one checked now (an unknown option too, as
+    :class:`~s3log.InvalidArgumentError`): nothing is read until the first batch is taken."""
+    import inspect
+
+    params = inspect.signature(scan).parameters
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        raise InvalidArgumentError(unknown[0], f"not an option of scan (use {', '.join(list(params)[1:])})")
+    try:
+        inspect.signature(scan).bind(store, *args, **kwargs)
+    except TypeError as exc:
+        raise InvalidArgumentError("scan arguments", str(exc)) from None
+    return cast(Generator[pa.RecordBatch, None, None], scan(store, *args, **kwargs))
+
+
+def first_then(batches: Generator[pa.RecordBatch, None, None]) -> Generator[pa.RecordBatch, None, None]:
+    """``batches`` with its first batch already taken: the store has answered (a missing
+    bucket, a strict scan's first corrupt session fail here), then the same batches."""
+    first = next(batches, None)
+
+    def again() -> Generator[pa.RecordBatch, None, None]:
+        try:
+            if first is not None:
+                yield first
+                yield from batches
+        finally:
+            batches.close()
+
+    return again()
 
 
 def to_parquet(
@@ -834,10 +1015,11 @@ def to_parquet(
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    filesystem, target = _filesystem_for(path_or_uri, store, filesystem)
     if partition_by is not None and partition_by not in SCHEMA.names:
-        raise ValueError(f"cannot partition by {partition_by!r}: not a column of {SCHEMA.names}")
-    prepare_output(filesystem, target, mode)
+        raise InvalidArgumentError(
+            "partition_by", f"cannot partition by {partition_by!r}: not a column of {SCHEMA.names}")
+    if mode not in ("error", "overwrite", "append"):
+        raise InvalidArgumentError("mode", f"unknown mode {mode!r}: use error, overwrite or append")
     heads: list[dict[str, Any]] = []
     lock = threading.Lock()
     rows = 0
@@ -846,9 +1028,24 @@ def to_parquet(
         with lock:
             heads.append(_session_row(head))
 
+    # Every argument is checked, and the store has answered, before anything is deleted:
+    # a typo or a missing bucket never empties an export.
+    if "on_head" in kwargs:
+        raise InvalidArgumentError("on_head", "to_parquet keeps the heads itself (sessions_file)")
+    scanned = checked_scan(store, *args, on_head=keep if sessions_file else None, **kwargs)
+    filesystem, target = _filesystem_for(path_or_uri, store, filesystem)
+    try:
+        clear = check_output(filesystem, target, mode)
+        scanned = first_then(scanned)
+    except BaseException:
+        scanned.close()
+        raise
+    if clear:
+        filesystem.delete_dir_contents(target, missing_dir_ok=True)
+
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for b in scan(store, *args, on_head=keep if sessions_file else None, **kwargs):
+        for b in scanned:
             rows += b.num_rows
             yield b
 
@@ -907,10 +1104,21 @@ class LazyBatches:
     def __init__(self, schema: pa.Schema, make: Callable[[], Iterator[pa.RecordBatch]]) -> None:
         self.schema = schema
         self._make = make
+        #: The exception that ended the last stream read, as raised (None if it ended
+        #: well): DuckDB reports it only as text inside its own error.
+        self.error: BaseException | None = None
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        self.error = None
+        try:
+            yield from self._make()
+        except Exception as exc:
+            self.error = exc
+            raise
 
     def reader(self) -> pa.RecordBatchReader:
         """A new reader over a new scan."""
-        return pa.RecordBatchReader.from_batches(self.schema, self._make())
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
 
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         """The Arrow PyCapsule stream protocol: a new scan per call."""
@@ -933,20 +1141,52 @@ def duckdb(
     ``sessions``, :data:`SESSIONS_SCHEMA`, ``None`` for none) streams one row per
     session from the heads, joinable on ``session``.
     """
-    for name in (view, sessions_view):
-        if name is not None and (not name.isidentifier()):
-            raise ValueError(f"view name {name!r} must be an identifier")
+    _view_names(view, sessions_view)
+    # Checked now, not at the first query (then DuckDB would report them as its own text).
+    checked_scan(store, *args, **kwargs).close()
     entries = LazyBatches(SCHEMA, lambda: scan(store, *args, **kwargs))
+    streams = [entries]
+    if sessions_view is not None:
+        options = {k: v for k, v in kwargs.items()
+                   if k in ("sessions", "since", "until", "prefix", "parallelism", "strict")}
+        for name, value in zip(("sessions", "since", "until"), args, strict=False):
+            options[name] = value
+        cast(Generator[pa.RecordBatch, None, None], sessions(store, **options)).close()
+        heads = LazyBatches(SESSIONS_SCHEMA, lambda: sessions(store, **options))
+        streams.append(heads)
     connection.register(f"{view}__s3log", entries)
     connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM "{view}__s3log"')
     if sessions_view is not None:
-        options = {k: v for k, v in kwargs.items() if k in ("sessions", "since", "until", "prefix", "parallelism")}
-        for name, value in zip(("sessions", "since", "until"), args, strict=False):
-            options[name] = value
-        heads = LazyBatches(SESSIONS_SCHEMA, lambda: sessions(store, **options))
         connection.register(f"{sessions_view}__s3log", heads)
         connection.execute(f'CREATE OR REPLACE VIEW "{sessions_view}" AS SELECT * FROM "{sessions_view}__s3log"')
+    _streams[connection] = streams
     return connection
+
+
+#: The streams :func:`duckdb` registered on each connection (for :func:`stream_error`).
+_streams: weakref.WeakKeyDictionary[Any, list[LazyBatches]] = weakref.WeakKeyDictionary()
+
+
+def stream_error(connection: Any) -> BaseException | None:
+    """The exception that ended a scan behind the views :func:`duckdb` registered on
+    ``connection`` in its last query, as raised (a :class:`~s3log.CorruptionError`
+    under ``strict``, a store error...): DuckDB's own error carries it only as text."""
+    for stream in _streams.get(connection, ()):
+        if stream.error is not None:
+            return stream.error
+    return None
+
+
+def _view_names(*names: str | None) -> None:
+    for name in names:
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise InvalidArgumentError("view", f"view name {name!r} must be an identifier")
+
+
+def _day_text(ms: int) -> str:
+    """``YYYY-MM-DD`` (UTC) of a time of :data:`TS_RANGE`, years after 9999 too."""
+    text: str = _days_to_dates(pa.array([ms // _DAY_MS], pa.int32()))[0].as_py()
+    return text
 
 
 def _sql_str(text: str) -> str:
@@ -974,29 +1214,36 @@ def duckdb_parquet(
     selects ``date=`` directories before any file is opened, and DuckDB skips row
     groups by their statistics. The ``sessions`` view reads ``_sessions*.parquet``.
     """
-    for name in (view, sessions_view):
-        if name is not None and not name.isidentifier():
-            raise ValueError(f"view name {name!r} must be an identifier")
+    _view_names(view, sessions_view)
     import glob
     import os
 
-    lo, hi = _ms(since), _ms(until)
-    lo_day = None if lo is None else datetime.fromtimestamp(lo / 1000, UTC).strftime("%Y-%m-%d")
-    hi_day = None if hi is None else datetime.fromtimestamp((hi - 1) / 1000, UTC).strftime("%Y-%m-%d")
+    lo, hi = _ms(since, "since"), _ms(until, "until")
+    if hi is not None and hi > TS_RANGE[1]:
+        hi = None  # after every time an export holds (and past what DuckDB's to_timestamp takes)
+    lo_day = None if lo is None else _day_text(lo)
+    hi_day = None if hi is None else _day_text(max(hi - 1, 0))
     where: list[str] = []
     if lo is not None:
-        where.append(f"ts >= to_timestamp({lo} / 1000.0)")
+        where.append(f"ts >= to_timestamp({lo} / 1000.0)" if lo <= TS_RANGE[1] else "false")
     if hi is not None:
         where.append(f"ts < to_timestamp({hi} / 1000.0)")
     if kinds is not None:
-        if isinstance(kinds, str):
-            raise ValueError("kinds must be a list of kinds, not one string")
-        where.append(f"kind IN {_sql_list(kinds)}" if kinds else "false")
-    if sessions is not None:
-        if isinstance(sessions, str):
-            raise ValueError("sessions must be a list of session ids, not one string")
-        ids = [validate_session_id(s) for s in sessions]
+        kind_list = _names("kinds", kinds, "kinds")
+        where.append(f"kind IN {_sql_list(kind_list)}" if kind_list else "false")
+    ids = _session_list(sessions)
+    # The sessions view keeps the sessions duckdb()'s would: those named, and with a
+    # window those with an entry that can fall inside it (from ts_min / ts_max).
+    heads_where: list[str] = []
+    if ids is not None:
         where.append(f"session IN {_sql_list(ids)}" if ids else "false")
+        heads_where.append(f"session IN {_sql_list(ids)}" if ids else "false")
+    if lo is not None or hi is not None:
+        heads_where.append("ts_min IS NOT NULL")
+    if lo is not None:
+        heads_where.append(f"ts_max >= to_timestamp({lo} / 1000.0)" if lo <= TS_RANGE[1] else "false")
+    if hi is not None:
+        heads_where.append(f"ts_min < to_timestamp({hi} / 1000.0)")
     clause = (" WHERE " + " AND ".join(where)) if where else ""
     root = directory.rstrip("/")
     # The time window picks date= directories here, so files of other days are never
@@ -1022,6 +1269,6 @@ def duckdb_parquet(
         else:
             connection.register(f"{sessions_view}__empty", SESSIONS_SCHEMA.empty_table())
             source = f'"{sessions_view}__empty"'
-        keep = f" WHERE session IN {_sql_list(ids)}" if sessions is not None and ids else ""
+        keep = (" WHERE " + " AND ".join(heads_where)) if heads_where else ""
         connection.execute(f'CREATE OR REPLACE VIEW "{sessions_view}" AS SELECT * FROM {source}{keep}')
     return connection

@@ -17,7 +17,8 @@ from typing import Any
 
 from . import analytics
 from ._extras import extra
-from .layout import DEFAULT_PREFIX
+from .errors import InvalidArgumentError
+from .layout import DEFAULT_PREFIX, normalize_prefix
 
 with extra("dask"):
     import pandas as pd
@@ -90,18 +91,15 @@ def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tup
     allowed = frozenset(allowed)
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ValueError(f"unknown scan option(s) {unknown}: use {sorted(allowed)}")
+        raise InvalidArgumentError(unknown[0], f"unknown scan option(s) {unknown}: use {sorted(allowed)}")
     out: dict[str, Any] = {}
     for name, value in options.items():
         if name in ("since", "until"):
-            value = analytics._ms(value)  # datetimes and strings travel as ints
+            value = analytics._ms(value, name)  # datetimes and strings travel as ints
         elif name == "kinds" and value is not None:
-            if isinstance(value, str):
-                raise ValueError("kinds must be a list of kinds, not one string")
-            value = tuple(str(k) for k in value)
+            value = tuple(analytics._names("kinds", value, "kinds"))
         elif name in ("parallelism", "batch_size"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, not {value!r}")
+            analytics._positive(name, value)
         elif name == "strict":
             value = bool(value)
         out[name] = value
@@ -109,14 +107,12 @@ def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tup
 
 
 def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None) -> list[str]:
-    from .ids import validate_session_id
     from .log import Log
     from .store.s3 import S3Store
 
-    if sessions is not None:
-        if isinstance(sessions, str):
-            raise ValueError("sessions must be a list of session ids, not one string")
-        return sorted({validate_session_id(s) for s in sessions})
+    wanted = analytics._session_list(sessions)
+    if wanted is not None:
+        return sorted(set(wanted))
     store = S3Store(bucket, endpoint_url=endpoint_url)
     lister = Log(store, prefix=prefix)
     try:
@@ -133,8 +129,8 @@ def _frame(
     with extra("dask"):
         import dask.dataframe as dd
 
-    if isinstance(per_partition, bool) or not isinstance(per_partition, int) or per_partition < 1:
-        raise ValueError(f"sessions_per_partition must be a positive int, not {per_partition!r}")
+    analytics._positive("sessions_per_partition", per_partition)
+    prefix = normalize_prefix(prefix)  # a bad prefix fails here, not in a task
     ids = _ids(bucket, prefix, endpoint_url, sessions)
     chunks = [tuple(ids[i : i + per_partition]) for i in range(0, len(ids), per_partition)] or [()]
     from_map: Any = dd.from_map  # dask is untyped

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,31 @@ def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | N
         yield update
 
 
-def _prepare_dir(out: Path, mode: str) -> None:
-    from pyarrow import fs
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ts_text(ms: int) -> str:
+    import pyarrow as pa
 
     from .. import analytics
 
-    analytics.prepare_output(fs.LocalFileSystem(), str(out.absolute()), mode)  # type: ignore[arg-type]
-    out.mkdir(parents=True, exist_ok=True)
+    text: str = pa.array([ms], pa.int64()).view(analytics.SCHEMA.field("ts").type).cast(pa.string())[0].as_py()
+    return text
+
+
+def _jsonl_row(r: dict[str, Any]) -> str:
+    """One entry as a line of JSON: ``data`` from data_json; where that is null (data
+    JSON cannot hold), ``data`` null and ``data_cbor`` the stored CBOR in base64."""
+    cbor = r.pop("data_cbor")
+    try:
+        r["ts"] = (_EPOCH + timedelta(milliseconds=r["ts"])).isoformat()
+    except OverflowError:  # after year 9999: Arrow's text of it
+        r["ts"] = _ts_text(r["ts"])
+    text = r.pop("data_json")
+    r["data"] = json.loads(text) if text is not None else None
+    if text is None:
+        r["data_cbor"] = base64.b64encode(cbor).decode()
+    return json.dumps(r, ensure_ascii=False)
 
 
 @app.command()
@@ -93,7 +112,9 @@ def export(
     options: dict[str, Any] = {
         "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
     }
-    _prepare_dir(out, mode)  # before anything is read or written
+    # Every option is checked, the log opened and the bucket answered (the first batch
+    # read) before --mode overwrite deletes anything: a typo or a wrong bucket never
+    # empties the output (to_parquet does the same).
     log = open_log()
     rows = 0
     try:
@@ -102,16 +123,27 @@ def export(
             if fmt == "parquet":
                 rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
             else:
-                batches = analytics.scan(log.store, **options)
+                from pyarrow import fs
+
+                local, target = fs.LocalFileSystem(), str(out.absolute())
+                batches = analytics.checked_scan(log.store, **options)
+                try:
+                    clear = analytics.check_output(local, target, mode)  # type: ignore[arg-type]
+                    batches = analytics.first_then(batches)
+                except BaseException:
+                    batches.close()
+                    raise
+                if clear:
+                    local.delete_dir_contents(target, missing_dir_ok=True)
+                out.mkdir(parents=True, exist_ok=True)
                 if fmt == "jsonl":
                     with (out / "entries.jsonl").open("a" if mode == "append" else "w") as f:
                         for b in batches:
                             rows += b.num_rows
-                            for r in b.drop_columns(["data_cbor"]).to_pylist():
-                                r["ts"] = r["ts"].isoformat()
-                                text = r.pop("data_json")
-                                r["data"] = json.loads(text) if text else None
-                                f.write(json.dumps(r) + "\n")
+                            # ts as ms: Python's datetime ends with year 9999, a scan's times do not.
+                            b = b.set_column(b.schema.get_field_index("ts"), "ts", b.column("ts").cast(pa.int64()))
+                            for r in b.to_pylist():
+                                f.write(_jsonl_row(r) + "\n")
                 else:
                     name = "entries.csv" if mode != "append" or not (out / "entries.csv").exists() else \
                         f"entries-{uuid.uuid4().hex[:12]}.csv"  # appending: a new file, each with its header
@@ -171,10 +203,13 @@ def query(
                 analytics.duckdb(con, log.store, prefix=log.prefix, progress=progress, **filters)
             try:
                 cur = con.execute(sql)
+                names = [d[0] for d in cur.description]
+                rows = cur.fetchall()
             except duckdb.Error as exc:
+                raised = analytics.stream_error(con)
+                if raised is not None:  # a scan behind a view failed: its own error, as raised
+                    raise raised from exc
                 fail(f"query failed: {exc}")
-            names = [d[0] for d in cur.description]
-            rows = cur.fetchall()
     finally:
         if log is not None:
             log.close()
