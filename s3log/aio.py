@@ -431,7 +431,7 @@ class AsyncLog(LogVerbs):
         return await self.run(self._core.lineage(session_id))
 
     async def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one."""
+        """The sessions forked from this one that have a head (see :func:`s3log.protocol.children`)."""
         return await self.run(self._core.children(session_id))
 
     async def list_session_ids(self) -> list[str]:

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import cbor2
 
-from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, InvalidEntryError
+from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, InvalidEntryError, InvalidSessionIdError
+from .ids import validate_session_id
 
 #: The format this build writes by default (``LogConfig.format_version``).
 FORMAT_VERSION = 2
@@ -1325,6 +1326,10 @@ class ParentRef:
             raise CorruptionError(key, f"parent pointer is malformed: {dict(obj)!r}")
         if h is not None and not (isinstance(h, bytes) and len(h) == HASH_LEN):
             raise CorruptionError(key, "parent hash is not a 32-byte string")
+        try:
+            validate_session_id(session)
+        except InvalidSessionIdError as exc:  # a key of it would leave the prefix, or none is valid
+            raise CorruptionError(key, f"parent session is not a session id: {exc}") from None
         return ParentRef(session, seq, h, reason)
 
 
@@ -1722,6 +1727,18 @@ def _opt_int(value: Any, key: str, name: str) -> int | None:
     return value
 
 
+def _check_expired(value: Any, key: str) -> None:
+    """A tombstone's ``expired`` map (docs/format.md, "Head"), typed; null reads as absent."""
+    if value is None:
+        return
+    if not isinstance(value, dict) or not {"at", "seq", "hash", "idle_for_ms"} <= value.keys():
+        raise CorruptionError(key, f"head field 'expired' is not a map of at, seq, hash and idle_for_ms: {value!r}")
+    at, seq, h, idle = value["at"], value["seq"], value["hash"], value["idle_for_ms"]
+    if not (type(at) is int and at >= 0 and type(seq) is int and type(idle) is int and idle >= 0
+            and (h is None or (type(h) is bytes and len(h) == HASH_LEN))):
+        raise CorruptionError(key, f"head field 'expired' is malformed: {value!r}")
+
+
 def decode_head(body: bytes, key: str) -> Head:
     """Decode and shape-check a head object."""
     obj = _check_version(_decode(body, key, "head"), key, "head")
@@ -1764,6 +1781,8 @@ def decode_head(body: bytes, key: str) -> Head:
     if version < 0 or created_at < 0 or updated_at < 0:
         wrong = "version" if version < 0 else "created_at" if created_at < 0 else "updated_at"
         raise CorruptionError(key, f"head field {wrong!r} is {obj[wrong]!r}")
+    if "expired" in obj:
+        _check_expired(obj["expired"], key)
     head = Head(
         session=session,
         version=version,

@@ -330,7 +330,7 @@ class Log(LogVerbs):
         return self.run(self._core.lineage(session_id))
 
     def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one."""
+        """The sessions forked from this one that have a head (see :func:`s3log.protocol.children`)."""
         return self.run(self._core.children(session_id))
 
     def list_session_ids(self) -> list[str]:

@@ -663,10 +663,30 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
 
 
 def children(layout: Layout, session: str) -> Proc[list[str]]:
-    """The sessions forked from ``session``, found through its fork markers."""
+    """The sessions forked from ``session``, found through its fork markers: those with a
+    head (one LIST, then one GET per marker, in parallel).
+
+    A marker whose child has no head is skipped, as docs/format.md says readers do: a
+    fork whose head never landed, or a deleted child whose marker ``Log.delete`` left
+    to gc (young enough that a fork retried into the freed id may have just written it).
+    """
     objects, _ = yield from list_all(layout.forks_dir(session))
     base = layout.forks_dir(session)
-    return [o.key[len(base):] for o in objects]
+    out: list[str] = []
+    for o in objects:
+        child = o.key[len(base):]
+        try:
+            validate_session_id(child)
+        except InvalidSessionIdError:
+            # Not a marker s3log wrote (a stray object): skip it, as a listing of sessions does.
+            log.warning("skipping %r under %s: not a valid session id", child, base)
+            continue
+        out.append(child)
+    if not out:
+        return out
+    heads = yield from ops.parallel([Get(layout.head(c)) for c in out])
+    # Only a 404 says there is no head: a head that cannot be read is still a child.
+    return [c for c, h in zip(out, heads, strict=True) if not isinstance(h, ObjectNotFound)]
 
 
 def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:

@@ -210,6 +210,20 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
         _head(r, s), lambda o: _set(o, "zz", cbor2.CBORTag(256, ["a"])))),
     "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
+    # Review of session 12: a malformed tombstone was ignored (not a map) or read as an
+    # expired session (any map), and a parent naming no session id was not refused.
+    **{f"malformed expired: {what}": ("v2_merged", lambda r, s, bad=bad: _edit(_head(r, s), lambda o: _set(
+        o, "expired", bad(o)))) for what, bad in {
+        "an int": lambda o: 5,
+        "a text": lambda o: "x",
+        "an array": lambda o: [1, 2],
+        "an empty map": lambda o: {},
+        "a text at": lambda o: {"at": "yesterday", "seq": o["seq"], "hash": o["hash"], "idle_for_ms": 1},
+        "a short hash": lambda o: {"at": 1, "seq": o["seq"], "hash": b"x", "idle_for_ms": 1},
+        "a negative idle_for_ms": lambda o: {"at": 1, "seq": o["seq"], "hash": o["hash"], "idle_for_ms": -1},
+    }.items()},
+    "parent session not a session id": ("fork_explicit", lambda r, s: _edit(
+        _head(r, s), lambda o: _set(o, "parent", {**o["parent"], "session": "../../x"}))),
 }
 
 
@@ -229,6 +243,17 @@ def _changed_copy(dump: tuple[Path, dict[str, str], Any], tmp_path: Path, name: 
     sid = dump[1][name]
     change(root, sid)
     return root, sid, _read(root)
+
+
+@pytest.mark.parametrize("tampering", sorted(t for t in TAMPERINGS if "expired" in t or "session id" in t))
+def test_both_readers_refuse_a_malformed_tombstone_or_parent_by_that_field(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, tampering: str) -> None:
+    # Refused for that field (not as expired, nor for a later check of the fork entry).
+    root, sid, got = _changed_copy(dump, tmp_path, *TAMPERINGS[tampering])
+    field = "expired" if "expired" in tampering else "session id"
+    assert got[sid]["ok"] is False and "expired" not in got[sid] and field in got[sid]["error"], got[sid]
+    with pytest.raises(CorruptionError, match=field):
+        _load(root).read(sid)
 
 
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
@@ -265,6 +290,8 @@ HARMLESS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
     "version 0": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "version", 0))),
     # Unknown head fields are ignored by readers.
     "unknown head field": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "from_the_future", [1]))),
+    # A null `expired` reads as absent: not a tombstone.
+    "null expired": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "expired", None))),
 }
 
 

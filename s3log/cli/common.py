@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any, NoReturn, TypeVar, cast
 
 import typer
@@ -181,16 +182,36 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def when(ms: int | None) -> str:
-    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds: ``2026-11-30T09:40:00.123Z``."""
+    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds: ``2026-11-30T09:40:00.123Z``.
+
+    A time no date can show (before year 1 or after 9999: a stored head or entry may
+    hold any integer, docs/format.md) is printed as its integer, ``ms:<n>``.
+    """
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        # Integer arithmetic (no float, no C time_t): one range on every platform.
+        return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, TypeError):
+        return f"ms:{ms}"
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with every part JSON can hold: bytes as hex, map keys as strings, the rest str()."""
-    if value is None or isinstance(value, (str, bool, int, float)):
+    """``value`` with every part JSON can hold: bytes as hex, map keys as strings, the rest str().
+
+    A float that is not finite (JSON has no NaN or Infinity) becomes the string
+    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (the spelling JavaScript and Python's
+    ``float()`` read back).
+    """
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
@@ -213,12 +234,12 @@ def _key(key: Any) -> str:
 
 def dumps(value: Any) -> str:
     """Data as one line of JSON (bytes as hex): how ``show`` and ``tail`` print entries."""
-    return json.dumps(jsonable(value), ensure_ascii=False)
+    return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False)
 
 
 def emit_json(obj: Any) -> None:
     """Print JSON for scripts."""
-    sys.stdout.write(json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json.dumps(jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -17,12 +17,22 @@ _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-def parse_duration(text: str) -> int:
-    """``90s``, ``15m``, ``1h``, ``2d`` (or a sum like ``1h30m``) in milliseconds."""
+#: The longest duration a command takes: 100 years (a time that long ago is still a date).
+MAX_DURATION_MS = 36_500 * _UNIT_MS["d"]
+
+
+def parse_duration(text: str, param_hint: str | None = None) -> int:
+    """``90s``, ``15m``, ``1h``, ``2d`` (or a sum like ``1h30m``) in milliseconds, at most 100 years.
+
+    ``param_hint`` names the option in the error (``--idle``).
+    """
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
-        raise typer.BadParameter(f"not a duration: {text!r} (try 90s, 15m, 1h, 2d)")
-    return sum(int(n) * _UNIT_MS[u] for n, u in parts)
+        raise typer.BadParameter(f"not a duration: {text!r} (try 90s, 15m, 1h, 2d)", param_hint=param_hint)
+    ms = sum(int(n) * _UNIT_MS[u] for n, u in parts)
+    if ms > MAX_DURATION_MS:
+        raise typer.BadParameter(f"too long: {text!r} (at most 36500d, 100 years)", param_hint=param_hint)
+    return ms
 
 
 @app.command("local-s3")
@@ -67,7 +77,7 @@ def gc(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Delete segments no head references (orphans of lost races and merges)."""
-    grace = parse_duration(older_than)
+    grace = parse_duration(older_than, "--older-than")
     with command_log(ctx) as log:
         report = log.gc(older_than_ms=grace, dry_run=dry_run)
     if as_json:
@@ -187,7 +197,7 @@ def expire(
     session expired forks (nothing is lost). Readers of an expired session get
     "expired". Run ``s3log gc`` afterwards (after its grace period) to free the space.
     """
-    idle_ms = parse_duration(idle)
+    idle_ms = parse_duration(idle, "--idle")
     if idle_ms <= 0:
         raise typer.BadParameter("must be longer than 0", param_hint="--idle")
     labels = parse_labels(label)

@@ -178,8 +178,10 @@ def verify(
                     bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
                 else:
                     gone.append(sid)
-            except S3LogError as exc:
-                bad.append({"session": sid, "key": None, "seq": None, "error": str(exc)})
+            except S3LogError as exc:  # FormatVersionError, SignatureError...: their key when they have one
+                key = getattr(exc, "key", None)
+                bad.append({"session": sid, "key": key if isinstance(key, str) else None, "seq": None,
+                            "error": str(exc)})
         if log is not plain:
             log.close()
     if as_json:

@@ -397,6 +397,7 @@ function v2Tail(tail, hashes) {
 function checkParent(p) {
   need(p.t === "map", "`parent` is not a map or null");
   const session = get.text(p, "session"), seq = get.int(p, "seq"), hash = get.hashOrNull(p, "hash"), reason = get.text(p, "reason");
+  need(validSid(session), "`parent.session` is not a session id");
   return { session, seq, hash, reason, node: p };
 }
 
@@ -513,7 +514,14 @@ export function readSession(root, prefix, sid, trusted) {
   const head = withKey(headKey, () => {
     const node = decodeOne(headBuf, "head", true);
     const expired = node.t === "map" ? field(node, "expired") : undefined;
-    if (expired !== undefined && expired.t === "map") throw new Expired(`${headKey}: the session expired`);
+    if (expired !== undefined && expired.t !== "null") {
+      // A tombstone: its `expired` map typed (null reads as absent), nothing else of the head read.
+      withKey("`expired`", () => {
+        need(expired.t === "map", "not a map or null");
+        get.uint(expired, "at"); get.int(expired, "seq"); get.hashOrNull(expired, "hash"); get.uint(expired, "idle_for_ms");
+      });
+      throw new Expired(`${headKey}: the session expired`);
+    }
     const h = parseHead(node, sid, prefix);
     if (trusted) verifySig(h, trusted);
     return h;
