@@ -59,8 +59,14 @@ ACTIVITY_KEEP_DAYS = 35
 EXPIRE_BATCH = 1000
 
 
+#: The longest idle threshold (or ``since`` window) taken: 100 years, as the CLI's
+#: durations. Past it the day index's dates leave what a date can hold.
+MAX_IDLE_MS = 36_500 * 86_400_000
+
+
 def idle_ms(idle_for: object, name: str = "idle_for") -> int:
-    """``idle_for`` (a timedelta or ms) as a positive number of ms; InvalidArgumentError otherwise."""
+    """``idle_for`` (a timedelta or ms) as a positive number of ms, at most
+    :data:`MAX_IDLE_MS`; InvalidArgumentError otherwise."""
     if isinstance(idle_for, timedelta):
         # Rounded up: a positive threshold under a millisecond is one millisecond, not none.
         ms = -(-(idle_for // timedelta(microseconds=1)) // 1000)
@@ -70,6 +76,8 @@ def idle_ms(idle_for: object, name: str = "idle_for") -> int:
         raise InvalidArgumentError(name, f"must be a timedelta or a number of ms, not {idle_for!r}")
     if ms <= 0:
         raise InvalidArgumentError(name, f"must be positive, not {idle_for!r}")
+    if ms > MAX_IDLE_MS:
+        raise InvalidArgumentError(name, f"must be at most 100 years ({MAX_IDLE_MS} ms), not {idle_for!r}")
     return ms
 
 

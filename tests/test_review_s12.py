@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import s3log
-from s3log.errors import ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
+from s3log.errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
 from tests.test_pending_hostile import Clock, ClockStore
 from tests.test_review_s11 import DEADLINE, _log
 
@@ -286,3 +287,13 @@ def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_dele
     assert _log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
     assert log.fork("s1", child_id="c1") == "c1"
     assert log.children("s1") == ["c1"]
+
+
+@pytest.mark.parametrize("idle_for", [timedelta(days=999_999_999), 10**30])
+def test_expire_refuses_an_idle_threshold_past_what_a_date_holds(idle_for: Any) -> None:
+    """``Log.expire`` with a huge ``idle_for`` raised a raw ValueError / OverflowError
+    from the day index; it is an InvalidArgumentError naming the argument."""
+    log = s3log.Log(s3log.MemoryStore())
+    log.create().append_durable("k", 1)
+    with pytest.raises(InvalidArgumentError, match="idle_for"):
+        log.expire(idle_for=idle_for, dry_run=True)
