@@ -533,10 +533,12 @@ def _with_parent_named(store: s3log.MemoryStore, log: s3log.Log, sid: str, name:
     store.put_raw(log.layout.head(sid), codec.encode_head(new))
 
 
-def test_scan_parent_column_of_an_empty_parent_name(old: ModuleType) -> None:
-    """A fork whose stored parent pointer names "" (a head the decoder accepts, the
-    chain consistent): its rows' parent_session is "" as in 02311d6, not null."""
-    oa = _sub(old, "analytics")
+def test_scan_skips_a_fork_whose_parent_names_no_session(old: ModuleType) -> None:
+    """A fork whose stored parent pointer names "" (the chain otherwise consistent).
+    This once checked that its rows' parent_session was "" as in 02311d6; since session
+    12 a parent naming no session id makes the head corrupt (docs/format.md, "Head"):
+    reading it raises CorruptionError naming the head, and a scan skips the session
+    with a warning."""
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     w = log.create()
@@ -547,10 +549,11 @@ def test_scan_parent_column_of_an_empty_parent_name(old: ModuleType) -> None:
     fw.append("m", 2)
     fw.commit()
     _with_parent_named(store, log, fork, "")
-    assert log.read(fork).entries[-1].data == 2  # verifies
-    new = analytics.to_arrow(store, sessions=[fork])
-    assert new.column("parent_session").to_pylist() == ["", ""]
-    assert new.equals(oa.to_arrow(store, sessions=[fork]))
+    with pytest.raises(s3log.CorruptionError, match="parent session is not a session id") as err:
+        log.read(fork)
+    assert err.value.key == log.layout.head(fork)
+    with pytest.warns(analytics.CorruptSessionWarning):
+        assert analytics.to_arrow(store, sessions=[fork]).num_rows == 0
 
 
 def test_owner_columns_of_empty_names() -> None:
