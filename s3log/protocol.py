@@ -607,17 +607,22 @@ def _session_ids(layout: Layout, prefixes: Sequence[str]) -> list[str]:
     # A folder whose name is not a valid session id is not a session: skip it (and
     # say so) instead of failing every listing of the bucket.
     base = layout.sessions_prefix
+    return _valid_ids([p[len(base):].rstrip("/") for p in prefixes if not p.endswith("/" + PROBE_DIR)], base)
+
+
+def _valid_ids(names: Sequence[str], base: str) -> list[str]:
+    """The ``names`` (found under ``base``) that are session ids; the others are not
+    s3log's (stray objects or folders): skipped, with a warning naming them."""
     out: list[str] = []
-    for p in prefixes:
-        sid = p[len(base):].rstrip("/")
-        if not sid or p.endswith("/" + PROBE_DIR):
+    for name in names:
+        if not name:
             continue
         try:
-            validate_session_id(sid)
+            validate_session_id(name)
         except InvalidSessionIdError:
-            log.warning("skipping %r under %s: not a valid session id", sid, base)
+            log.warning("skipping %r under %s: not a valid session id", name, base)
             continue
-        out.append(sid)
+        out.append(name)
     return out
 
 
@@ -672,16 +677,8 @@ def children(layout: Layout, session: str) -> Proc[list[str]]:
     """
     objects, _ = yield from list_all(layout.forks_dir(session))
     base = layout.forks_dir(session)
-    out: list[str] = []
-    for o in objects:
-        child = o.key[len(base):]
-        try:
-            validate_session_id(child)
-        except InvalidSessionIdError:
-            # Not a marker s3log wrote (a stray object): skip it, as a listing of sessions does.
-            log.warning("skipping %r under %s: not a valid session id", child, base)
-            continue
-        out.append(child)
+    # A name that is not a session id is not a marker s3log wrote (a stray object).
+    out = _valid_ids([o.key[len(base):] for o in objects], base)
     if not out:
         return out
     heads = yield from ops.parallel([Get(layout.head(c)) for c in out])
