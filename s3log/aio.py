@@ -11,11 +11,12 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from ._loops import PerLoop
 from .codec import Entry, Head
 from .config import LogConfig
 from .core import CommitQueue, ForkListener, LogCore, LogVerbs
 from .drive import AsyncDriver
-from .errors import InvalidArgumentError, WriterBusyError
+from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
@@ -60,18 +61,20 @@ class AsyncWriter(WriterVerbs[S]):
     def __init__(self, log: AsyncLog, core: CommitQueue[S]) -> None:
         self._log = log
         self._core = core
-        #: The event loop this writer's commits run on, and what belongs to it: the
-        #: lock that runs them one at a time, every commit task not finished yet, the
-        #: newest of them (see :meth:`wait`: waiters follow it, not queue more) and the
-        #: futures of the waiters following it, each resolved when it ends.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = asyncio.Lock()
+        #: What belongs to the event loop this writer's commits run on: the lock that
+        #: runs them one at a time (per loop: see :meth:`_bind`), every commit task not
+        #: finished yet, the newest of them (see :meth:`wait`: waiters follow it, not
+        #: queue more) and the futures of the waiters following it, each resolved when
+        #: it ends. Another loop takes over once this one is closed or has none pending.
+        self._lock: PerLoop[asyncio.Lock] = PerLoop(
+            asyncio.Lock, busy=lambda _: any(not t.done() for t in self._tasks),
+            session=lambda: self.session_id, drop=self._leave_loop)
         self._tasks: set[asyncio.Task[CommitResult[S]]] = set()
         self._running: asyncio.Future[CommitResult[S]] | None = None
         self._following: dict[asyncio.Future[None], None] = {}
 
-    def _bind(self) -> None:
-        """Make the running event loop this writer's, if it was another's.
+    def _bind(self) -> asyncio.Lock:
+        """Make the running event loop this writer's, if it was another's; its commit lock.
 
         asyncio's lock and futures belong to one loop, and a writer outlives a loop
         (a second ``asyncio.run``, a test framework's loop per test): its commits were
@@ -82,17 +85,14 @@ class AsyncWriter(WriterVerbs[S]):
         landed), then the writer starts afresh. One pending on a loop that is not
         closed may still finish there: using the writer elsewhere meanwhile is refused.
         """
-        loop = asyncio.get_running_loop()
-        old = self._loop
-        if old is loop:
-            return
-        pending = [t for t in self._tasks if not t.done()]
-        if pending and old is not None and not old.is_closed():
-            raise WriterBusyError(self.session_id)
-        for task in pending:
-            _abandon(task)
+        return self._lock.get()
+
+    def _leave_loop(self, _lock: asyncio.Lock) -> None:
+        """Forget the loop this writer leaves (closed, or with no commit pending there)."""
+        for task in list(self._tasks):
+            if not task.done():
+                _abandon(task)
         self._tasks.clear()
-        self._loop, self._lock = loop, asyncio.Lock()
         self._running, self._following = None, {}
 
     def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
@@ -182,8 +182,7 @@ class AsyncWriter(WriterVerbs[S]):
 
         The commit runs in its own task: cancelling the caller does not cancel it.
         """
-        self._bind()
-        task = self._start(self._commit_task())
+        task = self._start(self._commit_task(self._bind()))
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued ("uncertain" if its
         # head PUT may have been applied).
@@ -193,10 +192,9 @@ class AsyncWriter(WriterVerbs[S]):
         self._running, self._following = task, following
         return await asyncio.shield(task)
 
-    async def renew_lease(self) -> CommitResult[S]:
+    async def renew_lease(self, *, on_conflict: OnConflict | None = None) -> CommitResult[S]:
         """Write the head now, renewing (or releasing) this writer's lease (see ``Writer.renew_lease``)."""
-        self._bind()
-        task = self._start(self._commit_task(touch=True))
+        task = self._start(self._commit_task(self._bind(), touch=True, on_conflict=on_conflict))
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
@@ -206,9 +204,10 @@ class AsyncWriter(WriterVerbs[S]):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _commit_task(self, touch: bool = False) -> CommitResult[S]:
-        async with self._lock:
-            proc = self._core.touch() if touch else self._core.commit()
+    async def _commit_task(self, lock: asyncio.Lock, touch: bool = False,
+                           on_conflict: OnConflict | None = None) -> CommitResult[S]:
+        async with lock:
+            proc = self._core.touch(on_conflict) if touch else self._core.commit()
             return await self._log.run(self._log._core.writing(proc))
 
 

@@ -210,18 +210,29 @@ class CommitQueue(Generic[S]):
         if self.lease is not None:
             self.lease = protocol.LeasePlan(self.lease.owner, None)
 
-    def touch(self) -> Proc[CommitResult[S]]:
-        """A commit that writes the head even with nothing pending: renews or releases a lease."""
-        return self._commit(touch=True)
+    def touch(self, on_conflict: OnConflict | None = None) -> Proc[CommitResult[S]]:
+        """A commit that writes the head even with nothing pending: renews or releases a lease.
 
-    def commit(self) -> Proc[CommitResult[S]]:
+        ``on_conflict`` as for :meth:`commit`.
+        """
+        return self._commit(touch=True, on_conflict=on_conflict)
+
+    def commit(self, on_conflict: OnConflict | None = None) -> Proc[CommitResult[S]]:
         """A procedure committing every entry pending when it starts, then applying the result.
 
         Only one may run at a time per writer (the drivers hold a lock around it).
+        ``on_conflict``: what a conflict does in this commit only (``"fork"`` or
+        ``"raise"``); None, the writer's :attr:`on_conflict` when the commit starts.
         """
-        return self._commit(touch=False)
+        return self._commit(touch=False, on_conflict=on_conflict)
 
-    def _commit(self, *, touch: bool) -> Proc[CommitResult[S]]:
+    def _commit(self, *, touch: bool, on_conflict: OnConflict | None) -> Proc[CommitResult[S]]:
+        # Checked at the call, before the procedure is driven (as the attribute's setter).
+        if on_conflict not in (None, "fork", "raise"):
+            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {on_conflict!r}")
+        return self._committing(touch, on_conflict)
+
+    def _committing(self, touch: bool, on_conflict: OnConflict | None) -> Proc[CommitResult[S]]:
         with self._lock:
             batch = list(self._pending)
             ws = self.ws
@@ -235,9 +246,10 @@ class CommitQueue(Generic[S]):
                     break
                 maybe_landed += 1
             journal = protocol.CommitJournal(ws.session, forks=dict(self._fork_doubts))
+            mode = self.on_conflict if on_conflict is None else on_conflict
         try:
             result = yield from protocol.commit(
-                self.layout, self.config, ws, [p for _, p in batch], self.reducer, self.on_conflict,
+                self.layout, self.config, ws, [p for _, p in batch], self.reducer, mode,
                 lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal,
             )
         except ConflictError as err:

@@ -108,18 +108,20 @@ class Writer(WriterVerbs[S]):
                     self._cond.wait()
             self._lead()
 
-    def renew_lease(self) -> CommitResult[S]:
+    def renew_lease(self, *, on_conflict: OnConflict | None = None) -> CommitResult[S]:
         """Write the head now, renewing (or releasing) this writer's lease: one PUT.
 
         Commits whatever is queued too. Raises ConflictError if another writer appended
-        since this writer's last commit.
+        since this writer's last commit (with entries queued, if ``on_conflict`` is
+        ``"raise"``: ``on_conflict`` is what a conflict does to them in this renewal
+        only, the writer's :attr:`on_conflict` by default).
         """
         with self._cond:
             while self._committing:
                 self._cond.wait()
             self._committing = True
         try:
-            return self._log.run(self._log._core.writing(self._core.touch()))
+            return self._log.run(self._log._core.writing(self._core.touch(on_conflict)))
         finally:
             with self._cond:
                 self._committing = False

@@ -669,21 +669,24 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
 
 def children(layout: Layout, session: str) -> Proc[list[str]]:
     """The sessions forked from ``session``, found through its fork markers: those with a
-    head (one LIST, then one GET per marker, in parallel).
+    head (one LIST, then one GET per marker, in parallel; see :func:`child_heads`)."""
+    return [row.session for row in (yield from child_heads(layout, session))]
+
+
+def child_heads(layout: Layout, session: str) -> Proc[list[HeadRow]]:
+    """The sessions forked from ``session`` that have a head, with their heads, as
+    :func:`list_head_rows` gives them (one LIST, then one GET per marker, in parallel).
 
     A marker whose child has no head is skipped, as docs/format.md says readers do: a
     fork whose head never landed, or a deleted child whose marker ``Log.delete`` left
     to gc (young enough that a fork retried into the freed id may have just written it).
+    Only a 404 says there is no head: a head that cannot be read is still a child's (a
+    row with ``error``).
     """
     objects, _ = yield from list_all(layout.forks_dir(session))
     base = layout.forks_dir(session)
     # A name that is not a session id is not a marker s3log wrote (a stray object).
-    out = _valid_ids([o.key[len(base):] for o in objects], base)
-    if not out:
-        return out
-    heads = yield from ops.parallel([Get(layout.head(c)) for c in out])
-    # Only a 404 says there is no head: a head that cannot be read is still a child.
-    return [c for c, h in zip(out, heads, strict=True) if not isinstance(h, ObjectNotFound)]
+    return (yield from list_head_rows(layout, _valid_ids([o.key[len(base):] for o in objects], base)))
 
 
 def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:

@@ -106,6 +106,43 @@ def test_follow_forks_walks_into_the_live_forks_of_an_expired_fork() -> None:
     assert [h["content"] for h in r.state.history if h.get("role") == "user"] == ["one", "two", "three", "again"]
 
 
+def _family(log: s3log.Log) -> tuple[str, str]:
+    """A session with three forks, two levels deep: (root, the newest deepest leaf)."""
+    main = AgentSession.create(log)
+    main.user_input("one")
+    main.turn_end()
+    for branch in ("a", "b"):
+        fork = main.fork()
+        fork.user_input(branch)
+        fork.turn_end()
+    leaf = fork.fork()
+    leaf.user_input("leaf")
+    leaf.turn_end()
+    return main.session_id, leaf.session_id
+
+
+def test_follow_forks_reads_each_forks_head_once() -> None:
+    # The walk used the heads Log.children had read to find the forks with one, then
+    # read them all again: two GETs per fork.
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    root, leaf = _family(log)
+    store.requests.reset()
+    assert AgentSession.restore(log, root, follow_forks=True).session_id == leaf
+    # GETs: the root's head, each of the 3 forks' heads once, the leaf's head to open
+    # it (its entries are in its tail); LISTs: the fork markers of each of 4 sessions.
+    assert store.requests.snapshot() == {"GET": 1 + 3 + 1, "PUT": 0, "LIST": 4, "DELETE": 0}
+
+
+async def test_async_follow_forks_reads_each_forks_head_once() -> None:
+    store = s3log.MemoryStore()
+    root, leaf = _family(s3log.Log(store))
+    alog = s3log.AsyncLog(s3log.AsyncMemoryStore(store))
+    store.requests.reset()
+    assert (await AsyncAgentSession.restore(alog, root, follow_forks=True)).session_id == leaf
+    assert store.requests.snapshot() == {"GET": 1 + 3 + 1, "PUT": 0, "LIST": 4, "DELETE": 0}
+
+
 # 3 ------------------------------------------------- an abandoned turn releases its lease
 
 
@@ -293,6 +330,34 @@ def test_renew_lease_with_buffered_records_raises_after_a_takeover() -> None:
     assert a.session_id != sid
     assert a.state.history[-1]["content"] == "progress note"
     assert _kinds(log, a.session_id)[-1] == "agent.hook_items"
+
+
+class _WatchedHeads(s3log.MemoryStore):
+    """Calls ``watch`` at each head PUT, while its commit is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watch: Any = lambda: None
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.watch()
+        return super().put_if_match(key, body, etag)
+
+
+def test_renew_lease_leaves_the_writers_conflict_mode_alone() -> None:
+    # The renewal's "raise" was set on the session's writer for the renewal's span (and
+    # restored after), so another commit on that writer meanwhile (flush_all, a close
+    # hook) raised instead of forking. It is this one commit's mode now.
+    store = _WatchedHeads()
+    log = s3log.Log(store)
+    a = AgentSession.create(log, owner="a")
+    a.user_input("q")
+    a.hook_items({"role": "system", "content": "progress note"})
+    writer = a._writer  # (private: the writer's mode while the renewal is in flight)
+    seen: list[str] = []
+    store.watch = lambda: seen.append(writer.on_conflict)
+    a.renew_lease()
+    assert seen == ["fork"] and writer.on_conflict == "fork" and a.buffered == 0
 
 
 # 6 ------------------------------------------------- a fork's head hash

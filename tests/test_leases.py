@@ -553,6 +553,42 @@ def test_writer_renew_lease_is_one_put_and_appends_nothing(s3log_store: Any) -> 
     log.verify(w.session_id)
 
 
+def test_writer_renew_lease_takes_a_conflict_mode_for_that_renewal_only() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    other = log.open(w.session_id)
+    other.append("k", 2)
+    other.commit()
+    w.hold_lease("a", 1000)
+    w.append("k", 3)  # queued: the renewal commits it too, and meets the other writer's
+    with pytest.raises(ValueError, match="on_conflict"):
+        w.renew_lease(on_conflict="merge")  # type: ignore[arg-type]
+    with pytest.raises(s3log.ConflictError):
+        w.renew_lease(on_conflict="raise")
+    assert (w.on_conflict, w.pending, w.forks) == ("fork", 1, [])  # nothing forked, nothing lost
+    w.renew_lease()  # the writer's own mode: the entry goes to a fork
+    assert w.session_id != other.session_id and w.pending == 0
+    assert [e.data for e in log.read(w.session_id).entries if e.kind == "k"] == [3]
+    assert [e.data for e in log.read(other.session_id).entries] == [1, 2]
+
+
+async def test_async_writer_renew_lease_takes_a_conflict_mode_for_that_renewal_only() -> None:
+    log = s3log.AsyncLog(s3log.AsyncMemoryStore())
+    w = await log.create()
+    await w.append_durable("k", 1)
+    other = await log.open(w.session_id)
+    await other.append_durable("k", 2)
+    w.hold_lease("a", 1000)
+    w.append("k", 3)
+    with pytest.raises(s3log.ConflictError):
+        await w.renew_lease(on_conflict="raise")
+    assert (w.on_conflict, w.pending, w.forks) == ("fork", 1, [])
+    await w.renew_lease()
+    assert w.session_id != other.session_id and w.pending == 0
+
+
 @pytest.mark.parametrize(("owner", "ttl"), [("", 1000), (7, 1000), ("a", 0), ("a", -5), ("a", 1.5), ("a", True)])
 def test_writer_hold_lease_refuses_bad_arguments(owner: Any, ttl: Any) -> None:
     log = s3log.Log(s3log.MemoryStore())

@@ -11,6 +11,8 @@ from typing import Any
 
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import S3LogError
+from ..ids import validate_session_id
+from ..protocol import child_heads
 from ..results import ForkInfo, SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -29,7 +31,7 @@ async def _perform(log: AsyncLog, op: Op) -> Any:
         return await op.writer.commit()
     if isinstance(op, core.Renew):
         assert isinstance(op.writer, AsyncWriter)
-        return await op.writer.renew_lease()
+        return await op.writer.renew_lease(on_conflict=op.on_conflict)
     if isinstance(op, core.Now):
         return log.config.env.now_ms()
     if isinstance(op, core.Wait):
@@ -41,11 +43,8 @@ async def _perform(log: AsyncLog, op: Op) -> Any:
         return await log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
     if isinstance(op, core.ReadHead):
         return await log.head(op.session_id)
-    if isinstance(op, core.ReadHeads):
-        rows = {r.session: r.head for r in await log.heads(op.ids)}
-        return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
-        return await log.children(op.session_id)
+        return await log.run(child_heads(log.layout, validate_session_id(op.session_id)))
     if isinstance(op, core.Fork):
         return await log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
                               reducer=AgentReducer())

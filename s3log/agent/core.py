@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 from ..codec import Entry, Head, dumps, normalize_data_cbor
 from ..errors import ConflictError, EntryNotFound, InvalidEntryError, S3LogError
-from ..protocol import is_expired
-from ..results import ForkInfo, SessionInfo
+from ..protocol import OnConflict, is_expired
+from ..results import ForkInfo, HeadRow, SessionInfo
 from ..writer import WriterVerbs
 from .state import (
     CACHE_LOCKED,
@@ -148,15 +148,9 @@ class ReadHead:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadHeads:
-    """Several heads in parallel; result: a list of Head or None (gone), in order."""
-
-    ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Children:
-    """The sessions forked from one; result: their ids."""
+    """The sessions forked from one that have a head, with their heads (read once, for
+    both); result: a list of HeadRow (``head`` None: unreadable)."""
 
     session_id: str
 
@@ -180,9 +174,14 @@ class ListSessions:
 
 @dataclass(frozen=True, slots=True)
 class Renew:
-    """Write a writer's head now (its lease renewed or released); result: the CommitResult."""
+    """Write a writer's head now (its lease renewed or released); result: the CommitResult.
+
+    ``on_conflict``: what a conflict does to records this write commits too (None: the
+    writer's own mode).
+    """
 
     writer: AgentWriter
+    on_conflict: OnConflict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +196,7 @@ class Wait:
     seconds: float
 
 
-Op = Create | Open | Append | Commit | ReadHead | ReadHeads | Children | Fork | ListSessions | Renew | Now | Wait
+Op = Create | Open | Append | Commit | ReadHead | Children | Fork | ListSessions | Renew | Now | Wait
 Proc = Generator[Op, Any, T]
 
 
@@ -388,8 +387,9 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
     in its fork tree (every session at the deepest level is a leaf), and among those the
     newest (greatest ``created_at``, then greatest id: UUIDv7 ids sort by creation).
 
-    The tree is walked a level at a time: one LIST per session and one parallel read of
-    its forks' heads. Forks whose head never landed, and forks out of scope, are skipped.
+    The tree is walked a level at a time: per session, one LIST of its fork markers and
+    one parallel read of its forks' heads (one GET per fork). Forks whose head never
+    landed, or cannot be read, and forks out of scope, are skipped.
     An expired fork (a retention tombstone) is never chosen, since it cannot be opened,
     but its own forks, which may still be live, are walked into.
     """
@@ -400,12 +400,11 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
         found: list[tuple[int, str]] = []
         walk: list[str] = []
         for parent in level:
-            kids = [k for k in (yield Children(parent)) if k not in seen]
-            if not kids:
-                continue
-            heads: list[Head | None] = yield ReadHeads(tuple(kids))
-            for sid, h in zip(kids, heads, strict=True):
-                if h is None or h.parent is None or h.parent.session != parent or not in_scope(h.meta, labels):
+            rows: list[HeadRow] = yield Children(parent)
+            for row in rows:
+                sid, h = row.session, row.head
+                if sid in seen or h is None or h.parent is None or h.parent.session != parent \
+                        or not in_scope(h.meta, labels):
                     continue
                 seen.add(sid)
                 walk.append(sid)
@@ -770,14 +769,10 @@ class SessionCore(ABC):
         # them into a new session without a word; the renewal must tell the caller that
         # another worker wrote the session meanwhile (decision 0023), so it raises. The
         # records stay buffered: the next commit forks them, as any lost race does.
-        # (Set on the writer for this one commit: a session's verbs run one at a time,
-        # and the writer's commit API takes no per-call conflict mode.)
-        previous = w.on_conflict
-        w.on_conflict = "raise"
+        # (For this one commit only: the writer's own mode stays "fork" for the others.)
         try:
-            yield Renew(w)
+            yield Renew(w, on_conflict="raise")
         finally:
-            w.on_conflict = previous
             _track(self)
         if w.pending == 0:
             self._buffered_bytes = 0

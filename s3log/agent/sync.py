@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import S3LogError
+from ..ids import validate_session_id
 from ..log import Log, Writer
+from ..protocol import child_heads
 from ..results import ForkInfo, SessionInfo
 from . import core
 from .core import Op, Proc, SessionCore, T
@@ -29,7 +31,7 @@ def _perform(log: Log, op: Op) -> Any:
         return op.writer.commit()
     if isinstance(op, core.Renew):
         assert isinstance(op.writer, Writer)
-        return op.writer.renew_lease()
+        return op.writer.renew_lease(on_conflict=op.on_conflict)
     if isinstance(op, core.Now):
         return log.config.env.now_ms()
     if isinstance(op, core.Wait):
@@ -41,11 +43,8 @@ def _perform(log: Log, op: Op) -> Any:
         return log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
     if isinstance(op, core.ReadHead):
         return log.head(op.session_id)
-    if isinstance(op, core.ReadHeads):
-        rows = {r.session: r.head for r in log.heads(op.ids)}
-        return [rows.get(sid) for sid in op.ids]
     if isinstance(op, core.Children):
-        return log.children(op.session_id)
+        return log.run(child_heads(log.layout, validate_session_id(op.session_id)))
     if isinstance(op, core.Fork):
         return log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
                         reducer=AgentReducer())

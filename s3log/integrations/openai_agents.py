@@ -25,9 +25,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._extras import extra
+from .._loops import PerLoop
 from ..aio import AsyncLog, AsyncWriter
 from ..codec import FORK_KIND, Entry
-from ..errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound, WriterBusyError
+from ..errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
 from ..ids import validate_session_id
 from ..log import Log, Writer
 from . import IntegrationError, _log_from_url
@@ -136,12 +137,14 @@ class S3LogSession(SessionABC):
         self.session_settings = session_settings
         self.log = log
         self.sid = store_id(session_id)
-        #: The event loop the session's calls run on and what belongs to it: the lock
-        #: that runs its writes one at a time, and the commit of a call that failed or
-        #: was cancelled while that commit went on (see :meth:`_settle`). asyncio locks
-        #: and futures belong to one loop, and a session outlives a loop.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = asyncio.Lock()
+        #: What belongs to the event loop the session's calls run on: the lock that
+        #: runs its writes one at a time (per loop: see :meth:`_bind`), and the commit
+        #: of a call that failed or was cancelled while that commit went on (see
+        #: :meth:`_settle`). asyncio locks and futures belong to one loop, and a session
+        #: outlives a loop. Another loop takes over once the last one is closed or no
+        #: call holds its lock.
+        self._lock: PerLoop[asyncio.Lock] = PerLoop(
+            asyncio.Lock, busy=asyncio.Lock.locked, session=lambda: self.sid, drop=self._leave_loop)
         self._unsettled: asyncio.Future[Any] | None = None
         self._writer: Writer | AsyncWriter | None = None
         self._owns_log = False
@@ -190,14 +193,11 @@ class S3LogSession(SessionABC):
         A lock kept from an earlier loop raised RuntimeError ("bound to a different
         event loop") at the first contended call on a later one.
         """
-        loop = asyncio.get_running_loop()
-        old = self._loop
-        if old is not loop:
-            if old is not None and not old.is_closed() and self._lock.locked():
-                raise WriterBusyError(self.sid)
-            # What was unsettled on a closed loop can never be awaited here.
-            self._loop, self._lock, self._unsettled = loop, asyncio.Lock(), None
-        return self._lock
+        return self._lock.get()
+
+    def _leave_loop(self, _lock: asyncio.Lock) -> None:
+        # What was unsettled on the loop left can never be awaited on the next one.
+        self._unsettled = None
 
     async def _settle(self) -> None:
         """Wait for the commit of an earlier call that failed or was cancelled while

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 from ..._extras import extra
+from ..._loops import PerLoop
 from ...aio import AsyncLog, AsyncWriter
 from ...errors import S3LogError, SessionNotFound
 from ...log import Log
@@ -74,6 +75,8 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
         self.loop = None
         with contextlib.suppress(RuntimeError):
             self.loop = asyncio.get_running_loop()
+        # Per loop, a lock per session id (see _lock).
+        self._locks: PerLoop[dict[str, asyncio.Lock]] = PerLoop(dict)
 
     def _lock(self, sid: str) -> asyncio.Lock:
         """The running loop's lock on one session.
@@ -84,13 +87,7 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
         locks (those of closed loops are dropped), so tasks of one loop queue; appends
         from two loops at once meet as two writers do.
         """
-        loop = asyncio.get_running_loop()
-        locks: dict[str, asyncio.Lock] | None = self._locks.get(loop)
-        if locks is None:
-            for old in [old for old in self._locks if old.is_closed()]:
-                del self._locks[old]
-            locks = self._locks.setdefault(loop, {})
-        return locks.setdefault(sid, asyncio.Lock())
+        return self._locks.get().setdefault(sid, asyncio.Lock())
 
     async def _async(self, proc: Proc[T]) -> T:
         self.loop = asyncio.get_running_loop()

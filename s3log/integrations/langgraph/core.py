@@ -377,9 +377,9 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         # (their pending writes are refused too; a bounded, insertion-ordered set).
         self._read_at: dict[str, Head] = {}
         self._refused: dict[tuple[str, str], None] = {}
-        # The shell's in-process locks per session, for Locked (the blocking shell: a
-        # threading.Lock per session id; the asyncio shell: per loop, per session id).
-        self._locks: dict[Any, Any] = {}
+        # The shell sets up its in-process locks per session, for Locked (the blocking
+        # shell: a threading.Lock per session id; the asyncio shell: per loop, per
+        # session id).
         self._started()
 
     def _started(self) -> None:

@@ -66,10 +66,12 @@ class S3LogSaver(SaverCore[Log]):
         if not isinstance(log, Log):
             raise IntegrationError(f"S3LogSaver needs an s3log.Log, got {type(log).__name__}")
 
+    def _started(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+
     def _lock(self, sid: str) -> threading.Lock:
         # dict.setdefault is atomic: two threads get the same lock.
-        lock: threading.Lock = self._locks.setdefault(sid, threading.Lock())
-        return lock
+        return self._locks.setdefault(sid, threading.Lock())
 
     def _sync(self, proc: Proc[T]) -> T:
         s = Stepper(proc)
