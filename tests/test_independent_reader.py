@@ -317,3 +317,67 @@ def test_both_readers_see_a_tombstone_as_an_expired_session(dump: tuple[Path, di
     assert got[sid]["ok"] is False and got[sid]["expired"] is True, got[sid]
     with pytest.raises(s3log.SessionExpired):
         _load(root).read(sid)
+
+
+def _tombstone(root: Path, sid: str, *, empty: bool = False, **change: Any) -> None:
+    """Replace the session's head by the tombstone s3log's retention writes for it
+    (``empty``: as for a session with no entries, whose tombstone has seq -1 and a
+    hash all the same), with ``change`` applied to the stored map."""
+    from dataclasses import replace
+
+    from s3log.codec import decode_head, encode_head
+    from s3log.retention import tombstone
+
+    path = _head(root, sid)
+    head = decode_head(path.read_bytes(), f"{PREFIX}/sessions/{sid}/head")
+    if empty:
+        head = replace(head, seq=-1, hash=None, parent=None)
+    tomb = tombstone(head, now=head.updated_at + 1, nonce="0" * 16, idle_for_ms=1)
+    assert tomb.hash is not None and not tomb.segments and not tomb.tail
+    path.write_bytes(encode_head(tomb))
+    _edit(path, lambda o: o.update(change))
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["with entries", "empty"])
+def test_both_readers_see_the_tombstone_s3log_writes_as_an_expired_session(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, empty: bool) -> None:
+    # An empty session's tombstone has seq -1 and a hash that names no entry: not corrupt.
+    root, sid, got = _changed_copy(dump, tmp_path, "v2_merged", lambda r, s: _tombstone(r, s, empty=empty))
+    assert got[sid]["ok"] is False and got[sid]["expired"] is True, got[sid]
+    with pytest.raises(s3log.SessionExpired):
+        _load(root).read(sid)
+
+
+#: A tombstone is checked as any head is (docs/format.md, "Head", `expired`).
+MALFORMED_TOMBSTONES: dict[str, dict[str, Any]] = {
+    "a malformed lease": {"lease": {"owner": 1}},
+    "another session": {"session": "someone-else"},
+    "a segment outside its folder": {"segments": ["elsewhere.cbor"], "levels": [0]},
+    "no writer": {"writer": None},
+    "an unknown version": {"v": 3},
+}
+
+
+@pytest.mark.parametrize("what", sorted(MALFORMED_TOMBSTONES))
+def test_both_readers_refuse_a_tombstone_with_a_malformed_head(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, what: str) -> None:
+    change = MALFORMED_TOMBSTONES[what]
+    root, sid, got = _changed_copy(dump, tmp_path, "v2_merged", lambda r, s: _tombstone(r, s, **change))
+    assert got[sid]["ok"] is False and "expired" not in got[sid], got[sid]
+    with pytest.raises((CorruptionError, FormatVersionError)):
+        _load(root).read(sid)
+
+
+def test_with_trusted_keys_both_readers_refuse_an_unsigned_tombstone(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier, SignatureError
+
+    root, sid, _ = _changed_copy(dump, tmp_path, "signed", _tombstone)
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"))
+    assert got[sid]["ok"] is False and "expired" not in got[sid] and "sign" in got[sid]["error"], got[sid]
+    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
+    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
+    with pytest.raises(SignatureError):
+        reader.read(sid)

@@ -1,5 +1,6 @@
 """The snippets of docs/operations.md outside its signing section (which
-tests/test_signing.py runs against the local server) run, and do what the text says."""
+tests/test_signing.py runs against the local server) run, and do what the text says;
+every Python block of the page is run by one test or the other."""
 
 from __future__ import annotations
 
@@ -45,3 +46,20 @@ def test_many_appenders_snippet_runs_and_a_group_stays_one_put() -> None:
     # one PUT; with the strict bound it is a head and a segment.
     assert _group_commit_puts(s3log.Log(s3log.MemoryStore())) == 1
     assert _group_commit_puts(log) == 2
+
+
+def test_active_sessions_snippet_runs_and_prints_what_it_says(capsys: Any) -> None:
+    section = DOC.read_text().split("### Sessions active since a time\n", 1)[1].split("\n### ", 1)[0]
+    (code,) = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    ns: dict[str, Any] = {}
+    exec(compile(code, "docs/operations.md", "exec"), ns)
+    # One session, found by listing (the index does not cover a window starting on its first day).
+    assert capsys.readouterr().out.split() == ["False", "1"]
+    assert ns["recent"].indexed is False
+
+
+def test_every_python_block_of_the_page_is_run_by_a_test() -> None:
+    # The two sections above, and the three of "Signed heads and checkpoints" that
+    # tests/test_signing.py::test_operations_doc_snippets_run runs: a new block needs a test.
+    run = len(_snippets("Many appenders on one writer")) + len(_snippets("Signed heads and checkpoints")) + 1
+    assert DOC.read_text().count("```python\n") == run == 5

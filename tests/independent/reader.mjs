@@ -22,7 +22,7 @@ import { pathToFileURL } from "node:url";
 // duplicate map keys (RFC 8949 §5.6: not valid CBOR), nothing after the item.
 
 export class Corrupt extends Error {}
-// A tombstone ("Head", `expired`): the session expired; nothing else of the head is read.
+// A tombstone ("Head", `expired`): the session expired; its head is checked, its chain is not read.
 export class Expired extends Corrupt {}
 
 const MAX_DEPTH = 1000; // refuse absurd nesting rather than overflow the JS stack
@@ -402,7 +402,8 @@ function checkParent(p) {
 }
 
 // Every field of the head, typed; the manifest checked before anything it lists is read.
-function parseHead(h, sid, prefix) {
+// `tombstone`: the head of an expired session, whose `seq` and `hash` name no entry.
+function parseHead(h, sid, prefix, tombstone = false) {
   need(h.t === "map", "head is not a map");
   const vn = get.any(h, "v");
   need(vn.t === "int" && (vn.v === 1n || vn.v === 2n), "unknown format version `v`");
@@ -412,8 +413,10 @@ function parseHead(h, sid, prefix) {
   const seq = get.int(h, "seq"), hashNode = get.opt(h, "hash");
   need(hashNode.t === "null" || (hashNode.t === "bytes" && hashNode.v.length === 32), "`hash` is not null or a 32-byte string");
   const hash = hashNode.t === "null" ? null : hashNode.v;
-  need(seq >= -1n, "`seq` is below -1");
-  need((seq === -1n) === (hash === null), "`seq` -1 and a null `hash` go together");
+  if (!tombstone) {
+    need(seq >= -1n, "`seq` is below -1");
+    need((seq === -1n) === (hash === null), "`seq` -1 and a null `hash` go together");
+  }
   const segments = get.array(h, "segments");
   need(segments.length <= 4096, "`segments` holds more than 4096 keys");
   const segs = segments.map((k) => {
@@ -514,16 +517,22 @@ export function readSession(root, prefix, sid, trusted) {
   const head = withKey(headKey, () => {
     const node = decodeOne(headBuf, "head", true);
     const expired = node.t === "map" ? field(node, "expired") : undefined;
-    if (expired !== undefined && expired.t !== "null") {
-      // A tombstone: its `expired` map typed (null reads as absent), nothing else of the head read.
+    const tombstone = expired !== undefined && expired.t !== "null"; // null reads as absent
+    if (tombstone) {
       withKey("`expired`", () => {
         need(expired.t === "map", "not a map or null");
         get.uint(expired, "at"); get.int(expired, "seq"); get.hashOrNull(expired, "hash"); get.uint(expired, "idle_for_ms");
       });
+    }
+    const h = parseHead(node, sid, prefix, tombstone);
+    if (trusted) verifySig(h, trusted);
+    if (tombstone) {
+      // A tombstone: checked as any head, its tail's records included, but no chain is
+      // read or linked (its `seq` and `hash` name no entry).
+      if (h.v === 1) h.tail.forEach((m, i) => withKey(`tail entry ${i}`, () => entryFields(m, true)));
+      else v2Tail(h.tail, h.tailHashes);
       throw new Expired(`${headKey}: the session expired`);
     }
-    const h = parseHead(node, sid, prefix);
-    if (trusted) verifySig(h, trusted);
     return h;
   });
 
