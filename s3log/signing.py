@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._extras import require
-from .codec import FORMAT_VERSION, HASH_LEN, Head, Signature, dumps, loads
+from .codec import HASH_LEN, Head, Signature, dumps, loads
 from .errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
 
 if TYPE_CHECKING:
@@ -67,6 +67,12 @@ RSASSA_PSS_SHA_256 = "RSASSA_PSS_SHA_256"
 #: can never be passed off as the other, even under the same key.
 HEAD_PURPOSE = "s3log/head"
 CHECKPOINT_PURPOSE = "s3log/checkpoint"
+#: The version a checkpoint (and its signed payload) carries: its own, not the segment
+#: format's. Builds from format v2's arrival until this constant wrote the format's 2
+#: (same fields, same meaning): both are read, each verified against the payload with
+#: the ``v`` it holds, so no checkpoint an earlier build wrote stops checking.
+CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSIONS = (1, 2)
 
 
 # ------------------------------------------------------------------------------ errors
@@ -517,9 +523,10 @@ class AnyVerifier:
 # -------------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_payload(session: str, seq: int, hash_: bytes, at: int, alg: str, key_id: str) -> bytes:
+def checkpoint_payload(session: str, seq: int, hash_: bytes, at: int, alg: str, key_id: str,
+                       v: int = CHECKPOINT_VERSION) -> bytes:
     """The bytes a checkpoint's signature covers (docs/format.md, "Signed checkpoints")."""
-    return dumps({"purpose": CHECKPOINT_PURPOSE, "v": FORMAT_VERSION, "session": session, "seq": seq,
+    return dumps({"purpose": CHECKPOINT_PURPOSE, "v": v, "session": session, "seq": seq,
                   "hash": hash_, "at": at, "alg": alg, "key_id": key_id})
 
 
@@ -532,10 +539,12 @@ class Checkpoint:
     hash: bytes
     at: int
     sig: Signature
+    #: The checkpoint's version (:data:`CHECKPOINT_VERSIONS`); its payload carries the same.
+    v: int = CHECKPOINT_VERSION
 
     def encode(self) -> bytes:
         """The stored object."""
-        return dumps({"v": FORMAT_VERSION, "session": self.session, "seq": self.seq, "hash": self.hash,
+        return dumps({"v": self.v, "session": self.session, "seq": self.seq, "hash": self.hash,
                       "at": self.at, "sig": self.sig.to_map()})
 
     @staticmethod
@@ -545,17 +554,21 @@ class Checkpoint:
             obj = loads(body)
         except Exception as exc:  # cbor2 raises several types for garbage input
             raise CorruptionError(key, f"checkpoint is not valid CBOR: {exc}") from None
-        if not isinstance(obj, dict) or obj.get("v") != FORMAT_VERSION:
-            raise CorruptionError(key, "checkpoint is not a version 1 map")
+        if not isinstance(obj, dict):
+            raise CorruptionError(key, "checkpoint is not a map")
+        v = obj.get("v")
+        if type(v) is not int or v not in CHECKPOINT_VERSIONS:
+            raise CorruptionError(key, f"checkpoint version {v!r} is not one this build reads "
+                                       f"({', '.join(map(str, CHECKPOINT_VERSIONS))})")
         session, seq, h, at = obj.get("session"), obj.get("seq"), obj.get("hash"), obj.get("at")
         if not (isinstance(session, str) and type(seq) is int and seq >= 0 and type(at) is int
                 and isinstance(h, bytes) and len(h) == HASH_LEN):
             raise CorruptionError(key, "checkpoint must hold session, seq >= 0, a 32-byte hash and at")
-        return Checkpoint(session, seq, h, at, Signature.from_map(obj.get("sig"), key))
+        return Checkpoint(session, seq, h, at, Signature.from_map(obj.get("sig"), key), v)
 
     def payload(self) -> bytes:
         """What :attr:`sig` signs."""
-        return checkpoint_payload(self.session, self.seq, self.hash, self.at, self.sig.alg, self.sig.key_id)
+        return checkpoint_payload(self.session, self.seq, self.hash, self.at, self.sig.alg, self.sig.key_id, self.v)
 
 
 def _checkpoint_dir(prefix: str, session: str) -> str:

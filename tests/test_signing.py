@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import s3log
 from s3log import protocol
 from s3log.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
+from s3log.errors import CorruptionError
 from s3log.layout import Layout
 from s3log.signing import (
     ED25519,
@@ -37,10 +38,12 @@ from s3log.signing import (
     Signer,
     SigningError,
     check_checkpoints,
+    checkpoint_key,
     head_payload,
     key_id_for,
     sign_head,
 )
+from s3log.store.memory import MemoryStore
 from s3log.testing import LocalS3
 
 # --------------------------------------------------------------------------- helpers
@@ -500,3 +503,57 @@ def test_keys_load_from_pem_files_and_bad_keys_are_refused(tmp_path: Path, ed_ke
     with pytest.raises(s3log.S3LogError, match="is for ECDSA_SHA_256"):
         v.verify(b"payload", Signature(ED25519, "p256", b"\0" * 64))
     v.verify(b"payload", Signature("ECDSA_SHA_256", "p256", ec_key.sign(b"payload", ec.ECDSA(hashes.SHA256()))))
+
+
+# ------------------------------------------------------ checkpoint versions (session 13)
+
+
+def _memory_checkpoints(ed_key: Ed25519PrivateKey) -> tuple[s3log.Log, MemoryStore, Ed25519Signer, str]:
+    signer = Ed25519Signer(ed_key)
+    log = s3log.Log(MemoryStore())
+    w = log.create()
+    w.append("m", "x")
+    w.commit()
+    return log, MemoryStore(), signer, w.session_id
+
+
+def _put_checkpoint(vault: MemoryStore, signer: Ed25519Signer, log: s3log.Log, sid: str, v: object) -> str:
+    """A checkpoint as a build writing version ``v`` stored it (payload and object alike)."""
+    head = log.read(sid).head
+    payload = cbor2.dumps({"purpose": "s3log/checkpoint", "v": v, "session": sid, "seq": head.seq,
+                           "hash": head.hash, "at": 1_700_000_000_000, "alg": signer.alg,
+                           "key_id": signer.key_id}, canonical=True)
+    sig = signer.sign(payload)
+    key = checkpoint_key("s3log-checkpoints", sid, head.seq)
+    vault.put_if_absent(key, cbor2.dumps({"v": v, "session": sid, "seq": head.seq, "hash": head.hash,
+                                          "at": 1_700_000_000_000, "sig": sig.to_map()}, canonical=True))
+    return key
+
+
+def test_checkpoints_are_written_as_version_1_as_the_format_says(ed_key: Ed25519PrivateKey) -> None:
+    # The checkpoint's version was the segment format's, so format v2 made it 2 while
+    # docs/format.md (and every checkpoint written before) says 1.
+    log, vault, signer, sid = _memory_checkpoints(ed_key)
+    (cp,) = Checkpointer(vault, signer).checkpoint(log)
+    stored = cbor2.loads(vault.get(checkpoint_key("s3log-checkpoints", sid, 0)).body)
+    assert stored["v"] == 1 and cp.v == 1
+    assert cbor2.loads(cp.payload())["v"] == 1
+    assert check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key])).checkpoints == 1
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_checkpoints_of_earlier_builds_still_check(ed_key: Ed25519PrivateKey, v: int) -> None:
+    # 1: written before format v2 ("checkpoint is not a version 1 map" since); 2: by the
+    # builds in between. Each verifies against the payload with its own version.
+    log, vault, signer, sid = _memory_checkpoints(ed_key)
+    _put_checkpoint(vault, signer, log, sid, v)
+    assert check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key])).checkpoints == 1
+
+
+@pytest.mark.parametrize("v", [3, 0, "1", None])
+def test_a_checkpoint_of_an_unknown_version_is_corrupt_naming_its_key(ed_key: Ed25519PrivateKey, v: object) -> None:
+    log, vault, signer, sid = _memory_checkpoints(ed_key)
+    key = _put_checkpoint(vault, signer, log, sid, v)
+    with pytest.raises(CorruptionError, match="checkpoint version") as err:
+        check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key]))
+    assert err.value.key == key
