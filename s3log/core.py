@@ -302,6 +302,9 @@ class CommitQueue(Generic[S]):
 
 #: Stores the precondition probe has passed in this process.
 _PROBED: weakref.WeakSet[object] = weakref.WeakSet()
+#: The ``precondition_scope`` of stores the probe has passed (an endpoint and bucket:
+#: docs/decisions/0012): a store of the same scope made later is not probed again.
+_PROBED_SCOPES: set[object] = set()
 _log = logging.getLogger("s3log")
 
 
@@ -330,7 +333,8 @@ class LogCore:
         Raises :class:`~s3log.errors.PreconditionsIgnoredError` before anything of
         ``proc`` is written if the store ignores ``If-None-Match`` or ``If-Match``.
         """
-        if not self._verified and self.store not in _PROBED:
+        scope = getattr(self.store, "precondition_scope", None)
+        if not self._verified and self.store not in _PROBED and (scope is None or scope not in _PROBED_SCOPES):
             report = yield from protocol.probe_preconditions(self.layout, self.config)
             if not report.ok:
                 raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
@@ -339,6 +343,10 @@ class LogCore:
                 _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
             with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
                 _PROBED.add(self.store)
+            if scope is not None and report.if_none_match and report.if_match:
+                # Only a probe that saw both honoured speaks for the scope's other stores.
+                with contextlib.suppress(TypeError):  # not hashable: this object only
+                    _PROBED_SCOPES.add(scope)
         self._verified = True
         return (yield from proc)
 

@@ -5,10 +5,13 @@ Defect 10 of issue 11: on such a store every guarantee was void without a sound.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import s3log
-from s3log.errors import PreconditionsIgnoredError
+from s3log.errors import PreconditionsIgnoredError, StoreError
+from s3log.localserver import LocalS3
 from s3log.store.memory import _etag
 
 
@@ -74,3 +77,68 @@ def test_the_probe_can_be_turned_off() -> None:
 def test_the_probe_passes_on_the_local_http_s3(s3log_log: s3log.Log) -> None:
     report = s3log_log.check_store()
     assert report.ok and report.if_none_match and report.if_match
+
+
+# ------------------------------------------------------------ once per bucket (session 13)
+
+
+def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) -> None:
+    # The demo (and a serverless handler that opens its store per invocation) paid the
+    # probe's PUTs on every commit: it was remembered per store object only.
+    bucket, ep = s3log_server.create_bucket(), s3log_server.endpoint_url
+    cfg = s3log.LogConfig(activity_index=False)
+
+    def puts(store: s3log.S3Store, sid: str) -> int:
+        s3log.Log(store, config=cfg).create(sid)
+        return store.requests["PUT"]
+
+    first = s3log.S3Store(bucket, endpoint_url=ep)
+    assert puts(first, "a") == 4  # create, repeat (412), If-Match on a missing key; the head
+    assert puts(s3log.S3Store(bucket, endpoint_url=ep), "b") == 1  # the head alone
+    # Another bucket is another answer; a store on a client of the caller's is probed itself.
+    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 4
+    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 3
+
+
+@pytest.mark.parametrize("kind", ["aioboto3", "obstore"])
+def test_async_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3, kind: str) -> None:
+    bucket, ep = s3log_server.create_bucket(), s3log_server.endpoint_url
+    make = s3log.AsyncS3Store if kind == "aioboto3" else s3log.AsyncS3Store.fast
+    cfg = s3log.LogConfig(activity_index=False)
+
+    async def puts(sid: str) -> int:
+        store = make(bucket, endpoint_url=ep)
+        await s3log.AsyncLog(store, config=cfg).create(sid)
+        if kind == "aioboto3":
+            await store.aclose()
+        return int(store.requests["PUT"])
+
+    async def main() -> list[int]:
+        return [await puts("a"), await puts("b")]
+
+    assert asyncio.run(main()) == [4, 1]
+
+
+def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
+    # A probe refused by the store (None: untested) lets its own store through with a
+    # warning, but says nothing of the scope: the next store of it is probed again.
+    class Denied(HonestStore):
+        precondition_scope = ("memory", "denied")
+
+        def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+            if "/_probe/" in key:
+                self.requests.add("PUT")
+                raise StoreError("access denied", key=key, code="AccessDenied", status=403)
+            return super().put_if_match(key, body, etag)
+
+    class Honest(HonestStore):
+        precondition_scope = ("memory", "honest")
+
+    cfg = s3log.LogConfig(activity_index=False)
+    for store_type, probed in ((Denied, [True, True]), (Honest, [True, False])):
+        seen = []
+        for sid in ("a", "b"):
+            store = store_type()
+            s3log.Log(store, config=cfg).create(sid)
+            seen.append(any("/_probe/" in k for k in store.all_keys()))
+        assert seen == probed, store_type

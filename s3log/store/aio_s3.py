@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .._extras import extra
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, list_page, list_params, map_error
-from .base import RequestCounter, deprecated_prefix
+from .base import RequestCounter, deprecated_prefix, precondition_scope
 
 with extra("async"):
     import aioboto3
@@ -65,6 +65,9 @@ class AsyncS3Store:
         self.bucket = bucket
         deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
+        #: What the precondition probe's result is remembered for (None: this object).
+        self.precondition_scope = (precondition_scope("aioboto3", bucket, endpoint_url, region_name)
+                                   if client is None else None)
         self._client = client
         self._endpoint_url = endpoint_url
         self._region_name = region_name

@@ -8,6 +8,7 @@ a store that cannot make a DELETE conditional) and nothing else for store failur
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections import Counter
@@ -91,6 +92,24 @@ def deprecated_prefix(store: object, prefix: str | None, *, stacklevel: int = 3)
         stacklevel=stacklevel,
     )
     setattr(store, "prefix", prefix)  # noqa: B010 - only stores given one carry the attribute
+
+
+def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_name: str | None
+                       ) -> tuple[str, ...]:
+    """What the precondition probe's answer holds for, for a store that builds its own
+    client: the client library, the bucket, and the endpoint and region it resolves
+    (from the arguments or, as the clients do, the environment, read now).
+
+    Whether conditional writes are honoured is a property of that endpoint and bucket,
+    not of one store object: a serverless handler that opens a store per invocation
+    would otherwise pay the probe's PUTs (two or three) on every commit of a warm
+    worker (docs/decisions/0012). A store given a client of the caller's makes no
+    scope: that client may be configured in any way, so it is probed on its own.
+    """
+    env = os.environ.get
+    endpoint = endpoint_url or env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL") or ""
+    region = region_name or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or ""
+    return (kind, bucket, endpoint, region)
 
 
 class RequestCounter:

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ConditionalDeleteUnsupported
 from ..ops import Blob, ListPage
 from . import _obstore_common as common
-from .base import RequestCounter, deprecated_prefix
+from .base import RequestCounter, deprecated_prefix, precondition_scope
 
 
 class _ObstoreBase:
@@ -37,6 +37,9 @@ class _ObstoreBase:
     ) -> None:
         self.bucket = bucket
         deprecated_prefix(self, prefix)
+        #: What the precondition probe's result is remembered for (None: this object).
+        self.precondition_scope = (precondition_scope("obstore", bucket, endpoint_url, region_name)
+                                   if client is None else None)
         self.client = client if client is not None else common.make_client(bucket, endpoint_url, region_name)
         self.requests = RequestCounter()
 
