@@ -175,6 +175,17 @@ def _ms(value: int | float | datetime | str | None, name: str = "time") -> int |
     return int(value)
 
 
+def _text(value: Any) -> str:
+    """``str(value)``; an integer of more digits than ``str()`` converts
+    (``sys.get_int_max_str_digits()``, 4,300 by default) as ``hex()``, which has no limit."""
+    try:
+        return str(value)
+    except ValueError:
+        if isinstance(value, int):
+            return hex(value)
+        raise
+
+
 def _json_key(key: Any) -> str:
     """A map key as JSON's text key, as the CLI prints one: bytes as hex, an array as
     its JSON, anything else ``str()``."""
@@ -184,7 +195,7 @@ def _json_key(key: Any) -> str:
         return bytes(key).hex()
     if isinstance(key, list | tuple):
         return json.dumps(_json_plain(key))
-    return str(key)
+    return _text(key)
 
 
 def _json_plain(value: Any) -> Any:
@@ -205,7 +216,7 @@ def _json_plain(value: Any) -> Any:
         return value.isoformat()
     if _fragment is not None and isinstance(value, _fragment):
         return value  # text orjson writes as it is
-    return str(value)
+    return _text(value)
 
 
 def _json_std(value: Any) -> str | None:
@@ -220,10 +231,11 @@ if _orjson is not None:
 
     def _json(value: Any) -> str | None:
         """``data_json`` of one value: the JSON of :func:`_json_plain` (None only for a
-        value nested too deep for the json module)."""
+        value nested too deep for the json module, or holding an integer too long for
+        JSON text: over 4,300 digits)."""
         try:
             plain = _json_plain(value)
-        except RecursionError:
+        except (RecursionError, ValueError):  # too deep; a value whose str() is refused
             return None
         try:
             text: str = _orjson.dumps(plain).decode()
@@ -294,7 +306,15 @@ def _json_array(values: list[Any], row_bytes: int = 0) -> pa.Array:
 
 
 def _label(value: Any) -> str:
-    return value if isinstance(value, str) else (_json(value) or str(value))
+    if isinstance(value, str):
+        return value
+    text = _json(value)
+    if text is None:
+        try:
+            text = _text(value)
+        except ValueError:  # a value holding an integer too long for str()
+            text = type(value).__name__
+    return text
 
 
 def _days_to_dates(days: pa.Array) -> pa.Array:
@@ -626,7 +646,7 @@ def _session_row(head: Head) -> dict[str, Any]:
         "parent": head.parent.session if head.parent else None,
         "parent_seq": head.parent.seq if head.parent else None,
         "fork_reason": head.parent.reason if head.parent else None,
-        "labels": [(str(k), _label(v)) for k, v in labels.items()] if isinstance(labels, dict) else None,
+        "labels": [(_text(k), _label(v)) for k, v in labels.items()] if isinstance(labels, dict) else None,
         "meta_json": _json(head.meta),
         "date": head.created_at // _DAY_MS,
     }

@@ -374,6 +374,18 @@ def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> bo
                 stack.extend((v, depth + 1) for v in value)
         elif type(value) not in _PLAIN_SCALARS:
             plain = False
+            # A tag and a set nest too: the decoder counts a tag as a level (a set is
+            # tag 258 around an array), so what they hold is checked and counted as well.
+            # Unchecked, a tag chain or tuples in a set nested ~400 deep were acknowledged
+            # and the session could not be decoded (review, session 13).
+            if isinstance(value, cbor2.CBORTag):
+                if depth >= max_depth:
+                    raise InvalidEntryError(kind, f"data nests deeper than {max_depth} levels", session=session)
+                stack.append((value.value, depth + 1))
+            elif isinstance(value, (set, frozenset)):
+                if depth + 1 >= max_depth:
+                    raise InvalidEntryError(kind, f"data nests deeper than {max_depth} levels", session=session)
+                stack.extend((v, depth + 2) for v in value)
     return plain
 
 

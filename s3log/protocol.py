@@ -966,6 +966,18 @@ def _is_marker_of(body: bytes, marker: Mapping[str, Any]) -> bool:
     return bool(stored == marker)
 
 
+def _is_marker_naming(body: bytes, parent: str, child: str) -> bool:
+    """Whether ``body`` is a fork marker of ``parent`` naming ``child`` (of any fork point)."""
+    try:
+        stored = loads(body)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError):
+        return False
+    if type(stored) is not dict or stored.get("child") != child:
+        return False
+    ref = stored.get("parent")
+    return type(ref) is dict and ref.get("session") == parent
+
+
 def rewrite_marker(cfg: LogConfig, op: PutIfAbsent, same_fork: Callable[[bytes], bool]) -> Proc[decide.Confirmed]:
     """Store ``op.body`` at ``op.key``, replacing an earlier copy of the same fork's
     marker (``same_fork`` judges a stored body) with If-Match on its ETag: the key is
@@ -1530,6 +1542,11 @@ def create_fork(
     journal = journal if journal is not None else CommitJournal()
     now = doubt.ts if doubt is not None else cfg.env.now_ms()
     fork_pending, meta = _fork_start(parent, seed, reducer, meta, now)
+    # An explicit child id whose marker is there without a head (an earlier fork into it
+    # that failed or was cancelled before its head landed, or a child deleted since,
+    # whose young marker Log.delete leaves to gc): the marker is replaced, not taken
+    # for the child (it made every retry raise SessionExists until gc collected it).
+    replace_marker = False
     for attempt in range(4):
         if attempt == 0 and doubt is not None:
             sid, creator = doubt.child, doubt.creator
@@ -1543,7 +1560,11 @@ def create_fork(
         # is abandoned meanwhile leaves the doubt for the next one to resolve.
         reusing = attempt == 0 and doubt is not None
         rewrite: list[tuple[PutIfAbsent, Callable[[bytes], bool]]] = []
-        if reusing:
+        if replace_marker:
+            # Any marker of this parent naming this child: the head PUT, create-only,
+            # decides who has the id (an earlier attempt's head landing late wins it).
+            rewrite.append((marker, partial(_is_marker_naming, parent=parent.session, child=sid)))
+        elif reusing:
             # The marker an earlier attempt wrote is of unknown age: gc may judge it
             # dangling (this child has no head yet) while this head is on its way. It
             # is written again with new bytes, so it is younger than the head and gc's
@@ -1584,6 +1605,10 @@ def create_fork(
             return _stale(ws, done, state), done
         # The id is another's (its head has another creator): ours cannot be stored there.
         journal.forks.pop(parent, None)
+        if child is not None and outcome.found is None and not replace_marker \
+                and written.get(marker.key) is decide.Confirmed.TAKEN:
+            replace_marker = True  # only the marker was there: once more, replacing it
+            continue
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")

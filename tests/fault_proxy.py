@@ -7,7 +7,9 @@ and, per a scripted plan, answers a matching request itself instead of forwardin
 - ``Reset()``: read the request, then reset the connection without a reply;
 - ``LandedThenLost()``: forward the request (it takes effect), then reset the
   connection instead of returning the reply;
-- ``Stall(seconds)``: hold the request unanswered (the client times out), then reset.
+- ``Stall(seconds)``: hold the request unanswered (the client times out), then reset;
+- ``CutShort()``: forward the request, then reply with half the body and close;
+- ``NoETag()``: forward the request and reply without the ETag header.
 
 Every request seen is recorded (method, path, action), so a test can check the
 number of HTTP requests a store sent against the requests it counted.
@@ -65,7 +67,23 @@ class Stall:
     seconds: float
 
 
-Action = Status | Reset | LandedThenLost | Stall
+@dataclass(frozen=True)
+class CutShort:
+    """Forward the request, then send the reply's status and headers and only the first
+    half of its body, and close the connection (a reset if ``reset``). With
+    ``declare_length`` the reply announces the whole body's Content-Length; without,
+    it has none and ends where the connection does (a close-delimited body)."""
+
+    declare_length: bool = True
+    reset: bool = False
+
+
+@dataclass(frozen=True)
+class NoETag:
+    """Forward the request and reply as the server did, minus its ETag header."""
+
+
+Action = Status | Reset | LandedThenLost | Stall | CutShort | NoETag
 
 
 @dataclass(frozen=True)
@@ -210,8 +228,20 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_response(status, reason)
         for name, value in headers:
-            if name.lower() not in _HOP:
+            if name.lower() not in _HOP and not (isinstance(action, NoETag) and name.lower() == "etag"):
                 self.send_header(name, value)
+        if isinstance(action, CutShort):
+            if action.declare_length:
+                self.send_header("Content-Length", str(len(reply)))
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(reply[: len(reply) // 2])
+            self.wfile.flush()
+            if action.reset:
+                _reset(self.connection)
+            self.close_connection = True
+            return
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         if self.command != "HEAD":

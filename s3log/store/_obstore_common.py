@@ -64,6 +64,8 @@ def map_error(exc: BaseException, key: str) -> StoreError:
     precondition error. The HTTP status and S3 error code in its message decide,
     through the mapping every HTTP store shares (:func:`.base.error_for_status`).
     """
+    if isinstance(exc, StoreError):
+        return exc  # already mapped (a reply without an ETag, see :func:`etag_of`)
     ox = require("obstore.exceptions", "fast")
     text = str(exc)
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -88,9 +90,27 @@ def map_error(exc: BaseException, key: str) -> StoreError:
     return TransientStoreError(first, key=key)
 
 
-def blob(result: Any, data: Any) -> Blob:
+def blob(result: Any, data: Any, key: str) -> Blob:
     """A :class:`Blob` from an obstore get result and its bytes."""
-    return Blob(bytes(data), str(result.meta["e_tag"]))
+    return Blob(bytes(data), etag_of(result.meta, key, write=False))
+
+
+def etag_of(reply: Any, key: str, *, write: bool) -> str:
+    """The ``e_tag`` of an obstore get result's meta or put result.
+
+    obstore gives None when the reply had no ETag (it used to become the text
+    ``"None"``, sent later as an ``If-Match``). After a write, whose request was applied,
+    that is an unknown outcome (TransientStoreError: the protocol reads the head to
+    settle it); after a read, a store that sends no ETag cannot be used (StoreError).
+    """
+    etag = reply.get("e_tag") if hasattr(reply, "get") else None
+    if isinstance(etag, str) and etag:
+        return etag
+    if write:
+        raise TransientStoreError("the write's reply carried no ETag: it may have been applied",
+                                  key=key, code="MissingETag")
+    raise StoreError("the reply carried no ETag: the object cannot be replaced conditionally",
+                     key=key, code="MissingETag")
 
 
 #: S3 returns at most this many entries (keys and common prefixes) per LIST request.

@@ -7,11 +7,14 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
+    ChecksumError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    FlexibleChecksumError,
     HTTPClientError,
+    IncompleteReadError,
     ReadTimeoutError,
 )
 
@@ -57,9 +60,31 @@ def map_error(exc: BaseException, key: str) -> StoreError:
         return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
     if isinstance(exc, HTTPClientError):
         return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
+    if isinstance(exc, (IncompleteReadError, FlexibleChecksumError, ChecksumError)):
+        # A reply cut short or damaged on the way (fewer bytes than its Content-Length,
+        # a checksum that does not match): the request may be repeated, as after a reset.
+        return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
     if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
         return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
     return StoreError(f"{type(exc).__name__}: {exc}", key=key)
+
+
+def etag_of(resp: Any, key: str, *, write: bool) -> str:
+    """The ETag of a GetObject or PutObject reply.
+
+    A reply without one is not something s3log can build on (every head is replaced
+    with ``If-Match`` on the ETag read): after a write, whose request was applied, it is
+    an unknown outcome (TransientStoreError: the protocol reads the head to settle it);
+    after a read, a store that sends no ETag cannot be used (StoreError).
+    """
+    etag = resp.get("ETag") if isinstance(resp, dict) else None
+    if isinstance(etag, str) and etag:
+        return etag
+    if write:
+        raise TransientStoreError("the write's reply carried no ETag: it may have been applied",
+                                  key=key, code="MissingETag")
+    raise StoreError("the reply carried no ETag: the object cannot be replaced conditionally",
+                     key=key, code="MissingETag")
 
 
 def list_params(

@@ -7,17 +7,32 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from .._extras import extra
+from ..errors import StoreError, TransientStoreError
 from ..ops import Blob, ListPage
-from ._s3common import CAUGHT, client_options, list_page, list_params, map_error
+from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
 from .base import RequestCounter, deprecated_prefix, precondition_scope
 
 with extra("async"):
     import aioboto3
+    import aiohttp
     from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
     from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
+
+#: What the store catches: botocore's errors, and aiohttp's own where aiobotocore lets
+#: them through (a body cut short by a reset: ``ClientPayloadError``).
+_CAUGHT = (*CAUGHT, aiohttp.ClientError)
+
+
+def _map_error(exc: BaseException, key: str) -> StoreError:
+    if isinstance(exc, aiohttp.ClientError) and not isinstance(exc, CAUGHT):
+        if isinstance(exc, ValueError):  # InvalidURL: no retry changes that
+            return StoreError(f"{type(exc).__name__}: {exc}", key=key)
+        # No reply, or one cut short: the outcome of the request is unknown.
+        return TransientStoreError(f"{type(exc).__name__}: {exc}", key=key)
+    return map_error(exc, key)
 
 
 class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
@@ -73,7 +88,10 @@ class AsyncS3Store:
         self._region_name = region_name
         self._max_pool = max_pool_connections
         self._stack: contextlib.AsyncExitStack | None = None
-        self._open_lock = asyncio.Lock()
+        #: The event loop the client this store opened belongs to (aiohttp's session and
+        #: connections are one loop's), and the lock that opens it on that loop.
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._open_lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
         return f"AsyncS3Store(bucket={self.bucket!r})"
@@ -91,8 +109,16 @@ class AsyncS3Store:
         return store
 
     async def _c(self) -> Any:
-        if self._client is not None:
-            return self._client
+        loop = asyncio.get_running_loop()
+        if self._client is not None and (self._stack is None or self._client_loop is loop):
+            return self._client  # one passed in (its owner's to manage), or ours on this loop
+        if self._open_lock is None or self._client_loop is not loop:
+            # A store outlives an event loop as a log does (``asyncio.run`` per request):
+            # a client opened on another loop cannot send on this one (every request
+            # failed, "Event loop is closed"), so this loop opens its own. The old one
+            # is left to its loop: it cannot be closed from here.
+            self._client, self._stack = None, None
+            self._client_loop, self._open_lock = loop, asyncio.Lock()
         async with self._open_lock:
             if self._client is None:
                 kwargs: dict[str, Any] = {"config": client_config(self._max_pool)}
@@ -109,7 +135,9 @@ class AsyncS3Store:
         """Close the client this store opened (a client passed in is left open)."""
         if self._stack is not None:
             stack, self._stack, self._client = self._stack, None, None
-            await stack.aclose()
+            if self._client_loop is asyncio.get_running_loop():
+                await stack.aclose()
+            # else: opened on a loop that is gone; its connections went with it.
 
     async def __aenter__(self) -> AsyncS3Store:
         return self
@@ -123,11 +151,15 @@ class AsyncS3Store:
         client = await self._c()
         try:
             resp = await client.get_object(Bucket=self.bucket, Key=key)
-            async with resp["Body"] as stream:
+            # Read through aiobotocore's body, not the aiohttp response ``async with``
+            # yields: only its read checks the length against Content-Length and the
+            # checksum S3 sent, so a body cut short is not taken for the object.
+            stream = resp["Body"]
+            async with stream:
                 body = await stream.read()
-        except CAUGHT as exc:
-            raise map_error(exc, key) from exc
-        return Blob(body, str(resp["ETag"]))
+        except _CAUGHT as exc:
+            raise _map_error(exc, key) from exc
+        return Blob(body, etag_of(resp, key, write=False))
 
     async def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
@@ -135,9 +167,9 @@ class AsyncS3Store:
         client = await self._c()
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
-        except CAUGHT as exc:
-            raise map_error(exc, key) from exc
-        return str(resp["ETag"])
+        except _CAUGHT as exc:
+            raise _map_error(exc, key) from exc
+        return etag_of(resp, key, write=True)
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
@@ -145,9 +177,9 @@ class AsyncS3Store:
         client = await self._c()
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
-        except CAUGHT as exc:
-            raise map_error(exc, key) from exc
-        return str(resp["ETag"])
+        except _CAUGHT as exc:
+            raise _map_error(exc, key) from exc
+        return etag_of(resp, key, write=True)
 
     async def list(
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
@@ -159,8 +191,8 @@ class AsyncS3Store:
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
             resp = await client.list_objects_v2(**params)
-        except CAUGHT as exc:
-            raise map_error(exc, prefix) from exc
+        except _CAUGHT as exc:
+            raise _map_error(exc, prefix) from exc
         return list_page(resp)
 
     async def delete(self, key: str) -> None:
@@ -169,8 +201,8 @@ class AsyncS3Store:
         client = await self._c()
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)
-        except CAUGHT as exc:
-            raise map_error(exc, key) from exc
+        except _CAUGHT as exc:
+            raise _map_error(exc, key) from exc
 
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
@@ -179,5 +211,5 @@ class AsyncS3Store:
         client = await self._c()
         try:
             await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
-        except CAUGHT as exc:
-            raise map_error(exc, key) from exc
+        except _CAUGHT as exc:
+            raise _map_error(exc, key) from exc

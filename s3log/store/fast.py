@@ -66,7 +66,7 @@ class ObstoreStore(_ObstoreBase):
         self.requests.add("GET")
         try:
             result = obstore.get(self.client, key)
-            return common.blob(result, result.bytes())
+            return common.blob(result, result.bytes(), key)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
@@ -77,7 +77,7 @@ class ObstoreStore(_ObstoreBase):
         common.check_key(key)
         self.requests.add("PUT")
         try:
-            return str(obstore.put(self.client, key, body, mode="create")["e_tag"])
+            return common.etag_of(obstore.put(self.client, key, body, mode="create"), key, write=True)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
@@ -88,7 +88,7 @@ class ObstoreStore(_ObstoreBase):
         common.check_key(key)
         self.requests.add("PUT")
         try:
-            return str(obstore.put(self.client, key, body, mode={"e_tag": etag})["e_tag"])
+            return common.etag_of(obstore.put(self.client, key, body, mode={"e_tag": etag}), key, write=True)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
@@ -142,7 +142,7 @@ class AsyncObstoreStore(_ObstoreBase):
         self.requests.add("GET")
         try:
             result = await obstore.get_async(self.client, key)
-            return common.blob(result, await result.bytes_async())
+            return common.blob(result, await result.bytes_async(), key)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
@@ -153,7 +153,7 @@ class AsyncObstoreStore(_ObstoreBase):
         common.check_key(key)
         self.requests.add("PUT")
         try:
-            return str((await obstore.put_async(self.client, key, body, mode="create"))["e_tag"])
+            return common.etag_of(await obstore.put_async(self.client, key, body, mode="create"), key, write=True)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 
@@ -164,7 +164,8 @@ class AsyncObstoreStore(_ObstoreBase):
         common.check_key(key)
         self.requests.add("PUT")
         try:
-            return str((await obstore.put_async(self.client, key, body, mode={"e_tag": etag}))["e_tag"])
+            return common.etag_of(await obstore.put_async(self.client, key, body, mode={"e_tag": etag}), key,
+                                  write=True)
         except Exception as exc:
             raise common.map_error(exc, key) from exc
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from ..ops import Blob, ListPage
-from ._s3common import CAUGHT, client_config, list_page, list_params, map_error
+from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
 from .base import RequestCounter, deprecated_prefix, precondition_scope
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class S3Store:
             body = resp["Body"].read()
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
-        return Blob(body, str(resp["ETag"]))
+        return Blob(body, etag_of(resp, key, write=False))
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
@@ -86,7 +86,7 @@ class S3Store:
             resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
-        return str(resp["ETag"])
+        return etag_of(resp, key, write=True)
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
@@ -95,7 +95,7 @@ class S3Store:
             resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
-        return str(resp["ETag"])
+        return etag_of(resp, key, write=True)
 
     def list(
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
