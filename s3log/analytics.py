@@ -33,7 +33,7 @@ from operator import attrgetter, ne
 from typing import Any, Literal, cast
 
 from ._extras import extra
-from .codec import HASH_LEN, Head, RunColumns, data_cbor_column
+from .codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
 from .config import LogConfig
 from .core import head_outside
 from .errors import (
@@ -142,7 +142,7 @@ ProgressCallback = Callable[[ScanProgress], None]
 #: :class:`~s3log.CorruptionError` to a scan (skipped with a
 #: :class:`CorruptSessionWarning` unless ``strict``). Python's ``datetime`` ends with
 #: year 9999: read later times as ``ts.cast(pa.int64())``.
-TS_RANGE = (0, (2**63 - 2) // 1000)
+TS_RANGE = (0, MAX_TS)  # what append takes (s3log.codec.MAX_TS)
 
 
 def _ms(value: int | float | datetime | str | None, name: str = "time") -> int | None:

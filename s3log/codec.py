@@ -337,9 +337,13 @@ def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
 MAX_DATA_DEPTH = 256
 #: What s3log's own entries may nest: a fork's seed wraps user data in a few levels.
 MAX_INTERNAL_DEPTH = MAX_DATA_DEPTH + 16
-#: The range of ``ts`` (ms since the epoch): a signed 64-bit integer, as every reader
-#: (Arrow timestamp[ms], Parquet INT64) stores it.
-MAX_TS = 2**63 - 1
+#: The largest ``ts`` (ms since the epoch) ``append`` takes: the latest time every reader
+#: holds, 294247-01-10 UTC (DuckDB's ``TIMESTAMPTZ``, microseconds in a signed 64-bit
+#: integer; Arrow's ``timestamp[ms]`` and Parquet's INT64 hold more). Up to 2**63-1 was
+#: taken before, and an entry past this bound, once acknowledged, made every scan skip
+#: its whole session as corrupt (``analytics.TS_RANGE``). The format still allows any
+#: uint: such entries already stored read back through :meth:`s3log.Log.read`.
+MAX_TS = (2**63 - 2) // 1000
 
 
 #: Scalars whose deterministic encoding decodes to an equal value that encodes to the

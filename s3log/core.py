@@ -127,7 +127,8 @@ class CommitQueue(Generic[S]):
             ts = self.config.env.now_ms()
         elif not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
             raise InvalidEntryError(
-                kind, f"ts must be an integer of milliseconds in [0, 2**63), not {ts!r}", session=self.ws.session
+                kind, f"ts must be an integer of milliseconds from 0 to {MAX_TS} (294247-01-10 UTC), not {ts!r}",
+                session=self.ws.session,
             )
         value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
         entry = PendingEntry(kind, ts, value, encoded)

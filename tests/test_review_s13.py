@@ -303,10 +303,6 @@ def test_an_async_store_serves_a_writer_on_the_next_event_loop_after_a_cancelled
 # ---------------------------------------------------------- a ts no scan can hold
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not fixed: append accepts ts up to 2**63-1 ms, a scan holds up to analytics.TS_RANGE[1] "
-    "(294247-01-10 UTC); narrowing append's bound changes accepted input (decision 0011) and "
-    "tests that store such ts through append (test_analytics_s12, test_format_v2, test_cli_s12)"))
 @pytest.mark.parametrize("ts", [analytics.TS_RANGE[1] + 1, 1_700_000_000_000_000_000, 2**63 - 1],
                          ids=["first-past-the-range", "time_ns-by-mistake", "max"])
 def test_a_ts_a_scan_cannot_hold_is_refused_at_append_not_acknowledged_and_skipped(ts: int) -> None:
