@@ -426,3 +426,20 @@ def test_an_earlier_fork_head_landing_late_keeps_the_id_and_the_retry_is_refused
         log.fork("p1", child_id="c1")
     assert [e.kind for e in log.read("c1").entries] == ["s3log.fork"]
     assert log.children("p1") == ["c1"]
+
+
+# -------------------------------------- the CLI prints integers past str()'s limit (hex)
+
+
+def test_cli_json_of_an_integer_past_the_str_limit_is_its_hex_text() -> None:
+    # `s3log show` / `tail` (JSON or not) failed with "Exceeds the limit (4300 digits)
+    # for integer string conversion" on an acknowledged entry holding such an integer.
+    import json
+
+    from s3log.cli.common import dumps, jsonable
+
+    big = 10**5000
+    data = {"n": big, big: "key", "l": [big, -big], "small": 2**64, "t": True}
+    out = json.loads(dumps(data))
+    assert out == {"n": hex(big), hex(big): "key", "l": [hex(big), hex(-big)], "small": 2**64, "t": True}
+    assert jsonable(big - big) == 0 and jsonable(False) is False

@@ -211,7 +211,9 @@ def jsonable(value: Any) -> Any:
         if math.isfinite(value):
             return value
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if value is None or isinstance(value, (str, bool, int)):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _int(value)
+    if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
@@ -224,9 +226,24 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _int(value: int) -> int | str:
+    """``value``, or its ``hex()`` text when it has more digits than ``str()`` converts
+    (``sys.get_int_max_str_digits()``, 4,300 by default): JSON writes a number with
+    ``str()``, and the data may hold any integer (the analytics columns do the same)."""
+    if value.bit_length() < 14_000:  # ~4,214 digits: under the default limit
+        return value
+    try:
+        str(value)
+    except ValueError:
+        return hex(value)
+    return value
+
+
 def _key(key: Any) -> str:
     if isinstance(key, str):
         return key
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(_int(key))
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key).hex()
     return json.dumps(jsonable(key)) if isinstance(key, (list, tuple)) else str(key)
