@@ -10,6 +10,14 @@ markers of the days since T instead of every session (:mod:`s3log.retention`).
 A marker that already exists is fine (another writer of the session, or an earlier
 attempt of this commit, wrote it): the index only needs the key to exist. A marker
 whose commit then failed only costs a reader one GET of a head that turns out idle.
+
+That includes a marker an earlier session at the id left: a session created again
+the same day (after a delete, or over an expired one's tombstone) meets it, writes
+nothing and relies on it. Its bytes are the same, so no ETag tells the two apart, and
+its head may land up to the landing bound after its marker PUT. ``Log.delete``
+therefore deletes only the markers of days no new session at the id can commit on
+(:func:`split_by_day`) and leaves the others, which name a session with no head until
+``expire`` prunes their day.
 """
 
 from __future__ import annotations
@@ -62,6 +70,15 @@ def markers_of(layout: Layout, session: str, created_ms: int, updated_ms: int) -
     """
     days = days_between(max(created_ms, updated_ms - MAX_MARKER_DAYS * DAY_MS), max(created_ms, updated_ms))
     return [marker_key(layout, d, session) for d in days]
+
+
+def split_by_day(keys: list[str], first_day_ms: int) -> tuple[list[str], list[str]]:
+    """Marker keys of one session (:func:`markers_of`) as (those of the day of
+    ``first_day_ms`` or later, those of earlier days)."""
+    first = day_of(first_day_ms)
+    # {P}/activity/{day}/{sid}: a session id holds no "/".
+    late = [k for k in keys if k.rsplit("/", 2)[-2] >= first]
+    return late, [k for k in keys if k.rsplit("/", 2)[-2] < first]
 
 
 def marker_for(layout: Layout, session: str, creating: bool, previous_ms: int, now_ms: int) -> PutIfAbsent | None:

@@ -13,6 +13,7 @@ requests made. Needs the ``analytics`` extra (pyarrow, duckdb).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -957,7 +958,9 @@ def prepare_output(filesystem: Any, target: str, mode: ExportMode) -> None:
 
     ``error`` (the default of every export): fail with :class:`OutputExistsError` if
     the target holds any file; ``overwrite``: delete what it holds (stale partitions
-    included); ``append``: keep it (new files get unique names).
+    included); ``append``: keep it (new files get unique names). :func:`to_parquet` and
+    ``s3log export`` delete nothing here: they write an overwrite elsewhere first and
+    swap it in once written (:func:`output_dir`).
     """
     if check_output(filesystem, target, mode):
         filesystem.delete_dir_contents(target, missing_dir_ok=True)
@@ -978,6 +981,96 @@ def check_output(filesystem: Any, target: str, mode: ExportMode) -> bool:
     if mode == "error" and filesystem.get_file_info(fs.FileSelector(target, recursive=False)):
         raise OutputExistsError(target)
     return mode == "overwrite"
+
+
+@contextlib.contextmanager
+def output_dir(filesystem: Any, target: str, clear: bool) -> Iterator[str]:
+    """The directory an export of ``target`` writes into; with ``clear`` (``overwrite``
+    of an existing directory, :func:`check_output`) a new one, which replaces what
+    ``target`` holds only once the block ends without an exception.
+
+    So a scan failing part way (a store fault, a strict scan's corrupt session) leaves
+    the old export as it was: what was written goes with the staging directory. On a
+    local filesystem the staging directory is a hidden sibling of ``target``, swapped
+    in by two renames (the old export moved aside, the new one moved in, then the old
+    one deleted); elsewhere (S3) it is a hidden ``.s3log-staging-*`` folder inside
+    ``target`` (within the same bucket and permissions), whose files are moved up once
+    the old ones are deleted: a failure during that move (not during the scan) can
+    leave part of each.
+    """
+    if not clear:
+        yield target
+        return
+    from pyarrow import fs
+
+    local = isinstance(filesystem, fs.LocalFileSystem)
+    tag = uuid.uuid4().hex[:12]
+    if local:
+        import os
+
+        target = os.path.normpath(target)
+        parent, name = os.path.split(target)
+        staging = os.path.join(parent, f".{name}.s3log-staging-{tag}")
+        aside = os.path.join(parent, f".{name}.s3log-old-{tag}")
+    else:
+        target = target.rstrip("/")
+        staging, aside = f"{target}/.s3log-staging-{tag}", ""
+    filesystem.create_dir(staging, recursive=True)
+    try:
+        yield staging
+    except BaseException:
+        # The export failed (or was interrupted): what it wrote goes, the old one stays.
+        with contextlib.suppress(Exception):
+            filesystem.delete_dir(staging)
+        raise
+    if local:
+        _swap_in(filesystem, staging, target, aside)
+    else:
+        _move_up(filesystem, staging, target)
+
+
+def _swap_in(filesystem: Any, staging: str, target: str, aside: str) -> None:
+    """Replace the local directory ``target`` by ``staging``: renames, each atomic."""
+    try:
+        filesystem.move(target, aside)
+    except OSError:
+        # Not renamable (a mount point, no write access to its parent): its contents are
+        # replaced instead, once the new export is complete.
+        _move_up(filesystem, staging, target)
+        return
+    try:
+        filesystem.move(staging, target)
+    except BaseException:
+        filesystem.move(aside, target)  # the old export back where it was
+        raise
+    try:
+        filesystem.delete_dir(aside)
+    except OSError as exc:  # the new export is in place: only disk space is at stake
+        log.warning("export: could not delete the replaced export moved aside to %s: %s", aside, exc)
+
+
+def _move_up(filesystem: Any, staging: str, target: str) -> None:
+    """Replace what ``target`` holds by the files of ``staging`` (a folder inside it)."""
+    from pyarrow import fs
+
+    for info in filesystem.get_file_info(fs.FileSelector(target, recursive=False)):
+        if info.path.rstrip("/") == staging:
+            continue
+        if info.type == fs.FileType.Directory:
+            filesystem.delete_dir(info.path)
+        else:
+            filesystem.delete_file(info.path)
+    made: set[str] = set()
+    for info in filesystem.get_file_info(fs.FileSelector(staging, recursive=True)):
+        if info.type != fs.FileType.File:
+            continue
+        dest = target + info.path[len(staging):]
+        folder = dest.rsplit("/", 1)[0]
+        if folder not in made:
+            filesystem.create_dir(folder, recursive=True)
+            made.add(folder)
+        filesystem.move(info.path, dest)
+    filesystem.delete_dir(staging)
 
 
 def checked_scan(store: ObjectStore, *args: Any, **kwargs: Any) -> Generator[pa.RecordBatch, None, None]:
@@ -1027,10 +1120,12 @@ def to_parquet(
     ``partition_by="date"`` writes Hive-style ``date=YYYY-MM-DD/`` directories, so a
     query engine filtering on date reads only the matching files. ``mode``: what to do
     if the target already holds data (``error``, ``overwrite`` or ``append``, see
-    :func:`prepare_output`). With ``sessions_file`` the heads read are also written as
-    ``_sessions.parquet`` (:data:`SESSIONS_SCHEMA`; engines reading the directory as a
-    dataset skip ``_`` files). ``scan`` options (``since``, ``kinds``, ``progress``...)
-    pass through. Returns the row count.
+    :func:`prepare_output`); an overwrite replaces the old export only once the whole
+    scan is written (:func:`output_dir`), so a scan failing part way leaves it. With
+    ``sessions_file`` the heads read are also written as ``_sessions.parquet``
+    (:data:`SESSIONS_SCHEMA`; engines reading the directory as a dataset skip ``_``
+    files). ``scan`` options (``since``, ``kinds``, ``progress``...) pass through.
+    Returns the row count.
     """
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -1060,8 +1155,6 @@ def to_parquet(
     except BaseException:
         scanned.close()
         raise
-    if clear:
-        filesystem.delete_dir_contents(target, missing_dir_ok=True)
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
@@ -1072,17 +1165,24 @@ def to_parquet(
     partitioning = None
     if partition_by is not None:
         partitioning = ds.partitioning(pa.schema([SCHEMA.field(partition_by)]), flavor="hive")
-    ds.write_dataset(
-        batches(), target, schema=SCHEMA, format="parquet", partitioning=partitioning, filesystem=filesystem,
-        # A unique name per export: append mode adds files instead of replacing part-0.
-        basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
-        existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
-    )
-    if sessions_file:
-        table = pa.Table.from_batches([_sessions_batch(heads)] if heads else [], schema=SESSIONS_SCHEMA)
-        name = "_sessions.parquet" if mode != "append" else f"_sessions-{uuid.uuid4().hex[:12]}.parquet"
-        filesystem.create_dir(target, recursive=True)
-        pq.write_table(table, f"{target.rstrip('/')}/{name}", filesystem=filesystem)
+    # Overwrite writes a new directory and replaces the old export with it only once the
+    # whole scan is written: a scan failing after its first batch leaves the old one.
+    try:
+        with output_dir(filesystem, target, clear) as where:
+            ds.write_dataset(
+                batches(), where, schema=SCHEMA, format="parquet", partitioning=partitioning,
+                filesystem=filesystem,
+                # A unique name per export: append mode adds files instead of replacing part-0.
+                basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+                existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
+            )
+            if sessions_file:
+                table = pa.Table.from_batches([_sessions_batch(heads)] if heads else [], schema=SESSIONS_SCHEMA)
+                name = "_sessions.parquet" if mode != "append" else f"_sessions-{uuid.uuid4().hex[:12]}.parquet"
+                filesystem.create_dir(where, recursive=True)
+                pq.write_table(table, f"{where.rstrip('/')}/{name}", filesystem=filesystem)
+    finally:
+        scanned.close()
     return rows
 
 

@@ -1689,6 +1689,9 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
     cannot make a DELETE conditional (obstore) deletes the head by key, keeping there
     the race the condition closes (docs/operations.md).
 
+    Activity markers of the days a new session at the id could still commit on stay
+    (:func:`s3log.activity.split_by_day`): such a session relies on the same key.
+
     ``etag``: delete only the head with this ETag (one the caller read and decided
     on); a head changed since is ConflictError and nothing is deleted.
 
@@ -1734,8 +1737,16 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
         # no head names its child; an older one goes, with If-Match on the ETag listed.
         if own is not None and sent_ms - own.last_modified_ms >= landing_bound_ms(cfg.commit_deadline_ms):
             dels.append(DeleteIfMatch(own.key, own.etag))
-        # Its activity markers (s3log.activity), on any day it may have been committed to.
-        dels += [Delete(k) for k in activity.markers_of(layout, session, head.created_at, head.updated_at)]
+        # Its activity markers (s3log.activity), on any day it may have been committed to,
+        # except those a new session at the id may rely on: one whose head lands after
+        # ours is gone planned its commit at most landing_bound_ms before the DELETE,
+        # and on that day (or a later one) it may have met our marker and written
+        # nothing, the bytes being the same. Those stay (a marker too many names a
+        # session with no head until expire prunes its day; one too few hides a live
+        # session from active_sessions and scan(since=...)).
+        _, gone = activity.split_by_day(activity.markers_of(layout, session, head.created_at, head.updated_at),
+                                        sent_ms - landing_bound_ms(cfg.commit_deadline_ms))
+        dels += [Delete(k) for k in gone]
         spared = 0
         if dels:
             results = yield from ops.parallel(dels)

@@ -248,7 +248,9 @@ class ActiveSessions:
 
     ``indexed``: from the activity index (no head read); otherwise from every head.
     With the index, a session appears if it had a commit on the first day of the window
-    or later, so it may have been idle since slightly before ``since`` (a superset).
+    or later, so it may have been idle since slightly before ``since`` (a superset), or
+    have been deleted since (``Log.delete`` leaves the markers of its last day, which a
+    session created again at the id relies on).
     """
 
     ids: list[str]

@@ -153,3 +153,11 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     yield Backend(kind, AsyncFacade(s3log.AsyncLog(astore), loop), *raw2)
     loop.run_until_complete(astore.aclose())
     loop.close()
+
+
+@pytest.fixture
+def env(s3log_server: LocalS3) -> dict[str, str]:
+    """The command line's environment: a new bucket on the local S3 server, prefix ``s3log``
+    (a log on it: :func:`tests.cli_env.log_of`)."""
+    bucket = s3log_server.create_bucket()
+    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}

@@ -16,20 +16,15 @@ import s3log
 from s3log.cli import export as export_cli
 from s3log.cli.app import app
 from s3log.testing import LocalS3
+from tests.cli_env import log_of
 
 runner = CliRunner()
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
 
 
-@pytest.fixture
-def env(s3log_server: LocalS3) -> dict[str, str]:
-    bucket = s3log_server.create_bucket()
-    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
-
-
 def _sessions(env: dict[str, str], n: int = 3) -> list[str]:
-    log = s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]))
+    log = log_of(env)
     ids = []
     for s in range(n):
         w = log.create(meta={"labels": {"tenant": f"t{s}"}})

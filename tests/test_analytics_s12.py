@@ -26,7 +26,7 @@ from s3log.cli import export as export_cli
 from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
-from s3log.testing import LocalS3
+from tests.cli_env import log_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
@@ -82,19 +82,13 @@ def test_to_parquet_overwrite_keeps_the_export_when_the_store_fails(tmp_path: Pa
     assert _files(out) == before
 
 
-@pytest.fixture
-def env(s3log_server: LocalS3) -> dict[str, str]:
-    bucket = s3log_server.create_bucket()
-    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
-
-
 def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
     result = runner.invoke(app, list(args), env=env)
     return result.exit_code, " ".join(result.output.split())
 
 
 def _populate(env: dict[str, str]) -> str:
-    log = s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]))
+    log = log_of(env)
     w = log.create()
     w.append("k", {"a": 1}, ts=T0)
     w.commit()

@@ -205,7 +205,10 @@ def test_delete_removes_head_segments_and_markers(backend: Backend) -> None:
     assert log.children(w.session_id) == []
     other = log.open(w.session_id)
     log.delete(w.session_id)
-    assert not any(w.session_id in k for k in backend.list_keys())
+    # All of it but its activity marker of today, which a session created again at the
+    # id today would rely on (docs/operations.md): that is left to expire's pruning.
+    left = [k for k in backend.list_keys() if w.session_id in k]
+    assert left and all("/activity/" in k for k in left), left
     with pytest.raises(s3log.SessionNotFound):
         log.read(w.session_id)
     other.append("k", 1)

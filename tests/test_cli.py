@@ -9,26 +9,19 @@ import sys
 import time
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
 import s3log
 from s3log.cli.app import app
 from s3log.testing import LocalS3
+from tests.cli_env import log_of
 
 runner = CliRunner()
 
 
-@pytest.fixture
-def env(s3log_server: LocalS3) -> dict[str, str]:
-    bucket = s3log_server.create_bucket()
-    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
-
-
 def _log(env: dict[str, str]) -> s3log.Log:
     # The strict tail bound (decision 0033): the sizes below flush where the tests say.
-    return s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]),
-                     config=s3log.LogConfig(tail_per_commit=0))
+    return log_of(env, s3log.LogConfig(tail_per_commit=0))
 
 
 def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from tests.test_cli_output import cli, env  # noqa: F401  (the env fixture)
+from tests.test_cli_output import cli
 
 
-def test_doctor_reports_a_store_that_honours_conditional_writes(env: dict[str, str]) -> None:  # noqa: F811
+def test_doctor_reports_a_store_that_honours_conditional_writes(env: dict[str, str]) -> None:
     proc = cli(env, "doctor", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

@@ -29,21 +29,11 @@ from s3log.cli.app import PANELS, app
 from s3log.cli.common import CLI_RETRY, Settings, jsonable, open_log, when
 from s3log.cli.sessions import rm_decision
 from s3log.errors import StoreError
-from s3log.testing import LocalS3
+from tests.cli_env import log_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TS0 = 1_796_031_600_123  # 2026-11-30T09:40:00.123Z
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
-
-@pytest.fixture
-def env(s3log_server: LocalS3) -> dict[str, str]:
-    bucket = s3log_server.create_bucket()
-    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
-
-
-def _log(env: dict[str, str]) -> s3log.Log:
-    return s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]))
 
 
 def _proc_env(env: dict[str, str]) -> dict[str, str]:
@@ -95,7 +85,7 @@ def on_tty(env: dict[str, str], *args: str, answer: bytes | None = None, prompt:
 
 
 def _markup_session(env: dict[str, str]) -> tuple[s3log.Log, str]:
-    log = _log(env)
+    log = log_of(env)
     w = log.create(meta={"model": "[/INST]", "blob": b"\x01\x02"})
     w.append("msg", {"t": "[INST] hi [/INST] ok"}, ts=TS0)
     w.append("msg", "[bold]x[/bold]", ts=TS0 + 1)
@@ -148,7 +138,7 @@ def test_errors_quoting_user_input_are_literal_and_one_line(env: dict[str, str])
 
 
 def test_piped_ls_and_lineage_are_plain_full_and_one_record_per_line(env: dict[str, str]) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create()
     w.append("k", 1, ts=TS0)
     w.commit()

@@ -26,19 +26,10 @@ from s3log.cli.common import dumps, jsonable, when
 from s3log.cli.maintenance import parse_duration
 from s3log.errors import CorruptionError
 from s3log.testing import LocalS3
+from tests.cli_env import log_of
 
 runner = CliRunner()
 HUGE = 2**70
-
-
-@pytest.fixture
-def env(s3log_server: LocalS3) -> dict[str, str]:
-    bucket = s3log_server.create_bucket()
-    return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
-
-
-def _log(env: dict[str, str]) -> s3log.Log:
-    return s3log.Log(s3log.S3Store(env["S3LOG_BUCKET"], endpoint_url=env["AWS_ENDPOINT_URL"]))
 
 
 def _invoke(env: dict[str, str], *args: str) -> Any:
@@ -88,7 +79,7 @@ def test_when_still_prints_dates_at_both_ends_of_the_range() -> None:
 
 
 def test_ls_and_show_list_a_head_with_huge_times(env: dict[str, str], s3log_server: LocalS3) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create()
     w.append("k", 1)
     w.commit()
@@ -120,7 +111,7 @@ def test_jsonable_maps_non_finite_floats_to_strings() -> None:
 
 
 def test_show_tail_and_ls_json_are_valid_json_with_nan_and_infinity(env: dict[str, str]) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create(meta={"labels": {"tenant": "acme"}, "score": math.nan})
     w.append("k", {"nan": math.nan, "inf": math.inf, "ninf": -math.inf})
     w.append("plain", math.nan)
@@ -158,7 +149,7 @@ def test_children_skip_a_stray_object_under_forks(caplog: pytest.LogCaptureFixtu
 
 
 def test_lineage_command_with_a_stray_object_under_forks(env: dict[str, str], s3log_server: LocalS3) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create()
     w.append("k", 1)
     w.commit()
@@ -204,7 +195,7 @@ def test_a_well_formed_or_null_expired_field_reads_as_before() -> None:
 
 
 def test_verify_counts_a_malformed_tombstone_as_broken(env: dict[str, str], s3log_server: LocalS3) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create()
     w.append("k", 1)
     w.commit()
@@ -231,7 +222,7 @@ def test_a_parent_naming_no_session_id_is_corruption_naming_the_head() -> None:
 
 
 def test_verify_json_names_the_key_of_a_format_version_error(env: dict[str, str], s3log_server: LocalS3) -> None:
-    log = _log(env)
+    log = log_of(env)
     w = log.create()
     w.append("k", 1)
     w.commit()

@@ -30,55 +30,12 @@ from s3log.faults import Fault, FaultyStore
 from s3log.ops import Blob, DeleteIfMatch, ListPage, Parallel, call_delete_if_match
 from s3log.protocol import delete_session
 from s3log.testing import LocalS3
+from tests.delete_hooks import Clock, HookedMemory, PlainStore, hooked_store
 from tests.scripted import Script, Step
 
 T0 = 1_800_000_000_000
 DAY = 86_400_000
 SID = "thread-1"
-
-
-class Clock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
-
-
-class _BeforeHeadDelete:
-    """Runs ``hook`` once, just before the head of ``sid`` is deleted (by key or If-Match):
-    what another process does between ``Log.delete``'s read of the head and its DELETE."""
-
-    sid = SID
-    hook: Callable[[], None] | None = None
-
-    def _fire(self, key: str) -> None:
-        if key.endswith(f"/sessions/{self.sid}/head") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-
-    def delete(self, key: str) -> None:
-        self._fire(key)
-        super().delete(key)  # type: ignore[misc]
-
-    def delete_if_match(self, key: str, etag: str) -> None:
-        self._fire(key)
-        super().delete_if_match(key, etag)  # type: ignore[misc]
-
-
-class _HookedMemory(_BeforeHeadDelete, s3log.MemoryStore):
-    pass
-
-
-def _hooked_store(kind: str, request: pytest.FixtureRequest) -> Any:
-    if kind == "memory":
-        return _HookedMemory()
-    server: LocalS3 = request.getfixturevalue("s3log_server")
-
-    class _HookedS3(_BeforeHeadDelete, s3log.S3Store):
-        pass
-
-    return _HookedS3(server.create_bucket(), endpoint_url=server.endpoint_url)
 
 
 def _log(store: Any, clock: Clock) -> s3log.Log:
@@ -96,7 +53,7 @@ def _session_keys(store: Any, log: s3log.Log, sid: str) -> list[str]:
 def test_delete_never_removes_a_session_that_took_over_the_tombstone_it_read(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
-    store = _hooked_store(kind, request)
+    store = hooked_store(kind, request)
     clock = Clock(T0)
     log = _log(store, clock)
     old = log.create(SID)
@@ -190,7 +147,7 @@ def test_async_delete_never_removes_a_session_that_took_over_the_tombstone_it_re
 def test_a_commit_landing_before_the_delete_is_deleted_with_the_session() -> None:
     """The same session moved on (its own writer committed): that is the session asked
     for, so the delete starts over and removes everything, the new segment included."""
-    store = _HookedMemory()
+    store = HookedMemory()
     clock = Clock(T0)
     log = _log(store, clock)
     w = log.create(SID)
@@ -297,20 +254,8 @@ def test_a_precondition_failure_then_another_session_deletes_nothing_more() -> N
         script.run(delete_session(log.layout, SID, LogConfig()))
 
 
-class _Plain:
-    """A store written before ``delete_if_match`` existed: the five original operations."""
-
-    def __init__(self) -> None:
-        self.inner = s3log.MemoryStore()
-        self.requests = self.inner.requests
-        self.honours_preconditions = True
-        self.get, self.put_if_absent, self.put_if_match = self.inner.get, self.inner.put_if_absent, \
-            self.inner.put_if_match
-        self.list, self.delete = self.inner.list, self.inner.delete
-
-
 def test_a_store_without_conditional_delete_still_deletes_by_key() -> None:
-    store = _Plain()
+    store = PlainStore()
     log = s3log.Log(store, config=LogConfig(tail_max_bytes=1024, pending_max_bytes=0))  # type: ignore[arg-type]
     w = log.create(SID)
     w.append("k", {"pad": "x" * 1500})

@@ -21,7 +21,7 @@ The package: :mod:`~s3log.agent.state` (kinds, state, fold), :mod:`~s3log.agent.
 from __future__ import annotations
 
 from .aio import AsyncAgentSession, aclose
-from .core import AgentArgumentError, ForkCallback, RecordsLostWarning, SessionBusy, SessionScopeError
+from .core import AgentArgumentError, AgentItemError, ForkCallback, RecordsLostWarning, SessionBusy, SessionScopeError
 from .state import (
     ASSISTANT_ITEMS,
     CACHE_LOCKED,
@@ -56,8 +56,8 @@ from .sync import AgentSession, close, drain
 __all__ = [
     "ASSISTANT_ITEMS", "CACHE_LOCKED", "CACHE_UNLOCKED", "CONFIG_CHANGED", "HOOK_ITEMS", "KINDS", "NOT_RUN",
     "OUTCOME", "REPAIRED", "SESSION_START", "STATUSES", "TOOL_RESULTS", "TOOL_STARTED", "TURN_END",
-    "UNKNOWN_OUTCOME", "USER_INPUT", "AgentArgumentError", "AgentReducer", "AgentSession", "AsyncAgentSession",
-    "ForkCallback", "ReadOnlyDict", "ReadOnlyList", "RecordsLostWarning", "SessionBusy", "SessionScopeError",
-    "SessionState", "Status", "aclose", "close", "collect_state", "drain", "freeze", "group_items", "repair_items",
-    "repair_records", "thaw",
+    "UNKNOWN_OUTCOME", "USER_INPUT", "AgentArgumentError", "AgentItemError", "AgentReducer", "AgentSession",
+    "AsyncAgentSession", "ForkCallback", "ReadOnlyDict", "ReadOnlyList", "RecordsLostWarning", "SessionBusy",
+    "SessionScopeError", "SessionState", "Status", "aclose", "close", "collect_state", "drain", "freeze",
+    "group_items", "repair_items", "repair_records", "thaw",
 ]

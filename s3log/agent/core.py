@@ -102,6 +102,13 @@ class AgentArgumentError(S3LogError, ValueError):
     """An argument of an agent-session call is of the wrong shape (raised before anything is written)."""
 
 
+class AgentItemError(InvalidEntryError, AgentArgumentError):
+    """An item-taking argument of a recording verb (``items``, ``new_items``,
+    ``history``, ``call_ids``) is malformed. An :class:`~s3log.InvalidEntryError`, as
+    documented for them, and an :class:`AgentArgumentError`, as every argument of the
+    wrong shape; raised before anything is buffered."""
+
+
 class RecordsLostWarning(UserWarning):
     """Buffered records of an agent session could not be committed before the interpreter exited."""
 
@@ -212,30 +219,68 @@ def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | N
 # ------------------------------------------------------------------ argument checks
 
 
-def items_arg(kind: str, value: Any, *, text: bool = False, session: str | None = None) -> list[dict[str, Any]]:
+def items_arg(
+    kind: str, value: Any, *, text: bool = False, session: str | None = None, name: str = "items",
+) -> list[dict[str, Any]]:
     """The ``items`` argument of a recording verb as a list of plain dicts.
 
     One message dict or an iterable of them; a string too when ``text`` (it becomes
-    one user message). Anything else is an InvalidEntryError naming the argument.
+    one user message). Each item is checked by :func:`check_item`. Anything else is an
+    :class:`AgentItemError` naming the argument (``name``).
     """
     if isinstance(value, str):
         if text:
             return [{"role": "user", "content": value}]
-        raise InvalidEntryError(kind, "argument 'items' must be a message dict or a list of them, not a string",
-                                session=session)
+        raise AgentItemError(kind, f"argument {name!r} must be a message dict or a list of them, not a string",
+                             session=session)
     if isinstance(value, Mapping):
-        return [dict(value)]
+        return [check_item(kind, value, repr(name), session)]
     if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
         allowed = "a string, a message dict or a list of message dicts" if text else "a message dict or a list of them"
-        raise InvalidEntryError(kind, f"argument 'items' must be {allowed}, not {type(value).__name__}",
-                                session=session)
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, Mapping):
-            raise InvalidEntryError(kind, f"argument 'items'[{i}] must be a message dict, not {type(item).__name__}",
-                                    session=session)
-        out.append(dict(item))
-    return out
+        raise AgentItemError(kind, f"argument {name!r} must be {allowed}, not {type(value).__name__}",
+                             session=session)
+    return [check_item(kind, item, f"{name!r}[{i}]", session) for i, item in enumerate(value)]
+
+
+#: Fields of an item the agent state reads (roles group a turn's items, the others are
+#: tool calls and their results: docs/agent.md): a string where present (None = absent).
+_TEXT_FIELDS = ("role", "type", "call_id", "tool_call_id")
+
+
+def check_item(kind: str, item: object, where: str, session: str | None) -> dict[str, Any]:
+    """One history item as a plain dict: a message dict (string keys, as JSON has) whose
+    fields the state reads have the shapes docs/agent.md gives them.
+
+    Stored as given, ``{1: "x"}`` came back from the state with an integer key (a model
+    client's JSON turns it into "1"), and a call id such as 7 or ``["a"]`` was matched
+    by its text, so a restore answered a call the model never made.
+    """
+    if not isinstance(item, Mapping):
+        raise AgentItemError(kind, f"argument {where} must be a message dict, not {type(item).__name__}",
+                             session=session)
+    for key in item:
+        if not isinstance(key, str):
+            raise AgentItemError(kind, f"argument {where} must have string keys (a message dict), "
+                                 f"not {key!r}", session=session)
+    for field in _TEXT_FIELDS:
+        value = item.get(field)
+        if value is not None and not isinstance(value, str):
+            raise AgentItemError(kind, f"argument {where}[{field!r}] must be a string, not {value!r}",
+                                 session=session)
+    calls = item.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, (list, tuple)):
+            raise AgentItemError(kind, f"argument {where}['tool_calls'] must be a list of tool calls, "
+                                 f"not {type(calls).__name__}", session=session)
+        for j, call in enumerate(calls):
+            if not isinstance(call, Mapping) or any(not isinstance(k, str) for k in call):
+                raise AgentItemError(kind, f"argument {where}['tool_calls'][{j}] must be a tool call dict "
+                                     f"(string keys), not {call!r}", session=session)
+            call_id = call.get("id")
+            if call_id is not None and not isinstance(call_id, str):
+                raise AgentItemError(kind, f"argument {where}['tool_calls'][{j}]['id'] must be a string, "
+                                     f"not {call_id!r}", session=session)
+    return dict(item)
 
 
 def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
@@ -243,13 +288,13 @@ def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
     if isinstance(value, str):
         return [value]
     if not isinstance(value, Iterable) or isinstance(value, (bytes, bytearray, Mapping)):
-        raise InvalidEntryError(TOOL_STARTED, f"argument 'call_ids' must be a call id or a list of them, "
-                                f"not {type(value).__name__}", session=session)
+        raise AgentItemError(TOOL_STARTED, f"argument 'call_ids' must be a call id or a list of them, "
+                             f"not {type(value).__name__}", session=session)
     out = list(value)
     for i, c in enumerate(out):
         if not isinstance(c, str):
-            raise InvalidEntryError(TOOL_STARTED, f"argument 'call_ids'[{i}] must be a string, "
-                                    f"not {type(c).__name__}", session=session)
+            raise AgentItemError(TOOL_STARTED, f"argument 'call_ids'[{i}] must be a string, "
+                                 f"not {type(c).__name__}", session=session)
     return out
 
 
@@ -703,7 +748,7 @@ class SessionCore(ABC):
     def _p_start(
         self, system_prompt: str | None, config: Mapping[str, Any] | None, history: Sequence[Mapping[str, Any]]
     ) -> Proc[None]:
-        items = items_arg(SESSION_START, history, session=self.session_id) if history else []
+        items = items_arg(SESSION_START, history, session=self.session_id, name="history") if history else []
         if config is not None and not isinstance(config, Mapping):
             raise InvalidEntryError(SESSION_START, f"argument 'config' must be a mapping, not {type(config).__name__}",
                                     session=self.session_id)
@@ -744,7 +789,7 @@ class SessionCore(ABC):
         return self._p_record(CACHE_UNLOCKED, {})
 
     def _p_record_turn(self, new_items: Any, outcome: str | None, message: str | None) -> Proc[None]:
-        runs = group_items(items_arg("record_turn", new_items, session=self.session_id))
+        runs = group_items(items_arg("record_turn", new_items, session=self.session_id, name="new_items"))
         if outcome is not None:
             _check_status(outcome, self.session_id)
         records: list[tuple[str, dict[str, Any]]] = [(kind, {"items": items}) for kind, items in runs]

@@ -81,6 +81,43 @@ def _jsonl_row(r: dict[str, Any]) -> str:
     return json.dumps(r, ensure_ascii=False)
 
 
+def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
+    """Write ``batches`` as ``fmt`` (jsonl or csv) into the directory ``out``; the row count."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    from .. import analytics
+
+    rows = 0
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        with (out / "entries.jsonl").open("a" if mode == "append" else "w") as f:
+            for b in batches:
+                rows += b.num_rows
+                # ts as ms: Python's datetime ends with year 9999, a scan's times do not.
+                b = b.set_column(b.schema.get_field_index("ts"), "ts", b.column("ts").cast(pa.int64()))
+                for r in b.to_pylist():
+                    f.write(_jsonl_row(r) + "\n")
+        return rows
+    name = "entries.csv" if mode != "append" or not (out / "entries.csv").exists() else \
+        f"entries-{uuid.uuid4().hex[:12]}.csv"  # appending: a new file, each with its header
+    writer: Any = None
+    try:
+        for b in batches:
+            rows += b.num_rows
+            b = b.drop_columns(["data_cbor"])
+            if writer is None:
+                writer = pcsv.CSVWriter(str(out / name), b.schema)
+            writer.write_batch(b)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        empty = pa.Table.from_batches([], analytics.SCHEMA).drop_columns(["data_cbor"])
+        pcsv.write_csv(empty, str(out / name))
+    return rows
+
+
 @app.command()
 @handle_errors
 def export(
@@ -100,9 +137,6 @@ def export(
     Parquet writes DIR/date=YYYY-MM-DD/part-*.parquet and DIR/_sessions.parquet (one
     row per session, labels and meta); jsonl and csv write one file of entries.
     """
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-
     from .. import analytics
 
     if fmt not in ("parquet", "jsonl", "csv"):
@@ -113,8 +147,9 @@ def export(
         "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
     }
     # Every option is checked, the log opened and the bucket answered (the first batch
-    # read) before --mode overwrite deletes anything: a typo or a wrong bucket never
-    # empties the output (to_parquet does the same).
+    # read) before anything is written, and --mode overwrite replaces the output only
+    # once the whole scan is written: a typo, a wrong bucket or a scan failing part way
+    # never empties it (to_parquet does the same).
     log = open_log()
     rows = 0
     try:
@@ -133,32 +168,13 @@ def export(
                 except BaseException:
                     batches.close()
                     raise
-                if clear:
-                    local.delete_dir_contents(target, missing_dir_ok=True)
-                out.mkdir(parents=True, exist_ok=True)
-                if fmt == "jsonl":
-                    with (out / "entries.jsonl").open("a" if mode == "append" else "w") as f:
-                        for b in batches:
-                            rows += b.num_rows
-                            # ts as ms: Python's datetime ends with year 9999, a scan's times do not.
-                            b = b.set_column(b.schema.get_field_index("ts"), "ts", b.column("ts").cast(pa.int64()))
-                            for r in b.to_pylist():
-                                f.write(_jsonl_row(r) + "\n")
-                else:
-                    name = "entries.csv" if mode != "append" or not (out / "entries.csv").exists() else \
-                        f"entries-{uuid.uuid4().hex[:12]}.csv"  # appending: a new file, each with its header
-                    writer: Any = None
-                    for b in batches:
-                        rows += b.num_rows
-                        b = b.drop_columns(["data_cbor"])
-                        if writer is None:
-                            writer = pcsv.CSVWriter(str(out / name), b.schema)
-                        writer.write_batch(b)
-                    if writer is None:
-                        empty = pa.Table.from_batches([], analytics.SCHEMA).drop_columns(["data_cbor"])
-                        pcsv.write_csv(empty, str(out / name))
-                    else:
-                        writer.close()
+                # Overwrite writes a new directory, swapped in once every batch is written:
+                # a scan failing part way leaves the old export (analytics.output_dir).
+                try:
+                    with analytics.output_dir(local, target, clear) as where:
+                        rows = _write_rows(batches, Path(where), fmt, mode)
+                finally:
+                    batches.close()
     finally:
         log.close()
     if not quiet:

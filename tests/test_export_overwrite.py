@@ -1,0 +1,149 @@
+"""An export with mode overwrite replaces the old one only once the whole scan is written.
+
+Before: ``to_parquet(mode="overwrite")`` and ``s3log export --mode overwrite`` checked
+their arguments and read the first batch, then deleted the old export and wrote the
+new one in its place: a scan failing after its first batch (a store fault, a strict
+scan's corrupt session) left the old export gone and the new one partial. Now the new
+export is written elsewhere (a hidden sibling directory locally, a hidden folder
+inside the target on S3) and swapped in at the end; a failure deletes only that.
+Each test here failed before.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from typer.testing import CliRunner
+
+import s3log
+from s3log import analytics
+from s3log.cli.app import app
+from s3log.testing import LocalS3
+from tests.cli_env import log_of
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+DAY = 86_400_000
+runner = CliRunner()
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _populate(log: s3log.Log, n: int = 3) -> list[str]:
+    """``n`` sessions, one entry each, on days T0, T0 + 1 day, ..."""
+    ids = []
+    for i in range(n):
+        w = log.create()
+        w.append("k", {"i": i}, ts=T0 + i * DAY)
+        w.commit()
+        ids.append(w.session_id)
+    return ids
+
+
+#: A scan that reads the sessions in order, one batch per entry: the first batches come
+#: from sound sessions, and a strict scan fails at the corrupt last one.
+FAILING_LATE = {"strict": True, "parallelism": 1, "batch_size": 1}
+
+
+def test_a_local_overwrite_whose_scan_fails_part_way_keeps_the_old_export(tmp_path: Path) -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    ids = _populate(log)
+    out = tmp_path / "export"
+    assert analytics.to_parquet(store, str(out)) == 3
+    before = _contents(out)
+    store.put_raw(log.layout.head(ids[2]), b"not a head")
+    with pytest.raises(s3log.CorruptionError):
+        analytics.to_parquet(store, str(out), mode="overwrite", sessions=ids, **FAILING_LATE)
+    assert _contents(out) == before, "the old export was deleted for a scan that failed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"], "the staging directory was left"
+
+
+def test_a_local_overwrite_replaces_the_whole_export_at_the_end(tmp_path: Path) -> None:
+    store = s3log.MemoryStore()
+    _populate(s3log.Log(store))
+    out = tmp_path / "export"
+    analytics.to_parquet(store, str(out))
+    seen: list[list[str]] = []
+    # While the scan runs the old export is still there, whole.
+    progress = lambda _p: seen.append(sorted(_contents(out)))  # noqa: E731
+    assert analytics.to_parquet(store, str(out), mode="overwrite", progress=progress, parallelism=1,
+                                batch_size=1) == 3
+    assert len(seen) == 3 and all(len(s) == 4 for s in seen), seen
+    assert analytics.to_parquet(store, str(out), mode="overwrite", since=T0 + 2 * DAY) == 1
+    assert sorted(p.name for p in out.iterdir()) == ["_sessions.parquet", "date=2026-01-03"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    # To a directory that does not exist yet, and into an empty one, as before.
+    assert analytics.to_parquet(store, str(tmp_path / "new"), mode="overwrite") == 3
+    (tmp_path / "empty").mkdir()
+    assert analytics.to_parquet(store, str(tmp_path / "empty"), mode="overwrite") == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "export", "new"]
+
+
+def _s3_keys(server: LocalS3, bucket: str, prefix: str) -> dict[str, str]:
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+
+def test_an_overwrite_to_s3_whose_scan_fails_part_way_keeps_the_old_export(s3log_server: LocalS3) -> None:
+    bucket = s3log_server.create_bucket()
+    store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
+    log = s3log.Log(store)
+    ids = _populate(log)
+    assert analytics.to_parquet(store, f"s3://{bucket}/export") == 3
+    before = _s3_keys(s3log_server, bucket, "export/")
+    assert any("/date=2026-01-03/" in k for k in before)
+    s3log_server.client().put_object(Bucket=bucket, Key=log.layout.head(ids[2]), Body=b"not a head")
+    with pytest.raises(s3log.CorruptionError):
+        analytics.to_parquet(store, f"s3://{bucket}/export", mode="overwrite", sessions=ids, **FAILING_LATE)
+    assert _s3_keys(s3log_server, bucket, "export/") == before
+    # A successful one replaces it: no stale day, nothing of the staging folder left.
+    assert analytics.to_parquet(store, f"s3://{bucket}/export", mode="overwrite", sessions=ids[:1]) == 1
+    after = sorted(_s3_keys(s3log_server, bucket, "export/"))
+    # (pyarrow marks the folders it makes with empty "dir/" objects, as before.)
+    assert [k for k in after if not k.endswith("/")] == ["export/_sessions.parquet"] + [
+        k for k in after if k.startswith("export/date=2026-01-01/part-")], after
+    assert {k.split("/")[1] for k in after} == {"", "_sessions.parquet", "date=2026-01-01"}, after
+
+
+def _failing_after_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan yields one entry, then meets a store fault (a lost connection)."""
+    real = analytics.scan
+
+    @functools.wraps(real)
+    def scan(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        batches = real(*args, **kwargs)
+        yield next(batches).slice(0, 1)
+        batches.close()
+        raise s3log.StoreError("connection reset by peer", key="s3log/sessions/x/head")
+
+    monkeypatch.setattr(analytics, "scan", scan)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_cli_export_overwrite_whose_scan_fails_part_way_keeps_the_old_export(
+    env: dict[str, str], tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _populate(log_of(env))
+    out = tmp_path / fmt
+    result = runner.invoke(app, ["export", "--format", fmt, "--out", str(out), "-q"], env=env)
+    assert result.exit_code == 0, result.output
+    before = _contents(out)
+    with monkeypatch.context() as patch:
+        _failing_after_first_batch(patch)
+        result = runner.invoke(app, ["export", "--format", fmt, "--out", str(out), "--mode", "overwrite"], env=env)
+    assert result.exit_code == 1 and "connection reset" in result.output, result.output
+    assert _contents(out) == before, "the old export was deleted for a scan that failed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fmt]
+    args = ["export", "--format", fmt, "--out", str(out), "--mode", "overwrite", "--since", "2026-01-03", "-q"]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert _contents(out) != before and sorted(p.name for p in tmp_path.iterdir()) == [fmt]
