@@ -29,6 +29,7 @@ import s3log
 from s3log import activity
 from s3log.agent import AgentSession
 from s3log.env import Env, wall_clock_ms
+from s3log.errors import StoreError
 from s3log.ids import uuid7
 from s3log.layout import Layout
 from s3log.store import s3 as s3_module
@@ -104,6 +105,7 @@ def test_bucket_policy_denies_non_tls_and_unconditional_head_writes() -> None:
     assert head["effect"] == "Deny" and head["actions"] == ["s3:PutObject"]
     assert head["resources"] == [
         "${local.bucket_arn}/${var.prefix}/sessions/*/head",
+        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
         "${local.bucket_arn}/${var.prefix}/sessions/_probe/*",
     ]
     conds = {(c["test"], c["variable"], tuple(c["values"])) for c in head["condition"]}
@@ -181,6 +183,8 @@ class Recording(s3log.MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, str]] = []
+        #: Keys whose next create-only PUT fails (a non-retried store error).
+        self.fail_once: set[str] = set()
 
     @property
     def used(self) -> set[str]:
@@ -192,6 +196,9 @@ class Recording(s3log.MemoryStore):
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         self.calls.append(("put_if_absent", key))
+        if key in self.fail_once:
+            self.fail_once.discard(key)
+            raise StoreError("injected", key=key, code="InternalError", status=400)
         return super().put_if_absent(key, body)
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
@@ -258,6 +265,16 @@ def _writer_flows(log: s3log.Log, store: Recording, clock: Clock) -> str:
     second.commit()  # its head PUT then loses the race: forks
     marker = activity.marker_key(Layout(), activity.day_of(clock.ms), other.session_id)
     assert ("put_if_absent", marker) in store.calls and ("get", marker) in store.calls
+    # A fork into an explicit child id whose head PUT failed, retried: the retry replaces
+    # the first attempt's marker with If-Match (docs/decisions/0008). Denied by the
+    # bucket policy's create-only statement once, which no test saw.
+    child = "retried-fork"
+    store.fail_once.add(log.layout.head(child))
+    with pytest.raises(StoreError):
+        log.fork(other.session_id, child_id=child)
+    clock.ms += 1000  # the retry's marker differs from the first (its refreshed_at)
+    log.fork(other.session_id, child_id=child)
+    assert ("put_if_match", f"{log.layout.forks_dir(other.session_id)}{child}") in store.calls
     assert ("put_if_match", "s3log/sessions/_probe/missing") in store.calls, "the probe must have run"
     _reader_flows(log, other.session_id)
     return other.session_id
@@ -651,7 +668,6 @@ def test_bucket_policy_denies_overwriting_segments_and_markers() -> None:
     assert stmt["principals"] == [{"type": "*", "identifiers": ["*"]}]
     assert stmt["resources"] == [
         "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
-        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
         "${local.bucket_arn}/${var.prefix}/activity/*",
     ]
     assert stmt["condition"] == [{"test": "Null", "variable": "s3:if-none-match", "values": ["true"]}]
@@ -682,8 +698,9 @@ def test_bucket_policy_denies_blind_overwrites_of_every_object_s3log_writes(
         blind = _denials(key, set())
         assert blind, f"an unconditional PUT could overwrite {key}"
         fired.update(blind)
-        if _kind(key) in ("seg", "forks", "activity"):
-            # If-Match replaces an existing object: history is create-only.
+        if _kind(key) in ("seg", "activity"):
+            # If-Match replaces an existing object: history is create-only. (A fork
+            # marker is replaced with If-Match by a retried fork: only its key is read.)
             assert _denials(key, {"if-match"}), f"an If-Match PUT could overwrite {key}"
     assert fired == {"DenyUnconditionalHeadWrites", "DenyOverwritingHistory"}
 

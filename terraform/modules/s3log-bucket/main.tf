@@ -148,10 +148,13 @@ data "aws_iam_policy_document" "bucket" {
       sid     = "DenyUnconditionalHeadWrites"
       effect  = "Deny"
       actions = ["s3:PutObject"]
-      # Heads, and the precondition probe's two keys (sessions/_probe/head, .../missing):
-      # s3log writes each with If-Match or If-None-Match, never blindly.
+      # Heads, fork markers and the precondition probe's two keys (sessions/_probe/head,
+      # .../missing): s3log writes each with If-Match or If-None-Match, never blindly. A
+      # fork marker is replaced (If-Match) when a fork is retried (docs/decisions/0008);
+      # readers use only its key, so replacing one changes no history.
       resources = [
         "${local.bucket_arn}/${var.prefix}/sessions/*/head",
+        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
         "${local.bucket_arn}/${var.prefix}/sessions/_probe/*",
       ]
       principals {
@@ -172,10 +175,11 @@ data "aws_iam_policy_document" "bucket" {
     }
   }
 
-  # Segments, fork markers and activity markers are written once (If-None-Match: *) and
-  # never replaced: without this, anyone allowed to write heads could overwrite history
-  # in place (or empty the activity index's record of a day). If-Match alone is denied
-  # too: it replaces an existing object.
+  # Segments and activity markers are written once (If-None-Match: *) and never
+  # replaced: without this, anyone allowed to write heads could overwrite history in
+  # place (or empty the activity index's record of a day). If-Match alone is denied
+  # too: it replaces an existing object. (Fork markers are rewritten by a retried fork:
+  # the statement above covers them.)
   dynamic "statement" {
     for_each = var.enforce_create_only_history ? [1] : []
     content {
@@ -184,7 +188,6 @@ data "aws_iam_policy_document" "bucket" {
       actions = ["s3:PutObject"]
       resources = [
         "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*",
-        "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*",
         "${local.bucket_arn}/${var.prefix}/activity/*",
       ]
       principals {
