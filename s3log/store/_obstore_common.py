@@ -10,7 +10,7 @@ from typing import Any
 from .._extras import require
 from ..errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
 from ..ops import Blob, ListPage, ObjectInfo
-from .base import error_for_status
+from .base import checked_etag, error_for_status
 
 
 def make_client(
@@ -96,21 +96,10 @@ def blob(result: Any, data: Any, key: str) -> Blob:
 
 
 def etag_of(reply: Any, key: str, *, write: bool) -> str:
-    """The ``e_tag`` of an obstore get result's meta or put result.
-
-    obstore gives None when the reply had no ETag (it used to become the text
-    ``"None"``, sent later as an ``If-Match``). After a write, whose request was applied,
-    that is an unknown outcome (TransientStoreError: the protocol reads the head to
-    settle it); after a read, a store that sends no ETag cannot be used (StoreError).
-    """
-    etag = reply.get("e_tag") if hasattr(reply, "get") else None
-    if isinstance(etag, str) and etag:
-        return etag
-    if write:
-        raise TransientStoreError("the write's reply carried no ETag: it may have been applied",
-                                  key=key, code="MissingETag")
-    raise StoreError("the reply carried no ETag: the object cannot be replaced conditionally",
-                     key=key, code="MissingETag")
+    """The ``e_tag`` of an obstore get result's meta or put result
+    (:func:`~s3log.store.base.checked_etag`). obstore gives None when the reply had no
+    ETag (it used to become the text ``"None"``, sent later as an ``If-Match``)."""
+    return checked_etag(reply.get("e_tag") if hasattr(reply, "get") else None, key, write=write)
 
 
 #: S3 returns at most this many entries (keys and common prefixes) per LIST request.

@@ -20,7 +20,7 @@ from botocore.exceptions import (
 
 from ..errors import StoreError, TransientStoreError
 from ..ops import ListPage, ObjectInfo
-from .base import error_for_status
+from .base import checked_etag, error_for_status
 
 
 def client_options(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> dict[str, Any]:
@@ -70,21 +70,8 @@ def map_error(exc: BaseException, key: str) -> StoreError:
 
 
 def etag_of(resp: Any, key: str, *, write: bool) -> str:
-    """The ETag of a GetObject or PutObject reply.
-
-    A reply without one is not something s3log can build on (every head is replaced
-    with ``If-Match`` on the ETag read): after a write, whose request was applied, it is
-    an unknown outcome (TransientStoreError: the protocol reads the head to settle it);
-    after a read, a store that sends no ETag cannot be used (StoreError).
-    """
-    etag = resp.get("ETag") if isinstance(resp, dict) else None
-    if isinstance(etag, str) and etag:
-        return etag
-    if write:
-        raise TransientStoreError("the write's reply carried no ETag: it may have been applied",
-                                  key=key, code="MissingETag")
-    raise StoreError("the reply carried no ETag: the object cannot be replaced conditionally",
-                     key=key, code="MissingETag")
+    """The ETag of a GetObject or PutObject reply (:func:`~s3log.store.base.checked_etag`)."""
+    return checked_etag(resp.get("ETag") if isinstance(resp, dict) else None, key, write=write)
 
 
 def list_params(

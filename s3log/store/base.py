@@ -112,6 +112,23 @@ def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_
     return (kind, bucket, endpoint, region)
 
 
+def checked_etag(etag: object, key: str, *, write: bool) -> str:
+    """``etag`` (the ETag a reply carried, or None), if it is one.
+
+    A reply without one is not something s3log can build on (every head is replaced
+    with ``If-Match`` on the ETag read): after a write, whose request was applied, it is
+    an unknown outcome (TransientStoreError: the protocol reads the head to settle it);
+    after a read, a store that sends no ETag cannot be used (StoreError).
+    """
+    if isinstance(etag, str) and etag:
+        return etag
+    if write:
+        raise TransientStoreError("the write's reply carried no ETag: it may have been applied",
+                                  key=key, code="MissingETag")
+    raise StoreError("the reply carried no ETag: the object cannot be replaced conditionally",
+                     key=key, code="MissingETag")
+
+
 class RequestCounter:
     """Counts requests by kind (GET / PUT / LIST / DELETE), thread-safely."""
 
