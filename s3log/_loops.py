@@ -70,6 +70,11 @@ class PerLoop(Generic[T]):
                 self._drop(held)
         return self._values.setdefault(loop, self._make())
 
+    def pop(self) -> T | None:
+        """Remove and return the running loop's value (None if it has none); ``drop`` is
+        not called (the caller takes it)."""
+        return self._values.pop(asyncio.get_running_loop(), None)
+
     def __len__(self) -> int:
         """How many loops' values are kept."""
         return len(self._values)

@@ -346,6 +346,16 @@ MAX_INTERNAL_DEPTH = MAX_DATA_DEPTH + 16
 MAX_TS = (2**63 - 2) // 1000
 
 
+def check_ts(kind: object, ts: object, *, session: str | None = None) -> int:
+    """Validate an entry's ``ts``: an int of milliseconds from 0 to :data:`MAX_TS`."""
+    if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
+        raise InvalidEntryError(
+            kind, f"ts must be an integer of milliseconds from 0 to {MAX_TS} (294247-01-10 UTC), not {ts!r}",
+            session=session,
+        )
+    return ts
+
+
 #: Scalars whose deterministic encoding decodes to an equal value that encodes to the
 #: same bytes again (see :func:`normalize_data_cbor`).
 _PLAIN_SCALARS = frozenset({int, float, bool, bytes, type(None)})

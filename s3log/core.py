@@ -18,9 +18,9 @@ from typing import Any, Generic, TypeVar
 
 from . import listing, protocol, retention
 from .chain import PendingEntry
-from .codec import MAX_TS, Entry, Head, ParentRef, check_kind, normalize_data, normalize_data_cbor
+from .codec import Entry, Head, ParentRef, check_kind, check_ts, normalize_data, normalize_data_cbor
 from .config import LogConfig
-from .errors import ConflictError, InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
+from .errors import ConflictError, InvalidArgumentError, PreconditionsIgnoredError
 from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import ObjectInfo, Proc
@@ -125,11 +125,8 @@ class CommitQueue(Generic[S]):
         check_kind(kind)
         if ts is None:
             ts = self.config.env.now_ms()
-        elif not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
-            raise InvalidEntryError(
-                kind, f"ts must be an integer of milliseconds from 0 to {MAX_TS} (294247-01-10 UTC), not {ts!r}",
-                session=self.ws.session,
-            )
+        else:
+            check_ts(kind, ts, session=self.ws.session)
         value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
         entry = PendingEntry(kind, ts, value, encoded)
         with self._lock:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Generic, Literal
@@ -34,6 +34,8 @@ from .codec import (
     Pending,
     RunColumns,
     Segment,
+    check_kind,
+    check_ts,
     decode_head,
     decode_segment,
     decode_segment_columns,
@@ -56,6 +58,7 @@ from .errors import (
     EntryNotFound,
     FormatVersionError,
     InvalidArgumentError,
+    InvalidEntryError,
     InvalidSessionIdError,
     ObjectNotFound,
     PreconditionFailed,
@@ -681,12 +684,17 @@ def child_heads(layout: Layout, session: str) -> Proc[list[HeadRow]]:
     fork whose head never landed, or a deleted child whose marker ``Log.delete`` left
     to gc (young enough that a fork retried into the freed id may have just written it).
     Only a 404 says there is no head: a head that cannot be read is still a child's (a
-    row with ``error``).
+    row with ``error``). A head naming no parent, or another parent, is not a fork of
+    ``session``: its marker outlived the fork it was written for (a child deleted and
+    its id used again, by a root session or a fork of another parent, while
+    ``Log.delete`` left the young marker to gc; a fork into an id another parent's fork
+    won), and gc keeps such a marker, since its child has a head.
     """
     objects, _ = yield from list_all(layout.forks_dir(session))
     base = layout.forks_dir(session)
     # A name that is not a session id is not a marker s3log wrote (a stray object).
-    return (yield from list_head_rows(layout, _valid_ids([o.key[len(base):] for o in objects], base)))
+    rows = yield from list_head_rows(layout, _valid_ids([o.key[len(base):] for o in objects], base))
+    return [r for r in rows if r.head is None or (r.head.parent is not None and r.head.parent.session == session)]
 
 
 def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
@@ -2101,6 +2109,27 @@ def append_latest(
 Selector = Callable[[list[dict[str, Any]], Head], list[dict[str, Any]] | None]
 
 
+def _kept_entries(session: str, kept: object) -> list[PendingEntry]:
+    """The entries a compaction's selector kept, each checked as ``append`` checks one
+    (:class:`InvalidEntryError` or :class:`InvalidArgumentError` naming what is wrong)."""
+    if isinstance(kept, (str, bytes, Mapping)) or not isinstance(kept, Iterable):
+        raise InvalidArgumentError("select", f"must return a list of entry maps or None, not {type(kept).__name__}",
+                                   session=session)
+    out: list[PendingEntry] = []
+    for i, e in enumerate(kept):
+        if not isinstance(e, Mapping) or "kind" not in e or "ts" not in e:
+            raise InvalidArgumentError("select", f"item {i} of what it returned is not a map with 'kind' and 'ts' "
+                                                 f"(and 'data'): {e!r:.200}", session=session)
+        kind = e["kind"]
+        try:
+            check_kind(kind)
+        except InvalidEntryError as exc:
+            raise InvalidEntryError(kind, str(exc).split(": ", 1)[-1], session=session) from None
+        ts = check_ts(kind, e["ts"], session=session)
+        out.append(PendingEntry(kind, ts, normalize_data(kind, e.get("data"), session=session)))
+    return out
+
+
 def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Selector) -> Proc[bool]:
     """Rewrite a session, at the same id, as a new root chain of what ``select`` keeps.
 
@@ -2119,7 +2148,12 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     kept = select(history, data.head)
     if kept is None:
         return False
-    if not kept:
+    # What the selector returns is input, checked as append checks it, before anything
+    # is written: an entry a reader refuses (a ts that is not an int, a kind that is not
+    # text or is s3log's own) made the rewritten session unreadable, its old segments
+    # retired for gc; a ts past MAX_TS made every scan skip it.
+    pending = _kept_entries(session, kept)
+    if not pending:
         # Only the head decided on: a concurrent commit wins here too (ConflictError).
         yield from delete_session(layout, session, cfg, etag=data.etag)
         return True
@@ -2127,7 +2161,7 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
                     ts_min=None, ts_max=None, retired_at=now, pending=None)
     ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
-    entries = build_chain([PendingEntry(e["kind"], e["ts"], e["data"]) for e in kept], after_seq=-1, after_hash=None)
+    entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely
     # starts with the same entries for ours. Any other head is a conflict here.
     _, outcome, _ = yield from _write(layout, cfg, ws, entries)

@@ -7,6 +7,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from .._extras import extra
+from .._loops import PerLoop
 from ..errors import StoreError, TransientStoreError
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
@@ -55,6 +56,17 @@ def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeou
                      **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
+class _LoopClient:
+    """The client an :class:`AsyncS3Store` opened on one event loop, and the lock that opens it."""
+
+    __slots__ = ("client", "lock", "stack")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.client: Any = None
+        self.stack: contextlib.AsyncExitStack | None = None
+
+
 class AsyncS3Store:
     """Amazon S3 (or any S3-compatible store) through aioboto3.
 
@@ -83,15 +95,16 @@ class AsyncS3Store:
         #: What the precondition probe's result is remembered for (None: this object).
         self.precondition_scope = (precondition_scope("aioboto3", bucket, endpoint_url, region_name)
                                    if client is None else None)
+        #: A client passed in (its owner's to manage), else None: the store opens one per loop.
         self._client = client
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._max_pool = max_pool_connections
-        self._stack: contextlib.AsyncExitStack | None = None
-        #: The event loop the client this store opened belongs to (aiohttp's session and
-        #: connections are one loop's), and the lock that opens it on that loop.
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._open_lock: asyncio.Lock | None = None
+        #: The client this store opened on each event loop (aiohttp's session and
+        #: connections are one loop's). Loops running at once, in threads, keep one each:
+        #: a single slot was taken over by each loop in turn, opening a client per switch
+        #: and leaving the other loop's open; a loop's is dropped once it is closed.
+        self._loops: PerLoop[_LoopClient] = PerLoop(_LoopClient)
 
     def __repr__(self) -> str:
         return f"AsyncS3Store(bucket={self.bucket!r})"
@@ -109,35 +122,33 @@ class AsyncS3Store:
         return store
 
     async def _c(self) -> Any:
-        loop = asyncio.get_running_loop()
-        if self._client is not None and (self._stack is None or self._client_loop is loop):
-            return self._client  # one passed in (its owner's to manage), or ours on this loop
-        if self._open_lock is None or self._client_loop is not loop:
-            # A store outlives an event loop as a log does (``asyncio.run`` per request):
-            # a client opened on another loop cannot send on this one (every request
-            # failed, "Event loop is closed"), so this loop opens its own. The old one
-            # is left to its loop: it cannot be closed from here.
-            self._client, self._stack = None, None
-            self._client_loop, self._open_lock = loop, asyncio.Lock()
-        async with self._open_lock:
-            if self._client is None:
-                kwargs: dict[str, Any] = {"config": client_config(self._max_pool)}
-                if self._endpoint_url:
-                    kwargs["endpoint_url"] = self._endpoint_url
-                if self._region_name:
-                    kwargs["region_name"] = self._region_name
-                stack = contextlib.AsyncExitStack()
-                self._client = await stack.enter_async_context(aioboto3.Session().client("s3", **kwargs))
-                self._stack = stack
-        return self._client
+        if self._client is not None:
+            return self._client  # one passed in: its owner's to manage
+        # A store outlives an event loop as a log does (``asyncio.run`` per request): a
+        # client opened on another loop cannot send on this one (every request failed,
+        # "Event loop is closed"), so each loop opens its own.
+        slot = self._loops.get()
+        if slot.client is None:
+            async with slot.lock:
+                if slot.client is None:
+                    kwargs: dict[str, Any] = {"config": client_config(self._max_pool)}
+                    if self._endpoint_url:
+                        kwargs["endpoint_url"] = self._endpoint_url
+                    if self._region_name:
+                        kwargs["region_name"] = self._region_name
+                    stack = contextlib.AsyncExitStack()
+                    client = await stack.enter_async_context(aioboto3.Session().client("s3", **kwargs))
+                    slot.client, slot.stack = client, stack
+        return slot.client
 
     async def aclose(self) -> None:
-        """Close the client this store opened (a client passed in is left open)."""
-        if self._stack is not None:
-            stack, self._stack, self._client = self._stack, None, None
-            if self._client_loop is asyncio.get_running_loop():
-                await stack.aclose()
-            # else: opened on a loop that is gone; its connections went with it.
+        """Close the client this store opened on the running loop (a client passed in is
+        left open). One opened on another loop that is still running is that loop's to
+        close (``aclose`` there); one of a closed loop went with it."""
+        slot = self._loops.pop()
+        if slot is not None and slot.stack is not None:
+            stack, slot.stack, slot.client = slot.stack, None, None
+            await stack.aclose()
 
     async def __aenter__(self) -> AsyncS3Store:
         return self

@@ -12,7 +12,7 @@ import os
 import threading
 import warnings
 from collections import Counter
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import (
     ConditionalRequestConflict,
@@ -109,7 +109,24 @@ def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_
     env = os.environ.get
     endpoint = endpoint_url or env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL") or ""
     region = region_name or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or ""
-    return (kind, bucket, endpoint, region)
+    # boto3 and aioboto3 also take the endpoint and region from the profile in the AWS
+    # config file (``endpoint_url``, ``region``): the profile and the file are part of
+    # what the answer holds for (a store of the same bucket name on another endpoint,
+    # chosen by profile, escaped the probe).
+    profile = (env("AWS_PROFILE") or env("AWS_DEFAULT_PROFILE") or "", env("AWS_CONFIG_FILE") or "",
+               env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") or "", env("AWS_SHARED_CREDENTIALS_FILE") or "")
+    return (kind, bucket, endpoint, region, *profile)
+
+
+def resolved_scope(kind: str, bucket: str, client: Any) -> tuple[str, ...] | None:
+    """The ``precondition_scope`` of a store whose botocore client is built: the endpoint
+    and region that client resolved (from its arguments, the environment or the config
+    file), or None (probed on its own) if it does not say."""
+    meta = getattr(client, "meta", None)
+    endpoint, region = getattr(meta, "endpoint_url", None), getattr(meta, "region_name", None)
+    if not isinstance(endpoint, str) or not endpoint:
+        return None
+    return (kind, bucket, endpoint, region if isinstance(region, str) else "")
 
 
 def checked_etag(etag: object, key: str, *, write: bool) -> str:

@@ -8,7 +8,7 @@ import boto3
 
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
-from .base import RequestCounter, deprecated_prefix, precondition_scope
+from .base import RequestCounter, deprecated_prefix, resolved_scope
 
 if TYPE_CHECKING:
     from .fast import ObstoreStore
@@ -41,9 +41,9 @@ class S3Store:
     ) -> None:
         self.bucket = bucket
         deprecated_prefix(self, prefix)
-        #: What the precondition probe's result is remembered for (None: this object).
-        self.precondition_scope = (precondition_scope("boto3", bucket, endpoint_url, region_name)
-                                   if client is None else None)
+        #: What the precondition probe's result is remembered for (None: this object):
+        #: the endpoint and region the client this store built resolved.
+        self.precondition_scope: tuple[str, ...] | None = None
         if client is None:
             kwargs: dict[str, Any] = {"config": client_config(max_pool_connections)}
             if endpoint_url:
@@ -51,6 +51,7 @@ class S3Store:
             if region_name:
                 kwargs["region_name"] = region_name
             client = boto3.session.Session().client("s3", **kwargs)
+            self.precondition_scope = resolved_scope("boto3", bucket, client)
         self.client = client
         self.requests = RequestCounter()
 
