@@ -146,8 +146,16 @@ BOTO_TO_IAM = {
     "list_objects_v2": "s3:ListBucket",
     "delete_object": "s3:DeleteObject",
 }
+#: What S3 authorizes a request with beyond its own action, by (boto3 call, argument):
+#: a DELETE with If-Match on an ETag needs s3:GetObject on the object as well ("conditional
+#: deletes with a specific ETag value require both s3:DeleteObject and s3:GetObject
+#: permissions", S3 user guide, "Enforce conditional deletes"). Without it, a role allowed
+#: to delete a key it may not read was refused every If-Match DELETE of it.
+IMPLIED = {("delete_object", "IfMatch"): "s3:GetObject"}
 ROLES = ["reader", "writer", "gc", "sweep"]
 DAY_MS = 86_400_000
+#: The explicit child id of the retried fork the writer flows make; rm deletes it (a fork child).
+RETRIED_CHILD = "retried-fork"
 
 
 def _s3_actions_per_store_method() -> dict[str, set[str]]:
@@ -166,6 +174,8 @@ def _s3_actions_per_store_method() -> dict[str, set[str]]:
             ):
                 assert node.func.attr in BOTO_TO_IAM, f"S3Store.{fn.name} calls {node.func.attr}: map it to IAM"
                 calls.add(BOTO_TO_IAM[node.func.attr])
+                calls.update(IMPLIED[(node.func.attr, kw.arg)] for kw in node.keywords
+                             if kw.arg is not None and (node.func.attr, kw.arg) in IMPLIED)
         if calls:
             out[fn.name] = calls
     return out
@@ -268,7 +278,7 @@ def _writer_flows(log: s3log.Log, store: Recording, clock: Clock) -> str:
     # A fork into an explicit child id whose head PUT failed, retried: the retry replaces
     # the first attempt's marker with If-Match (docs/decisions/0008). Denied by the
     # bucket policy's create-only statement once, which no test saw.
-    child = "retried-fork"
+    child = RETRIED_CHILD
     store.fail_once.add(log.layout.head(child))
     with pytest.raises(StoreError):
         log.fork(other.session_id, child_id=child)
@@ -287,8 +297,11 @@ def _gc_flows(log: s3log.Log, store: Recording, sid: str) -> None:
     orphan_marker = f"s3log/sessions/{sid}/forks/{uuid7()}"  # a child that does not exist
     store.put_raw(orphan_seg, b"x", mtime_ms=0)
     store.put_raw(orphan_marker, b"", mtime_ms=0)
-    victim = next(s.session_id for s in log.list_sessions() if s.session_id != sid)
-    log.head(victim)
+    # rm of a fork child (the retried fork): its own marker, in its parent's folder, goes
+    # with If-Match on the ETag listed, as gc deletes a dangling one.
+    victim = RETRIED_CHILD
+    parent = log.head(victim).parent
+    assert parent is not None
     log.object_keys(victim)
     log.children(victim)
     log.delete(victim)
@@ -296,13 +309,18 @@ def _gc_flows(log: s3log.Log, store: Recording, sid: str) -> None:
     # The delete path must really have run, or "gc needs no PUT" would prove nothing.
     assert {orphan_seg, orphan_marker} <= set(report.deleted)
     assert any(m == "delete" and k.startswith("s3log/activity/") for m, k in store.calls), "rm drops markers"
+    # Conditional DELETEs of fork markers: S3 authorizes them only with GetObject on the
+    # marker too. The gc policy, which read heads alone, refused both (AccessDenied).
+    own_marker = log.layout.fork_marker(parent.session, victim)
+    assert {("delete_if_match", own_marker), ("delete_if_match", orphan_marker)} <= set(store.calls)
 
 
 def _sweep_flows(log: s3log.Log, store: Recording, clock: Clock) -> None:
     """What the retention sweep runs, as scripts/sweep_lambda.py does: expire, then gc."""
     # A dangling fork marker (its child has no head), planted behind the recorder's back.
     sid = log.list_session_ids()[0]
-    store.put_raw(f"s3log/sessions/{sid}/forks/{uuid7()}", b"", mtime_ms=0)
+    dangling = f"s3log/sessions/{sid}/forks/{uuid7()}"
+    store.put_raw(dangling, b"", mtime_ms=0)
     clock.ms += 40 * DAY_MS  # every session idle; the index's first days past keeping
     expired = log.expire(idle_for=timedelta(days=30))
     assert expired.expired and expired.pruned_days, expired
@@ -311,6 +329,8 @@ def _sweep_flows(log: s3log.Log, store: Recording, clock: Clock) -> None:
     collected = log.gc(older_than_ms=3_600_000)  # the next run collects them, and the tombstones
     assert collected.deleted and all("/seg/" in k or k.endswith("/head") for k in collected.deleted)
     assert any(k.endswith("/head") for k in collected.deleted), collected.deleted
+    # gc's If-Match DELETE of the dangling marker (S3: DeleteObject and GetObject on it).
+    assert ("delete_if_match", dangling) in store.calls
 
 
 @pytest.fixture(scope="module")
@@ -496,6 +516,21 @@ def test_policy_grants_no_key_pattern_the_code_does_not_use(
 
 
 @pytest.mark.parametrize("role", ROLES)
+def test_a_missing_key_answers_not_found_not_access_denied(
+    role: str, recorded: dict[str, list[tuple[str, str]]]
+) -> None:
+    """S3 answers a request for a missing key 404 only to a caller whose s3:ListBucket
+    admits the key as ``s3:prefix`` (it evaluates that grant with the key as the prefix);
+    anyone else gets 403, which s3log takes for a fatal error, not for "absent" (a head
+    not created yet, a marker deleted meanwhile, the probe's missing object). Every key
+    a role reads, or replaces or deletes with If-Match, must be one its ListPrefix admits."""
+    keyed = [(m, k) for m, k in recorded[role] if m in ("get", "put_if_match", "delete_if_match")]
+    assert keyed
+    for method, key in keyed:
+        assert _allowed(role, S3Call("s3:ListBucket", BUCKET_ARN, prefix=key)), f"{role}: {method} {key} 403 if missing"
+
+
+@pytest.mark.parametrize("role", ROLES)
 def test_kms_grant_matches_what_the_role_does(role: str, derived: dict[str, set[str]]) -> None:
     use_key = _role_statements(role)["UseKey"]
     dyn = next(d["statement"] for d in _role_doc(role)["dynamic"] if d["statement"]["content"][0] is use_key)
@@ -511,10 +546,27 @@ def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
     assert "s3:PutObject" not in derived["gc"]
     assert "s3:PutObject" not in _policy_actions("gc")
     stmts = _role_statements("gc")
-    assert set(stmts) == {"ReadHeads", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
+    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
     assert stmts["ReadHeads"]["actions"] == ["s3:GetObject"]
     assert stmts["ReadHeads"]["resources"] == ["${local.heads_arn}"]
     assert not _allowed("gc", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
+    assert not _allowed("gc", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"))
+
+
+@pytest.mark.parametrize("role", ["gc", "sweep"])
+def test_roles_that_delete_fork_markers_with_if_match_may_get_them(role: str) -> None:
+    # S3 authorizes a DELETE with If-Match on an ETag only with GetObject on the object
+    # too (IMPLIED): gc, rm and the sweep's gc delete fork markers so; never a segment.
+    stmt = _role_statements(role)["ReadForkMarkers"]
+    assert stmt["actions"] == ["s3:GetObject"] and stmt["resources"] == ["${local.forks_arn}"]
+    assert "condition" not in stmt
+    assert _locals()["forks_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*"
+    assert _s3_actions_per_store_method()["delete_if_match"] == {"s3:DeleteObject", "s3:GetObject"}
+    marker = f"{BUCKET_ARN}/s3log/sessions/x/forks/y"
+    for call in _s3_calls([("delete_if_match", "s3log/sessions/x/forks/y")]):
+        assert _allowed(role, call), call
+    assert _allowed(role, S3Call("s3:GetObject", marker))
+    assert not _allowed(role, S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
 
 
 def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
@@ -541,8 +593,8 @@ def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
 
 def test_sweep_puts_heads_only_with_if_match(recorded: dict[str, list[tuple[str, str]]]) -> None:
     stmts = _role_statements("sweep")
-    assert set(stmts) == {"ReadHeads", "WriteTombstones", "DeleteGarbageAndMarkers", "DeleteTombstones",
-                          "ListPrefix", "UseKey"}
+    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "WriteTombstones", "DeleteGarbageAndMarkers",
+                          "DeleteTombstones", "ListPrefix", "UseKey"}
     assert stmts["DeleteTombstones"]["resources"] == ["${local.heads_arn}"]
     assert stmts["DeleteTombstones"]["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
     head_deletes = [m for m, k in recorded["sweep"] if k.endswith("/head") and m.startswith("delete")]
@@ -561,6 +613,62 @@ def test_sweep_puts_heads_only_with_if_match(recorded: dict[str, list[tuple[str,
     assert not _allowed("sweep", S3Call("s3:PutObject", seg, headers=frozenset({"if-match"})))
     marker = f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"
     assert not _allowed("sweep", S3Call("s3:PutObject", marker, headers=frozenset({"if-none-match"})))
+
+
+def _saver_flows() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """A LangGraph saver's verbs on a recorded log: (what appends, copies and prunes to
+    kept checkpoints, what deletes: delete_thread, prune(strategy="delete"), and a
+    delete_for_runs that leaves a thread empty, whose Log.compact deletes its session)."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from s3log.integrations.langgraph import S3LogSaver
+
+    store = Recording()
+    clock = Clock()
+    saver = S3LogSaver(s3log.Log(store, config=s3log.LogConfig(env=Env(clock_ms=clock), tail_per_commit=0,
+                                                               tail_max_bytes=2048)))
+
+    def put(thread: str, n: int, run: str) -> Any:
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        for i in range(n):
+            checkpoint = generate_checkpoint()
+            checkpoint["channel_values"] = {"x": "y" * 1500}
+            config = saver.put(config, checkpoint, generate_metadata(step=i, run_id=run), {})
+        return config
+
+    last = put("a", 4, "run-a")
+    saver.put_writes(last, [("channel", 1)], "task")
+    put("b", 2, "run-b")
+    put("c", 2, "run-c")
+    saver.copy_thread("a", "a-copy")
+    saver.prune(["a"], keep=1)
+    saver.get_tuple({"configurable": {"thread_id": "a-copy", "checkpoint_ns": ""}})
+    writes = list(store.calls)
+    store.calls.clear()
+    clock.ms += DAY_MS  # past rm's grace for the copy's fork marker and the activity markers
+    saver.delete_thread("a-copy")
+    saver.prune(["b"], keep=1, strategy="delete")
+    saver.delete_for_runs(["run-c"])  # every checkpoint of thread c: its session goes
+    return writes, list(store.calls)
+
+
+def test_langgraph_saver_appends_with_the_writer_policy_and_deletes_with_gc_beside_it() -> None:
+    writes, deletes = _saver_flows()
+    for call in _s3_calls(writes):
+        assert _allowed("writer", call), f"the writer policy refuses the saver's {call}"
+    for method, key in writes:
+        if method in WRITE_HEADERS:
+            assert _denials(key, WRITE_HEADERS[method]) == [], f"{method} {key} would be denied"
+    # Deleting a thread is Log.delete: DeleteObject, which the writer policy never grants
+    # (terraform/README.md: give a saver that deletes threads the gc policy too).
+    assert {m for m, _ in deletes} >= {"delete", "delete_if_match"}
+    refused = {c for c in _s3_calls(deletes) if not _allowed("writer", c)}
+    assert refused and {c.action for c in refused} == {"s3:DeleteObject"}
+    for call in _s3_calls(deletes):
+        assert _allowed("writer", call) or _allowed("gc", call), f"writer + gc refuse the saver's {call}"
+    readme = (TF / "README.md").read_text()
+    assert "delete_thread" in readme and "attach `gc_policy_arn` beside `writer_policy_arn`" in readme
 
 
 def test_writer_writes_activity_markers_and_cannot_delete(derived: dict[str, set[str]]) -> None:

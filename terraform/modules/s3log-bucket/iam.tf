@@ -10,12 +10,19 @@
 # rewrite anything. The sweep (expire + gc) may PUT a head only with If-Match: it can
 # replace a head it has just read by a tombstone, never create or blindly overwrite one,
 # and delete a head (a tombstone past gc's grace) only with If-Match on the ETag read.
+#
+# S3 authorizes a DELETE with If-Match on an ETag as s3:DeleteObject *and* s3:GetObject
+# on the object ("Enforce conditional deletes" in the S3 user guide): every key a role
+# deletes with If-Match (heads, fork markers) is one it may GET. And a GET (or a
+# conditional request) of a missing key answers 404 only to a caller whose s3:ListBucket
+# admits the key as s3:prefix, else 403: each role's ListPrefix covers every key it reads.
 
 locals {
   sessions_arn = "${local.bucket_arn}/${var.prefix}/sessions/*"
   heads_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/head"
   # What gc deletes under a session besides its head: segments and fork markers.
   segments_arn = "${local.bucket_arn}/${var.prefix}/sessions/*/seg/*"
+  # Fork markers: deleted with If-Match (gc, rm, the sweep's gc), which needs GetObject too.
   forks_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*"
   activity_arn = "${local.bucket_arn}/${var.prefix}/activity/*"
   # s3:prefix values of the LISTs: session folders, and the activity index's day folders.
@@ -111,6 +118,14 @@ data "aws_iam_policy_document" "gc" {
     actions   = ["s3:GetObject"]
     resources = [local.heads_arn]
   }
+  # gc deletes a dangling fork marker, and rm its children's markers and its own, only
+  # with If-Match on the ETag listed: S3 refuses that DELETE without GetObject on the
+  # marker (a marker names a parent, a child and a fork point: no entry of a session).
+  statement {
+    sid       = "ReadForkMarkers"
+    actions   = ["s3:GetObject"]
+    resources = [local.forks_arn]
+  }
   statement {
     sid       = "DeleteSessionsAndMarkers"
     actions   = ["s3:DeleteObject"]
@@ -144,6 +159,13 @@ data "aws_iam_policy_document" "sweep" {
     sid       = "ReadHeads"
     actions   = ["s3:GetObject"]
     resources = [local.heads_arn]
+  }
+  # gc deletes a dangling fork marker only with If-Match on the ETag listed, which S3
+  # authorizes only with GetObject on the marker too.
+  statement {
+    sid       = "ReadForkMarkers"
+    actions   = ["s3:GetObject"]
+    resources = [local.forks_arn]
   }
   # A tombstone replaces the head just read: the PUT must carry If-Match (its ETag),
   # so a session committed to since then is kept and no head is ever created here.
