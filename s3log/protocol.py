@@ -1962,7 +1962,15 @@ def gc(
         deleted = [k for k, r in zip(doomed, results, strict=True) if r is None]
         for k in deleted:
             log.info("gc deleted %s", k)
-    return GcReport(len(heads), doomed, deleted, young, broken)
+        # Anything else (access denied: a role without GetObject on what it deletes with
+        # If-Match; a store fault past its retries) is reported, not passed over: left
+        # out silently, it showed as "nothing to collect" while garbage piled up.
+        benign = (PreconditionFailed, ObjectNotFound, ConditionalDeleteUnsupported)
+        failed = {k: str(r) for k, r in zip(doomed, results, strict=True)
+                  if r is not None and not isinstance(r, benign)}
+        for k, why in failed.items():
+            log.warning("gc could not delete %s: %s", k, why)
+    return GcReport(len(heads), doomed, deleted, young, broken, failed if doomed and not dry_run else {})
 
 
 # ------------------------------------------------------------------- precondition probe

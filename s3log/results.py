@@ -216,6 +216,8 @@ class GcReport:
     """What garbage collection found (and deleted unless it was a dry run).
 
     ``broken``: sessions whose head could not be read; their objects were left alone.
+    ``failed``: keys whose DELETE failed (key -> the error), other than one a 412 or a
+    404 answered (changed or deleted meanwhile: left as they are, by design).
     """
 
     sessions: int
@@ -223,6 +225,7 @@ class GcReport:
     deleted: list[str]
     kept_young: int
     broken: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -443,3 +443,58 @@ def test_cli_json_of_an_integer_past_the_str_limit_is_its_hex_text() -> None:
     out = json.loads(dumps(data))
     assert out == {"n": hex(big), hex(big): "key", "l": [hex(big), hex(-big)], "small": 2**64, "t": True}
     assert jsonable(big - big) == 0 and jsonable(False) is False
+
+
+# --------------------------------------------- gc reports the deletes it could not make
+
+
+class _RefusesMarkerDeletes(s3log.MemoryStore):
+    """A store whose conditional DELETE of a fork marker is refused (access denied: a
+    role without s3:GetObject on markers, which S3 requires for an If-Match DELETE)."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        if "/forks/" in key:
+            self.requests.add("DELETE")
+            raise StoreError("AccessDenied: Access Denied", key=key, code="AccessDenied", status=403)
+        super().delete_if_match(key, etag)
+
+
+def test_gc_reports_a_delete_it_could_not_make() -> None:
+    # It left such a marker out of `deleted` and said nothing: gc looked done.
+    store = _RefusesMarkerDeletes()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    marker = f"{log.layout.forks_dir(w.session_id)}{'0' * 8}-0000-7000-8000-{'0' * 12}"
+    store.put_raw(marker, b"", mtime_ms=0)  # dangling: no such child
+    report = log.gc(older_than_ms=0)
+    assert marker in report.unreferenced and marker not in report.deleted
+    assert list(report.failed) == [marker] and "AccessDenied" in report.failed[marker]
+    assert store.get(marker).body == b""  # still there
+    assert log.gc(older_than_ms=0, dry_run=True).failed == {}
+
+
+def test_gc_command_fails_naming_the_key_it_could_not_delete(env: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from s3log.cli.app import app
+    from tests.cli_env import log_of
+
+    log = log_of(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    marker = f"{log.layout.forks_dir(w.session_id)}{'0' * 8}-0000-7000-8000-{'0' * 12}"
+    log.store.client.put_object(Bucket=env["S3LOG_BUCKET"], Key=marker, Body=b"")
+
+    def refuse(self: s3log.S3Store, key: str, etag: str) -> None:
+        raise StoreError("AccessDenied: Access Denied", key=key, code="AccessDenied", status=403)
+
+    monkeypatch.setattr(s3log.S3Store, "delete_if_match", refuse)
+    # A day on: the marker is past gc's grace (twice the commit deadline at least).
+    monkeypatch.setattr(s3log.env.Env, "now_ms", lambda self: self.clock_ms() + 86_400_000)
+    result = CliRunner().invoke(app, ["gc", "--older-than", "0s", "--json"], env=env)
+    assert result.exit_code == 1, result.output
+    assert marker in result.output and "AccessDenied" in result.output

@@ -11,7 +11,18 @@ import typer
 
 from ..results import ExpireProgress
 from .app import app
-from .common import command_log, echo, emit_json, err_console, fail, handle_errors, is_tty, settings, styled
+from .common import (
+    command_log,
+    echo,
+    emit_json,
+    err_console,
+    fail,
+    handle_errors,
+    is_tty,
+    one_line,
+    settings,
+    styled,
+)
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -82,13 +93,18 @@ def gc(
         report = log.gc(older_than_ms=grace, dry_run=dry_run)
     if as_json:
         emit_json({"sessions": report.sessions, "unreferenced": report.unreferenced, "deleted": report.deleted,
-                   "kept_young": report.kept_young, "broken": report.broken})
-        return
-    verb = "would delete" if dry_run else "deleted"
-    echo(f"{report.sessions} sessions; {verb} {len(report.unreferenced if dry_run else report.deleted)} "
-         f"unreferenced objects; kept {report.kept_young} inside the grace period")
-    for sid in report.broken:
-        echo(f"broken: session {sid} has an unreadable head; its objects were left alone")
+                   "kept_young": report.kept_young, "broken": report.broken, "failed": report.failed})
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        echo(f"{report.sessions} sessions; {verb} {len(report.unreferenced if dry_run else report.deleted)} "
+             f"unreferenced objects; kept {report.kept_young} inside the grace period")
+        for sid in report.broken:
+            echo(f"broken: session {sid} has an unreadable head; its objects were left alone")
+    if report.failed:
+        # A scheduled gc must not look done when its deletes were refused.
+        for key, why in report.failed.items():
+            echo(f"could not delete {key}: {one_line(why)}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()
