@@ -20,7 +20,7 @@ import pyarrow as pa
 from typer.testing import CliRunner
 
 import s3log
-import s3log.core as core
+import s3log.codec as codec
 from s3log import analytics
 from s3log.cli import export as export_cli
 from s3log.cli.app import app
@@ -122,7 +122,7 @@ def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
 @pytest.mark.parametrize("huge", [10**17, 2**62, 2**63 - 1, 9_223_372_036_854_776])  # the last: TS_RANGE[1] + 1
 def test_a_session_with_a_ts_out_of_range_is_skipped_not_fatal(huge: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Stored as a build before session 13 took it (append now refuses past TS_RANGE).
-    monkeypatch.setattr(core, "MAX_TS", 2**63 - 1)
+    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)
     store, (good, bad) = _store_with(T0, huge)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         table = analytics.to_arrow(store)
@@ -149,7 +149,7 @@ def test_the_last_ts_of_the_range_is_read_and_queried() -> None:
 
 def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     # A writer that skipped the check (stored data is hostile): a raw OverflowError before.
-    monkeypatch.setattr(core, "MAX_TS", 2**70)
+    monkeypatch.setattr(codec, "MAX_TS", 2**70)
     store, (good, bad) = _store_with(T0, 2**65)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         assert analytics.to_arrow(store).column("session").to_pylist() == [good]
@@ -162,7 +162,7 @@ def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.Mo
 def test_an_entry_ts_out_of_range_is_caught_even_if_the_head_hides_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # The entries are checked, not only the head's ts_min / ts_max (a head can lie).
     monkeypatch.setattr(analytics, "_check_head_times", lambda head, key: None)
-    monkeypatch.setattr(core, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
+    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     w = log.create()
@@ -187,7 +187,7 @@ def test_duckdb_checks_its_arguments_when_registering(bad: dict[str, Any]) -> No
 
 
 def test_duckdb_keeps_the_error_that_ended_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
+    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
     store, (_, bad) = _store_with(T0, 2**62)
     con = analytics.duckdb(duckdb.connect(), store, strict=True)
     with pytest.raises(duckdb.Error):
