@@ -48,6 +48,7 @@ from .ids import validate_session_id
 from .layout import normalize_prefix
 from .log import Log
 from .protocol import Run, is_expired
+from .signing import Verifier
 from .store.base import ObjectStore
 
 with extra("analytics"):
@@ -736,6 +737,7 @@ def scan(
     strict: bool = False,
     progress: ProgressCallback | None = None,
     on_head: Callable[[Head], None] | None = None,
+    verifier: Verifier | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the entries of many sessions as Arrow record batches of :data:`SCHEMA`.
 
@@ -749,6 +751,9 @@ def scan(
 
     A session that fails to verify is skipped with a :class:`CorruptSessionWarning`
     naming the key and seq, or raises :class:`~s3log.CorruptionError` with ``strict``.
+    ``verifier`` (trusted keys, as ``LogConfig(verifier=...)``): a session whose head is
+    not validly signed by one of them fails to verify too (a
+    :class:`~s3log.signing.SignatureError`); without it signatures are not checked.
     """
     # Every argument is checked here, before anything is read.
     _positive("batch_size", batch_size)
@@ -761,7 +766,14 @@ def scan(
     for name, fn in (("progress", progress), ("on_head", on_head)):
         if fn is not None and not callable(fn):
             raise InvalidArgumentError(name, f"must be callable, not {fn!r}")
-    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head)
+    _check_verifier(verifier)
+    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head,
+                 verifier)
+
+
+def _check_verifier(verifier: object) -> None:
+    if verifier is not None and not isinstance(verifier, Verifier):
+        raise InvalidArgumentError("verifier", f"must be a s3log.signing.Verifier, not {verifier!r}")
 
 
 def _scan(
@@ -776,8 +788,9 @@ def _scan(
     strict: bool,
     progress: ProgressCallback | None,
     on_head: Callable[[Head], None] | None,
+    verifier: Verifier | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
+    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism, verifier=verifier))
 
     def read(sid: str) -> tuple[Head, list[Run]] | None:
         try:
@@ -884,6 +897,7 @@ def sessions(
     batch_size: int = 1_000,
     parallelism: int = 16,
     strict: bool = False,
+    verifier: Verifier | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One row per session (:data:`SESSIONS_SCHEMA`), from its head: one GET each.
 
@@ -892,7 +906,8 @@ def sessions(
     ``until``, sessions whose entries all fall outside the window are left out (as
     :func:`scan` skips them). Missing, unreadable and expired heads are left out; a head
     with a time outside :data:`TS_RANGE` is left out with a :class:`CorruptSessionWarning`,
-    or raises :class:`~s3log.CorruptionError` with ``strict``.
+    or raises :class:`~s3log.CorruptionError` with ``strict``. With ``verifier`` (trusted
+    keys), a head not validly signed by one of them is unreadable: left out.
     """
     lo, hi = _ms(since, "since"), _ms(until, "until")
     wanted = _session_list(sessions)
@@ -900,14 +915,15 @@ def sessions(
         normalize_prefix(prefix)
     _positive("batch_size", batch_size)
     _positive("parallelism", parallelism)
-    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism, strict)
+    _check_verifier(verifier)
+    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism, strict, verifier)
 
 
 def _sessions(
     store: ObjectStore, wanted: list[str] | None, lo: int | None, hi: int | None, prefix: str | None,
-    batch_size: int, parallelism: int, strict: bool = False,
+    batch_size: int, parallelism: int, strict: bool = False, verifier: Verifier | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism))
+    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism, verifier=verifier))
     try:
         ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
@@ -1268,7 +1284,7 @@ def duckdb(
     streams = [entries]
     if sessions_view is not None:
         options = {k: v for k, v in kwargs.items()
-                   if k in ("sessions", "since", "until", "prefix", "parallelism", "strict")}
+                   if k in ("sessions", "since", "until", "prefix", "parallelism", "strict", "verifier")}
         for name, value in zip(("sessions", "since", "until"), args, strict=False):
             options[name] = value
         cast(Generator[pa.RecordBatch, None, None], sessions(store, **options)).close()

@@ -14,6 +14,7 @@ this module.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -80,7 +81,7 @@ from .results import GcReport as GcReport
 from .results import HeadRow as HeadRow
 from .results import LineageStep as LineageStep
 from .results import ProbeReport as ProbeReport
-from .signing import sign_head, verify_head
+from .signing import SignatureError, sign_head, verify_head
 
 log = logging.getLogger("s3log")
 
@@ -215,6 +216,13 @@ def same_life(a: Head, b: Head) -> bool:
     return a.created_at == b.created_at and a.creator == b.creator
 
 
+def tombstone_hash(session: str, last_hash: bytes | None) -> bytes:
+    """The ``hash`` of the tombstone of ``session`` whose last entry had ``last_hash``
+    (docs/format.md, "Head"): names no entry, and binds the tombstone to the chain it
+    ended, so a signature over the head's hash covers its ``expired`` too."""
+    return hashlib.sha256(b"s3log.expired\0" + session.encode() + b"\0" + (last_hash or b"")).digest()
+
+
 def is_expired(head: Head) -> bool:
     """Whether ``head`` is the tombstone of an expired session (it lists no entries)."""
     return isinstance(head.extra.get(EXPIRED_FIELD), dict)
@@ -257,6 +265,15 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
         raise CorruptionError(key, f"head names {head.pending.key!r} as pending, which is not a segment key of "
                                    f"session {session}")
     verify_head(layout.verifier, head, key)  # signed heads: every read path comes through here
+    if layout.verifier is not None and is_expired(head):
+        # ``expired`` is outside the signed payload: it is what it says only if the signed
+        # seq and hash are the tombstone's of the chain it names (else a signed live
+        # head, with ``expired`` added, would read as expired; docs/format.md).
+        gone = head.extra[EXPIRED_FIELD]
+        if head.seq != gone["seq"] or head.hash != tombstone_hash(session, gone["hash"]):
+            raise SignatureError(key, session, head.sig.key_id if head.sig else None,
+                                 "its 'expired' field does not match the signed seq and hash (a tombstone's "
+                                 "hash names the chain it ended)", seq=head.seq)
 
 
 def _read_head_or_none(layout: Layout, session: str) -> Proc[tuple[Head, str] | None]:
@@ -330,7 +347,12 @@ def load_from_head(
     session = head.session
     if upto_seq is not None and not -1 <= upto_seq <= head.seq:
         raise EntryNotFound(session, f"seq {upto_seq} (the session ends at seq {head.seq})")
-    keys = list(head.segments) if upto_seq is None else segments_for_range(head, 0, upto_seq)
+    # Only the entries after a prefix link it to the head: with trusted keys, whose
+    # signature covers the head's last hash and not its (unsigned) manifest, a prefix
+    # read alone would return whatever segments a forged manifest names. So it reads and
+    # verifies the whole chain, then keeps the prefix.
+    anchored = upto_seq if layout.verifier is None else None
+    keys = list(head.segments) if anchored is None else segments_for_range(head, 0, anchored)
     pending_key = None
     if confirm_pending and upto_seq is None and head.pending is not None and promotable(head):
         pending_key = head.pending.key
@@ -344,10 +366,10 @@ def load_from_head(
     else:
         pending_blob = None
         segs = yield from fetch_segments(layout, session, keys)
-    _verify_runs(layout, head, [(k, segs[k].session, segs[k].entries) for k in keys], upto_seq=upto_seq)
+    _verify_runs(layout, head, [(k, segs[k].session, segs[k].entries) for k in keys], upto_seq=anchored)
     by_key: dict[str, tuple[Entry, ...]] = {k: segs[k].entries for k in keys}
     entries: list[Entry] = [e for k in keys for e in segs[k].entries]
-    if _reads_tail(head, upto_seq):
+    if _reads_tail(head, anchored):
         entries.extend(head.tail)
     if upto_seq is not None:
         entries = entries[: upto_seq + 1]
@@ -536,21 +558,36 @@ def _suffix_from(
         read.insert(0, (key, segs[key]))
         entries = list(segs[key].entries) + entries
     head_key = layout.head(session)
-    if entries:
-        verifier = ChainVerifier(session, start_seq=entries[0].seq, start_hash=entries[0].prev)
-        for key, seg in read:
-            verifier.feed_segment(key, seg)
-        verifier.feed(head_key, head.tail)
-        verifier.finish(head_key, head)
-        if entries[0].seq == 0:
-            check_fork_origin(head_key, head, entries[0])
+    # Every segment read: the suffix is the whole chain, so it starts at seq 0 (a head
+    # whose manifest and tail hold fewer entries than its seq names is corrupt, not a
+    # shorter session), and an empty one is an empty session's.
+    whole = not remaining
+    verifier = ChainVerifier(session) if whole else \
+        ChainVerifier(session, start_seq=entries[0].seq, start_hash=entries[0].prev)
+    for key, seg in read:
+        verifier.feed_segment(key, seg)
+    verifier.feed(head_key, head.tail)
+    verifier.finish(head_key, head)
+    if whole or entries[0].seq == 0:
+        check_fork_origin(head_key, head, entries[0] if entries else None)
     return head, entries
 
 
 def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
-    """The entry at ``seq`` of the chain ``head`` describes, reading at most one segment."""
+    """The entry at ``seq`` of the chain ``head`` describes, reading at most one segment.
+
+    With trusted keys (``layout.verifier``), the entry is read with the rest of the
+    chain after it and verified up to the head (:func:`load_suffix`'s check): the
+    signature covers the head's last hash, not its manifest, so one segment the
+    manifest names proves nothing."""
     if seq < 0 or seq > head.seq:
         return None
+    if layout.verifier is not None:
+        if is_expired(head):
+            return None  # a tombstone lists no entries (its seq names none)
+        _, suffix = yield from _suffix_from(layout, head.session, head, lambda es: es[0].seq <= seq)
+        i = seq - suffix[0].seq if suffix else -1
+        return suffix[i] if 0 <= i < len(suffix) else None
     for e in head.tail:
         if e.seq == seq:
             return e

@@ -34,7 +34,6 @@ after it only unreferenced objects were removed.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -47,7 +46,15 @@ from .ids import uuid7_time_ms
 from .layout import Layout
 from .listing import matches
 from .ops import Delete, Get, Proc, PutIfMatch
-from .protocol import EXPIRED_FIELD, check_head, is_expired, list_all, list_head_rows, list_session_ids
+from .protocol import (
+    EXPIRED_FIELD,
+    check_head,
+    is_expired,
+    list_all,
+    list_head_rows,
+    list_session_ids,
+    tombstone_hash,
+)
 from .results import ActiveSessions as ActiveSessions
 from .results import ExpireProgress as ExpireProgress
 from .results import ExpireReport as ExpireReport
@@ -163,7 +170,7 @@ def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
     tombstone for its own chain's end (it would then build on a head with no entries);
     meeting it, the writer forks.
     """
-    mark = hashlib.sha256(b"s3log.expired\0" + head.session.encode() + b"\0" + (head.hash or b"")).digest()
+    mark = tombstone_hash(head.session, head.hash)
     return replace(
         head,
         version=head.version + 1,

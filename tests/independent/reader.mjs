@@ -526,6 +526,15 @@ export function readSession(root, prefix, sid, trusted) {
     }
     const h = parseHead(node, sid, prefix, tombstone);
     if (trusted) verifySig(h, trusted);
+    if (tombstone && trusted) {
+      // "Signed heads": `expired` is outside the payload, so it counts only where the
+      // signed `seq` and `hash` are the tombstone's of the chain it names.
+      const gone = get.hashOrNull(expired, "hash");
+      const mark = sha256(Buffer.concat([Buffer.from("s3log.expired\0"), Buffer.from(sid, "utf8"), Buffer.from([0]),
+        gone ?? Buffer.alloc(0)]));
+      need(h.seq === get.int(expired, "seq") && h.hash !== null && Buffer.compare(Buffer.from(h.hash), mark) === 0,
+        "`expired` does not match the signed `seq` and `hash` (not this chain's tombstone)");
+    }
     if (tombstone) {
       // A tombstone: checked as any head, its tail's records included, but no chain is
       // read or linked (its `seq` and `hash` name no entry).
