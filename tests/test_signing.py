@@ -557,3 +557,36 @@ def test_a_checkpoint_of_an_unknown_version_is_corrupt_naming_its_key(ed_key: Ed
     with pytest.raises(CorruptionError, match="checkpoint version") as err:
         check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key]))
     assert err.value.key == key
+
+
+def test_every_cli_read_trusts_the_keys_given_to_s3log(s3log_server: LocalS3, bucket: str, cli_env: dict[str, str],
+                                                       pem: str, ed_key: Ed25519PrivateKey, tmp_path: Path) -> None:
+    # Only `verify` took keys: `show`, `tail`, `export` and `query` read a session its
+    # keys' holder never signed as any other (session 13's security review).
+    import json
+
+    from typer.testing import CliRunner
+
+    from s3log.cli.app import app
+
+    good = _write_session(_log(s3log_server, bucket, signer=Ed25519Signer(ed_key)), 3)
+    unsigned = _write_session(_log(s3log_server, bucket), 2)
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, ["--public-key", pem, *args], env=cli_env)
+
+    assert run("show", good).exit_code == 0
+    for verb in ("show", "tail"):
+        result = run(verb, unsigned)
+        assert result.exit_code == 1 and "unsigned" in result.output, (verb, result.output)
+        assert CliRunner().invoke(app, [verb, unsigned], env=cli_env).exit_code == 0  # no keys: read
+    result = run("verify", unsigned)
+    assert result.exit_code == 1 and "1 broken" in result.output
+    out = tmp_path / "export"
+    result = run("export", "--format", "jsonl", "--out", str(out), "-q")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for f in out.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert {r["session"] for r in rows} == {good}
+    result = run("query", "SELECT DISTINCT session FROM entries", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == [{"session": good}]

@@ -108,12 +108,18 @@ def _main(
     ),
     region: str = typer.Option(None, "--region", metavar="REGION", help="AWS region (default: from the profile)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    public_keys: list[str] = typer.Option(
+        None, "--public-key", metavar="FILE|KEY_ID=FILE",
+        help="Trust heads signed by this PEM public key (repeatable; KEY_ID= for a key exported from KMS): "
+             "every command then refuses (or skips, scanning) a session whose head it did not sign."),
+    kms_key_ids: list[str] = typer.Option(
+        None, "--kms-key-id", metavar="ID", help="Trust heads signed by this KMS key (repeatable; kms:Verify)."),
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, expose_value=False, help="Print the version."
     ),
 ) -> None:
     ctx.obj = Settings(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, profile=profile, region=region,
-                       debug=debug)
+                       debug=debug, public_keys=tuple(public_keys or ()), kms_key_ids=tuple(kms_key_ids or ()))
 
 
 from . import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any, NoReturn, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -27,6 +28,9 @@ from rich.text import Text
 
 from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
+
+if TYPE_CHECKING:
+    from ..signing import Verifier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +62,9 @@ class Settings:
     profile: str | None = None
     region: str | None = None
     debug: bool = False
+    #: Trusted keys (``--public-key``, ``--kms-key-id``): every read checks head signatures.
+    public_keys: tuple[str, ...] = ()
+    kms_key_ids: tuple[str, ...] = ()
     #: The endpoint the store actually talks to (for error messages), once known.
     resolved_endpoint: str | None = None
 
@@ -116,9 +123,37 @@ def open_log(ctx: typer.Context | None = None) -> Any:
         fail("no bucket: pass --bucket NAME or set S3LOG_BUCKET", 2)
     client = _s3_client(s)
     s.resolved_endpoint = str(client.meta.endpoint_url)
-    log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=LogConfig(retry=CLI_RETRY))
+    verifier = verifier_for(s, s.public_keys, s.kms_key_ids)
+    log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=LogConfig(retry=CLI_RETRY, verifier=verifier))
     ctx.call_on_close(log.close)
     return log
+
+
+def verifier_for(s: Settings, public_keys: Sequence[str], kms_key_ids: Sequence[str]) -> Verifier | None:
+    """The verifier these key options ask for (None: signatures are not checked).
+
+    ``public_keys``: PEM files, or ``KEY_ID=FILE`` for a key exported from KMS (heads
+    name it by the KMS key's id); ``kms_key_ids``: keys verified with kms:Verify.
+    """
+    from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier
+
+    verifiers: list[Verifier] = []
+    if public_keys:
+        sources: list[str | tuple[str, str]] = []
+        for arg in public_keys:
+            # KEY_ID=FILE binds a key to the id heads name it by (a KMS key's ARN has no '=').
+            key_id, sep, path = arg.partition("=")
+            sources.append((key_id, path) if sep and not os.path.exists(arg) else arg)
+        verifiers.append(PublicKeyVerifier.from_pem(*sources))
+    if kms_key_ids:
+        import boto3
+
+        # No endpoint of its own: AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_KMS apply, --endpoint-url is S3's.
+        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
+        verifiers.append(KmsVerifier(client, list(kms_key_ids)))
+    if not verifiers:
+        return None
+    return verifiers[0] if len(verifiers) == 1 else AnyVerifier(*verifiers)
 
 
 @contextmanager

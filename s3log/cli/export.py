@@ -154,7 +154,7 @@ def export(
     rows = 0
     try:
         with scan_progress("exporting", quiet) as progress:
-            options.update(prefix=log.prefix, progress=progress)
+            options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier)
             if fmt == "parquet":
                 rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
             else:
@@ -216,7 +216,8 @@ def query(
                 analytics.duckdb_parquet(con, str(source), **filters)
             else:
                 log = open_log()
-                analytics.duckdb(con, log.store, prefix=log.prefix, progress=progress, **filters)
+                analytics.duckdb(con, log.store, prefix=log.prefix, progress=progress, verifier=log.config.verifier,
+                                 **filters)
             try:
                 cur = con.execute(sql)
                 names = [d[0] for d in cur.description]

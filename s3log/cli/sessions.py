@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +17,6 @@ from rich.tree import Tree
 from ..errors import CorruptionError, S3LogError, SessionNotFound
 from ..layout import Layout
 from ..log import Log
-from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier, Verifier
 from .app import app
 from .common import (
     TTY_DATA_CHARS,
@@ -33,6 +31,7 @@ from .common import (
     print_table,
     settings,
     styled,
+    verifier_for,
     when,
 )
 
@@ -156,7 +155,11 @@ def verify(
     """Verify chains: hashes, links, seqs and heads (and head signatures). Exits 1 on any broken chain."""
     if not session and not all_:
         fail("give a SESSION or --all", 2)
-    verifier = _verifier(ctx, public_keys or [], kms_key_ids or [])
+    # This command's keys, and any given to s3log itself (which open_log already trusts).
+    s = settings(ctx)
+    verifier = None
+    if public_keys or kms_key_ids:
+        verifier = verifier_for(s, [*s.public_keys, *(public_keys or [])], [*s.kms_key_ids, *(kms_key_ids or [])])
     with command_log(ctx) as plain:
         log = plain if verifier is None else Log(plain.store, prefix=plain.prefix,
                                                  config=replace(plain.config, verifier=verifier))
@@ -192,28 +195,6 @@ def verify(
         echo(f"{good} verified, {len(bad)} broken" + (f", {len(gone)} expired or deleted" if gone else ""))
     if bad:
         raise typer.Exit(1)
-
-
-def _verifier(ctx: typer.Context, public_keys: list[str], kms_key_ids: list[str]) -> Verifier | None:
-    """The verifier ``verify``'s key options ask for (None: signatures are not checked)."""
-    verifiers: list[Verifier] = []
-    if public_keys:
-        sources: list[str | tuple[str, str]] = []
-        for arg in public_keys:
-            # KEY_ID=FILE binds a key to the id heads name it by (a KMS key's ARN has no '=').
-            key_id, sep, path = arg.partition("=")
-            sources.append((key_id, path) if sep and not os.path.exists(arg) else arg)
-        verifiers.append(PublicKeyVerifier.from_pem(*sources))
-    if kms_key_ids:
-        import boto3
-
-        s = settings(ctx)
-        # No endpoint of its own: AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_KMS apply, --endpoint-url is S3's.
-        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
-        verifiers.append(KmsVerifier(client, kms_key_ids))
-    if not verifiers:
-        return None
-    return verifiers[0] if len(verifiers) == 1 else AnyVerifier(*verifiers)
 
 
 @app.command()
