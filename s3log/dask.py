@@ -2,8 +2,9 @@
 
 The client lists session ids once; each partition is a slice of them that a Dask
 worker reads itself, straight from S3, with :func:`s3log.analytics.scan`. The task
-graph carries plain values only (bucket, prefix, endpoint, ids, scan options): no
-store, client, log or thread pool is pickled. Each worker process opens one store per
+graph carries plain values only (bucket, prefix, endpoint, ids, scan options), and
+a ``verifier`` (trusted keys), which pickles as its public keys: no store, client,
+log or thread pool is pickled. Each worker process opens one store per
 (bucket, prefix, endpoint) and reuses it for every partition it reads; each partition
 opens and closes its own log (and its thread pools) around its scan.
 """
@@ -19,6 +20,7 @@ from . import analytics
 from ._extras import extra
 from .errors import InvalidArgumentError
 from .layout import DEFAULT_PREFIX, normalize_prefix
+from .signing import Verifier
 
 with extra("dask"):
     import pandas as pd
@@ -106,6 +108,37 @@ def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tup
     return tuple(sorted(out.items()))
 
 
+def _portable_verifier(verifier: object) -> Verifier | None:
+    """``verifier`` if it is one and survives a pickling round trip, as it will to reach a worker.
+
+    Checked at the call, before any task is built: a verifier that does not pickle
+    (:class:`~s3log.signing.KmsVerifier`, which holds a boto3 client, or an
+    :class:`~s3log.signing.AnyVerifier` holding one) would otherwise fail in every
+    task, or on the client as the graph is sent.
+    """
+    if verifier is None:
+        return None
+    analytics._check_verifier(verifier)
+    assert isinstance(verifier, Verifier)  # for mypy: checked just above
+    with extra("dask"):
+        import cloudpickle  # what dask and distributed pickle tasks with
+
+    try:
+        copy = cloudpickle.loads(cloudpickle.dumps(verifier))
+    except Exception as exc:  # each type refuses with its own error
+        raise InvalidArgumentError("verifier", f"cannot be sent to Dask workers: it does not pickle ({exc})") \
+            from None
+    if not isinstance(copy, Verifier) or tuple(copy.key_ids) != tuple(verifier.key_ids):
+        raise InvalidArgumentError("verifier", "cannot be sent to Dask workers: unpickled, it does not trust "
+                                   "the same keys")
+    return verifier
+
+
+def _with_verifier(options: tuple[tuple[str, Any], ...], verifier: object) -> tuple[tuple[str, Any], ...]:
+    checked = _portable_verifier(verifier)
+    return options if checked is None else tuple(sorted((*options, ("verifier", checked))))
+
+
 def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None) -> list[str]:
     from .log import Log
     from .store.s3 import S3Store
@@ -148,6 +181,7 @@ def read_entries(
     sessions: Iterable[str] | None = None,
     sessions_per_partition: int = 256,
     fast: bool = False,
+    verifier: Verifier | None = None,
     **scan_options: Any,
 ) -> Any:
     """A dask DataFrame of every entry under ``s3://bucket/prefix`` (or of ``sessions``).
@@ -157,8 +191,18 @@ def read_entries(
     ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``,
     ``batch_size``) are passed to each partition's :func:`~s3log.analytics.scan`.
     ``fast`` reads with obstore. Workers use the standard AWS credential chain.
+
+    ``verifier`` (trusted keys, as :func:`s3log.analytics.scan`'s): a session whose
+    head is not validly signed by one of them is skipped with a
+    :class:`~s3log.analytics.CorruptSessionWarning` (in the worker), or fails the
+    compute with :class:`~s3log.signing.SignatureError` with ``strict``. It travels in
+    the task graph, so it must pickle: a :class:`~s3log.signing.PublicKeyVerifier`
+    (KMS keys too, by their exported public keys) or an
+    :class:`~s3log.signing.AnyVerifier` of such; a
+    :class:`~s3log.signing.KmsVerifier` is refused with
+    :class:`~s3log.InvalidArgumentError`, as is anything else that does not pickle.
     """
-    options = _plain_options(scan_options, SCAN_OPTIONS)
+    options = _with_verifier(_plain_options(scan_options, SCAN_OPTIONS), verifier)
     return _frame(_entries_partition, analytics.SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, options)
 
@@ -171,13 +215,16 @@ def read_sessions(
     sessions: Iterable[str] | None = None,
     sessions_per_partition: int = 1_000,
     fast: bool = False,
+    verifier: Verifier | None = None,
     **options: Any,
 ) -> Any:
     """A dask DataFrame of one row per session (:data:`s3log.analytics.SESSIONS_SCHEMA`).
 
     Heads only (one GET per session); merge it with :func:`read_entries` on ``session``
     to group entries by labels. ``options``: ``since``, ``until``, ``parallelism``.
+    ``verifier``: as :func:`read_entries`'s; a session whose head is not validly
+    signed by a trusted key is left out (as :func:`s3log.analytics.sessions` does).
     """
-    plain = _plain_options(options, {"since", "until", "parallelism"})
+    plain = _with_verifier(_plain_options(options, {"since", "until", "parallelism"}), verifier)
     return _frame(_sessions_partition, analytics.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, plain)

@@ -14,6 +14,9 @@ the ``cryptography`` package, and AWS KMS asymmetric keys (:class:`KmsSigner`,
 :class:`KmsVerifier`, ``kms:Sign`` / ``kms:Verify`` with ``MessageType=RAW``). Every
 signature carries its key id, so keys rotate: a verifier trusting the old and the new
 key (:class:`AnyVerifier` combines verifiers of different kinds) reads both.
+:class:`PublicKeyVerifier` and :class:`AnyVerifier` pickle (as public keys and key
+ids), so they travel to other processes (Dask workers); :class:`KmsVerifier`, which
+holds a boto3 client, refuses to.
 
 A signature shows who wrote a head, not that history was not rewritten by the key's
 holder, nor that an older signed head was not put back. :class:`Checkpointer` writes
@@ -347,6 +350,20 @@ class PublicKeyVerifier:
         """The ids of the trusted keys."""
         return tuple(self._keys)
 
+    def __reduce__(self) -> tuple[Any, tuple[tuple[tuple[str, bytes], ...]]]:
+        """Pickles as its key ids and public keys (DER SubjectPublicKeyInfo bytes).
+
+        ``cryptography``'s key objects do not pickle; this lets a verifier travel to
+        other processes (Dask workers: :func:`s3log.dask.read_entries`), where the same
+        keys under the same ids are loaded again. Nothing secret is in it.
+        """
+        from cryptography.hazmat.primitives import serialization
+
+        der = serialization.Encoding.DER
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        keys = tuple((kid, key.public_bytes(der, spki)) for kid, (_, key) in self._keys.items())
+        return _public_key_verifier, (keys,)
+
     def verify(self, payload: bytes, sig: Signature) -> None:
         """Check ``sig`` over ``payload`` with the public key ``sig.key_id`` names."""
         _require_crypto()
@@ -373,6 +390,14 @@ class PublicKeyVerifier:
         except InvalidSignature:
             raise SignatureRejected("bad signature (the signed content was changed, or another key signed it)") \
                 from None
+
+
+def _public_key_verifier(keys: tuple[tuple[str, bytes], ...]) -> PublicKeyVerifier:
+    """A :class:`PublicKeyVerifier` from ``(key id, DER public key)`` pairs (how one unpickles)."""
+    _require_crypto()
+    from cryptography.hazmat.primitives import serialization
+
+    return PublicKeyVerifier({kid: serialization.load_der_public_key(der) for kid, der in keys})  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------- KMS
@@ -466,6 +491,29 @@ class KmsVerifier:
         """The ARNs of the trusted keys."""
         return tuple(self._algs)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Refused: a KMS verifier does not pickle (``TypeError``).
+
+        It verifies through the boto3 client it was given, whose credentials and
+        settings cannot be carried to another process; a client rebuilt there would
+        verify with whatever credentials and endpoint that process finds. To verify KMS
+        signatures elsewhere (Dask workers), export each key's public key
+        (``kms:GetPublicKey``) and pass ``PublicKeyVerifier({arn: public_key})``, which
+        verifies them offline and pickles.
+        """
+        raise TypeError("a KmsVerifier does not pickle (it holds a boto3 client): verify KMS signatures in "
+                        "another process with PublicKeyVerifier({arn: public_key}) and the keys' public keys "
+                        "(kms:GetPublicKey)")
+
+    def __copy__(self) -> KmsVerifier:
+        """Itself: a verifier does not change, and copying (``copy``, a config's
+        ``deepcopy``) must not meet the pickling refusal above."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KmsVerifier:
+        """Itself (see :meth:`__copy__`)."""
+        return self
+
     def verify(self, payload: bytes, sig: Signature) -> None:
         """``kms:Verify`` of ``sig`` over ``payload`` (unless found valid before)."""
         alg = self._algs.get(sig.key_id)
@@ -502,6 +550,7 @@ class AnyVerifier:
     def __init__(self, *verifiers: Verifier) -> None:
         if not verifiers:
             raise InvalidArgumentError("verifiers", "no verifier given")
+        self._verifiers = verifiers
         self._by_id: dict[str, Verifier] = {}
         for v in verifiers:
             for key_id in v.key_ids:
@@ -511,6 +560,10 @@ class AnyVerifier:
     def key_ids(self) -> tuple[str, ...]:
         """Every trusted key id."""
         return tuple(self._by_id)
+
+    def __reduce__(self) -> tuple[Any, tuple[Verifier, ...]]:
+        """Pickles as the verifiers it combines, in order (so it pickles if each of them does)."""
+        return AnyVerifier, self._verifiers
 
     def verify(self, payload: bytes, sig: Signature) -> None:
         """Verify with the verifier that trusts ``sig.key_id``."""

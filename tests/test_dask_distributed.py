@@ -179,3 +179,97 @@ def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
     # The old driver made one threading.local per store request (tenacity's Retrying)
     # and dropped it in a reference cycle: see the comment above.
     assert all(created == 0 and in_cycles == 0 for created, in_cycles, _ in made.values()), made
+
+
+# ------------------------------------------------- trusted keys on the workers
+
+
+def _signed_and_unsigned(server: LocalS3) -> tuple[str, Any, str, str]:
+    """A bucket holding one session signed with an Ed25519 key and one unsigned; the
+    verifier trusting that key, and the two session ids."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    bucket = server.create_bucket()
+    store = s3log.S3Store(bucket, endpoint_url=server.endpoint_url)
+    signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    signed = s3log.Log(store, config=s3log.LogConfig(signer=signer)).create()
+    for i in range(3):
+        signed.append("message", {"i": i}, ts=T0 + i)
+    signed.commit()
+    unsigned = s3log.Log(store).create()
+    for i in range(2):
+        unsigned.append("message", {"i": i}, ts=T0 + i)
+    unsigned.commit()
+    return bucket, PublicKeyVerifier([signer.public_key]), signed.session_id, unsigned.session_id
+
+
+def test_a_verifier_travels_to_a_process_cluster(s3log_server: LocalS3) -> None:
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from distributed import Client, LocalCluster
+
+    from s3log.dask import read_entries, read_sessions
+    from s3log.signing import SignatureError
+
+    bucket, verifier, signed, unsigned = _signed_and_unsigned(s3log_server)
+    url = s3log_server.endpoint_url
+    df = read_entries(bucket, endpoint_url=url, sessions_per_partition=1, verifier=verifier)
+    assert df.npartitions == 2
+    # The graph holds the verifier as its public key only: no client, no private key.
+    for task in dict(df.__dask_graph__()).values():
+        for forbidden in (b"S3Store", b"boto", b"PRIVATE", b"Ed25519Signer"):
+            assert forbidden not in pickle.dumps(task)
+    with pytest.warns(analytics.CorruptSessionWarning, match=f"{unsigned}.*unsigned"):  # in-process scheduler
+        local = df.compute(scheduler="sync")
+    assert set(local.session) == {signed} and len(local) == 3
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        try:
+            rows = client.compute(df).result(timeout=120)
+            heads = client.compute(read_sessions(bucket, endpoint_url=url, verifier=verifier)).result(timeout=120)
+            unchecked = client.compute(read_entries(bucket, endpoint_url=url)).result(timeout=120)
+            strict = read_entries(bucket, endpoint_url=url, sessions_per_partition=1, verifier=verifier, strict=True)
+            with pytest.raises(SignatureError, match=f"{unsigned}.*unsigned") as err:
+                client.compute(strict).result(timeout=120)
+        except FutureTimeout:
+            pytest.fail("a compute on the process cluster did not finish in 120 s")
+    assert set(rows.session) == {signed} and len(rows) == 3
+    assert sorted(rows.seq) == [0, 1, 2]
+    assert list(heads.session) == [signed]
+    assert len(unchecked) == 5  # without keys both sessions are read, as before
+    assert err.value.session == unsigned and err.value.key_id is None
+
+
+def test_a_verifier_that_cannot_travel_is_refused_at_the_call(s3log_server: LocalS3) -> None:
+    import boto3
+
+    from s3log.dask import read_entries, read_sessions
+    from s3log.signing import AnyVerifier, KmsVerifier
+
+    bucket, verifier, _, _ = _signed_and_unsigned(s3log_server)
+    url = s3log_server.endpoint_url
+    kms = boto3.session.Session().client("kms", endpoint_url=url, region_name="us-east-1")
+    key = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]["KeyId"]
+    by_kms = KmsVerifier(kms, key)
+
+    class Local:
+        """A verifier holding a lock: it cannot be pickled."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        @property
+        def key_ids(self) -> tuple[str, ...]:
+            return ("k",)
+
+        def verify(self, payload: bytes, sig: Any) -> None:
+            pass
+
+    for bad, says in ((by_kms, "PublicKeyVerifier"), (AnyVerifier(verifier, by_kms), "KmsVerifier"),
+                      (Local(), "does not pickle"), (object(), "Verifier"), ("key.pem", "Verifier")):
+        for read in (read_entries, read_sessions):
+            with pytest.raises(s3log.InvalidArgumentError, match=says) as err:
+                read(bucket, endpoint_url=url, verifier=bad)
+            assert err.value.argument == "verifier"

@@ -590,3 +590,65 @@ def test_every_cli_read_trusts_the_keys_given_to_s3log(s3log_server: LocalS3, bu
     result = run("query", "SELECT DISTINCT session FROM entries", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == [{"session": good}]
+
+
+# ------------------------------------------------------------- pickling (Dask workers)
+
+
+def test_pickled_public_key_and_any_verifiers_verify_the_same_signatures() -> None:
+    import pickle
+
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+    from cryptography.hazmat.primitives.hashes import SHA256
+
+    from s3log.signing import ECDSA_SHA_256, RSASSA_PSS_SHA_256, SignatureRejected
+
+    ed = Ed25519PrivateKey.generate()
+    p256 = ec.generate_private_key(ec.SECP256R1())
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    payload = b"the signed payload"
+    sigs = [
+        Signature(ED25519, key_id_for(ed.public_key()), ed.sign(payload)),
+        Signature(ECDSA_SHA_256, "arn:aws:kms:p256", p256.sign(payload, ec.ECDSA(SHA256()))),
+        Signature(RSASSA_PSS_SHA_256, "arn:aws:kms:rsa", rsa_key.sign(
+            payload, padding.PSS(padding.MGF1(SHA256()), 32), SHA256())),
+    ]
+    by_ed = PublicKeyVerifier([ed.public_key()])
+    by_kms_keys = PublicKeyVerifier({"arn:aws:kms:p256": p256.public_key(), "arn:aws:kms:rsa": rsa_key.public_key()})
+    both = AnyVerifier(by_ed, by_kms_keys)
+    stranger = Ed25519PrivateKey.generate()
+    for original in (by_ed, by_kms_keys, both):
+        copy = pickle.loads(pickle.dumps(original))
+        assert type(copy) is type(original) and copy.key_ids == original.key_ids
+        assert b"PRIVATE" not in pickle.dumps(original)
+        for v in (original, copy):
+            for sig in sigs:
+                if sig.key_id not in original.key_ids:
+                    with pytest.raises(SignatureRejected, match="unknown key"):
+                        v.verify(payload, sig)
+                    continue
+                v.verify(payload, sig)
+                with pytest.raises(SignatureRejected, match="bad signature"):
+                    v.verify(payload + b"!", sig)
+            forged = Signature(ED25519, key_id_for(ed.public_key()), stranger.sign(payload))
+            if forged.key_id in original.key_ids:
+                with pytest.raises(SignatureRejected, match="bad signature"):
+                    v.verify(payload, forged)
+
+
+def test_a_kms_verifier_refuses_to_pickle(s3log_server: LocalS3) -> None:
+    import pickle
+
+    kms = KmsVerifier(_kms(s3log_server), _kms_key(s3log_server))
+    with pytest.raises(TypeError, match=r"PublicKeyVerifier\(\{arn: public_key\}\)"):
+        pickle.dumps(kms)
+    with pytest.raises(TypeError, match="KmsVerifier does not pickle"):
+        pickle.dumps(AnyVerifier(kms))
+
+
+def test_a_kms_verifier_still_copies(s3log_server: LocalS3) -> None:
+    # Refusing to pickle must not refuse copy.copy / copy.deepcopy (a config holding one).
+    import copy
+
+    v = KmsVerifier(_kms(s3log_server), _kms_key(s3log_server))
+    assert copy.copy(v) is v and copy.deepcopy({"v": v})["v"] is v
