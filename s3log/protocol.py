@@ -557,11 +557,21 @@ def _suffix_from(
         segs = yield from fetch_segments(layout, session, [key])
         read.insert(0, (key, segs[key]))
         entries = list(segs[key].entries) + entries
+    _verify_suffix(layout, head, read, entries, whole=not remaining)
+    return head, entries
+
+
+def _verify_suffix(
+    layout: Layout, head: Head, read: Sequence[tuple[str, Segment]], entries: Sequence[Entry], *, whole: bool
+) -> None:
+    """Verify a suffix of ``head``'s chain: the segments ``read`` (the last ones of its
+    manifest, in order), then its tail, up to the head; ``entries`` are theirs."""
+    session = head.session
     head_key = layout.head(session)
     # Every segment read: the suffix is the whole chain, so it starts at seq 0 (a head
     # whose manifest and tail hold fewer entries than its seq names is corrupt, not a
     # shorter session), and an empty one is an empty session's.
-    whole = not remaining
+    whole = whole or not entries
     verifier = ChainVerifier(session) if whole else \
         ChainVerifier(session, start_seq=entries[0].seq, start_hash=entries[0].prev)
     for key, seg in read:
@@ -570,14 +580,13 @@ def _suffix_from(
     verifier.finish(head_key, head)
     if whole or entries[0].seq == 0:
         check_fork_origin(head_key, head, entries[0] if entries else None)
-    return head, entries
 
 
 def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     """The entry at ``seq`` of the chain ``head`` describes, reading at most one segment.
 
     With trusted keys (``layout.verifier``), the entry is read with the rest of the
-    chain after it and verified up to the head (:func:`load_suffix`'s check): the
+    chain after it (in one round trip) and verified up to the head (:func:`load_suffix`'s check): the
     signature covers the head's last hash, not its manifest, so one segment the
     manifest names proves nothing."""
     if seq < 0 or seq > head.seq:
@@ -585,7 +594,15 @@ def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     if layout.verifier is not None:
         if is_expired(head):
             return None  # a tombstone lists no entries (its seq names none)
-        _, suffix = yield from _suffix_from(layout, head.session, head, lambda es: es[0].seq <= seq)
+        # The segments from the one holding ``seq`` to the end, in one round trip (not
+        # one GET after another, as a suffix read that cannot know how far it goes).
+        ranges = segment_ranges(head)
+        start = next((i for i, (_, _, last) in enumerate(ranges) if last >= seq), len(ranges))
+        keys = list(head.segments[start:])
+        segs = yield from fetch_segments(layout, head.session, keys)
+        read = [(k, segs[k]) for k in keys]
+        suffix = [e for _, s in read for e in s.entries] + list(head.tail)
+        _verify_suffix(layout, head, read, suffix, whole=start == 0)
         i = seq - suffix[0].seq if suffix else -1
         return suffix[i] if 0 <= i < len(suffix) else None
     for e in head.tail:
