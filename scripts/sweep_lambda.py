@@ -38,6 +38,11 @@ class SweepConfigError(s3log.S3LogError, ValueError):
     """An environment setting of the sweep is not usable; raised before anything is deleted."""
 
 
+class SweepIncomplete(s3log.S3LogError, RuntimeError):
+    """gc could not delete some objects (access denied, a fault past the retries): the
+    invocation fails, naming them, so a scheduled sweep does not look done."""
+
+
 def _int_setting(name: str, default: int) -> int:
     raw = os.environ.get(name, str(default))
     try:
@@ -76,4 +81,8 @@ def handler(event: dict[str, Any] | None = None, context: Any = None) -> dict[st
     if expire is not None:
         expired = _summary(expire(idle_for=timedelta(days=idle_days), dry_run=dry_run))
     collected = log.gc(older_than_ms=grace_minutes * 60_000, dry_run=dry_run)
+    failed = getattr(collected, "failed", None) or {}
+    if failed:
+        shown = "; ".join(f"{k}: {why}" for k, why in list(failed.items())[:10])
+        raise SweepIncomplete(f"gc could not delete {len(failed)} objects ({shown})")
     return {"expire": expired, "gc": _summary(collected), "dry_run": dry_run}

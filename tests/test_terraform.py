@@ -32,6 +32,7 @@ from s3log.env import Env, wall_clock_ms
 from s3log.errors import StoreError
 from s3log.ids import uuid7
 from s3log.layout import Layout
+from s3log.results import GcReport
 from s3log.store import s3 as s3_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1100,7 +1101,18 @@ def test_sweep_handler_builds_the_client_once_and_passes_its_settings(
     else:
         assert first["expire"] is None
     assert first == second
-    assert first["gc"] == {"sessions": 0, "unreferenced": 0, "deleted": 0, "kept_young": 0, "broken": 0}
+    assert first["gc"] == {"sessions": 0, "unreferenced": 0, "deleted": 0, "kept_young": 0, "broken": 0,
+                           "failed": 0}
+
+
+def test_sweep_handler_fails_when_gc_could_not_delete(sweep: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep whose deletes are refused (a role without what S3 requires) must not look done.
+    _Spy(monkeypatch, with_expire=True)
+    monkeypatch.setenv("S3LOG_BUCKET", "b")
+    refused = GcReport(1, ["k1"], [], 0, [], {"k1": "AccessDenied: Access Denied"})
+    monkeypatch.setattr(s3log.Log, "gc", lambda self, **kw: refused)
+    with pytest.raises(sweep.SweepIncomplete, match=r"could not delete 1 objects .*k1: AccessDenied"):
+        sweep.handler({}, None)
 
 
 @pytest.mark.parametrize(
@@ -1138,4 +1150,5 @@ def test_sweep_handler_against_s3(sweep: ModuleType, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("S3LOG_DRY_RUN", "1")
     out = sweep.handler({}, None)
     assert out["dry_run"] is True
-    assert out["gc"] == {"sessions": 1, "unreferenced": 0, "deleted": 0, "kept_young": 1, "broken": 0}
+    assert out["gc"] == {"sessions": 1, "unreferenced": 0, "deleted": 0, "kept_young": 1, "broken": 0,
+                         "failed": 0}
