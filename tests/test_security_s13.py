@@ -22,16 +22,9 @@ from s3log import protocol
 from s3log.codec import Head, decode_head, encode_head, encode_segment, make_entry
 from s3log.env import Env
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
+from tests.delete_hooks import Clock
 
 T0 = 1_800_000_000_000
-
-
-class Clock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 @pytest.fixture
