@@ -188,9 +188,14 @@ def test_the_link_checker_catches_what_it_must(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- decision records
 
 
+#: Numbers of records folded into their successor before any release (docs/decisions/README.md).
+FOLDED = {"0019", "0021"}
+
+
 def test_there_are_records_numbered_from_0001_without_gaps() -> None:
     numbers = [record_title(p)[0] for p in RECORDS]
-    assert numbers == [f"{i:04d}" for i in range(1, len(RECORDS) + 1)]
+    expected = [f"{i:04d}" for i in range(1, len(RECORDS) + len(FOLDED) + 1)]
+    assert numbers == [n for n in expected if n not in FOLDED]
     assert [p.name[:4] for p in RECORDS] == numbers
 
 
