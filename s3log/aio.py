@@ -480,7 +480,7 @@ class AsyncLog(LogVerbs):
         """Delete a session (head first)."""
         return await self.run(self._core.delete(session_id))
 
-    # -------------------------------------------------------- retention (issue 17)
+    # -------------------------------------------------------- retention
 
     async def expire(
         self,

@@ -391,7 +391,7 @@ def _check_tree(kind: str, data: Any, session: str | None, max_depth: int) -> bo
             # A tag and a set nest too: the decoder counts a tag as a level (a set is
             # tag 258 around an array), so what they hold is checked and counted as well.
             # Unchecked, a tag chain or tuples in a set nested ~400 deep were acknowledged
-            # and the session could not be decoded (review, session 13).
+            # and the session could not be decoded.
             if isinstance(value, cbor2.CBORTag):
                 if depth >= max_depth:
                     raise InvalidEntryError(kind, f"data nests deeper than {max_depth} levels", session=session)

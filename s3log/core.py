@@ -493,7 +493,7 @@ class LogCore:
         """A session's head and ETag."""
         return protocol.read_head(self.layout, validate_session_id(session_id))
 
-    # -------------------------------------------- bounded listings and retention (issue 17)
+    # -------------------------------------------- bounded listings and retention
 
     def session_page(
         self, want: int, labels: Mapping[str, str] | None, after: str | None, batch: int

@@ -386,7 +386,7 @@ class Log(LogVerbs):
         """Delete a session (head first); return how many objects were removed."""
         return self.run(self._core.delete(session_id))
 
-    # -------------------------------------------------------- retention (issue 17)
+    # -------------------------------------------------------- retention
 
     def expire(
         self,
