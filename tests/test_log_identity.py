@@ -233,12 +233,20 @@ def test_the_default_identity_is_bucket_slash_prefix() -> None:
     assert Layout("p").log_id is None  # a bare layout signs nothing
 
 
-def test_dask_carries_the_identity_to_its_workers() -> None:
+def test_dask_reads_a_copied_log_under_the_identity_it_names(s3log_server: LocalS3) -> None:
     pytest.importorskip("dask")
-    from s3log import dask as s3dask
+    from s3log.dask import read_entries, read_sessions
 
     signer, verifier = _keys()
-    options = s3dask._with_verifier((), verifier, "orig/s3log")
-    assert dict(options)["log_id"] == "orig/s3log"
+    orig, copy = s3log_server.create_bucket(), s3log_server.create_bucket()
+    _write(s3log.S3Store(orig, endpoint_url=s3log_server.endpoint_url), "s3log", signer, ["x", "y"])
+    _copy_bucket(s3log_server, orig, copy)
+    url = s3log_server.endpoint_url
+    with pytest.warns(analytics.CorruptSessionWarning, match=f"checked as a head of log '{copy}/s3log'"):
+        assert len(read_entries(copy, endpoint_url=url, verifier=verifier).compute(scheduler="sync")) == 0
+    rows = read_entries(copy, endpoint_url=url, verifier=verifier, log_id=f"{orig}/s3log", strict=True)
+    assert list(rows.compute(scheduler="sync").seq) == [0, 1]
+    heads = read_sessions(copy, endpoint_url=url, verifier=verifier, log_id=f"{orig}/s3log")
+    assert list(heads.compute(scheduler="sync").session) == [SID]
     with pytest.raises(InvalidArgumentError, match="log_id"):
-        s3dask._with_verifier((), verifier, "")
+        read_entries(copy, endpoint_url=url, verifier=verifier, log_id="")
