@@ -23,7 +23,7 @@ holds a boto3 client, refuses to.
 
 A signature shows who wrote a head, not that history was not rewritten by the key's
 holder, nor that an older signed head was not put back. :class:`Checkpointer` writes
-signed ``(session, seq, hash)`` checkpoints to another store (a bucket that may have
+signed ``(log, session, seq, hash)`` checkpoints to another store (a bucket that may have
 Object Lock) and :func:`check_checkpoints` compares sessions with them; see
 docs/operations.md ("Signed heads and checkpoints") for what each mode protects against.
 

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import s3log
 from s3log import analytics
 from s3log.codec import decode_head, encode_head
-from s3log.errors import InvalidArgumentError
+from s3log.errors import CorruptionError, InvalidArgumentError
 from s3log.layout import Layout
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
 from s3log.testing import LocalS3
@@ -109,6 +109,27 @@ def test_a_signed_head_transplanted_to_another_prefix_is_refused(texts: list[str
     # Read where it was signed, the same head verifies.
     reader_a = s3log.Log(store, prefix="tenant-a", config=s3log.LogConfig(verifier=verifier))
     assert [e.data for e in reader_a.read(SID).entries] == texts
+
+
+def test_a_segment_transplanted_alone_breaks_the_chain() -> None:
+    # Without its head, another log's segment cannot end at this log's signed hash: the
+    # chain does not link (CorruptionError; a signed head copied with it is refused above).
+    signer, verifier = _keys()
+    store = s3log.MemoryStore("shared")
+    _write(store, "tenant-a", signer, [f"a{i} " * 20 for i in range(8)])
+    _write(store, "tenant-b", signer, [f"b{i} " * 20 for i in range(8)])
+    a_head = decode_head(store.get(f"tenant-a/sessions/{SID}/head").body, "a")
+    b_key = f"tenant-b/sessions/{SID}/head"
+    blob = store.get(b_key)
+    b_head = decode_head(blob.body, b_key)
+    seg = a_head.segments[0]
+    copied = "tenant-b" + seg[len("tenant-a"):]
+    store.put_if_absent(copied, store.get(seg).body)
+    store.put_if_match(b_key, encode_head(replace(b_head, segments=(copied, *b_head.segments[1:]), pending=None)),
+                       blob.etag)
+    reader_b = s3log.Log(store, prefix="tenant-b", config=s3log.LogConfig(verifier=verifier))
+    with pytest.raises(CorruptionError):
+        reader_b.read(SID)
 
 
 def test_a_signed_head_transplanted_to_another_bucket_is_refused(s3log_server: LocalS3) -> None:
