@@ -738,6 +738,7 @@ def scan(
     progress: ProgressCallback | None = None,
     on_head: Callable[[Head], None] | None = None,
     verifier: Verifier | None = None,
+    log_id: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the entries of many sessions as Arrow record batches of :data:`SCHEMA`.
 
@@ -754,6 +755,8 @@ def scan(
     ``verifier`` (trusted keys, as ``LogConfig(verifier=...)``): a session whose head is
     not validly signed by one of them fails to verify too (a
     :class:`~s3log.signing.SignatureError`); without it signatures are not checked.
+    ``log_id``: the identity heads are verified as heads of (as ``LogConfig(log_id=...)``;
+    default ``<bucket>/<prefix>``): a copy of a whole log names its original's.
     """
     # Every argument is checked here, before anything is read.
     _positive("batch_size", batch_size)
@@ -767,13 +770,18 @@ def scan(
         if fn is not None and not callable(fn):
             raise InvalidArgumentError(name, f"must be callable, not {fn!r}")
     _check_verifier(verifier)
-    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, parallelism, strict, progress, on_head,
-                 verifier)
+    config = _config(parallelism, verifier, log_id)
+    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, strict, progress, on_head, config)
 
 
 def _check_verifier(verifier: object) -> None:
     if verifier is not None and not isinstance(verifier, Verifier):
         raise InvalidArgumentError("verifier", f"must be a s3log.signing.Verifier, not {verifier!r}")
+
+
+def _config(parallelism: int, verifier: Verifier | None, log_id: str | None) -> LogConfig:
+    # LogConfig checks log_id (InvalidArgumentError naming it) at the call, before any read.
+    return LogConfig(max_parallel=parallelism, verifier=verifier, log_id=log_id)
 
 
 def _scan(
@@ -784,13 +792,12 @@ def _scan(
     kind_set: frozenset[str] | None,
     prefix: str | None,
     batch_size: int,
-    parallelism: int,
     strict: bool,
     progress: ProgressCallback | None,
     on_head: Callable[[Head], None] | None,
-    verifier: Verifier | None = None,
+    config: LogConfig,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism, verifier=verifier))
+    lg = Log(store, prefix=prefix, config=config)
 
     def read(sid: str) -> tuple[Head, list[Run]] | None:
         try:
@@ -817,7 +824,7 @@ def _scan(
         ids = _session_ids(lg, sessions, lo)
         tracker = _Progress(progress, len(ids))
         cols = _Columns()
-        for got in _read_in_order(read, ids, parallelism):
+        for got in _read_in_order(read, ids, config.max_parallel):
             n = 0
             if got is not None:
                 head, runs = got
@@ -898,6 +905,7 @@ def sessions(
     parallelism: int = 16,
     strict: bool = False,
     verifier: Verifier | None = None,
+    log_id: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One row per session (:data:`SESSIONS_SCHEMA`), from its head: one GET each.
 
@@ -907,7 +915,8 @@ def sessions(
     :func:`scan` skips them). Missing, unreadable and expired heads are left out; a head
     with a time outside :data:`TS_RANGE` is left out with a :class:`CorruptSessionWarning`,
     or raises :class:`~s3log.CorruptionError` with ``strict``. With ``verifier`` (trusted
-    keys), a head not validly signed by one of them is unreadable: left out.
+    keys), a head not validly signed by one of them (as a head of the log ``log_id``, as
+    :func:`scan`'s) is unreadable: left out.
     """
     lo, hi = _ms(since, "since"), _ms(until, "until")
     wanted = _session_list(sessions)
@@ -916,14 +925,14 @@ def sessions(
     _positive("batch_size", batch_size)
     _positive("parallelism", parallelism)
     _check_verifier(verifier)
-    return _sessions(store, wanted, lo, hi, prefix, batch_size, parallelism, strict, verifier)
+    return _sessions(store, wanted, lo, hi, prefix, batch_size, strict, _config(parallelism, verifier, log_id))
 
 
 def _sessions(
     store: ObjectStore, wanted: list[str] | None, lo: int | None, hi: int | None, prefix: str | None,
-    batch_size: int, parallelism: int, strict: bool = False, verifier: Verifier | None = None,
+    batch_size: int, strict: bool, config: LogConfig,
 ) -> Iterator[pa.RecordBatch]:
-    lg = Log(store, prefix=prefix, config=LogConfig(max_parallel=parallelism, verifier=verifier))
+    lg = Log(store, prefix=prefix, config=config)
     try:
         ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
@@ -1284,7 +1293,7 @@ def duckdb(
     streams = [entries]
     if sessions_view is not None:
         options = {k: v for k, v in kwargs.items()
-                   if k in ("sessions", "since", "until", "prefix", "parallelism", "strict", "verifier")}
+                   if k in ("sessions", "since", "until", "prefix", "parallelism", "strict", "verifier", "log_id")}
         for name, value in zip(("sessions", "since", "until"), args, strict=False):
             options[name] = value
         cast(Generator[pa.RecordBatch, None, None], sessions(store, **options)).close()

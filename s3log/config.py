@@ -14,7 +14,7 @@ from .env import DEFAULT_ENV, Env
 from .errors import InvalidArgumentError
 from .layout import MAX_SEGMENTS
 from .manifest import max_manifest_length
-from .signing import Signer, Verifier
+from .signing import Signer, Verifier, check_log_id
 
 #: The largest merge fan-out whose manifest stays within the MAX_SEGMENTS a reader
 #: accepts, however many segments a session writes (2**64 bounds any count): a level
@@ -87,11 +87,17 @@ class LogConfig:
     signer: Signer | None = None
     #: Every head this log reads must be signed by a key it trusts; None: not checked.
     verifier: Verifier | None = None
+    #: The identity signed heads are bound to (signed and verified as heads of this log);
+    #: None: ``<bucket>/<prefix>`` of the log's store (:func:`s3log.signing.default_log_id`).
+    #: A copy of a whole log keeps verifying when its readers name the original's identity.
+    log_id: str | None = None
     activity_index: bool = True
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         check_format_version(self.format_version)
+        if self.log_id is not None:
+            check_log_id(self.log_id)
         # Checked here, before anything is written: a bad value would otherwise surface
         # at some later flush (fanout < 2) or, worse, in what readers refuse (fanout too big).
         for name in ("tail_max_bytes", "pending_max_bytes", "tail_per_commit", "cache_levels"):

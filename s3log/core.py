@@ -41,6 +41,7 @@ from .results import (
     TicketStatus,
     VerifyReport,
 )
+from .signing import default_log_id
 
 #: Called with a :class:`~s3log.ForkInfo` when a conflict makes a writer fork.
 ForkListener = Callable[[ForkInfo], None]
@@ -317,8 +318,13 @@ class LogCore:
         reducer: Reducer[Any] | None,
     ) -> None:
         self.config = config or LogConfig()
-        self.layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX),
-                             verifier=self.config.verifier)
+        layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
+        log_id = self.config.log_id or default_log_id(store, layout.prefix)
+        if log_id is None and (self.config.signer is not None or self.config.verifier is not None):
+            raise InvalidArgumentError("log_id", f"signed heads are bound to their log's identity, and this store "
+                                       f"({type(store).__name__}) names no bucket to derive it from: pass "
+                                       f"LogConfig(log_id=...)")
+        self.layout = Layout(layout.prefix, verifier=self.config.verifier, log_id=log_id)
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
         self.store = store
         # Stores that are known to honour conditional writes (the in-memory ones say so)
@@ -569,6 +575,12 @@ class LogVerbs:
     def layout(self) -> Layout:
         """The key layout of this log (for running protocol procedures directly)."""
         return self._core.layout
+
+    @property
+    def log_id(self) -> str | None:
+        """The identity signed heads (and checkpoints) of this log are bound to:
+        ``LogConfig.log_id``, else ``<bucket>/<prefix>`` (None if the store names no bucket)."""
+        return self._core.layout.log_id
 
     @property
     def config(self) -> LogConfig:

@@ -20,7 +20,7 @@ from . import analytics
 from ._extras import extra
 from .errors import InvalidArgumentError
 from .layout import DEFAULT_PREFIX, normalize_prefix
-from .signing import Verifier
+from .signing import Verifier, check_log_id
 
 with extra("dask"):
     import pandas as pd
@@ -134,9 +134,13 @@ def _portable_verifier(verifier: object) -> Verifier | None:
     return verifier
 
 
-def _with_verifier(options: tuple[tuple[str, Any], ...], verifier: object) -> tuple[tuple[str, Any], ...]:
+def _with_verifier(options: tuple[tuple[str, Any], ...], verifier: object, log_id: object
+                   ) -> tuple[tuple[str, Any], ...]:
     checked = _portable_verifier(verifier)
-    return options if checked is None else tuple(sorted((*options, ("verifier", checked))))
+    extra: list[tuple[str, Any]] = [] if checked is None else [("verifier", checked)]
+    if log_id is not None:
+        extra.append(("log_id", check_log_id(log_id)))  # a bad one fails here, not in a task
+    return tuple(sorted((*options, *extra))) if extra else options
 
 
 def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None) -> list[str]:
@@ -182,6 +186,7 @@ def read_entries(
     sessions_per_partition: int = 256,
     fast: bool = False,
     verifier: Verifier | None = None,
+    log_id: str | None = None,
     **scan_options: Any,
 ) -> Any:
     """A dask DataFrame of every entry under ``s3://bucket/prefix`` (or of ``sessions``).
@@ -201,8 +206,10 @@ def read_entries(
     :class:`~s3log.signing.AnyVerifier` of such; a
     :class:`~s3log.signing.KmsVerifier` is refused with
     :class:`~s3log.InvalidArgumentError`, as is anything else that does not pickle.
+    ``log_id``: the identity heads are verified as heads of (default ``bucket/prefix``;
+    a copy of a whole log names its original's, as ``LogConfig(log_id=...)``).
     """
-    options = _with_verifier(_plain_options(scan_options, SCAN_OPTIONS), verifier)
+    options = _with_verifier(_plain_options(scan_options, SCAN_OPTIONS), verifier, log_id)
     return _frame(_entries_partition, analytics.SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, options)
 
@@ -216,15 +223,16 @@ def read_sessions(
     sessions_per_partition: int = 1_000,
     fast: bool = False,
     verifier: Verifier | None = None,
+    log_id: str | None = None,
     **options: Any,
 ) -> Any:
     """A dask DataFrame of one row per session (:data:`s3log.analytics.SESSIONS_SCHEMA`).
 
     Heads only (one GET per session); merge it with :func:`read_entries` on ``session``
     to group entries by labels. ``options``: ``since``, ``until``, ``parallelism``.
-    ``verifier``: as :func:`read_entries`'s; a session whose head is not validly
+    ``verifier``, ``log_id``: as :func:`read_entries`'s; a session whose head is not validly
     signed by a trusted key is left out (as :func:`s3log.analytics.sessions` does).
     """
-    plain = _with_verifier(_plain_options(options, {"since", "until", "parallelism"}), verifier)
+    plain = _with_verifier(_plain_options(options, {"since", "until", "parallelism"}), verifier, log_id)
     return _frame(_sessions_partition, analytics.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, plain)

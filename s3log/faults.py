@@ -43,6 +43,9 @@ class _Faults:
         # wrapped store has one, so a log on the wrapper finds its sessions where they are.
         if hasattr(inner, "prefix"):
             self.prefix: str = inner.prefix
+        # Its bucket too: signed heads are bound to <bucket>/<prefix> (s3log.signing.default_log_id).
+        if hasattr(inner, "bucket"):
+            self.bucket: str = inner.bucket
         self.requests: RequestCounter = inner.requests
         # A wrapper is as trustworthy as what it wraps: the precondition probe asks the inner store.
         self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))

@@ -68,12 +68,16 @@ class Layout:
     """Computes the keys of one store prefix.
 
     ``verifier``: when set, every head read through this layout must be signed by a
-    key it trusts (:mod:`s3log.signing`). It rides on the layout because every
-    procedure that reads a head takes the layout; it is not part of a layout's identity.
+    key it trusts (:mod:`s3log.signing`). ``log_id``: the identity of the log that
+    signed heads are bound to (:func:`s3log.signing.default_log_id`, or the one
+    ``LogConfig(log_id=...)`` names); heads are signed and verified as heads of it.
+    Both ride on the layout because every procedure that reads or plans a head takes
+    the layout; neither is part of a layout's identity.
     """
 
     prefix: str = DEFAULT_PREFIX
     verifier: Verifier | None = field(default=None, compare=False, repr=False)
+    log_id: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))

@@ -264,7 +264,7 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
     if head.pending is not None and not layout.is_segment_of(session, head.pending.key):
         raise CorruptionError(key, f"head names {head.pending.key!r} as pending, which is not a segment key of "
                                    f"session {session}")
-    verify_head(layout.verifier, head, key)  # signed heads: every read path comes through here
+    verify_head(layout.verifier, head, key, layout.log_id)  # signed heads: every read path comes through here
     if layout.verifier is not None and is_expired(head):
         # ``expired`` is outside the signed payload: it is what it says only if the signed
         # seq and hash are the tombstone's of the chain it names (else a signed live
@@ -910,7 +910,7 @@ def _plan_head(
     )
     # The signed payload does not cover the tail or pending (it is the same whether or
     # not this commit flushes), so the heads derived below keep the signature.
-    inline = sign_head(cfg.signer, inline)
+    inline = sign_head(cfg.signer, inline, layout.log_id)
     body = encode_head(inline)
     # A big commit (a group of many appenders) may carry more of the tail inline.
     own = sum(map(len, map(entry_record, entries)))

@@ -195,7 +195,8 @@ def _write_tombstones(
     """PUT the tombstones of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
     # Signed as any head this log writes: a verifying reader then reads it as expired (it
     # carried the old head's signature, which no longer matched: SignatureError for ever).
-    plans = [(h, sign_head(cfg.signer, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms)))
+    plans = [(h, sign_head(cfg.signer, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms),
+                             layout.log_id))
              for h, _ in doomed]
     puts = [PutIfMatch(layout.head(h.session), encode_head(t), etag)
             for (h, t), (_, etag) in zip(plans, doomed, strict=True)]

@@ -7,7 +7,10 @@ signs every head it writes; a reader configured with a :class:`Verifier`
 (``LogConfig(verifier=...)``) refuses a head that is unsigned, signed by a key it does
 not trust, or whose signature does not match, with a :class:`SignatureError` naming
 the session and the key. The signed payload is specified byte for byte in
-docs/format.md ("Signed heads"); :func:`head_payload` builds it.
+docs/format.md ("Signed heads"); :func:`head_payload` builds it. It names the log the
+head belongs to (its identity, ``<bucket>/<prefix>`` unless ``LogConfig(log_id=...)``
+names it: :func:`default_log_id`), so a genuinely signed head copied to another
+prefix or bucket does not verify there.
 
 Keys: Ed25519 (:class:`Ed25519Signer`, verified by :class:`PublicKeyVerifier`) through
 the ``cryptography`` package, and AWS KMS asymmetric keys (:class:`KmsSigner`,
@@ -20,7 +23,7 @@ holds a boto3 client, refuses to.
 
 A signature shows who wrote a head, not that history was not rewritten by the key's
 holder, nor that an older signed head was not put back. :class:`Checkpointer` writes
-signed ``(session, seq, hash)`` checkpoints to another store (a bucket that may have
+signed ``(log, session, seq, hash)`` checkpoints to another store (a bucket that may have
 Object Lock) and :func:`check_checkpoints` compares sessions with them; see
 docs/operations.md ("Signed heads and checkpoints") for what each mode protects against.
 
@@ -56,7 +59,7 @@ __all__ = [
     "ECDSA_SHA_256", "ED25519", "RSASSA_PSS_SHA_256", "AnyVerifier", "Checkpoint", "CheckpointError",
     "CheckpointReport", "Checkpointer", "Ed25519Signer", "KmsSigner", "KmsVerifier", "PublicKeyVerifier",
     "Signature", "SignatureError", "SignatureRejected", "Signer", "SigningError", "Verifier", "check_checkpoints",
-    "head_payload", "key_id_for", "sign_head", "verify_head",
+    "check_log_id", "default_log_id", "head_payload", "key_id_for", "sign_head", "verify_head",
 ]
 
 #: Ed25519 (RFC 8032) over the payload bytes.
@@ -71,11 +74,13 @@ RSASSA_PSS_SHA_256 = "RSASSA_PSS_SHA_256"
 HEAD_PURPOSE = "s3log/head"
 CHECKPOINT_PURPOSE = "s3log/checkpoint"
 #: The version a checkpoint (and its signed payload) carries: its own, not the segment
-#: format's. Builds from format v2's arrival until this constant wrote the format's 2
-#: (same fields, same meaning): both are read, each verified against the payload with
-#: the ``v`` it holds, so no checkpoint an earlier build wrote stops checking.
-CHECKPOINT_VERSION = 1
-CHECKPOINT_VERSIONS = (1, 2)
+#: format's. Version 3 names the log the checkpoint belongs to; versions 1 and 2 (no
+#: release wrote them) named none, so one could be passed off as another log's
+#: checkpoint of a session of the same id: they are refused, not read.
+CHECKPOINT_VERSION = 3
+CHECKPOINT_VERSIONS = (3,)
+#: The longest log identity accepted (in UTF-8 bytes); a bucket name and a prefix fit.
+MAX_LOG_ID_BYTES = 1024
 
 
 # ------------------------------------------------------------------------------ errors
@@ -162,20 +167,49 @@ def _meta_digest(meta: Mapping[str, Any]) -> bytes:
     return hashlib.sha256(dumps(meta)).digest()
 
 
-def head_payload(head: Head, alg: str, key_id: str) -> bytes:
+def check_log_id(log_id: object, name: str = "log_id") -> str:
+    """``log_id`` if it is a log identity (non-empty text, at most 1 KiB in UTF-8), else
+    :class:`~s3log.errors.InvalidArgumentError` naming ``name``."""
+    if not isinstance(log_id, str) or not log_id:
+        raise InvalidArgumentError(name, f"must be a non-empty string naming the log, not {log_id!r}")
+    try:
+        size = len(log_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(name, f"is not valid text (a lone surrogate): {log_id!r}") from None
+    if size > MAX_LOG_ID_BYTES:
+        raise InvalidArgumentError(name, f"is {size} bytes long (at most {MAX_LOG_ID_BYTES})")
+    return log_id
+
+
+def default_log_id(store: object, prefix: str) -> str | None:
+    """The identity signed heads of a log at ``prefix`` in ``store`` are bound to by default:
+    ``<bucket>/<prefix>`` (``prefix`` normalized, so ``"b/"`` for an empty one), from the
+    store's ``bucket`` attribute; None for a store that names no bucket.
+
+    A bucket name holds no ``/``, so the identity names one (bucket, prefix) pair.
+    """
+    bucket = getattr(store, "bucket", None)
+    if not isinstance(bucket, str) or not bucket:
+        return None
+    return f"{bucket}/{prefix}"
+
+
+def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
     """The bytes a head's signature covers (docs/format.md, "Signed heads").
 
-    The deterministic CBOR map of the head's identity: purpose, format version,
-    session, last seq and hash, parent pointer, SHA-256 of the encoded meta, and the
-    algorithm and key id themselves (so neither can be swapped after signing). The
-    last hash commits to every entry, so the signature covers the whole chain.
+    The deterministic CBOR map of the head's identity: purpose, format version, the
+    log's identity ``log_id``, session, last seq and hash, parent pointer, SHA-256 of
+    the encoded meta, and the algorithm and key id themselves (so neither can be
+    swapped after signing). The last hash commits to every entry, so the signature
+    covers the whole chain; ``log_id`` binds it to one log.
     """
-    # Runs on every commit: the nine pairs in canonical key order (shorter keys first,
+    # Runs on every commit: the ten pairs in canonical key order (shorter keys first,
     # then bytewise) encoded as one array whose header is swapped for the map's, as in
     # s3log.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
     body = dumps([
         "v", head.v,
         "alg", alg,
+        "log", log_id,
         "seq", head.seq,
         "hash", head.hash,
         "key_id", key_id,
@@ -184,11 +218,20 @@ def head_payload(head: Head, alg: str, key_id: str) -> bytes:
         "session", head.session,
         "meta_digest", _meta_digest(head.meta),
     ])
-    return b"\xa9" + body[1:]
+    # An array of 20 items has the one-byte header 0x94; a map of 10 pairs is 0xaa.
+    return b"\xaa" + body[1:]
 
 
-def sign_head(signer: Signer | None, head: Head) -> Head:
-    """``head`` with its signature by ``signer``; with no signer, ``head`` without any.
+def _need_log_id(log_id: str | None) -> str:
+    if log_id is None:
+        raise InvalidArgumentError("log_id", "signing and verifying heads need the log's identity: this store "
+                                   "names no bucket, so pass LogConfig(log_id=...)")
+    return log_id
+
+
+def sign_head(signer: Signer | None, head: Head, log_id: str | None) -> Head:
+    """``head`` with its signature by ``signer`` for the log ``log_id``; with no signer,
+    ``head`` without any.
 
     A head built from a stored one carries the stored signature along (``replace``);
     it is always replaced or dropped here, never left to vouch for different content.
@@ -196,14 +239,15 @@ def sign_head(signer: Signer | None, head: Head) -> Head:
     if signer is None:
         return head if head.sig is None else replace(head, sig=None)
     alg, key_id = signer.alg, signer.key_id
-    sig = signer.sign(head_payload(head, alg, key_id))
+    sig = signer.sign(head_payload(head, alg, key_id, _need_log_id(log_id)))
     if sig.alg != alg or sig.key_id != key_id:
         raise SigningError(f"signer {key_id} ({alg}) returned a signature for {sig.key_id} ({sig.alg})")
     return replace(head, sig=sig)
 
 
-def verify_head(verifier: Verifier | None, head: Head, key: str) -> None:
-    """Raise :class:`SignatureError` unless ``head`` is validly signed by a key ``verifier`` trusts.
+def verify_head(verifier: Verifier | None, head: Head, key: str, log_id: str | None) -> None:
+    """Raise :class:`SignatureError` unless ``head`` is validly signed, as a head of the
+    log ``log_id``, by a key ``verifier`` trusts.
 
     With no verifier nothing is checked. ``key`` is the head's object key (for the error).
     """
@@ -213,10 +257,14 @@ def verify_head(verifier: Verifier | None, head: Head, key: str) -> None:
     if sig is None:
         raise SignatureError(key, head.session, None,
                              f"the head is unsigned; this reader trusts {_trusted(verifier)}", seq=head.seq)
+    log_id = _need_log_id(log_id)
     try:
-        verifier.verify(head_payload(head, sig.alg, sig.key_id), sig)
+        verifier.verify(head_payload(head, sig.alg, sig.key_id, log_id), sig)
     except SignatureRejected as exc:
-        raise SignatureError(key, head.session, sig.key_id, exc.reason, seq=head.seq) from None
+        # The usual cause besides tampering: a head copied here from another log (or a
+        # copy of a whole log read without naming its identity).
+        raise SignatureError(key, head.session, sig.key_id, f"{exc.reason} (checked as a head of log {log_id!r})",
+                             seq=head.seq) from None
 
 
 def _trusted(verifier: Verifier) -> str:
@@ -576,28 +624,30 @@ class AnyVerifier:
 # -------------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_payload(session: str, seq: int, hash_: bytes, at: int, alg: str, key_id: str,
+def checkpoint_payload(log_id: str, session: str, seq: int, hash_: bytes, at: int, alg: str, key_id: str,
                        v: int = CHECKPOINT_VERSION) -> bytes:
     """The bytes a checkpoint's signature covers (docs/format.md, "Signed checkpoints")."""
-    return dumps({"purpose": CHECKPOINT_PURPOSE, "v": v, "session": session, "seq": seq,
+    return dumps({"purpose": CHECKPOINT_PURPOSE, "v": v, "log": log_id, "session": session, "seq": seq,
                   "hash": hash_, "at": at, "alg": alg, "key_id": key_id})
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A signed statement that ``session`` held entry ``seq`` with hash ``hash`` at time ``at`` (ms)."""
+    """A signed statement that ``session`` of the log ``log`` held entry ``seq`` with hash
+    ``hash`` at time ``at`` (ms)."""
 
+    log: str
     session: str
     seq: int
     hash: bytes
     at: int
     sig: Signature
-    #: The checkpoint's version (:data:`CHECKPOINT_VERSIONS`); its payload carries the same.
+    #: The checkpoint's version (:data:`CHECKPOINT_VERSION`); its payload carries the same.
     v: int = CHECKPOINT_VERSION
 
     def encode(self) -> bytes:
         """The stored object."""
-        return dumps({"v": self.v, "session": self.session, "seq": self.seq, "hash": self.hash,
+        return dumps({"v": self.v, "log": self.log, "session": self.session, "seq": self.seq, "hash": self.hash,
                       "at": self.at, "sig": self.sig.to_map()})
 
     @staticmethod
@@ -610,18 +660,23 @@ class Checkpoint:
         if not isinstance(obj, dict):
             raise CorruptionError(key, "checkpoint is not a map")
         v = obj.get("v")
+        if v in (1, 2) and type(v) is int:
+            raise CorruptionError(key, f"checkpoint version {v} names no log (a checkpoint of a session of the "
+                                       f"same id in another log could pass for it); this build reads version "
+                                       f"{CHECKPOINT_VERSION} only: checkpoint the sessions again")
         if type(v) is not int or v not in CHECKPOINT_VERSIONS:
             raise CorruptionError(key, f"checkpoint version {v!r} is not one this build reads "
                                        f"({', '.join(map(str, CHECKPOINT_VERSIONS))})")
-        session, seq, h, at = obj.get("session"), obj.get("seq"), obj.get("hash"), obj.get("at")
-        if not (isinstance(session, str) and type(seq) is int and seq >= 0 and type(at) is int
-                and isinstance(h, bytes) and len(h) == HASH_LEN):
-            raise CorruptionError(key, "checkpoint must hold session, seq >= 0, a 32-byte hash and at")
-        return Checkpoint(session, seq, h, at, Signature.from_map(obj.get("sig"), key), v)
+        log, session, seq, h, at = obj.get("log"), obj.get("session"), obj.get("seq"), obj.get("hash"), obj.get("at")
+        if not (isinstance(log, str) and isinstance(session, str) and type(seq) is int and seq >= 0
+                and type(at) is int and isinstance(h, bytes) and len(h) == HASH_LEN):
+            raise CorruptionError(key, "checkpoint must hold log, session, seq >= 0, a 32-byte hash and at")
+        return Checkpoint(log, session, seq, h, at, Signature.from_map(obj.get("sig"), key), v)
 
-    def payload(self) -> bytes:
-        """What :attr:`sig` signs."""
-        return checkpoint_payload(self.session, self.seq, self.hash, self.at, self.sig.alg, self.sig.key_id, self.v)
+    def payload(self, log_id: str | None = None) -> bytes:
+        """What :attr:`sig` signs, as a checkpoint of the log ``log_id`` (its own :attr:`log` by default)."""
+        return checkpoint_payload(self.log if log_id is None else log_id, self.session, self.seq, self.hash,
+                                  self.at, self.sig.alg, self.sig.key_id, self.v)
 
 
 def _checkpoint_dir(prefix: str, session: str) -> str:
@@ -656,6 +711,7 @@ class Checkpointer:
         """
         import time
 
+        log_id = _log_id_of(log)
         ids = list(session_ids) if session_ids is not None else log.list_session_ids()
         at = now_ms if now_ms is not None else int(time.time() * 1000)
         out: list[Checkpoint] = []
@@ -666,8 +722,8 @@ class Checkpointer:
                 continue
             key = checkpoint_key(self.prefix, sid, head.seq)
             alg, key_id = self.signer.alg, self.signer.key_id
-            sig = self.signer.sign(checkpoint_payload(sid, head.seq, head.hash, at, alg, key_id))
-            cp = Checkpoint(sid, head.seq, head.hash, at, sig)
+            sig = self.signer.sign(checkpoint_payload(log_id, sid, head.seq, head.hash, at, alg, key_id))
+            cp = Checkpoint(log_id, sid, head.seq, head.hash, at, sig)
             try:
                 self.store.put_if_absent(key, cp.encode())
             except PreconditionFailed:
@@ -691,11 +747,13 @@ def check_checkpoints(
     """Check sessions against their signed checkpoints.
 
     Every checkpoint of each session (every checkpointed session by default) must be
-    signed by a key ``verifier`` trusts (else :class:`SignatureError`), and the
+    signed by a key ``verifier`` trusts as a checkpoint of this log (its identity,
+    ``log.log_id``; else :class:`SignatureError`), and the
     session, read and verified through ``log``, must still hold an entry at the
     checkpoint's seq with the checkpoint's hash (else :class:`CheckpointError`: the
     session was rewritten, cut back, or deleted after it was checkpointed).
     """
+    log_id = _log_id_of(log)
     if session_ids is None:
         base = prefix.strip("/") + "/" if prefix.strip("/") else ""
         ids = sorted(_list_prefixes(store, base))
@@ -711,8 +769,11 @@ def check_checkpoints(
             cp = Checkpoint.decode(store.get(key).body, key)
             if cp.session != sid or key != checkpoint_key(prefix, sid, cp.seq):
                 raise CorruptionError(key, f"checkpoint names session {cp.session} seq {cp.seq}")
+            if cp.log != log_id:
+                raise SignatureError(key, sid, cp.sig.key_id, f"it checkpoints log {cp.log!r}, not this log "
+                                     f"{log_id!r} (give each log a checkpoint prefix of its own)", seq=cp.seq)
             try:
-                verifier.verify(cp.payload(), cp.sig)
+                verifier.verify(cp.payload(log_id), cp.sig)
             except SignatureRejected as exc:
                 raise SignatureError(key, sid, cp.sig.key_id, exc.reason, seq=cp.seq) from None
             cps.append((key, cp))
@@ -731,6 +792,14 @@ def check_checkpoints(
                                       f"recorded {cp.hash.hex()}", seq=cp.seq)
             count += 1
     return CheckpointReport(len(ids), count)
+
+
+def _log_id_of(log: Any) -> str:
+    log_id = getattr(log, "log_id", None)
+    if log_id is None:
+        raise InvalidArgumentError("log_id", "checkpoints name the log they belong to, and this log's store names "
+                                   "no bucket: pass LogConfig(log_id=...)")
+    return check_log_id(log_id)
 
 
 def _list_objects(store: ObjectStore, prefix: str) -> list[Any]:

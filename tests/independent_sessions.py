@@ -25,6 +25,8 @@ from s3log.codec import entry_data_cbor
 from s3log.signing import Ed25519Signer
 
 PREFIX = "s3log"
+#: The bucket the signed session is bound to (its log is "memory/s3log"); the dump does not say.
+BUCKET = "memory"
 
 #: Data of every CBOR type a payload may hold.
 ODD_DATA: list[Any] = [
@@ -209,7 +211,7 @@ def dump(store: s3log.MemoryStore, root: Path) -> None:
 
 def main(root: Path) -> dict[str, str]:
     """Write the sessions under ``root`` with expected.json and trusted.pem."""
-    store = s3log.MemoryStore()
+    store = s3log.MemoryStore(BUCKET)
     names, key = write_sessions(store)
     dump(store, root)
     log = s3log.Log(store)

@@ -24,7 +24,7 @@ import pytest
 import s3log
 from s3log.errors import CorruptionError, FormatVersionError
 
-from .independent_sessions import PREFIX, main
+from .independent_sessions import BUCKET, PREFIX, main
 
 READER = Path(__file__).parent / "independent" / "reader.mjs"
 NODE = shutil.which("node")
@@ -76,7 +76,7 @@ def test_the_independent_reader_reads_every_shape_as_s3log_does(dump: tuple[Path
 
 def test_signed_heads_verify_with_the_trusted_key_only(dump: tuple[Path, dict[str, str], Any]) -> None:
     root, names, expected = dump
-    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"))
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--bucket", BUCKET)
     assert got[names["signed"]]["ok"] is True
     assert _same(got[names["signed"]], expected[names["signed"]])
     for name, sid in names.items():
@@ -227,12 +227,12 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
 }
 
 
-def _load(root: Path) -> s3log.Log:
-    store = s3log.MemoryStore()
-    for path in (root / PREFIX).rglob("*"):
+def _load(root: Path, prefix: str = PREFIX, **config: Any) -> s3log.Log:
+    store = s3log.MemoryStore(BUCKET)
+    for path in (root / prefix).rglob("*"):
         if path.is_file():
             store.put_if_absent(path.relative_to(root).as_posix(), path.read_bytes())
-    return s3log.Log(store)
+    return s3log.Log(store, prefix=prefix, config=s3log.LogConfig(**config))
 
 
 def _changed_copy(dump: tuple[Path, dict[str, str], Any], tmp_path: Path, name: str,
@@ -375,9 +375,65 @@ def test_with_trusted_keys_both_readers_refuse_an_unsigned_tombstone(
     from s3log.signing import PublicKeyVerifier, SignatureError
 
     root, sid, _ = _changed_copy(dump, tmp_path, "signed", _tombstone)
-    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"))
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
     assert got[sid]["ok"] is False and "expired" not in got[sid] and "sign" in got[sid]["error"], got[sid]
     key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
     reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
     with pytest.raises(SignatureError):
         reader.read(sid)
+
+
+# ------------------------------------------------------- signed heads name their log
+
+
+def _verifier(root: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier
+
+    return PublicKeyVerifier([serialization.load_pem_public_key((root / "trusted.pem").read_bytes())])  # type: ignore[list-item]
+
+
+def _transplant(root: Path, sid: str, prefix: str) -> None:
+    """The signed session copied, head and segments, to the same id under ``prefix``, its
+    head's (unsigned) segment keys rewritten to point there: what bucket access allows."""
+    src = root / PREFIX / "sessions" / sid
+    dst = root / prefix / "sessions" / sid
+    shutil.copytree(src, dst)
+    _edit(dst / "head", lambda o: _set(o, "segments", [k.replace(f"{PREFIX}/", f"{prefix}/", 1)
+                                                        for k in o["segments"]]))
+
+
+def test_both_readers_refuse_a_signed_head_of_another_log(dump: tuple[Path, dict[str, str], Any],
+                                                         tmp_path: Path) -> None:
+    from s3log.signing import SignatureError
+
+    root = tmp_path / "copy"
+    shutil.copytree(dump[0], root)
+    sid = dump[1]["signed"]
+    _transplant(root, sid, "tenant-b")
+    pem = str(root / "trusted.pem")
+    # Read where it was signed, it verifies; transplanted to another prefix, or read as a
+    # head of another bucket's log, it does not (both readers).
+    assert _read(root, "--trusted-ed25519", pem, "--bucket", BUCKET, "--session", sid)[sid]["ok"] is True
+    assert _read(root, "--prefix", "tenant-b", "--session", sid)[sid]["ok"] is True  # the chain itself is intact
+    for args in (("--prefix", "tenant-b", "--bucket", BUCKET), ("--bucket", "other-bucket"),
+                 ("--log-id", f"other-bucket/{PREFIX}")):
+        got = _read(root, "--trusted-ed25519", pem, *args, "--session", sid)[sid]
+        assert got["ok"] is False and "not a valid signature" in got["error"], (args, got)
+    _load(root, verifier=_verifier(root)).read(sid)
+    with pytest.raises(SignatureError, match="checked as a head of log 'memory/tenant-b'"):
+        _load(root, "tenant-b", verifier=_verifier(root)).read(sid)
+    with pytest.raises(SignatureError, match="bad signature"):
+        _load(root, verifier=_verifier(root), log_id=f"other-bucket/{PREFIX}").read(sid)
+    # A copy of the whole log read under the identity it was signed with verifies in both.
+    assert _read(root, "--prefix", "tenant-b", "--trusted-ed25519", pem, "--log-id", f"{BUCKET}/{PREFIX}",
+                 "--session", sid)[sid]["ok"] is True
+    _load(root, "tenant-b", verifier=_verifier(root), log_id=f"{BUCKET}/{PREFIX}").read(sid)
+
+
+def test_the_independent_reader_needs_the_log_to_check_signatures(dump: tuple[Path, dict[str, str], Any]) -> None:
+    assert NODE is not None
+    proc = subprocess.run([NODE, str(READER), str(dump[0]), "--trusted-ed25519", str(dump[0] / "trusted.pem")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--bucket or --log-id" in proc.stderr

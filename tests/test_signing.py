@@ -102,7 +102,7 @@ def _rewrite_history(server: LocalS3, bucket: str, sid: str, *, seq: int, data: 
     new = replace(head, seq=forged[-1].seq, hash=forged[-1].hash, segments=segments, levels=(0,) * len(segments),
                   tail=tuple(forged[-len(forged[-2:]):]))
     if not keep_sig:
-        new = sign_head(resign, new)
+        new = sign_head(resign, new, f"{bucket}/{prefix}")
     client.put_object(Bucket=bucket, Key=key, Body=encode_head(new))
     return new
 
@@ -329,16 +329,18 @@ def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey)
         "parent": {"session": head.parent.session, "seq": head.parent.seq, "hash": head.parent.hash,
                    "reason": head.parent.reason},
         "meta_digest": hashlib.sha256(cbor2.dumps(head.meta, canonical=True)).digest(),
-        "alg": "Ed25519", "key_id": signer.key_id,
+        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log",
     }, canonical=True)
-    assert head_payload(head, ED25519, signer.key_id) == expected
+    assert log.log_id == "memory/s3log"  # <bucket>/<prefix> by default
+    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
+    assert expected[:1] == b"\xaa"  # ten pairs
     signer.public_key.verify(head.sig.value, expected)  # plain Ed25519 over those bytes
     raw = signer.public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert signer.key_id == key_id_for(signer.public_key) == "ed25519:" + hashlib.sha256(raw).hexdigest()[:32]
     # alg and key id are inside the payload: relabelling a signature breaks it, even for
     # a reader that trusts the very same public key under the new id.
     relabelled = replace(head, sig=Signature(head.sig.alg, "ed25519:other", head.sig.value))
-    layout = Layout(verifier=PublicKeyVerifier({"ed25519:other": signer.public_key}))
+    layout = Layout(verifier=PublicKeyVerifier({"ed25519:other": signer.public_key}), log_id="memory/s3log")
     with pytest.raises(SignatureError, match="bad signature"):
         protocol.check_head(layout, relabelled, child, layout.head(child))
 
@@ -505,7 +507,7 @@ def test_keys_load_from_pem_files_and_bad_keys_are_refused(tmp_path: Path, ed_ke
     v.verify(b"payload", Signature("ECDSA_SHA_256", "p256", ec_key.sign(b"payload", ec.ECDSA(hashes.SHA256()))))
 
 
-# ------------------------------------------------------ checkpoint versions (session 13)
+# ----------------------------------------------------------------- checkpoint versions
 
 
 def _memory_checkpoints(ed_key: Ed25519PrivateKey) -> tuple[s3log.Log, MemoryStore, Ed25519Signer, str]:
@@ -517,40 +519,64 @@ def _memory_checkpoints(ed_key: Ed25519PrivateKey) -> tuple[s3log.Log, MemorySto
     return log, MemoryStore(), signer, w.session_id
 
 
-def _put_checkpoint(vault: MemoryStore, signer: Ed25519Signer, log: s3log.Log, sid: str, v: object) -> str:
-    """A checkpoint as a build writing version ``v`` stored it (payload and object alike)."""
+def _put_checkpoint(vault: MemoryStore, signer: Ed25519Signer, log: s3log.Log, sid: str, v: object,
+                    log_id: str | None = "memory/s3log") -> str:
+    """A checkpoint as a build writing version ``v`` stored it (payload and object alike);
+    ``log_id`` None: without a log, as versions 1 and 2 were."""
     head = log.read(sid).head
+    named = {} if log_id is None else {"log": log_id}
     payload = cbor2.dumps({"purpose": "s3log/checkpoint", "v": v, "session": sid, "seq": head.seq,
                            "hash": head.hash, "at": 1_700_000_000_000, "alg": signer.alg,
-                           "key_id": signer.key_id}, canonical=True)
+                           "key_id": signer.key_id, **named}, canonical=True)
     sig = signer.sign(payload)
     key = checkpoint_key("s3log-checkpoints", sid, head.seq)
     vault.put_if_absent(key, cbor2.dumps({"v": v, "session": sid, "seq": head.seq, "hash": head.hash,
-                                          "at": 1_700_000_000_000, "sig": sig.to_map()}, canonical=True))
+                                          "at": 1_700_000_000_000, "sig": sig.to_map(), **named}, canonical=True))
     return key
 
 
-def test_checkpoints_are_written_as_version_1_as_the_format_says(ed_key: Ed25519PrivateKey) -> None:
-    # The checkpoint's version was the segment format's, so format v2 made it 2 while
-    # docs/format.md (and every checkpoint written before) says 1.
+def test_checkpoints_are_written_as_version_3_naming_their_log(ed_key: Ed25519PrivateKey) -> None:
     log, vault, signer, sid = _memory_checkpoints(ed_key)
     (cp,) = Checkpointer(vault, signer).checkpoint(log)
     stored = cbor2.loads(vault.get(checkpoint_key("s3log-checkpoints", sid, 0)).body)
-    assert stored["v"] == 1 and cp.v == 1
-    assert cbor2.loads(cp.payload())["v"] == 1
+    assert stored["v"] == 3 and cp.v == 3 and stored["log"] == cp.log == "memory/s3log"
+    assert cbor2.loads(cp.payload()) == {"purpose": "s3log/checkpoint", "v": 3, "log": "memory/s3log",
+                                         "session": sid, "seq": 0, "hash": cp.hash, "at": cp.at,
+                                         "alg": ED25519, "key_id": signer.key_id}
     assert check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key])).checkpoints == 1
+    # The same key, payload as documented, written by hand: it checks too.
+    log2, vault2, _, sid2 = _memory_checkpoints(ed_key)
+    _put_checkpoint(vault2, signer, log2, sid2, 3)
+    assert check_checkpoints(log2, vault2, PublicKeyVerifier([signer.public_key])).checkpoints == 1
 
 
 @pytest.mark.parametrize("v", [1, 2])
-def test_checkpoints_of_earlier_builds_still_check(ed_key: Ed25519PrivateKey, v: int) -> None:
-    # 1: written before format v2 ("checkpoint is not a version 1 map" since); 2: by the
-    # builds in between. Each verifies against the payload with its own version.
+def test_checkpoints_that_name_no_log_are_refused(ed_key: Ed25519PrivateKey, v: int) -> None:
+    # Versions 1 and 2 (never released) did not name their log: one could be passed off
+    # as another log's checkpoint of a session of the same id. Refused, naming the key.
     log, vault, signer, sid = _memory_checkpoints(ed_key)
-    _put_checkpoint(vault, signer, log, sid, v)
-    assert check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key])).checkpoints == 1
+    key = _put_checkpoint(vault, signer, log, sid, v, log_id=None)
+    with pytest.raises(CorruptionError, match=f"checkpoint version {v} names no log") as err:
+        check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key]))
+    assert err.value.key == key
 
 
-@pytest.mark.parametrize("v", [3, 0, "1", None])
+def test_a_checkpoint_of_another_log_is_refused(ed_key: Ed25519PrivateKey) -> None:
+    # Two logs sharing a checkpoint prefix and a session id: tenant-a's checkpoint is
+    # not evidence about tenant-b's session (nor can its signature be reused for it).
+    log, vault, signer, sid = _memory_checkpoints(ed_key)
+    key = _put_checkpoint(vault, signer, log, sid, 3, log_id="memory/tenant-a")
+    with pytest.raises(SignatureError, match="it checkpoints log 'memory/tenant-a', not this log 'memory/s3log'"):
+        check_checkpoints(log, vault, PublicKeyVerifier([signer.public_key]))
+    # Relabelled as this log's, the signature no longer matches.
+    stored = cbor2.loads(vault.get(key).body)
+    vault2 = MemoryStore()
+    vault2.put_if_absent(key, cbor2.dumps({**stored, "log": "memory/s3log"}, canonical=True))
+    with pytest.raises(SignatureError, match="bad signature"):
+        check_checkpoints(log, vault2, PublicKeyVerifier([signer.public_key]))
+
+
+@pytest.mark.parametrize("v", [4, 0, "1", None])
 def test_a_checkpoint_of_an_unknown_version_is_corrupt_naming_its_key(ed_key: Ed25519PrivateKey, v: object) -> None:
     log, vault, signer, sid = _memory_checkpoints(ed_key)
     key = _put_checkpoint(vault, signer, log, sid, v)

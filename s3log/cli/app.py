@@ -114,12 +114,17 @@ def _main(
              "every command then refuses (or skips, scanning) a session whose head it did not sign."),
     kms_key_ids: list[str] = typer.Option(
         None, "--kms-key-id", metavar="ID", help="Trust heads signed by this KMS key (repeatable; kms:Verify)."),
+    log_id: str = typer.Option(
+        None, "--log-id", envvar="S3LOG_LOG_ID", metavar="ID",
+        help="The identity signed heads are checked against (default BUCKET/PREFIX); a copy of a whole log "
+             "names its original's."),
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, expose_value=False, help="Print the version."
     ),
 ) -> None:
     ctx.obj = Settings(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, profile=profile, region=region,
-                       debug=debug, public_keys=tuple(public_keys or ()), kms_key_ids=tuple(kms_key_ids or ()))
+                       debug=debug, public_keys=tuple(public_keys or ()), kms_key_ids=tuple(kms_key_ids or ()),
+                       log_id=log_id)
 
 
 from . import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)

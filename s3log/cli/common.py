@@ -65,6 +65,8 @@ class Settings:
     #: Trusted keys (``--public-key``, ``--kms-key-id``): every read checks head signatures.
     public_keys: tuple[str, ...] = ()
     kms_key_ids: tuple[str, ...] = ()
+    #: ``--log-id``: the identity signed heads are bound to (None: ``BUCKET/PREFIX``).
+    log_id: str | None = None
     #: The endpoint the store actually talks to (for error messages), once known.
     resolved_endpoint: str | None = None
 
@@ -124,7 +126,8 @@ def open_log(ctx: typer.Context | None = None) -> Any:
     client = _s3_client(s)
     s.resolved_endpoint = str(client.meta.endpoint_url)
     verifier = verifier_for(s, s.public_keys, s.kms_key_ids)
-    log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=LogConfig(retry=CLI_RETRY, verifier=verifier))
+    config = LogConfig(retry=CLI_RETRY, verifier=verifier, log_id=s.log_id)
+    log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=config)
     ctx.call_on_close(log.close)
     return log
 

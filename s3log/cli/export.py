@@ -154,7 +154,8 @@ def export(
     rows = 0
     try:
         with scan_progress("exporting", quiet) as progress:
-            options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier)
+            options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier,
+                           log_id=log.config.log_id)
             if fmt == "parquet":
                 rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
             else:
@@ -217,7 +218,7 @@ def query(
             else:
                 log = open_log()
                 analytics.duckdb(con, log.store, prefix=log.prefix, progress=progress, verifier=log.config.verifier,
-                                 **filters)
+                                 log_id=log.config.log_id, **filters)
             try:
                 cur = con.execute(sql)
                 names = [d[0] for d in cur.description]

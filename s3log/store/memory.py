@@ -23,7 +23,10 @@ class MemoryStore:
     #: Known to honour conditional writes: the precondition probe is skipped.
     honours_preconditions = True
 
-    def __init__(self) -> None:
+    def __init__(self, bucket: str = "memory") -> None:
+        #: A name, as an S3 store's bucket: the default identity of a signed log in it
+        #: is ``<bucket>/<prefix>`` (:func:`s3log.signing.default_log_id`).
+        self.bucket = bucket
         self._lock = threading.Lock()
         self._objects: dict[str, tuple[bytes, str, int]] = {}
         self.requests = RequestCounter()
@@ -131,6 +134,7 @@ class AsyncMemoryStore:
 
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.sync = store or MemoryStore()
+        self.bucket = self.sync.bucket
         self.requests = self.sync.requests
 
     async def get(self, key: str) -> Blob:

@@ -1,7 +1,7 @@
 // An independent reader of the s3log on-store format, written from docs/format.md alone
 // (no s3log code), to show that the specification is precise enough to implement.
 //
-//   node tests/independent/reader.mjs ROOT [--prefix P] [--trusted-ed25519 PEMFILE] [--session SID ...]
+//   node tests/independent/reader.mjs ROOT [--prefix P] [--trusted-ed25519 PEMFILE [--bucket B | --log-id ID]] [--session SID ...]
 //
 // ROOT is a dump of a store: each object is the file ROOT/<key>. Prints one JSON object
 // {sid: result} on stdout; see tests/independent/README.md for the result form.
@@ -464,8 +464,10 @@ function parseHead(h, sid, prefix, tombstone = false) {
   return { v, seq, hash, segs, tail, tailHashes, parent, meta, sig: sigNode.t === "null" ? undefined : sigNode, node: h };
 }
 
-// "Signed heads": the payload is the deterministic encoding of the nine-key map.
-function verifySig(head, trusted) {
+// "Signed heads": the payload is the deterministic encoding of the ten-key map, whose `log`
+// is the identity of the log this reader reads (BUCKET/PREFIX unless named), never a value
+// taken from the head.
+function verifySig(head, trusted, logId) {
   const sig = head.sig;
   need(sig !== undefined, "head is unsigned (no `sig`) but trusted keys are configured");
   need(sig.t === "map", "`sig` is not a map");
@@ -476,7 +478,7 @@ function verifySig(head, trusted) {
   need(alg === key.alg, `\`sig.alg\` ${JSON.stringify(alg)} is not the scheme of key ${keyId}`);
   const h = head.node;
   const payload = encode(N.map({
-    purpose: N.text("s3log/head"), v: get.any(h, "v"), session: get.any(h, "session"),
+    purpose: N.text("s3log/head"), v: get.any(h, "v"), log: N.text(logId), session: get.any(h, "session"),
     seq: get.any(h, "seq"), hash: get.opt(h, "hash"), parent: get.opt(h, "parent"),
     meta_digest: N.bytes(sha256(encode(head.meta))), alg: N.text(alg), key_id: N.text(keyId),
   }));
@@ -510,7 +512,7 @@ function withKey(key, fn) {
   }
 }
 
-export function readSession(root, prefix, sid, trusted) {
+export function readSession(root, prefix, sid, trusted, logId) {
   const headKey = `${prefix}/sessions/${sid}/head`;
   if (!validSid(sid)) throw new Corrupt(`${headKey}: ${JSON.stringify(sid)} is not a session id`);
   const headBuf = readObject(root, headKey, "head");
@@ -525,7 +527,7 @@ export function readSession(root, prefix, sid, trusted) {
       });
     }
     const h = parseHead(node, sid, prefix, tombstone);
-    if (trusted) verifySig(h, trusted);
+    if (trusted) verifySig(h, trusted, logId);
     if (tombstone && trusted) {
       // "Signed heads": `expired` is outside the payload, so it counts only where the
       // signed `seq` and `hash` are the tombstone's of the chain it names.
@@ -621,18 +623,20 @@ export function readSession(root, prefix, sid, trusted) {
 // Command line.
 
 function usage(msg) {
-  process.stderr.write(`${msg}\nusage: node reader.mjs ROOT [--prefix P] [--trusted-ed25519 PEMFILE] [--session SID ...]\n`);
+  process.stderr.write(`${msg}\nusage: node reader.mjs ROOT [--prefix P] [--trusted-ed25519 PEMFILE [--bucket B | --log-id ID]] [--session SID ...]\n`);
   process.exit(2);
 }
 
 function main(argv) {
-  let root = null, prefix = "s3log", pem = null;
+  let root = null, prefix = "s3log", pem = null, bucket = null, logId = null;
   const sids = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === "--prefix" || a === "--trusted-ed25519") {
+    if (a === "--prefix" || a === "--trusted-ed25519" || a === "--bucket" || a === "--log-id") {
       if (i + 1 >= argv.length) usage(`${a} needs a value`);
-      if (a === "--prefix") prefix = argv[++i]; else pem = argv[++i];
+      const value = argv[++i];
+      if (a === "--prefix") prefix = value; else if (a === "--bucket") bucket = value;
+      else if (a === "--log-id") logId = value; else pem = value;
     } else if (a === "--session") {
       if (i + 1 >= argv.length || argv[i + 1].startsWith("--")) usage("--session needs at least one id");
       while (i + 1 < argv.length && !argv[i + 1].startsWith("--")) sids.push(argv[++i]);
@@ -646,6 +650,11 @@ function main(argv) {
   let trusted = null;
   if (pem !== null) {
     try { trusted = loadTrusted(pem); } catch (e) { usage(`--trusted-ed25519: ${e.message}`); }
+    // "Signed heads": a signature is checked as one of a named log; a dump does not say
+    // which bucket it came from, so the caller does.
+    if ((bucket === null) === (logId === null)) usage("--trusted-ed25519 needs one of --bucket or --log-id");
+    if (bucket !== null) logId = `${bucket}/${prefix}`;
+    if (!logId) usage("the log id is not empty");
   }
   if (!sids.length) {
     const dir = join(root, ...prefix.split("/"), "sessions");
@@ -657,7 +666,7 @@ function main(argv) {
   const out = []; // [sid, result] pairs: a JS object would reorder integer-like ids
   for (const sid of sids) {
     try {
-      out.push([sid, readSession(root, prefix, sid, trusted)]);
+      out.push([sid, readSession(root, prefix, sid, trusted, logId)]);
     } catch (e) {
       if (!(e instanceof Corrupt)) throw e;
       out.push([sid, e instanceof Expired ? { ok: false, expired: true, error: e.message } : { ok: false, error: e.message }]);
