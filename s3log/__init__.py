@@ -30,7 +30,7 @@ from .errors import (
     WriterBusyError,
 )
 from .reducer import EntriesReducer, NullReducer, Reducer
-from .results import CommitResult, ExpireReport, ForkInfo, LineageStep, SessionInfo, SessionView, VerifyReport
+from .results import AckedEntry, CommitResult, ExpireReport, ForkInfo, LineageStep, SessionInfo, SessionView, VerifyReport
 from .store.memory import AsyncMemoryStore, MemoryStore
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store", "AsyncWriter", "CommitResult", "ConflictError",
+    "AckedEntry", "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store", "AsyncWriter", "CommitResult",
+    "ConflictError",
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",

@@ -22,6 +22,7 @@ from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -122,7 +123,7 @@ class AsyncWriter(WriterVerbs[S]):
         """Take back a submitted entry no commit has carried yet; True if it was."""
         return self._core.withdraw(ticket)
 
-    async def wait(self, ticket: int) -> Entry:
+    async def wait(self, ticket: int) -> AckedEntry:
         """Commit (sharing commits with other tasks) until the ticket's entry is durable.
 
         Cancelling ``wait`` changes nothing about the entry: it stays queued (or in
@@ -161,7 +162,7 @@ class AsyncWriter(WriterVerbs[S]):
                 continue
             await self.commit()
 
-    async def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+    async def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> AckedEntry:
         """Append an entry and return it once committed (tasks appending at once share commits).
 
         If this call is cancelled before a commit took the entry, the entry is
@@ -169,7 +170,7 @@ class AsyncWriter(WriterVerbs[S]):
         """
         return await self._durable(self._core.add(kind, data, ts, wait=True))
 
-    async def _durable(self, ticket: int) -> Entry:
+    async def _durable(self, ticket: int) -> AckedEntry:
         try:
             return await self.wait(ticket)
         except BaseException:
@@ -222,7 +223,7 @@ class Ticket(int):
         ticket._writer = writer
         return ticket
 
-    def __await__(self) -> Generator[Any, None, Entry]:
+    def __await__(self) -> Generator[Any, None, AckedEntry]:
         warnings.warn("`await writer.append(...)` is deprecated: append only queues now; "
                       "use `await writer.append_durable(...)`", DeprecationWarning, stacklevel=2)
         writer = self._writer

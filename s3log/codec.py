@@ -69,6 +69,14 @@ class Entry:
     #: with a record needs no re-encoding to be verified or written again.
     raw: bytes = field(default=b"", compare=False, repr=False)
 
+    def __eq__(self, other: object) -> bool:
+        # By value, whatever the class: an acknowledged entry (s3log.results.AckedEntry,
+        # which also says where it is stored) equals the same entry as read.
+        if not isinstance(other, Entry):
+            return NotImplemented
+        return (self.seq == other.seq and self.hash == other.hash and self.prev == other.prev
+                and self.kind == other.kind and self.ts == other.ts and self.data == other.data)
+
     @property
     def hash_hex(self) -> str:
         """Deprecated (unused, and ``entry.hash.hex()`` says the same): the hash as hex."""

@@ -27,6 +27,7 @@ from .ops import ObjectInfo, Proc
 from .protocol import ChainPosition, OnConflict, SessionData
 from .reducer import EntriesReducer, NullReducer, Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -80,7 +81,7 @@ class CommitQueue(Generic[S]):
         self._next_ticket = 0
         # Entries of tickets someone waits for, filled in by whichever commit carried them.
         self._waiting: set[int] = set()
-        self._done: dict[int, Entry] = {}
+        self._done: dict[int, AckedEntry] = {}
         # Tickets carried by the commit in flight, and tickets of a commit that failed
         # with its outcome unknown (its head may have landed): neither may be withdrawn.
         self._inflight: set[int] = set()
@@ -138,7 +139,7 @@ class CommitQueue(Generic[S]):
                 self._waiting.add(ticket)
         return ticket
 
-    def claim(self, ticket: int) -> Entry | None:
+    def claim(self, ticket: int) -> AckedEntry | None:
         """The committed entry of a waited-for ticket, once a commit carried it."""
         with self._lock:
             entry = self._done.pop(ticket, None)
@@ -283,7 +284,8 @@ class CommitQueue(Generic[S]):
                 listener(fork)
         return result
 
-    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: ChainPosition[S]) -> None:
+    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: Sequence[AckedEntry],
+                ws: ChainPosition[S]) -> None:
         with self._lock:
             n = len(acked)
             self._queued.difference_update(t for t, _ in self._pending[:n])

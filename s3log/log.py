@@ -17,6 +17,7 @@ from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -87,7 +88,7 @@ class Writer(WriterVerbs[S]):
         """Take back a submitted entry no commit has carried yet; True if it was."""
         return self._core.withdraw(ticket)
 
-    def wait(self, ticket: int) -> Entry:
+    def wait(self, ticket: int) -> AckedEntry:
         """Commit (sharing commits with other threads) until the ticket's entry is durable.
 
         The entry is returned to one wait; a wait on a ticket already returned raises
@@ -127,7 +128,7 @@ class Writer(WriterVerbs[S]):
                 self._committing = False
                 self._cond.notify_all()
 
-    def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+    def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> AckedEntry:
         """Append one entry and return it once committed.
 
         Threads calling this at once share commits: one leads a commit of everything

@@ -75,6 +75,7 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
+from .results import AckedEntry, acked_in
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
 from .results import GcReport as GcReport
@@ -1368,10 +1369,12 @@ def commit(
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
     journal = journal if journal is not None else CommitJournal(ws.session)
-    acked: list[Entry] = []
+    # Each entry stamped with the session it is stored in (AckedEntry): one commit may
+    # store a prefix in the parent and the rest in a fork.
+    acked: list[AckedEntry] = []
     # Every entry made durable (acked, and a fork entry among them if this commit
     # continued in a fork an earlier one left undecided), and where it forked to.
-    durable: list[Entry] = []
+    durable: list[AckedEntry] = []
     forked: ForkInfo | None = None
     forks: list[ForkInfo] = []
     # How many leading entries of ``pending`` may be stored already where this commit
@@ -1406,8 +1409,9 @@ def commit(
             uncertain = len(entries)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None and not cut:
             state = fold(reducer, ws.state, entries)
+            stored = acked_in(ws.session, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
-                                durable + entries, acked + entries, forked, tuple(forks))
+                                durable + stored, acked + stored, forked, tuple(forks))
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             # The prefix is stored: the rest goes on from its end into the doubt's child.
             landed = cut
@@ -1416,8 +1420,8 @@ def commit(
             # its next commit folds these into again) must hold only what it acknowledged.
             state = fold(reducer, copy.deepcopy(ws.state), done)
             ws = _advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched)
-            acked += done
-            durable += done
+            acked += acked_in(ws.session, done)
+            durable += acked_in(ws.session, done)
             found = dict(ws.head.summary(), etag=ws.etag)
             why = "an undecided fork holds the rest of this batch"
         else:
@@ -1457,8 +1461,8 @@ def commit(
             # into a copy, so that if this commit still fails, the writer's state (which the
             # next commit folds them into again) holds only what it acknowledged.
             state = fold(reducer, copy.deepcopy(ws.state), done) if done else ws.state
-            acked += done
-            durable += done
+            acked += acked_in(ws.session, done)
+            durable += acked_in(ws.session, done)
             if isinstance(step, decide.AckAll):
                 if step.adopt:
                     return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked, tuple(forks))
@@ -1497,8 +1501,8 @@ def commit(
         forked = ForkInfo(parent, fork_ws.session, found)
         forks.append(forked)
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
-        acked += fork_entries[1:]
-        durable += fork_entries
+        acked += acked_in(fork_ws.session, fork_entries[1:])
+        durable += acked_in(fork_ws.session, fork_entries)
         if len(fork_entries) - 1 == len(rest):
             return CommitResult(fork_ws, durable, acked, forked, tuple(forks))
         # The undecided fork holds only part of the batch: the rest goes on in that
@@ -2108,7 +2112,7 @@ def append_latest(
     with ``create_meta`` (or is :class:`SessionNotFound` without it). The state in the
     result is only good as the next ``hint``: it does not fold other writers' entries.
     """
-    acked: list[Entry] = []
+    acked: list[AckedEntry] = []
     ws = hint
     for attempt in range(1, cfg.retry.attempts + 1):
         takeover = False

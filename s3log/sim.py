@@ -1352,6 +1352,10 @@ class Simulation:
         names = []
         for e in acked:
             payload = _payload(e)
+            # Each acknowledged entry names its own session (a split batch spans two).
+            if getattr(e, "session_id", sid) != sid:
+                raise Violation("1", f"{payload} acked at {self.short(sid)}@{e.seq} but says it is in "
+                                     f"{self.short(getattr(e, 'session_id', ''))}")
             if payload in self.acked:
                 raise Violation("2", f"{payload} acked twice: first {self._where(self.acked[payload])}, "
                                      f"again at {self.short(sid)}@{e.seq}")
