@@ -877,7 +877,7 @@ def key_window(
         return window
     fresh = {a.key for a in new}
     out = (*(a for a in window if a.key not in fresh), *new)
-    return out[len(out) - cfg.append_key_window:] if cfg.append_key_window else ()
+    return out[max(0, len(out) - cfg.append_key_window):] if cfg.append_key_window else ()
 
 
 def inherited_keys(session: str, window: tuple[AppendKey, ...], upto_seq: int) -> tuple[AppendKey, ...]:
