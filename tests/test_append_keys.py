@@ -272,3 +272,48 @@ def test_a_window_of_zero_remembers_no_key_in_the_head() -> None:
     a = w.append_durable("k", 1, key="req")
     assert log.head(w.session_id).append_keys == ()
     assert w.append_durable("k", 1, key="req") == a  # the writer itself still knows it
+
+
+# ------------------------------------------------------------------------ integrations
+
+
+def test_a_langgraph_put_retried_after_a_lost_reply_is_stored_once() -> None:
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from s3log.integrations.langgraph import S3LogSaver
+
+    for strict in (False, True):
+        inner = s3log.MemoryStore()
+        plan = _LoseReply()
+        saver = S3LogSaver(s3log.Log(FaultyStore(inner, plan), config=_fast()), strict=strict)
+        cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        first = saver.put(cfg, generate_checkpoint(), generate_metadata(step=0), {})
+        checkpoint, metadata = generate_checkpoint(), generate_metadata(step=1)
+        plan.state = "put"
+        with pytest.raises(StoreError):
+            saver.put(first, checkpoint, metadata, {})  # landed; the saver cannot tell
+        plan.state = "off"
+        saver.put(first, checkpoint, metadata, {})  # LangGraph (or its caller) retries it
+        fresh = S3LogSaver(s3log.Log(inner))
+        ids = [c.checkpoint["id"] for c in fresh.list(cfg)]
+        assert sorted(ids) == sorted({first["configurable"]["checkpoint_id"], checkpoint["id"]}), strict
+
+
+def test_an_openai_add_items_retried_after_a_failure_is_stored_once_and_a_repeat_is_not() -> None:
+    from s3log.integrations.openai_agents import S3LogSession
+
+    async def main() -> None:
+        inner = s3log.MemoryStore()
+        plan = _LoseReply()
+        session = S3LogSession("chat", s3log.Log(FaultyStore(inner, plan), config=_fast()))
+        await session.add_items([{"role": "user", "content": "hi"}])
+        plan.state = "put"
+        with pytest.raises(StoreError):
+            await session.add_items([{"role": "assistant", "content": "hello"}])  # landed
+        plan.state = "off"
+        await session.add_items([{"role": "assistant", "content": "hello"}])  # the retry
+        await session.add_items([{"role": "user", "content": "hi"}])  # said again: a new item
+        got = await S3LogSession("chat", s3log.Log(inner)).get_items()
+        assert [i["content"] for i in got] == ["hi", "hello", "hi"]
+
+    asyncio.run(main())
