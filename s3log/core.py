@@ -196,9 +196,11 @@ class CommitQueue(Generic[S]):
             self._joined.add(key)
         elif stored is None and mark is not None:
             head = self.ws.head
-            if mark.session is None and head.tail_first_seq <= mark.seq <= head.seq:
-                self._remember(key, digest, acked_in(head.session, [head.tail[mark.seq - head.tail_first_seq]])[0])
-            elif wait:
+            tail = mark.session is None and head.tail_first_seq <= mark.seq <= head.seq
+            entry = head.tail[mark.seq - head.tail_first_seq] if tail else None
+            if entry is not None and append_digest(entry.kind, dumps(entry.data)) == digest:
+                self._remember(key, digest, acked_in(head.session, [entry])[0])
+            elif wait:  # read (and checked against its digest) by resolve()
                 self._lookups[ticket] = mark
         if wait:
             self._followers[ticket] = key
