@@ -1340,14 +1340,14 @@ class Simulation:
         for sid, group in groups:
             self._ack_entries(w, group, sid)
 
-    def _ack_entries(self, w: WriterActor, acked: list[Entry], sid: str) -> None:
+    def _ack_entries(self, w: WriterActor, acked: Sequence[Entry], sid: str) -> None:
         self.ack_direct(w, acked, sid)
         done = [_payload(e) for e in acked]
         if w.queued[: len(done)] != done:
             raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
         del w.queued[: len(done)]
 
-    def ack_direct(self, who: Actor, acked: list[Entry], sid: str) -> None:
+    def ack_direct(self, who: Actor, acked: Sequence[Entry], sid: str) -> None:
         """Record entries acknowledged in ``sid``; check them at once (invariants 1, 2)."""
         names = []
         for e in acked:
