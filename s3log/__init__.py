@@ -12,6 +12,7 @@ from .codec import Entry, Head, ParentRef
 from .config import LogConfig, RetryPolicy
 from .env import Env
 from .errors import (
+    AppendKeyReused,
     ConflictError,
     CorruptionError,
     EntryNotFound,
@@ -30,7 +31,16 @@ from .errors import (
     WriterBusyError,
 )
 from .reducer import EntriesReducer, NullReducer, Reducer
-from .results import CommitResult, ExpireReport, ForkInfo, LineageStep, SessionInfo, SessionView, VerifyReport
+from .results import (
+    AckedEntry,
+    CommitResult,
+    ExpireReport,
+    ForkInfo,
+    LineageStep,
+    SessionInfo,
+    SessionView,
+    VerifyReport,
+)
 from .store.memory import AsyncMemoryStore, MemoryStore
 
 if TYPE_CHECKING:
@@ -73,7 +83,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store", "AsyncWriter", "CommitResult", "ConflictError",
+    "AckedEntry", "AppendKeyReused", "AsyncLog", "AsyncMemoryStore", "AsyncObstoreStore", "AsyncS3Store",
+    "AsyncWriter", "CommitResult",
+    "ConflictError",
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",

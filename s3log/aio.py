@@ -22,6 +22,7 @@ from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -95,14 +96,15 @@ class AsyncWriter(WriterVerbs[S]):
         self._tasks.clear()
         self._running, self._following = None, {}
 
-    def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> Ticket:
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> Ticket:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
-        :meth:`wait`) makes it durable. The same verb as :meth:`s3log.Writer.append`.
+        :meth:`wait`) makes it durable. The same verb as :meth:`s3log.Writer.append`
+        (``key``: an idempotency key, as there).
 
         Bad input raises InvalidEntryError at once. (Awaiting the ticket, the form of
         s3log 0.1, still waits for durability, with a DeprecationWarning.)
         """
-        return Ticket(self._core.add(kind, data, ts), self)
+        return Ticket(self._core.add(kind, data, ts, key=key), self)
 
     def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
         """Deprecated alias of :meth:`append` (which now only queues)."""
@@ -110,9 +112,10 @@ class AsyncWriter(WriterVerbs[S]):
                       DeprecationWarning, stacklevel=2)
         return int(self._core.add(kind, data, ts))
 
-    def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
-        return self._core.add(kind, data, ts, wait=True)
+    def submit(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
+        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of
+        (``key``: as for :meth:`s3log.Writer.append`)."""
+        return self._core.add(kind, data, ts, wait=True, key=key)
 
     def status(self, ticket: int) -> TicketStatus:
         """Where a submitted entry stands: pending, committing, uncertain, committed, withdrawn."""
@@ -122,7 +125,7 @@ class AsyncWriter(WriterVerbs[S]):
         """Take back a submitted entry no commit has carried yet; True if it was."""
         return self._core.withdraw(ticket)
 
-    async def wait(self, ticket: int) -> Entry:
+    async def wait(self, ticket: int) -> AckedEntry:
         """Commit (sharing commits with other tasks) until the ticket's entry is durable.
 
         Cancelling ``wait`` changes nothing about the entry: it stays queued (or in
@@ -130,6 +133,9 @@ class AsyncWriter(WriterVerbs[S]):
         to one wait; a wait on a ticket already returned raises InvalidArgumentError.
         """
         self._bind()
+        lookup = self._core.resolve(ticket)
+        if lookup is not None:  # answered by an append key the head remembers: read its entry
+            await self._log.run(lookup)
         # Let every task that is ready to append queue its entry first, so one
         # commit carries them all even when the store never suspends.
         await asyncio.sleep(0)
@@ -161,15 +167,19 @@ class AsyncWriter(WriterVerbs[S]):
                 continue
             await self.commit()
 
-    async def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
+    async def append_durable(
+        self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None
+    ) -> AckedEntry:
         """Append an entry and return it once committed (tasks appending at once share commits).
 
         If this call is cancelled before a commit took the entry, the entry is
         withdrawn and never stored; after, it is stored or not as that commit goes.
+        ``key``: an idempotency key (see :meth:`s3log.Writer.append`): calling again
+        with it after a timeout joins the first attempt's entry, or returns it stored.
         """
-        return await self._durable(self._core.add(kind, data, ts, wait=True))
+        return await self._durable(self._core.add(kind, data, ts, wait=True, key=key))
 
-    async def _durable(self, ticket: int) -> Entry:
+    async def _durable(self, ticket: int) -> AckedEntry:
         try:
             return await self.wait(ticket)
         except BaseException:
@@ -222,7 +232,7 @@ class Ticket(int):
         ticket._writer = writer
         return ticket
 
-    def __await__(self) -> Generator[Any, None, Entry]:
+    def __await__(self) -> Generator[Any, None, AckedEntry]:
         warnings.warn("`await writer.append(...)` is deprecated: append only queues now; "
                       "use `await writer.append_durable(...)`", DeprecationWarning, stacklevel=2)
         writer = self._writer
@@ -346,6 +356,7 @@ class AsyncLog(LogVerbs):
         *,
         create_meta: Mapping[str, Any] | None = None,
         after: CommitResult | None = None,
+        keys: Sequence[str | None] | None = None,
     ) -> CommitResult:
         """Append ``(kind, data)`` entries at the session's end whatever other writers did.
 
@@ -353,8 +364,12 @@ class AsyncLog(LogVerbs):
         For entries that do not depend on what precedes them (checkpoints, chat items).
         The session is created with ``create_meta`` if it does not exist (without it:
         SessionNotFound). Pass the previous result as ``after`` to save the head GET.
+        ``keys``: an idempotency key (or None) per entry: an entry whose key the head
+        remembers is not appended again, the stored one is in ``acked`` in its place
+        (see :meth:`s3log.Writer.append`).
         """
-        return await self.run(self._core.writing(self._core.append_latest(session_id, entries, create_meta, after)))
+        return await self.run(self._core.writing(self._core.append_latest(
+            session_id, entries, create_meta, after, keys)))
 
     async def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None

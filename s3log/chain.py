@@ -21,6 +21,10 @@ class PendingEntry:
     #: The deterministic encoding of ``data`` when known (from normalizing it at
     #: append), so the commit splices it into the record instead of encoding it again.
     data_cbor: bytes = field(default=b"", compare=False, repr=False)
+    #: The append's idempotency key, if it has one, and :func:`~s3log.codec.append_digest`
+    #: of its kind and data: the head that commits it remembers both (decision 0037).
+    key: str | None = field(default=None, compare=False)
+    digest: bytes = field(default=b"", compare=False, repr=False)
 
 
 def build_chain(

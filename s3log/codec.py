@@ -69,6 +69,14 @@ class Entry:
     #: with a record needs no re-encoding to be verified or written again.
     raw: bytes = field(default=b"", compare=False, repr=False)
 
+    def __eq__(self, other: object) -> bool:
+        # By value, whatever the class: an acknowledged entry (s3log.results.AckedEntry,
+        # which also says where it is stored) equals the same entry as read.
+        if not isinstance(other, Entry):
+            return NotImplemented
+        return (self.seq == other.seq and self.hash == other.hash and self.prev == other.prev
+                and self.kind == other.kind and self.ts == other.ts and self.data == other.data)
+
     @property
     def hash_hex(self) -> str:
         """Deprecated (unused, and ``entry.hash.hex()`` says the same): the hash as hex."""
@@ -1446,6 +1454,58 @@ class Pending:
         return Pending(seg, last, level, take)
 
 
+#: The longest idempotency key an append takes, in UTF-8 bytes (a UUID or a
+#: SHA-256 in hex fits): the head keeps the newest keys, so each one is bounded.
+APPEND_KEY_MAX_BYTES = 64
+#: Bytes of an append key's digest of the entry's kind and data.
+APPEND_DIGEST_LEN = 16
+
+
+def append_digest(kind: str, data_cbor: bytes) -> bytes:
+    """What an append key remembers of its entry: a digest of its kind and data (not its
+    ts, which a retry need not repeat), so a key reused for other content is refused."""
+    return hashlib.sha256(dumps(kind) + data_cbor).digest()[:APPEND_DIGEST_LEN]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendKey:
+    """An idempotency key the head remembers: the entry appended with it is ``seq`` of
+    ``session`` (None: the head's own session; else an ancestor the head forked from),
+    with kind and data of ``digest`` (:func:`append_digest`). See docs/format.md."""
+
+    key: str
+    seq: int
+    digest: bytes
+    session: str | None = None
+
+    def to_list(self) -> list[Any]:
+        """The key as stored in the head's ``append_keys``."""
+        out: list[Any] = [self.key, self.seq, self.digest]
+        if self.session is not None:
+            out.append(self.session)
+        return out
+
+    @staticmethod
+    def from_list(obj: Any, key: str) -> AppendKey:
+        """Decode one item of a head's ``append_keys``."""
+        if not isinstance(obj, list) or len(obj) not in (3, 4):
+            raise CorruptionError(key, f"head field 'append_keys' holds {obj!r}, not [key, seq, digest(, session)]")
+        k, seq, digest = obj[0], obj[1], obj[2]
+        session = obj[3] if len(obj) == 4 else None
+        if not (type(k) is str and k and type(seq) is int and seq >= 0 and type(digest) is bytes
+                and len(digest) == APPEND_DIGEST_LEN and (session is None or type(session) is str)):
+            raise CorruptionError(key, f"head field 'append_keys' holds a malformed item {obj!r}")
+        return AppendKey(k, seq, digest, session)
+
+
+def _append_keys(value: Any, key: str) -> tuple[AppendKey, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise CorruptionError(key, f"head field 'append_keys' is not an array: {value!r}")
+    return tuple(AppendKey.from_list(item, key) for item in value)
+
+
 class _HeadSlots:
     """Where a decoded :class:`Head` keeps its tail until the entries are first asked
     for (a :class:`_LazyTail`). A slot outside the dataclass's fields: not compared,
@@ -1495,6 +1555,9 @@ class Head(_HeadSlots):
     #: A segment written alongside this head and not yet part of the manifest (see
     #: :class:`Pending`); readers ignore it, every entry it holds is also listed here.
     pending: Pending | None = None
+    #: The newest idempotency keys of appends (oldest first, a bounded window): a retry
+    #: of one of them is answered with the stored entry, not stored again.
+    append_keys: tuple[AppendKey, ...] = ()
 
     if not TYPE_CHECKING:  # (hidden from mypy: it would type every misspelt attribute Any)
 
@@ -1575,6 +1638,8 @@ class Head(_HeadSlots):
             out["lease"] = self.lease.to_map()
         if self.pending is not None:
             out["pending"] = self.pending.to_map()
+        if self.append_keys:
+            out["append_keys"] = [k.to_list() for k in self.append_keys]
         return out
 
 
@@ -1610,7 +1675,10 @@ def encode_head(head: Head) -> bytes:
             k["segments"], _enc_array(head.segments), k["created_at"], _enc_int(head.created_at))
     if head.retired_at is not None:
         out += (k["retired_at"], _enc_int(head.retired_at))
-    out += (k["updated_at"], _enc_int(head.updated_at), k["tail_hashes"], n, *hashes)
+    out += (k["updated_at"], _enc_int(head.updated_at))
+    if head.append_keys:
+        out += (k["append_keys"], dumps([a.to_list() for a in head.append_keys]))
+    out += (k["tail_hashes"], n, *hashes)
     # One piece per key and per value, but the two tail arrays' items.
     out[0] = _length_head(0xA0, (len(out) - 1 - len(records) - len(hashes)) >> 1)
     return b"".join(out)
@@ -1621,7 +1689,7 @@ def encode_head(head: Head) -> bytes:
 _HK = {name: dumps(name) for name in (
     "v", "seq", "sig", "hash", "meta", "tail", "lease", "levels", "parent", "ts_max", "ts_min", "writer",
     "creator", "pending", "session", "version", "segments", "created_at", "retired_at", "updated_at",
-    "tail_hashes")}
+    "append_keys", "tail_hashes")}
 assert tuple(sorted(_HK, key=lambda n: (len(_HK[n]), _HK[n]))) == tuple(_HK), "encode_head's key order"
 _EMPTY_MAP = dumps({})
 _SMALL_UINTS = tuple(_length_head(0x00, n) for n in range(24))
@@ -1736,7 +1804,7 @@ def _bytes_head(n: int) -> bytes:
 _HEAD_FIELDS = frozenset(
     {"v", "session", "version", "seq", "hash", "segments", "levels", "tail", "tail_hashes", "parent",
      "meta", "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "sig", "lease",
-     "pending"}
+     "pending", "append_keys"}
 )
 
 
@@ -1832,6 +1900,7 @@ def decode_head(body: bytes, key: str) -> Head:
         extra={k: v for k, v in obj.items() if k not in _HEAD_FIELDS} if not obj.keys() <= _HEAD_FIELDS else {},
         sig=Signature.from_map(obj["sig"], key) if obj.get("sig") is not None else None,
         pending=Pending.from_map(obj["pending"], key) if obj.get("pending") is not None else None,
+        append_keys=_append_keys(obj.get("append_keys"), key),
     )
     if lazy is not None:
         # Verified already: the entries are made when the tail is first read.

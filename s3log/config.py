@@ -93,6 +93,10 @@ class LogConfig:
     log_id: str | None = None
     activity_index: bool = True
     format_version: int = FORMAT_VERSION
+    #: How many of the newest idempotency keys of appends a head remembers (decision
+    #: 0037): a retry is recognised while fewer than this many keyed appends followed
+    #: the first. 0 remembers none (keys still join retries within one writer).
+    append_key_window: int = 32
 
     def __post_init__(self) -> None:
         check_format_version(self.format_version)
@@ -100,7 +104,7 @@ class LogConfig:
             check_log_id(self.log_id)
         # Checked here, before anything is written: a bad value would otherwise surface
         # at some later flush (fanout < 2) or, worse, in what readers refuse (fanout too big).
-        for name in ("tail_max_bytes", "pending_max_bytes", "tail_per_commit", "cache_levels"):
+        for name in ("tail_max_bytes", "pending_max_bytes", "tail_per_commit", "cache_levels", "append_key_window"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise InvalidArgumentError(name, f"must be an integer >= 0, not {value!r}")

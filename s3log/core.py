@@ -18,15 +18,28 @@ from typing import Any, Generic, TypeVar
 
 from . import listing, protocol, retention
 from .chain import PendingEntry
-from .codec import Entry, Head, ParentRef, check_kind, check_ts, normalize_data, normalize_data_cbor
+from .codec import (
+    APPEND_KEY_MAX_BYTES,
+    AppendKey,
+    Entry,
+    Head,
+    ParentRef,
+    append_digest,
+    check_kind,
+    check_ts,
+    dumps,
+    normalize_data,
+    normalize_data_cbor,
+)
 from .config import LogConfig
-from .errors import ConflictError, InvalidArgumentError, PreconditionsIgnoredError
+from .errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, PreconditionsIgnoredError
 from .ids import validate_session_id
 from .layout import DEFAULT_PREFIX, Layout
 from .ops import ObjectInfo, Proc
 from .protocol import ChainPosition, OnConflict, SessionData
 from .reducer import EntriesReducer, NullReducer, Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -40,6 +53,7 @@ from .results import (
     SessionView,
     TicketStatus,
     VerifyReport,
+    acked_in,
 )
 from .signing import default_log_id
 
@@ -81,7 +95,7 @@ class CommitQueue(Generic[S]):
         self._next_ticket = 0
         # Entries of tickets someone waits for, filled in by whichever commit carried them.
         self._waiting: set[int] = set()
-        self._done: dict[int, Entry] = {}
+        self._done: dict[int, AckedEntry] = {}
         # Tickets carried by the commit in flight, and tickets of a commit that failed
         # with its outcome unknown (its head may have landed): neither may be withdrawn.
         self._inflight: set[int] = set()
@@ -97,6 +111,18 @@ class CommitQueue(Generic[S]):
         self._fork_doubts: dict[ParentRef, protocol.ForkDoubt] = {}
         #: What this writer's commits record about the head's lease (None: leave it).
         self.lease: protocol.LeasePlan | None = None
+        # Idempotency keys (decision 0037). The live entry of each key (queued, in a
+        # commit, or uncertain) as (ticket, digest): an append of that key joins it.
+        self._live_keys: dict[str, tuple[int, bytes]] = {}
+        # Keys whose live entry a second append joined: it may no longer be withdrawn.
+        self._joined: set[str] = set()
+        # Keys of entries this writer acknowledged or looked up, newest last (bounded).
+        self._acked_keys: dict[str, tuple[bytes, AckedEntry]] = {}
+        # Waited-for tickets standing for an earlier append of their key (joined, or
+        # answered from the head's window); and of those, the ones whose stored entry
+        # must still be read (:meth:`resolve`).
+        self._followers: dict[int, str] = {}
+        self._lookups: dict[int, AppendKey] = {}
 
     @property
     def session_id(self) -> str:
@@ -118,10 +144,14 @@ class CommitQueue(Generic[S]):
         """Call ``listener`` with a :class:`ForkInfo` whenever this writer forks."""
         self._listeners.append(listener)
 
-    def add(self, kind: str, data: Any, ts: int | None, *, wait: bool = False) -> int:
+    def add(self, kind: str, data: Any, ts: int | None, *, wait: bool = False, key: str | None = None) -> int:
         """Validate and queue an entry; return its ticket. Nothing is written.
 
-        With ``wait``, the committed entry is kept for :meth:`claim`.
+        With ``wait``, the committed entry is kept for :meth:`claim`. With ``key`` (an
+        idempotency key), an append of that key this writer still holds is joined, and
+        one stored already (acknowledged here, or in the head's window of keys) is not
+        queued again: the ticket then stands for it. AppendKeyReused if that append
+        had another kind or data.
         """
         check_kind(kind)
         if ts is None:
@@ -129,8 +159,17 @@ class CommitQueue(Generic[S]):
         else:
             check_ts(kind, ts, session=self.ws.session)
         value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
-        entry = PendingEntry(kind, ts, value, encoded)
+        digest = b""
+        if key is not None:
+            check_append_key(key, self.ws.session)
+            digest = append_digest(kind, encoded)
+        entry = PendingEntry(kind, ts, value, encoded, key, digest)
         with self._lock:
+            if key is not None:
+                known = self._known_key(key, digest, wait)
+                if known is not None:
+                    return known
+                self._live_keys[key] = (self._next_ticket, digest)
             ticket = self._next_ticket
             self._next_ticket += 1
             self._pending.append((ticket, entry))
@@ -139,10 +178,70 @@ class CommitQueue(Generic[S]):
                 self._waiting.add(ticket)
         return ticket
 
-    def claim(self, ticket: int) -> Entry | None:
+    def _known_key(self, key: str, digest: bytes, wait: bool) -> int | None:
+        """A ticket standing for the append of ``key`` this writer holds or knows stored,
+        or None if it knows of none. Called with the lock held."""
+        live = self._live_keys.get(key)
+        stored = self._acked_keys.get(key)
+        mark = None if live or stored else protocol.find_append_key(self.ws.head, key)
+        if live is None and stored is None and mark is None:
+            return None
+        was = live[1] if live else stored[0] if stored else mark.digest if mark else b""
+        if was != digest:
+            raise AppendKeyReused(key, self.ws.session, "a different kind or data")
+        if live is not None and not wait:
+            return live[0]
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        if live is not None:
+            self._joined.add(key)
+        elif stored is None and mark is not None:
+            head = self.ws.head
+            tail = mark.session is None and head.tail_first_seq <= mark.seq <= head.seq
+            entry = head.tail[mark.seq - head.tail_first_seq] if tail else None
+            if entry is not None and append_digest(entry.kind, dumps(entry.data)) == digest:
+                self._remember(key, digest, acked_in(head.session, [entry])[0])
+            elif wait:  # read (and checked against its digest) by resolve()
+                self._lookups[ticket] = mark
+        if wait:
+            self._followers[ticket] = key
+        return ticket
+
+    def _remember(self, key: str, digest: bytes, entry: AckedEntry) -> None:
+        """Keep the stored entry of ``key`` (the newest keys only). Lock held."""
+        self._acked_keys.pop(key, None)
+        self._acked_keys[key] = (digest, entry)
+        while len(self._acked_keys) > max(_ACKED_KEYS_KEPT, self.config.append_key_window):
+            del self._acked_keys[next(iter(self._acked_keys))]
+
+    def resolve(self, ticket: int) -> Proc[None] | None:
+        """The procedure reading the stored entry a ticket answered from the head's window
+        of keys stands for (None if there is none to read). EntryNotFound if that entry
+        is gone (its session compacted, expired or deleted since)."""
+        with self._lock:
+            mark = self._lookups.get(ticket)
+            head = self.ws.head
+        return None if mark is None else self._resolving(ticket, mark, head)
+
+    def _resolving(self, ticket: int, mark: AppendKey, head: Head) -> Proc[None]:
+        entry = yield from protocol.stored_for_key(self.layout, head, mark)
+        with self._lock:
+            self._lookups.pop(ticket, None)
+            if entry is None:
+                self._followers.pop(ticket, None)
+                raise EntryNotFound(mark.session or head.session,
+                                    f"seq {mark.seq}, where the entry of append key {mark.key!r} was")
+            self._remember(mark.key, mark.digest, entry)
+
+    def claim(self, ticket: int) -> AckedEntry | None:
         """The committed entry of a waited-for ticket, once a commit carried it."""
         with self._lock:
             entry = self._done.pop(ticket, None)
+            key = self._followers.get(ticket)
+            if entry is None and key is not None and key not in self._live_keys and ticket not in self._lookups \
+                    and key in self._acked_keys:
+                entry = self._acked_keys[key][1]
+                del self._followers[ticket]
             if entry is not None:
                 self._waiting.discard(ticket)
                 self._claimed.add(ticket)
@@ -151,8 +250,14 @@ class CommitQueue(Generic[S]):
     def status(self, ticket: int) -> TicketStatus:
         """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
         with self._lock:
-            if ticket in self._done or ticket in self._claimed:
+            if ticket in self._done or ticket in self._claimed or ticket in self._lookups:
                 return "committed"
+            key = self._followers.get(ticket)
+            if key is not None:  # the status of the append it stands for
+                live = self._live_keys.get(key)
+                if live is None:
+                    return "committed" if key in self._acked_keys else "unknown"
+                ticket = live[0]
             if ticket in self._withdrawn:
                 return "withdrawn"
             if ticket in self._inflight:
@@ -170,8 +275,12 @@ class CommitQueue(Generic[S]):
         with self._lock:
             if ticket in self._inflight or ticket in self._uncertain or ticket not in self._queued:
                 return False
-            for i, (t, _) in enumerate(self._pending):
+            for i, (t, p) in enumerate(self._pending):
                 if t == ticket:
+                    if p.key is not None:
+                        if p.key in self._joined:
+                            return False  # a retry of the same key joined it: it waits for it
+                        self._live_keys.pop(p.key, None)
                     del self._pending[i]
                     self._queued.discard(ticket)
                     self._withdrawn.add(ticket)
@@ -195,6 +304,8 @@ class CommitQueue(Generic[S]):
         with self._lock:
             self._waiting.discard(ticket)
             self._done.pop(ticket, None)
+            self._followers.pop(ticket, None)
+            self._lookups.pop(ticket, None)
 
     def hold_lease(self, owner: str, ttl_ms: int) -> None:
         """Record a lease for ``owner`` lasting ``ttl_ms`` with every commit from now on."""
@@ -284,7 +395,8 @@ class CommitQueue(Generic[S]):
                 listener(fork)
         return result
 
-    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: list[Entry], ws: ChainPosition[S]) -> None:
+    def _settle(self, batch: list[tuple[int, PendingEntry]], acked: Sequence[AckedEntry],
+                ws: ChainPosition[S]) -> None:
         with self._lock:
             n = len(acked)
             self._queued.difference_update(t for t, _ in self._pending[:n])
@@ -294,9 +406,33 @@ class CommitQueue(Generic[S]):
             for ticket, _ in batch[:n]:
                 self._uncertain.discard(ticket)
                 self._in_doubt.discard(ticket)
-            for (ticket, _), entry in zip(batch[:n], acked, strict=True):
+            for (ticket, p), entry in zip(batch[:n], acked, strict=True):
                 if ticket in self._waiting:
                     self._done[ticket] = entry
+                if p.key is not None:
+                    self._live_keys.pop(p.key, None)
+                    self._joined.discard(p.key)
+                    self._remember(p.key, p.digest, entry)
+
+
+#: Keys of acknowledged appends a writer keeps in memory (at least; or its log's
+#: ``append_key_window``), so a retry within the writer needs no read.
+_ACKED_KEYS_KEPT = 256
+
+
+def check_append_key(key: object, session: str | None) -> str:
+    """An append's idempotency key: a non-empty string of at most
+    :data:`~s3log.codec.APPEND_KEY_MAX_BYTES` UTF-8 bytes (InvalidArgumentError otherwise)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError("key", f"must be a non-empty string, not {key!r}", session=session)
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("key", f"{key!r} is not valid Unicode", session=session) from None
+    if size > APPEND_KEY_MAX_BYTES:
+        raise InvalidArgumentError("key", f"{key[:20]!r}... is {size} bytes, more than {APPEND_KEY_MAX_BYTES}",
+                                   session=session)
+    return key
 
 
 #: Stores the precondition probe has passed in this process.
@@ -448,11 +584,15 @@ class LogCore:
         entries: Sequence[tuple[str, Any]],
         create_meta: Mapping[str, Any] | None,
         after: CommitResult | None,
+        keys: Sequence[str | None] | None = None,
     ) -> Proc[CommitResult]:
-        """Validate ``(kind, data)`` pairs and append them at the session's latest head."""
+        """Validate ``(kind, data)`` pairs (and their append ``keys``, one per entry or
+        None) and append them at the session's latest head."""
         sid = validate_session_id(session_id)
         now = self.config.env.now_ms()
         pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        if keys is not None:
+            pending = _keyed(sid, entries, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
         return protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(), create_meta=meta,
@@ -533,6 +673,26 @@ class LogCore:
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""
         return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))
+
+
+def _keyed(session: str, entries: Sequence[tuple[str, Any]], pending: list[PendingEntry],
+           keys: Sequence[str | None]) -> list[PendingEntry]:
+    """``pending`` with the append keys ``keys`` (checked: one per entry, no key twice)."""
+    if isinstance(keys, str) or len(keys) != len(pending):
+        raise InvalidArgumentError("keys", f"must give one key (or None) per entry: {len(pending)}, "
+                                           f"not {keys!r:.80}", session=session)
+    seen = {k for k in keys if k is not None}
+    if len(seen) != sum(k is not None for k in keys):
+        raise InvalidArgumentError("keys", "a key appears twice in one call", session=session)
+    out = []
+    for (kind, _), p, key in zip(entries, pending, keys, strict=True):
+        if key is None:
+            out.append(p)
+            continue
+        check_append_key(key, session)
+        encoded = dumps(p.data)
+        out.append(PendingEntry(p.kind, p.ts, p.data, encoded, key, append_digest(kind, encoded)))
+    return out
 
 
 def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:

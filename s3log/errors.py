@@ -40,6 +40,16 @@ class InvalidArgumentError(S3LogError, ValueError):
         super().__init__(f"invalid argument {argument}{where}: {reason}")
 
 
+class AppendKeyReused(InvalidArgumentError):
+    """An append's idempotency key names an entry of other content (kind or data) than
+    this append's: a retry must repeat what it retries. Raised before anything is written."""
+
+    def __init__(self, key: str, session: str | None, stored: str) -> None:
+        self.key = key
+        super().__init__("key", f"{key!r} was used for another entry ({stored}); "
+                                "a retry must append the same kind and data", session=session)
+
+
 class PreconditionsIgnoredError(S3LogError):
     """The store ignored a conditional-write header: none of s3log's guarantees hold on it."""
 

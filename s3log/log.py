@@ -17,6 +17,7 @@ from .ops import Proc
 from .protocol import OnConflict, Run, Selector, list_session_ids
 from .reducer import Reducer, S
 from .results import (
+    AckedEntry,
     ActiveSessions,
     CommitResult,
     ExpireProgress,
@@ -55,9 +56,14 @@ class Writer(WriterVerbs[S]):
         self._cond = threading.Condition()
         self._committing = False
 
-    def append(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once."""
-        return self._core.add(kind, data, ts)
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
+        """Queue an entry; return its ticket. Bad input raises InvalidEntryError at once.
+
+        ``key``: an idempotency key (up to 64 bytes; decision 0037). An append of a key
+        this writer holds or the session's head remembers is not queued again (a retry
+        is stored once); AppendKeyReused if it had another kind or data.
+        """
+        return self._core.add(kind, data, ts, key=key)
 
     def commit(self) -> CommitResult[S]:
         """Make every queued entry durable; fork (or raise ConflictError) on conflict."""
@@ -75,9 +81,10 @@ class Writer(WriterVerbs[S]):
                 self._committing = False
                 self._cond.notify_all()
 
-    def submit(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of."""
-        return self._core.add(kind, data, ts, wait=True)
+    def submit(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
+        """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of
+        (``key``: as for :meth:`append`; the ticket then stands for the stored entry)."""
+        return self._core.add(kind, data, ts, wait=True, key=key)
 
     def status(self, ticket: int) -> TicketStatus:
         """Where a submitted entry stands: pending, committing, uncertain, committed, withdrawn."""
@@ -87,11 +94,14 @@ class Writer(WriterVerbs[S]):
         """Take back a submitted entry no commit has carried yet; True if it was."""
         return self._core.withdraw(ticket)
 
-    def wait(self, ticket: int) -> Entry:
+    def wait(self, ticket: int) -> AckedEntry:
         """Commit (sharing commits with other threads) until the ticket's entry is durable.
 
         The entry is returned to one wait; a wait on a ticket already returned raises
         InvalidArgumentError."""
+        lookup = self._core.resolve(ticket)
+        if lookup is not None:  # answered by an append key the head remembers: read its entry
+            self._log.run(lookup)
         while True:
             with self._cond:
                 while True:
@@ -127,13 +137,17 @@ class Writer(WriterVerbs[S]):
                 self._committing = False
                 self._cond.notify_all()
 
-    def append_durable(self, kind: str, data: Any = None, *, ts: int | None = None) -> Entry:
-        """Append one entry and return it once committed.
+    def append_durable(
+        self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None
+    ) -> AckedEntry:
+        """Append one entry and return it once committed (it says its ``session_id``).
 
         Threads calling this at once share commits: one leads a commit of everything
         queued while the others wait, and they find their entries durable when it ends.
+        ``key``: an idempotency key (see :meth:`append`): a retry after a timeout, a
+        crash or in another process returns the entry stored the first time.
         """
-        ticket = self._core.add(kind, data, ts, wait=True)
+        ticket = self._core.add(kind, data, ts, wait=True, key=key)
         try:
             return self.wait(ticket)
         except BaseException:
@@ -248,6 +262,7 @@ class Log(LogVerbs):
         *,
         create_meta: Mapping[str, Any] | None = None,
         after: CommitResult | None = None,
+        keys: Sequence[str | None] | None = None,
     ) -> CommitResult:
         """Append ``(kind, data)`` entries at the session's end whatever other writers did.
 
@@ -255,8 +270,12 @@ class Log(LogVerbs):
         For entries that do not depend on what precedes them (checkpoints, chat items).
         The session is created with ``create_meta`` if it does not exist (without it:
         SessionNotFound). Pass the previous result as ``after`` to save the head GET.
+        ``keys``: an idempotency key (or None) per entry: an entry whose key the head
+        remembers is not appended again, the stored one is in ``acked`` in its place
+        (see :meth:`s3log.Writer.append`).
         """
-        return self.run(self._core.writing(self._core.append_latest(session_id, entries, create_meta, after)))
+        return self.run(self._core.writing(self._core.append_latest(
+            session_id, entries, create_meta, after, keys)))
 
     def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None

@@ -28,6 +28,7 @@ from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, 
 from .codec import (
     FORK_KIND,
     MAX_INTERNAL_DEPTH,
+    AppendKey,
     Entry,
     Head,
     Lease,
@@ -35,6 +36,7 @@ from .codec import (
     Pending,
     RunColumns,
     Segment,
+    append_digest,
     check_kind,
     check_ts,
     decode_head,
@@ -53,6 +55,7 @@ from .config import LogConfig as LogConfig
 from .config import RetryPolicy as RetryPolicy
 from .env import wall_clock_ms
 from .errors import (
+    AppendKeyReused,
     ConditionalDeleteUnsupported,
     ConflictError,
     CorruptionError,
@@ -75,6 +78,7 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
+from .results import AckedEntry, acked_in
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
 from .results import GcReport as GcReport
@@ -863,6 +867,56 @@ def _promote(h: Head, t: int) -> Head:
     )
 
 
+def key_window(
+    cfg: LogConfig, window: tuple[AppendKey, ...], entries: Sequence[Entry], sources: Sequence[PendingEntry],
+) -> tuple[AppendKey, ...]:
+    """The append keys a head remembers after ``entries`` (built from ``sources``, in
+    order): ``window`` and the keys of these, the newest ``cfg.append_key_window``."""
+    new = [AppendKey(p.key, e.seq, p.digest) for e, p in zip(entries, sources, strict=False) if p.key is not None]
+    if not new and len(window) <= cfg.append_key_window:
+        return window
+    fresh = {a.key for a in new}
+    out = (*(a for a in window if a.key not in fresh), *new)
+    return out[max(0, len(out) - cfg.append_key_window):] if cfg.append_key_window else ()
+
+
+def inherited_keys(session: str, window: tuple[AppendKey, ...], upto_seq: int) -> tuple[AppendKey, ...]:
+    """What a fork of ``session`` at ``upto_seq`` remembers of its parent's append keys:
+    those of entries up to there, each naming the session it is in."""
+    return tuple(a if a.session is not None else replace(a, session=session)
+                 for a in window if a.session is not None or a.seq <= upto_seq)
+
+
+def find_append_key(head: Head, key: str) -> AppendKey | None:
+    """The append key ``key`` as ``head`` remembers it, or None."""
+    for a in reversed(head.append_keys):
+        if a.key == key:
+            return a
+    return None
+
+
+def stored_for_key(layout: Layout, head: Head, mark: AppendKey) -> Proc[AckedEntry | None]:
+    """The stored entry an append key of ``head`` names (verified), or None if that
+    entry is no longer there (its session compacted, expired or deleted since).
+
+    From the tail when it holds it (no request); else read as :func:`entry_at` reads.
+    """
+    session = mark.session or head.session
+    entry: Entry | None = None
+    if mark.session is None and head.tail_first_seq <= mark.seq <= head.seq:
+        entry = head.tail[mark.seq - head.tail_first_seq]
+    else:
+        at: Head | None = head
+        if mark.session is not None:
+            found = yield from _read_head_or_none(layout, session)
+            at = found[0] if found is not None else None
+        if at is not None and not is_expired(at):
+            entry = yield from entry_at(layout, at, mark.seq)
+    if entry is None or append_digest(entry.kind, dumps(entry.data)) != mark.digest:
+        return None
+    return acked_in(session, [entry])[0]
+
+
 def _plan_head(
     layout: Layout,
     cfg: LogConfig,
@@ -870,6 +924,7 @@ def _plan_head(
     entries: Sequence[Entry],
     nonce: str,
     lease: LeasePlan | None = None,
+    sources: Sequence[PendingEntry] = (),
 ) -> Proc[_HeadPlan]:
     h = ws.head
     t = cfg.env.now_ms()
@@ -907,6 +962,7 @@ def _plan_head(
         sig=h.sig,
         # v1 heads have no pending field; a v2 head keeps one not yet promoted.
         pending=h.pending if cfg.format_version >= 2 else None,
+        append_keys=key_window(cfg, h.append_keys, entries, sources),
     )
     # The signed payload does not cover the tail or pending (it is the same whether or
     # not this commit flushes), so the heads derived below keep the signature.
@@ -968,7 +1024,7 @@ def _plan_head(
 #: Every field of Head, as _plan_head sets them: a field added to Head must be added there.
 _NEXT_HEAD_FIELDS = ("session", "version", "seq", "hash", "segments", "levels", "tail", "parent", "meta",
                      "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "lease", "v",
-                     "extra", "sig", "pending")
+                     "extra", "sig", "pending", "append_keys")
 assert tuple(f.name for f in fields(Head)) == _NEXT_HEAD_FIELDS, "protocol._plan_head sets every field of Head"
 
 
@@ -1170,6 +1226,7 @@ def _write(
     rewrite: Sequence[tuple[PutIfAbsent, Callable[[bytes], bool]]] = (),
     lease: LeasePlan | None = None,
     journal: CommitJournal | None = None,
+    sources: Sequence[PendingEntry] = (),
 ) -> Proc[tuple[_HeadPlan | None, _HeadOutcome, dict[str, decide.Confirmed]]]:
     """Write a segment if the plan needs one (with ``before_head`` alongside), then the head.
 
@@ -1177,14 +1234,15 @@ def _write(
     ours; a segment key found taken by something else is never referenced. ``journal``
     is kept true of the head PUTs (see :class:`CommitJournal`). ``rewrite``: markers
     written again (:func:`rewrite_marker`) first, after the deadline is set, so they
-    are younger than anything the head may meet.
+    are younger than anything the head may meet. ``sources``: the pending entries
+    ``entries`` were built from (their append keys go into the head's window).
     """
     if journal is None:
         journal = CommitJournal()
     # The deadline counts from planning: a merge's retired_at is stamped here.
     deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
     try:
-        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce(), lease)
+        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce(), lease, sources)
     except SegmentMissing:
         # Our view of the head is stale and gc collected what it listed: the head moved.
         current = yield from _read_head_or_none(layout, ws.session)
@@ -1368,10 +1426,12 @@ def commit(
     if not pending and not (touch and ws.etag is not None):
         return CommitResult(ws, [], [])
     journal = journal if journal is not None else CommitJournal(ws.session)
-    acked: list[Entry] = []
+    # Each entry stamped with the session it is stored in (AckedEntry): one commit may
+    # store a prefix in the parent and the rest in a fork.
+    acked: list[AckedEntry] = []
     # Every entry made durable (acked, and a fork entry among them if this commit
     # continued in a fork an earlier one left undecided), and where it forked to.
-    durable: list[Entry] = []
+    durable: list[AckedEntry] = []
     forked: ForkInfo | None = None
     forks: list[ForkInfo] = []
     # How many leading entries of ``pending`` may be stored already where this commit
@@ -1393,7 +1453,8 @@ def commit(
             cut = 0
         try:
             plan, outcome, written = yield from _write(layout, cfg, ws, entries[:cut] if cut else entries,
-                                                       lease=lease, journal=journal)
+                                                       lease=lease, journal=journal,
+                                                       sources=pending[:cut] if cut else pending)
         except SessionNotFound:
             if not over_tombstone or journal.in_doubt:
                 raise
@@ -1406,8 +1467,9 @@ def commit(
             uncertain = len(entries)
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None and not cut:
             state = fold(reducer, ws.state, entries)
+            stored = acked_in(ws.session, entries)
             return CommitResult(_advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched),
-                                durable + entries, acked + entries, forked, tuple(forks))
+                                durable + stored, acked + stored, forked, tuple(forks))
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             # The prefix is stored: the rest goes on from its end into the doubt's child.
             landed = cut
@@ -1416,8 +1478,8 @@ def commit(
             # its next commit folds these into again) must hold only what it acknowledged.
             state = fold(reducer, copy.deepcopy(ws.state), done)
             ws = _advance(cfg, ws, plan, outcome.etag, state, written, outcome.fetched)
-            acked += done
-            durable += done
+            acked += acked_in(ws.session, done)
+            durable += acked_in(ws.session, done)
             found = dict(ws.head.summary(), etag=ws.etag)
             why = "an undecided fork holds the rest of this batch"
         else:
@@ -1457,8 +1519,8 @@ def commit(
             # into a copy, so that if this commit still fails, the writer's state (which the
             # next commit folds them into again) holds only what it acknowledged.
             state = fold(reducer, copy.deepcopy(ws.state), done) if done else ws.state
-            acked += done
-            durable += done
+            acked += acked_in(ws.session, done)
+            durable += acked_in(ws.session, done)
             if isinstance(step, decide.AckAll):
                 if step.adopt:
                     return CommitResult(_adopt(ws, found_head, found_etag, state), durable, acked, forked, tuple(forks))
@@ -1490,15 +1552,18 @@ def commit(
         doubt = journal.forks.get(parent)
         log.warning("session %s: %s; forking%s", ws.session, why,
                     f" into {doubt.child}, as an undecided commit did" if doubt else "")
+        # The child remembers the parent's append keys up to the fork (those of entries
+        # found landed too): a retry in the child finds an append stored before it.
+        window = key_window(cfg, ws.head.append_keys, done, pending[:landed])
         fork_ws, fork_entries = yield from create_fork(
             layout, cfg, parent, reducer.to_seed(state), reducer, ws.head.meta, rest, lease=lease,
-            journal=journal, doubt=doubt,
+            journal=journal, doubt=doubt, inherit=inherited_keys(ws.session, window, parent.seq),
         )
         forked = ForkInfo(parent, fork_ws.session, found)
         forks.append(forked)
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
-        acked += fork_entries[1:]
-        durable += fork_entries
+        acked += acked_in(fork_ws.session, fork_entries[1:])
+        durable += acked_in(fork_ws.session, fork_entries)
         if len(fork_entries) - 1 == len(rest):
             return CommitResult(fork_ws, durable, acked, forked, tuple(forks))
         # The undecided fork holds only part of the batch: the rest goes on in that
@@ -1581,6 +1646,7 @@ def create_fork(
     lease: LeasePlan | None = None,
     journal: CommitJournal | None = None,
     doubt: ForkDoubt | None = None,
+    inherit: tuple[AppendKey, ...] = (),
 ) -> Proc[tuple[ChainPosition[S], list[Entry]]]:
     """Create a session whose first entry is ``s3log.fork`` (parent pointer + seed),
     followed by ``pending``; mark it under the parent. Returns its position and the
@@ -1594,7 +1660,8 @@ def create_fork(
     ``doubt``: a fork from ``parent`` that an earlier commit of these entries left
     undecided: its first attempt creates that child again, with the same creator nonce
     and time (so the same fork entry); if its head is stored, the entries are
-    continued from what it holds.
+    continued from what it holds. ``inherit``: the parent's append keys the child's
+    head remembers (:func:`inherited_keys`).
     """
     if child is not None:
         if child == parent.session:
@@ -1615,6 +1682,8 @@ def create_fork(
         else:
             sid, creator = child or cfg.env.new_id(), cfg.env.nonce()
         ws = new_writer_state(sid, reducer, meta, parent, now, creator)
+        if inherit:
+            ws = replace(ws, head=replace(ws.head, append_keys=inherit))
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
         marker_map = {"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}
         marker = PutIfAbsent(layout.fork_marker(parent.session, sid), dumps(marker_map))
@@ -1637,7 +1706,8 @@ def create_fork(
         journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
         journal.fork_sent = True
         plan, outcome, written = yield from _write(layout, cfg, ws, entries, before_head=[] if rewrite else [marker],
-                                                   rewrite=rewrite, lease=lease, journal=journal)
+                                                   rewrite=rewrite, lease=lease, journal=journal,
+                                                   sources=[fork_pending, *pending])
         if outcome.kind == "committed" and outcome.etag is not None and plan is not None:
             journal.forks.pop(parent, None)
             state = fold(reducer, ws.state, entries)
@@ -1735,6 +1805,7 @@ def fork_at(
         yield from create_fork(
             layout, cfg, parent, reducer.to_seed(state), reducer,
             data.head.meta if meta is None else meta, (), child,
+            inherit=inherited_keys(session, data.head.append_keys, parent.seq),
         )
     )
 
@@ -2107,8 +2178,15 @@ def append_latest(
     landed, re-read the head and commit the rest on top. A missing session is created
     with ``create_meta`` (or is :class:`SessionNotFound` without it). The state in the
     result is only good as the next ``hint``: it does not fold other writers' entries.
+
+    An entry with an append key (``PendingEntry.key``) the head it would go on
+    remembers is not written again: the stored one is acknowledged in its place
+    (decision 0037); AppendKeyReused, before anything is written, if it differs.
     """
-    acked: list[Entry] = []
+    acked: dict[int, AckedEntry] = {}
+    durable: list[AckedEntry] = []
+    # The index, in the call, of each entry of ``pending`` (which loses those stored).
+    order = list(range(len(pending)))
     ws = hint
     for attempt in range(1, cfg.retry.attempts + 1):
         takeover = False
@@ -2135,17 +2213,25 @@ def append_latest(
                 takeover = True
             else:
                 ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
+        if ws.head.append_keys and any(p.key is not None for p in pending):
+            found = yield from _stored_by_key(layout, ws.head, pending)
+            acked.update((order[i], e) for i, e in found.items())
+            pending = [p for i, p in enumerate(pending) if i not in found]
+            order = [x for i, x in enumerate(order) if i not in found]
+            if not pending:
+                return CommitResult(ws, durable, [acked[i] for i in sorted(acked)])
         try:
             # Fresh entries: only this call's own undecided PUTs can have stored them.
             result = yield from commit(layout, cfg, ws, pending, reducer, "raise", maybe_landed=False,
                                        takeover=takeover)
         except ConflictError as err:
-            acked += err.landed
-            pending = pending[len(err.landed):]
+            acked.update(zip(order, err.landed, strict=False))
+            durable += err.landed
+            pending, order = pending[len(err.landed):], order[len(err.landed):]
             ws = None
             if pending:
                 continue
-            return CommitResult(new_writer_state(session, reducer), acked, acked)
+            return CommitResult(new_writer_state(session, reducer), durable, [acked[i] for i in sorted(acked)])
         except SessionExists:
             ws = None  # created by someone else meanwhile: append on top of theirs
             continue
@@ -2159,8 +2245,25 @@ def append_latest(
                 raise
             ws = None
             continue
-        return CommitResult(result.ws, acked + result.entries, acked + result.acked)
+        acked.update(zip(order, result.acked, strict=True))
+        return CommitResult(result.ws, durable + result.entries, [acked[i] for i in sorted(acked)])
     raise StoreError(f"could not append to session {session}: the head kept changing")
+
+
+def _stored_by_key(layout: Layout, head: Head, pending: Sequence[PendingEntry]) -> Proc[dict[int, AckedEntry]]:
+    """The entries of ``pending`` whose append key ``head`` remembers, by index: the
+    stored entry each stands for. AppendKeyReused if one had other content."""
+    out: dict[int, AckedEntry] = {}
+    for i, p in enumerate(pending):
+        mark = find_append_key(head, p.key) if p.key is not None else None
+        if mark is None:
+            continue
+        if mark.digest != p.digest:
+            raise AppendKeyReused(mark.key, head.session, "a different kind or data")
+        stored = yield from stored_for_key(layout, head, mark)
+        if stored is not None:  # (gone with a compaction or expiry: appended again)
+            out[i] = stored
+    return out
 
 
 # ---------------------------------------------------------------------------- compaction
@@ -2220,8 +2323,9 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
         yield from delete_session(layout, session, cfg, etag=data.etag)
         return True
     now = cfg.env.now_ms()
+    # A new chain: the append keys' seqs name entries of the old one (decision 0037).
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
-                    ts_min=None, ts_max=None, retired_at=now, pending=None)
+                    ts_min=None, ts_max=None, retired_at=now, pending=None, append_keys=())
     ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely

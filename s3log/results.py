@@ -10,8 +10,8 @@ module that used to define it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from .codec import FORK_KIND, Entry, Head, ParentRef
@@ -21,6 +21,43 @@ if TYPE_CHECKING:
     from .protocol import ChainPosition
 
 # ------------------------------------------------------------------------------ commits
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AckedEntry(Entry):
+    """An acknowledged entry and the session it is stored in: reading ``session_id``
+    gives this entry at ``seq``.
+
+    One commit can store its entries in more than one session (a prefix found landed
+    in the parent after an undecided PUT, the rest in a fork), so the session is said
+    per entry, not only per result. Equal to the same :class:`~s3log.codec.Entry` as read.
+    """
+
+    session_id: str = ""
+
+    @property
+    def position(self) -> tuple[str, int, bytes]:
+        """Where the entry is: ``(session_id, seq, hash)``."""
+        return (self.session_id, self.seq, self.hash)
+
+
+def acked_in(session: str, entries: Sequence[Entry]) -> list[AckedEntry]:
+    """``entries`` as acknowledged in ``session``."""
+    new = object.__new__
+    put = object.__setattr__
+    out: list[AckedEntry] = []
+    for e in entries:
+        a = new(AckedEntry)
+        # Field by field, as the frozen dataclass's __init__ would, without its checks.
+        for name in _ENTRY_FIELDS:
+            put(a, name, getattr(e, name))
+        put(a, "session_id", session)
+        out.append(a)
+    return out
+
+
+#: The fields an AckedEntry copies from its Entry.
+_ENTRY_FIELDS = tuple(f.name for f in fields(Entry))
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +80,17 @@ class CommitResult(Generic[S]):
 
     ``entries``: every entry this commit made durable (a fork entry included);
     ``acked``: the committed form of each pending entry, in order; ``fork``: where the
-    writer forked to, if it had to.
+    writer forked to, if it had to. Each entry of both is an :class:`AckedEntry`
+    naming the session it is stored in, which is not always :attr:`session_id`: a
+    commit that found a prefix of its batch landed in the parent and forked the rest
+    holds entries of both.
     """
 
     #: Internal: the writer's chain position after the commit (use ``session_id``,
     #: ``head`` and ``etag``); passed back by ``append_latest(after=...)``.
     ws: ChainPosition[S] = field(repr=False)
-    entries: list[Entry]
-    acked: list[Entry]
+    entries: list[AckedEntry]
+    acked: list[AckedEntry]
     fork: ForkInfo | None = None
     #: Every fork this commit made, in order (``fork`` is the last): more than one
     #: when it continued in a fork an earlier commit left undecided and forked from there.
@@ -58,7 +98,8 @@ class CommitResult(Generic[S]):
 
     @property
     def session_id(self) -> str:
-        """The session the entries were committed to."""
+        """The session the writer continues in after this commit (where its last entry
+        is; each entry says its own: :attr:`AckedEntry.session_id`)."""
         return self.ws.session
 
     @property

@@ -1340,18 +1340,22 @@ class Simulation:
         for sid, group in groups:
             self._ack_entries(w, group, sid)
 
-    def _ack_entries(self, w: WriterActor, acked: list[Entry], sid: str) -> None:
+    def _ack_entries(self, w: WriterActor, acked: Sequence[Entry], sid: str) -> None:
         self.ack_direct(w, acked, sid)
         done = [_payload(e) for e in acked]
         if w.queued[: len(done)] != done:
             raise Violation("2", f"{w.name} acked {done}, but its queue starts with {w.queued[:len(done)]}")
         del w.queued[: len(done)]
 
-    def ack_direct(self, who: Actor, acked: list[Entry], sid: str) -> None:
+    def ack_direct(self, who: Actor, acked: Sequence[Entry], sid: str) -> None:
         """Record entries acknowledged in ``sid``; check them at once (invariants 1, 2)."""
         names = []
         for e in acked:
             payload = _payload(e)
+            # Each acknowledged entry names its own session (a split batch spans two).
+            if getattr(e, "session_id", sid) != sid:
+                raise Violation("1", f"{payload} acked at {self.short(sid)}@{e.seq} but says it is in "
+                                     f"{self.short(getattr(e, 'session_id', ''))}")
             if payload in self.acked:
                 raise Violation("2", f"{payload} acked twice: first {self._where(self.acked[payload])}, "
                                      f"again at {self.short(sid)}@{e.seq}")

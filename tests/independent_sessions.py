@@ -185,6 +185,18 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
     out["fork_conflict_parent"] = w1.session_id
     out["fork_conflict"] = result.session_id
 
+    # Appends with idempotency keys: the head remembers them (`append_keys`), and a fork
+    # of it remembers its parent's, naming the parent session.
+    w = log.create()
+    for i in range(5):
+        w.append("keyed", {"i": i}, key=f"req-{i}")
+        w.commit()
+    out["append_keys"] = w.session_id
+    w = log.open(log.fork(w.session_id, at_seq=3))
+    w.append("keyed", {"i": "child"}, key="req-child")
+    w.commit()
+    out["append_keys_fork"] = w.session_id
+
     key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
     w = s3log.Log(store, config=s3log.LogConfig(signer=Ed25519Signer(key))).create(meta={"who": "signed"})
     _commit_each(w, [("signed", {"i": i}) for i in range(12)], 5)

@@ -187,6 +187,10 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
         _head(r, s), lambda o: _set(o, "parent", {**o["parent"], "seq": o["parent"]["seq"] - 1}))),
     "malformed lease": ("v2_merged", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "lease", {"owner": 1}))),
     "malformed signature": ("signed", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "sig", {"alg": "Ed25519"}))),
+    "malformed append_keys": ("append_keys", lambda r, s: _edit(_head(r, s), lambda o: _at(
+        o, "append_keys", 0, lambda item: [item[0], item[1], b"short"]))),
+    "append_keys not an array": ("append_keys", lambda r, s: _edit(_head(r, s), lambda o: _set(
+        o, "append_keys", {"a": 1}))),
     "malformed pending in a v1 head": ("v1_only", lambda r, s: _edit(_head(r, s), lambda o: _set(o, "pending", []))),
     # Found by differential fuzzing against the independent reader (s3log accepted these).
     "segment key with non-ASCII digits": ("v2_merged", lambda r, s: _rename_segment(r, s, 0, _arabic_digits)),

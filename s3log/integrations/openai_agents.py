@@ -27,7 +27,7 @@ from typing import Any
 from .._extras import extra
 from .._loops import PerLoop
 from ..aio import AsyncLog, AsyncWriter
-from ..codec import FORK_KIND, Entry
+from ..codec import FORK_KIND, Entry, dumps
 from ..errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
 from ..ids import validate_session_id
 from ..log import Log, Writer
@@ -148,6 +148,11 @@ class S3LogSession(SessionABC):
         self._unsettled: asyncio.Future[Any] | None = None
         self._writer: Writer | AsyncWriter | None = None
         self._owns_log = False
+        # The items and append key of the last add_items that failed or was cancelled
+        # (its entry may be stored): the same items added again reuse that key, so the
+        # retry finds them stored instead of storing them twice (decision 0037). Equal
+        # items added after a success get a new key: a user may say "hi" twice.
+        self._retry: tuple[bytes, str] | None = None
 
     @classmethod
     def from_url(
@@ -211,8 +216,8 @@ class S3LogSession(SessionABC):
         if self._unsettled is unsettled:
             self._unsettled = None
 
-    async def _commit(self, writer: Writer | AsyncWriter, kind: str, data: Any) -> None:
-        writer.append(kind, data)
+    async def _commit(self, writer: Writer | AsyncWriter, kind: str, data: Any, key: str | None) -> None:
+        writer.append(kind, data, key=key)
         # The commit runs on in its own task (or thread) if this call is cancelled: it is
         # kept, and the next call waits for it (see _settle).
         done: asyncio.Future[Any] = asyncio.ensure_future(
@@ -249,8 +254,9 @@ class S3LogSession(SessionABC):
 
     # --------------------------------------------------------------------- writes
 
-    async def _append(self, make: Callable[[], Awaitable[_Step]]) -> Any:
-        """Append what ``make()`` decides, retrying on conflict (``make`` runs again)."""
+    async def _append(self, make: Callable[[], Awaitable[_Step]], key: str | None = None) -> Any:
+        """Append what ``make()`` decides, retrying on conflict (``make`` runs again);
+        ``key``: the entry's append key, the same in every attempt."""
         while True:
             await self._settle()
             try:
@@ -260,7 +266,7 @@ class S3LogSession(SessionABC):
                 kind, data, result = await make()
                 if kind is None:
                     return result
-                await self._commit(writer, kind, data)
+                await self._commit(writer, kind, data, key)
                 return result
             except ConflictError as err:
                 self._writer = None
@@ -293,8 +299,19 @@ class S3LogSession(SessionABC):
         async def make() -> _Step:
             return ITEMS, {"items": payload}, None
 
+        try:
+            digest = hashlib.sha256(dumps(payload)).digest()
+        except Exception:  # refused with its own error by the append below
+            digest = b""
         async with self._bind():
-            await self._append(make)
+            retry = self._retry
+            key = retry[1] if retry is not None and retry[0] == digest else f"oa:{self.log.config.env.nonce()}"
+            try:
+                await self._append(make, key)
+            except BaseException:
+                self._retry = (digest, key)
+                raise
+            self._retry = None
 
     async def pop_item(self) -> Any | None:
         """Remove and return the most recent item (None if the session is empty)."""

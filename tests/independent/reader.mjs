@@ -453,6 +453,19 @@ function parseHead(h, sid, prefix, tombstone = false) {
   // signatures are verified ("Required and optional").
   const lease = get.opt(h, "lease");
   if (lease.t !== "null") withKey("`lease`", () => { need(lease.t === "map", "not a map"); get.text(lease, "owner"); get.int(lease, "expires_at"); });
+  // `append_keys` (null reads as absent): shape-checked, never read.
+  const keys = get.opt(h, "append_keys");
+  if (keys.t !== "null") withKey("`append_keys`", () => {
+    need(keys.t === "array", "not an array");
+    for (const item of keys.v) {
+      need(item.t === "array" && (item.v.length === 3 || item.v.length === 4), "an item is not [key, seq, digest(, session)]");
+      const [k, seq, digest, session] = item.v;
+      need(k.t === "text" && k.v.length > 0, "an item's key is not non-empty text");
+      need(seq.t === "int" && seq.v >= 0n, "an item's seq is not a uint");
+      need(digest.t === "bytes" && digest.v.length === 16, "an item's digest is not bytes(16)");
+      need(session === undefined || session.t === "text", "an item's session is not text");
+    }
+  });
   const sigNode = get.opt(h, "sig");
   if (sigNode.t !== "null") {
     withKey("`sig`", () => {

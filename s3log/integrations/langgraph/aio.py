@@ -129,7 +129,8 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
         if isinstance(op, core.Read):
             return await asyncio.gather(*(_read(log, sid) for sid in op.ids))
         if isinstance(op, core.AppendLatest):
-            return await log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after)
+            return await log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
+                                     keys=op.keys)
         if isinstance(op, core.FindIds):
             return await log.find_session_ids(op.prefix)
         if isinstance(op, core.ReadHead):
@@ -140,7 +141,7 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
             return await log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
         if isinstance(op, core.Commit):
             assert isinstance(op.writer, AsyncWriter)
-            op.writer.append(op.kind, op.data)
+            op.writer.append(op.kind, op.data, key=op.key)
             return await op.writer.commit()
         if isinstance(op, core.Fork):
             return await log.fork(op.session_id, meta=op.meta, child_id=op.child_id)

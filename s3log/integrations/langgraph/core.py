@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from ..._extras import extra
 from ...aio import AsyncLog
-from ...codec import Head
+from ...codec import Head, dumps
 from ...errors import ConflictError, SessionExists, SessionNotFound
 from ...log import Log
 from ...protocol import CommitResult, Selector
@@ -90,6 +90,13 @@ def session_for(thread_id: str, checkpoint_ns: str) -> str:
     return thread_prefix(thread_id) + _digest("ns:" + _text(checkpoint_ns, "checkpoint_ns"), 16)
 
 
+def entry_key(kind: str, data: Any) -> str:
+    """The append key of a saver's entry: a digest of its kind and data, so a put or
+    put_writes retried with the same content (after a timeout, a crash, a lost reply)
+    is stored once, and different content is never refused (upstream savers upsert)."""
+    return "lg:" + hashlib.sha256(dumps([kind, data])).hexdigest()[:40]
+
+
 def _create_meta(thread_id: str, ns: str) -> dict[str, Any]:
     return {"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}}
 
@@ -128,6 +135,8 @@ class AppendLatest:
     entries: tuple[tuple[str, Any], ...]
     create_meta: dict[str, Any]
     after: CommitResult | None
+    #: The entries' append keys (:func:`entry_key`): a retried put is stored once.
+    keys: tuple[str | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,8 @@ class Commit:
     writer: WriterBase
     kind: str
     data: Any
+    #: Its append key (:func:`entry_key`).
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,14 +584,15 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         """Append on top of whatever other writers did (``Log.append_latest`` re-reads the
         head on a conflict), starting from this saver's last result: one PUT when alone."""
         after = self._after.pop(sid, None)
+        keys = (entry_key(kind, data),)
         try:
-            result = yield AppendLatest(sid, ((kind, data),), meta, after)
+            result = yield AppendLatest(sid, ((kind, data),), meta, after, keys)
         except SessionNotFound:
             if after is None:
                 raise
             # Deleted since this saver's last append (delete_thread elsewhere): start
             # the session afresh, as a first put does.
-            result = yield AppendLatest(sid, ((kind, data),), meta, None)
+            result = yield AppendLatest(sid, ((kind, data),), meta, None, keys)
         self._after[sid] = result
 
     def _note_read(self, sid: str, head: Head) -> Proc[None]:
@@ -633,7 +645,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
                 self._read_at.pop(sid, None)
                 self._writers[sid] = writer
             try:
-                yield Commit(writer, kind, data)
+                yield Commit(writer, kind, data, entry_key(kind, data))
                 return
             except ConflictError as err:
                 self._writers.pop(sid, None)

@@ -94,7 +94,8 @@ class S3LogSaver(SaverCore[Log]):
         if isinstance(op, core.Read):
             return [_read(log, sid) for sid in op.ids]
         if isinstance(op, core.AppendLatest):
-            return log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after)
+            return log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
+                                     keys=op.keys)
         if isinstance(op, core.FindIds):
             return log.find_session_ids(op.prefix)
         if isinstance(op, core.ReadHead):
@@ -105,7 +106,7 @@ class S3LogSaver(SaverCore[Log]):
             return log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
         if isinstance(op, core.Commit):
             assert isinstance(op.writer, Writer)
-            op.writer.append(op.kind, op.data)
+            op.writer.append(op.kind, op.data, key=op.key)
             return op.writer.commit()
         if isinstance(op, core.Fork):
             return log.fork(op.session_id, meta=op.meta, child_id=op.child_id)

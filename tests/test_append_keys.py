@@ -1,0 +1,320 @@
+"""A retried append is stored once: appends take an idempotency key (decision 0037).
+
+A retry after ``asyncio.wait_for`` timed out, after a commit ended undecided, in a
+process restarted after a crash, or in a fork, returns the entry stored the first
+time (its session, seq and hash) and stores nothing; a key reused for other content
+is refused before anything is written; the head remembers a bounded window of keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.config import LogConfig, RetryPolicy
+from s3log.errors import AppendKeyReused, InvalidArgumentError, StoreError
+from s3log.faults import FaultyStore
+from s3log.ops import ListPage
+
+
+def _fast(**kw: Any) -> LogConfig:
+    return LogConfig(retry=RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002, max_time=1.0), **kw)
+
+
+def _data(log: s3log.Log, sid: str) -> list[Any]:
+    return [e.data for e in log.read(sid).entries]
+
+
+class _Gate(s3log.AsyncMemoryStore):
+    """Head PUTs wait on an event, so a caller can time out while its commit is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().put_if_match(key, body, etag)
+
+    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
+        return await super().list(prefix, **kw)  # type: ignore[arg-type]
+
+
+class _LoseReply:
+    """When armed, the next head PUT lands and its reply is lost; the GETs that would
+    settle it fail, so the commit ends undecided."""
+
+    def __init__(self) -> None:
+        self.state = "off"
+
+    def __call__(self, method: str, key: str) -> Any:
+        if self.state == "put" and method == "put_if_match" and key.endswith("/head"):
+            self.state = "reads"
+            return "timeout-landed"
+        if self.state == "reads" and method == "get" and key.endswith("/head"):
+            return "503"
+        return None
+
+
+# ------------------------------------------------------------------ within one writer
+
+
+def test_an_append_that_timed_out_and_is_retried_with_its_key_is_stored_once() -> None:
+    async def main() -> None:
+        store = _Gate()
+        log = s3log.AsyncLog(store)
+        w = await log.create()
+        store.gate.clear()
+        store.entered.clear()
+        first = asyncio.ensure_future(w.append_durable("k", "a", key="req-1"))
+        await store.entered.wait()  # its commit is in flight, held at the head PUT
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(first, timeout=0.01)
+        retry = asyncio.ensure_future(w.append_durable("k", "a", key="req-1"))
+        await asyncio.sleep(0)
+        store.gate.set()
+        entry = await retry
+        assert (entry.session_id, entry.seq, entry.data) == (w.session_id, 0, "a")
+        await w.commit()
+        assert [e.data for e in (await log.read(w.session_id)).entries] == ["a"]
+        # Retried once more, later: the same entry, nothing written.
+        puts = store.requests["PUT"]
+        assert await w.append_durable("k", "a", key="req-1") == entry
+        assert store.requests["PUT"] == puts
+
+    asyncio.run(main())
+
+
+def test_two_tasks_appending_one_key_at_once_share_one_entry() -> None:
+    async def main() -> None:
+        log = s3log.AsyncLog(s3log.AsyncMemoryStore())
+        w = await log.create()
+        a, b = await asyncio.gather(w.append_durable("k", 1, key="same"), w.append_durable("k", 1, key="same"))
+        assert a == b and a.position == b.position
+        assert len((await log.read(w.session_id)).entries) == 1
+
+    asyncio.run(main())
+
+
+def test_a_retry_joins_an_append_whose_commit_ended_undecided() -> None:
+    inner = s3log.MemoryStore()
+    plan = _LoseReply()
+    log = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    w = log.create()
+    plan.state = "put"
+    t = w.submit("k", "x", key="req-x")
+    with pytest.raises(StoreError):
+        w.wait(t)  # x landed; the writer cannot tell
+    assert w.status(t) == "uncertain"
+    plan.state = "off"
+    entry = w.append_durable("k", "x", key="req-x")
+    assert (entry.data, entry.seq) == ("x", 0)
+    assert _data(s3log.Log(inner), w.session_id) == ["x"]
+
+
+# ------------------------------------------------------------- another process, a crash
+
+
+def test_a_worker_restarted_after_its_commit_landed_finds_the_entry_and_writes_nothing() -> None:
+    inner = s3log.MemoryStore()
+    plan = _LoseReply()
+    crashed = s3log.Log(FaultyStore(inner, plan), config=_fast()).create()
+    sid = crashed.session_id
+    crashed.append_durable("k", "before", key="req-0")
+    plan.state = "put"
+    with pytest.raises(StoreError):
+        crashed.append_durable("k", {"turn": 1}, key="req-1")  # landed, then the worker dies
+    restarted = s3log.Log(inner).open(sid)
+    inner.requests.reset()
+    entry = restarted.append_durable("k", {"turn": 1}, key="req-1")
+    assert inner.requests.total == 0  # found in the head it opened: no request at all
+    assert (entry.session_id, entry.seq) == (sid, 1)
+    assert s3log.Log(inner).read(sid).entries[1] == entry
+    assert _data(s3log.Log(inner), sid) == ["before", {"turn": 1}]
+
+
+def test_a_retry_finds_an_entry_flushed_out_of_the_head_with_reads_only() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=0))  # every commit flushes
+    w = log.create()
+    first = w.append_durable("k", "a", key="req-a")
+    w.append_durable("k", "b", key="req-b")
+    assert log.head(w.session_id).tail_first_seq > first.seq
+    other = log.open(w.session_id)
+    store.requests.reset()
+    assert other.append_durable("k", "a", key="req-a") == first
+    assert store.requests["PUT"] == 0 and store.requests["GET"] >= 1
+    assert _data(log, w.session_id) == ["a", "b"]
+
+
+def test_a_keyed_append_costs_what_an_unkeyed_one_does() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append_durable("k", 0)
+    for key in (None, "req-1"):
+        store.requests.reset()
+        w.append_durable("k", 1, key=key)
+        assert store.requests["PUT"] == 1 and store.requests.total == 1  # one head PUT, no read
+
+
+# ------------------------------------------------------------------------------- forks
+
+
+def test_a_writer_that_forked_finds_a_key_of_its_parent() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    parent = w.session_id
+    x = w.append_durable("k", "x", key="req-x")
+    log.open(parent).append_durable("k", "other writer")
+    w.append("k", "y")
+    assert w.commit().fork is not None  # lost the race: w goes on in a child
+    child = w.session_id
+    assert w.append_durable("k", "x", key="req-x") == x
+    restarted = log.open(child)
+    again = restarted.append_durable("k", "x", key="req-x")
+    assert again == x and again.position == (parent, 0, x.hash)
+    assert _data(log, child)[1:] == ["y"]
+
+
+def test_an_explicit_fork_remembers_the_keys_up_to_its_fork_point() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    kept = w.append_durable("k", 0, key="req-0")
+    w.append_durable("k", 1, key="req-1")
+    child = log.fork(w.session_id, at_seq=0)
+    c = log.open(child)
+    assert c.append_durable("k", 0, key="req-0") == kept
+    assert c.append_durable("k", 1, key="req-1").session_id == child  # after the fork point: new here
+    assert [e.data for e in log.read(child).entries[1:]] == [1]
+
+
+def test_append_latest_stores_a_retried_batch_once() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    first = log.append_latest("t", [("k", 1), ("k", 2)], keys=["a", "b"], create_meta={})
+    store.requests.reset()
+    again = log.append_latest("t", [("k", 1), ("k", 2)], keys=["a", "b"], create_meta={})
+    assert again.acked == first.acked and store.requests["PUT"] == 0
+    mixed = log.append_latest("t", [("k", 2), ("k", 3)], keys=["b", "c"], after=again)
+    assert [e.data for e in mixed.acked] == [2, 3] and mixed.acked[0] == first.acked[1]
+    assert _data(log, "t") == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------- refused, bounded
+
+
+def test_a_key_reused_for_other_data_is_refused_before_anything_is_written() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append_durable("k", "x", key="req-x")
+    pending = w.submit("k", "queued", key="req-q")
+    store.requests.reset()
+    for writer in (w, log.open(w.session_id)):
+        with pytest.raises(AppendKeyReused) as err:
+            writer.append_durable("k", "not x", key="req-x")
+        assert err.value.key == "req-x" and err.value.session == w.session_id
+        assert "req-x" in str(err.value) and w.session_id in str(err.value)
+    with pytest.raises(AppendKeyReused):
+        w.append("other-kind", "queued", key="req-q")
+    with pytest.raises(AppendKeyReused):
+        log.append_latest(w.session_id, [("k", "not x")], keys=["req-x"])
+    assert store.requests["PUT"] == 0
+    assert w.wait(pending).data == "queued"
+    assert _data(log, w.session_id) == ["x", "queued"]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 65, "é" * 33, 7, b"bytes"])
+def test_a_malformed_key_is_refused_at_append(key: Any) -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    with pytest.raises(InvalidArgumentError, match="key"):
+        w.append("k", 1, key=key)
+    with pytest.raises(InvalidArgumentError, match="key"):
+        log.append_latest(w.session_id, [("k", 1)], keys=[key])
+    assert w.pending == 0
+
+
+def test_append_latest_refuses_keys_that_do_not_match_its_entries() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    with pytest.raises(InvalidArgumentError, match="keys"):
+        log.append_latest("t", [("k", 1), ("k", 2)], keys=["a"], create_meta={})
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        log.append_latest("t", [("k", 1), ("k", 2)], keys=["a", "a"], create_meta={})
+    assert log.list_session_ids() == []
+
+
+def test_the_head_remembers_the_newest_keys_of_its_window_only() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=LogConfig(append_key_window=3))
+    w = log.create()
+    for i in range(4):
+        w.append_durable("k", i, key=f"req-{i}")
+    assert [a.key for a in log.head(w.session_id).append_keys] == ["req-1", "req-2", "req-3"]
+    other = log.open(w.session_id)
+    assert other.append_durable("k", 3, key="req-3").seq == 3  # in the window: found
+    # Out of the window: not recognised any more, stored again (the documented bound).
+    assert other.append_durable("k", 0, key="req-0").seq == 4
+    assert _data(log, w.session_id) == [0, 1, 2, 3, 0]
+
+
+def test_a_window_of_zero_remembers_no_key_in_the_head() -> None:
+    log = s3log.Log(s3log.MemoryStore(), config=LogConfig(append_key_window=0))
+    w = log.create()
+    a = w.append_durable("k", 1, key="req")
+    assert log.head(w.session_id).append_keys == ()
+    assert w.append_durable("k", 1, key="req") == a  # the writer itself still knows it
+
+
+# ------------------------------------------------------------------------ integrations
+
+
+def test_a_langgraph_put_retried_after_a_lost_reply_is_stored_once() -> None:
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from s3log.integrations.langgraph import S3LogSaver
+    from s3log.integrations.langgraph.core import CHECKPOINT, session_for
+
+    for strict in (False, True):
+        inner = s3log.MemoryStore()
+        plan = _LoseReply()
+        saver = S3LogSaver(s3log.Log(FaultyStore(inner, plan), config=_fast()), strict=strict)
+        cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        first = saver.put(cfg, generate_checkpoint(), generate_metadata(step=0), {})
+        checkpoint, metadata = generate_checkpoint(), generate_metadata(step=1)
+        plan.state = "put"
+        with pytest.raises(StoreError):
+            saver.put(first, checkpoint, metadata, {})  # landed; the saver cannot tell
+        plan.state = "off"
+        saver.put(first, checkpoint, metadata, {})  # LangGraph (or its caller) retries it
+        stored = s3log.Log(inner).read(session_for("t", "")).entries
+        ids = [e.data["id"] for e in stored if e.kind == CHECKPOINT]
+        assert ids == [first["configurable"]["checkpoint_id"], checkpoint["id"]], strict
+
+
+def test_an_openai_add_items_retried_after_a_failure_is_stored_once_and_a_repeat_is_not() -> None:
+    from s3log.integrations.openai_agents import S3LogSession
+
+    async def main() -> None:
+        inner = s3log.MemoryStore()
+        plan = _LoseReply()
+        session = S3LogSession("chat", s3log.Log(FaultyStore(inner, plan), config=_fast()))
+        await session.add_items([{"role": "user", "content": "hi"}])
+        plan.state = "put"
+        with pytest.raises(StoreError):
+            await session.add_items([{"role": "assistant", "content": "hello"}])  # landed
+        plan.state = "off"
+        await session.add_items([{"role": "assistant", "content": "hello"}])  # the retry
+        await session.add_items([{"role": "user", "content": "hi"}])  # said again: a new item
+        got = await S3LogSession("chat", s3log.Log(inner)).get_items()
+        assert [i["content"] for i in got] == ["hi", "hello", "hi"]
+
+    asyncio.run(main())

@@ -1,0 +1,106 @@
+"""A commit result says where each acknowledged entry is stored.
+
+One commit can store its batch in two sessions: after a head PUT whose reply was lost,
+the next commit finds a prefix of the batch landed in the parent (someone built on it)
+and forks the rest. Every acknowledged entry names its own session, and reading that
+session at the entry's seq gives exactly that entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.config import LogConfig, RetryPolicy
+from s3log.errors import StoreError
+from s3log.faults import AsyncFaultyStore, FaultyStore
+
+
+def _fast() -> LogConfig:
+    return LogConfig(retry=RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002, max_time=1.0))
+
+
+class _LoseOneReply:
+    """The next head PUT of the armed session lands and its reply is lost; the GETs that
+    would settle it fail, so the commit ends undecided (its entries stay "uncertain")."""
+
+    def __init__(self) -> None:
+        self.session = ""
+        self.state = "off"
+
+    def __call__(self, method: str, key: str) -> Any:
+        if self.state == "put" and method == "put_if_match" and key.endswith(f"{self.session}/head"):
+            self.state = "reads"
+            return "timeout-landed"
+        if self.state == "reads" and method == "get" and key.endswith(f"{self.session}/head"):
+            return "503"
+        return None
+
+
+def _check_positions(read: Any, result: s3log.CommitResult) -> None:
+    assert result.acked, "the commit acknowledged nothing"
+    for e in result.acked:
+        assert isinstance(e, s3log.AckedEntry)
+        stored = read(e.session_id).entries[e.seq]
+        assert stored == e, f"({e.session_id}, {e.seq}) holds {stored}, not {e}"
+        assert stored.hash == e.hash and e.position == (e.session_id, e.seq, e.hash)
+    for e in result.entries:
+        assert read(e.session_id).entries[e.seq] == e
+
+
+def test_a_batch_split_between_parent_and_fork_says_where_each_entry_is() -> None:
+    inner = s3log.MemoryStore()
+    plan = _LoseOneReply()
+    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    log_b = s3log.Log(inner, config=_fast())
+    w_a = log_a.create()
+    plan.session = parent = w_a.session_id
+    w_a.append_durable("k", "a0")
+    plan.state = "put"
+    w_a.append("k", "x")
+    with pytest.raises(StoreError):
+        w_a.commit()  # x landed in the parent; A cannot tell
+    plan.state = "off"
+    log_b.open(parent).append_durable("k", "b0")  # B builds on x
+    w_a.append("k", "y")
+    result = w_a.commit()  # x found landed in the parent, y forked
+    assert result.fork is not None and result.session_id != parent
+    assert [(e.data, e.session_id) for e in result.acked] == [("x", parent), ("y", result.session_id)]
+    _check_positions(log_b.read, result)
+
+
+def test_append_durable_says_the_session_of_an_entry_that_landed_in_the_parent() -> None:
+    async def main() -> None:
+        inner = s3log.AsyncMemoryStore()
+        plan = _LoseOneReply()
+        log_a = s3log.AsyncLog(AsyncFaultyStore(inner, plan), config=_fast())
+        log_b = s3log.AsyncLog(inner, config=_fast())
+        w_a = await log_a.create()
+        plan.session = parent = w_a.session_id
+        await w_a.append_durable("k", "a0")
+        plan.state = "put"
+        t = w_a.submit("k", "x")
+        with pytest.raises(StoreError):
+            await w_a.wait(t)
+        plan.state = "off"
+        await (await log_b.open(parent)).append_durable("k", "b0")
+        later = w_a.submit("k", "y")
+        x = await w_a.wait(t)
+        y = await w_a.wait(later)
+        assert (x.session_id, y.session_id) == (parent, w_a.session_id) and parent != w_a.session_id
+        for e in (x, y):
+            assert (await log_b.read(e.session_id)).entries[e.seq] == e
+
+    asyncio.run(main())
+
+
+def test_an_acked_entry_equals_the_entry_as_read() -> None:
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    e = w.append_durable("k", {"a": 1})
+    assert e.session_id == w.session_id
+    assert log.read(w.session_id).entries[e.seq] == e == log.read(w.session_id).entries[e.seq]
+    assert e != log.read(w.session_id).entries[0] or e.seq == 0
