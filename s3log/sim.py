@@ -402,8 +402,8 @@ class SimStore(MemoryStore):
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
         self.put_raw(key, body, mtime_ms=now)
-        if not key.endswith("/head"):
-            return
+        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+            return  # the precondition probe's object is no session's head
         sid = self.layout.session_of(key)
         assert sid is not None
         head = decode_head(body, key)

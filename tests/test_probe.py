@@ -1,17 +1,27 @@
-"""The precondition probe: a store that ignores If-None-Match / If-Match is refused before any write.
-
-Defect 10 of issue 11: on such a store every guarantee was void without a sound.
+"""The precondition probe: a store that ignores what commits rely on (If-None-Match,
+If-Match, stale ETags, racing conditional PUTs) is refused before any verb writes or
+deletes: on such a store every guarantee was void without a sound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import s3log
-from s3log.errors import PreconditionsIgnoredError, StoreError
+from s3log.drive import SyncDriver
+from s3log.errors import ObjectNotFound, PreconditionFailed, PreconditionsIgnoredError, StoreError
+from s3log.faults import Fault, FaultyStore
+from s3log.layout import Layout
 from s3log.localserver import LocalS3
+from s3log.ops import Op, Parallel
+from s3log.protocol import PROBE_RACERS, probe_preconditions
+from s3log.results import ProbeReport
+from s3log.sim import SimStore
 from s3log.store.memory import _etag
 
 
@@ -54,7 +64,7 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     log = s3log.Log(store, config=s3log.LogConfig(activity_index=False))
     log.create("a")
     first = store.requests.snapshot()
-    assert first["PUT"] == 4  # probe: create, repeat (412), If-Match on a missing key (404); the head
+    assert first["PUT"] == 13  # the probe's 12 on a bucket it never probed (docs/decisions/0034); the head
     log.create("b")
     assert store.requests["PUT"] == first["PUT"] + 1  # no second probe
     s3log.Log(store, config=s3log.LogConfig(activity_index=False)).create("c")
@@ -63,7 +73,8 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     assert sorted(log.list_session_ids()) == ["a", "b", "c"]
     assert log.gc(older_than_ms=0).broken == []
     keys = [k for k in store.all_keys() if "/_probe/" in k]
-    assert keys == ["s3log/sessions/_probe/head"]
+    assert keys[0] == "s3log/sessions/_probe/head" and len(keys) == 2
+    assert keys[1].startswith("s3log/sessions/_probe/race/")  # the one object each probe leaves
     assert _etag(b"") != ""
 
 
@@ -76,10 +87,10 @@ def test_the_probe_can_be_turned_off() -> None:
 
 def test_the_probe_passes_on_the_local_http_s3(s3log_log: s3log.Log) -> None:
     report = s3log_log.check_store()
-    assert report.ok and report.if_none_match and report.if_match
+    assert report.complete, report
 
 
-# ------------------------------------------------------------ once per bucket (session 13)
+# ------------------------------------------------------------ once per bucket
 
 
 def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) -> None:
@@ -93,11 +104,11 @@ def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) 
         return store.requests["PUT"]
 
     first = s3log.S3Store(bucket, endpoint_url=ep)
-    assert puts(first, "a") == 4  # create, repeat (412), If-Match on a missing key; the head
+    assert puts(first, "a") == 13  # the probe's 12 (the bucket's first); the head
     assert puts(s3log.S3Store(bucket, endpoint_url=ep), "b") == 1  # the head alone
     # Another bucket is another answer; a store on a client of the caller's is probed itself.
-    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 4
-    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 3
+    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 13
+    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 12  # 11: the bucket was probed before
 
 
 @pytest.mark.parametrize("kind", ["aioboto3", "obstore"])
@@ -116,7 +127,7 @@ def test_async_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: Loc
     async def main() -> list[int]:
         return [await puts("a"), await puts("b")]
 
-    assert asyncio.run(main()) == [4, 1]
+    assert asyncio.run(main()) == [13, 1]
 
 
 def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
@@ -142,3 +153,139 @@ def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
             s3log.Log(store, config=cfg).create(sid)
             seen.append(any("/_probe/" in k for k in store.all_keys()))
         assert seen == probed, store_type
+
+
+# ------------------------------------------- what commits rely on (docs/decisions/0034)
+
+
+def _rounds(store: object, cfg: s3log.LogConfig | None = None) -> tuple[ProbeReport, list[int]]:
+    """The probe's report and the requests of each round trip it made, run on ``store``."""
+    sizes: list[int] = []
+
+    class Counting(SyncDriver):
+        def _perform(self, op: Op) -> Any:
+            if isinstance(op, Parallel):  # the probe sends every request inside one
+                sizes.append(len(op.ops))
+            return super()._perform(op)
+
+    cfg = cfg or s3log.LogConfig()
+    driver = Counting(store, cfg.retry, cfg.max_parallel, cfg.env)  # type: ignore[arg-type]
+    try:
+        return driver.run(probe_preconditions(Layout(), cfg)), sizes
+    finally:
+        driver.close()
+
+
+def test_the_probe_costs_eleven_puts_in_three_round_trips_twelve_on_a_new_bucket() -> None:
+    store = HonestStore()
+    report, sizes = _rounds(store)
+    assert report.complete and report.ok, report
+    # Round 1: If-None-Match on _probe/head (creates it: a new bucket), If-Match on
+    # _probe/missing, 4 racing creates; round 2: _probe/head again, 4 racing If-Match
+    # PUTs; round 3: the stale If-Match.
+    assert sizes == [2 + PROBE_RACERS, 1 + PROBE_RACERS, 1] and store.requests["PUT"] == 12
+    store.requests.reset()
+    report, sizes = _rounds(store)
+    assert report.complete
+    assert sizes == [2 + PROBE_RACERS, PROBE_RACERS, 1]
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 2 * PROBE_RACERS + 3, "LIST": 0, "DELETE": 0}
+    # Each probe leaves its race key; the keys come from cfg.env, never the same twice.
+    assert len([k for k in store.all_keys() if "/_probe/race/" in k]) == 2
+
+
+class IfMatchMeansExists(HonestStore):
+    """If-Match only checks that the object exists (the ETag's value is ignored)."""
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.requests.add("PUT")
+        if key not in self.all_keys():
+            raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+        return self.put_raw(key, body)
+
+
+class CheckThenAct(HonestStore):
+    """A conditional PUT whose check and write are two steps: the first ``PROBE_RACERS``
+    calls of ``method`` on the probe's race keys all check, meet at a barrier, then all
+    write (the race every such store loses, made certain)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+        self.barrier = threading.Barrier(PROBE_RACERS, timeout=30)
+        self.raced = 0
+        self.race_lock = threading.Lock()
+
+    def _racing(self, method: str, key: str) -> bool:
+        with self.race_lock:
+            racing = method == self.method and "/_probe/race/" in key and self.raced < PROBE_RACERS
+            self.raced += racing
+        return racing
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        if not self._racing("put_if_absent", key):
+            return super().put_if_absent(key, body)
+        self.requests.add("PUT")
+        exists = key in self.all_keys()
+        self.barrier.wait()
+        if exists:
+            raise PreconditionFailed("object exists", key=key, code="PreconditionFailed", status=412)
+        return self.put_raw(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if not self._racing("put_if_match", key):
+            return super().put_if_match(key, body, etag)
+        self.requests.add("PUT")
+        current = self.get(key).etag
+        self.barrier.wait()
+        if current != etag:
+            raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+        return self.put_raw(key, body)
+
+
+@pytest.mark.parametrize(("make", "ignored"), [
+    (IfMatchMeansExists, {"stale_if_match", "racing_if_match"}),
+    (lambda: CheckThenAct("put_if_absent"), {"racing_creates"}),
+    (lambda: CheckThenAct("put_if_match"), {"racing_if_match"}),
+], ids=["if-match-means-exists", "racing-creates", "racing-if-match"])
+def test_a_store_that_passes_sequential_checks_but_not_what_commits_rely_on_is_refused(
+    make: Callable[[], HonestStore], ignored: set[str]
+) -> None:
+    report, _ = _rounds(make())
+    seen = {name: getattr(report, name) for name in
+            ("if_none_match", "if_match", "stale_if_match", "racing_if_match", "racing_creates")}
+    assert {n for n, v in seen.items() if v is False} == ignored, report
+    assert all(v is True for n, v in seen.items() if n not in ignored), report
+    assert not report.ok
+    # And a log on it refuses to write anything but the probe's objects.
+    store = make()
+    with pytest.raises(PreconditionsIgnoredError):
+        s3log.Log(store).create("s1")
+    assert not [k for k in store.all_keys() if "/_probe/" not in k]
+
+
+def test_a_lost_reply_in_a_race_is_no_second_winner() -> None:
+    # A racing create whose reply was lost (it landed) and the others' 412s: no winner
+    # seen, so the probe reads the key's ETag and goes on; nothing is called ignored.
+    def plan(method: str, key: str) -> Fault | None:
+        return "timeout-landed" if method == "put_if_absent" and "/race/" in key else None
+
+    store = FaultyStore(HonestStore(), plan)
+    report, sizes = _rounds(store)
+    assert report.ok and report.racing_creates is None and report.racing_if_match and report.stale_if_match
+    assert sizes == [2 + PROBE_RACERS, 1, 1 + PROBE_RACERS, 1]  # the GET of the race key
+
+
+def test_the_probe_passes_on_the_async_stores_and_the_simulator_store(s3log_server: LocalS3) -> None:
+    async def main() -> list[ProbeReport]:
+        bucket, ep = s3log_server.create_bucket(), s3log_server.endpoint_url
+        boto = s3log.AsyncS3Store(bucket, endpoint_url=ep)
+        try:
+            return [await s3log.AsyncLog(boto).check_store(),
+                    await s3log.AsyncLog(s3log.AsyncS3Store.fast(bucket, endpoint_url=ep)).check_store(),
+                    await s3log.AsyncLog(s3log.AsyncMemoryStore()).check_store()]
+        finally:
+            await boto.aclose()
+
+    reports = asyncio.run(main())
+    reports.append(_rounds(SimStore(lambda: 0, Layout()))[0])
+    assert all(r.complete for r in reports), reports
