@@ -289,3 +289,171 @@ def test_the_probe_passes_on_the_async_stores_and_the_simulator_store(s3log_serv
     reports = asyncio.run(main())
     reports.append(_rounds(SimStore(lambda: 0, Layout()))[0])
     assert all(r.complete for r in reports), reports
+
+
+# ------------------------------------------------ every writing or deleting verb is probed
+
+
+class IgnoresConditions(HonestStore):
+    """Writes and deletes whatever the condition, and records every call (method, key)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def get(self, key: str) -> Any:
+        self.calls.append(("get", key))
+        return super().get(key)
+
+    def list(self, prefix: str, **kw: Any) -> Any:
+        self.calls.append(("list", prefix))
+        return super().list(prefix, **kw)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self.calls.append(("put_if_absent", key))
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.calls.append(("put_if_match", key))
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+    def delete(self, key: str) -> None:
+        self.calls.append(("delete", key))
+        super().delete(key)
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self.calls.append(("delete_if_match", key))
+        super().delete(key)
+
+
+class AsyncIgnoresConditions(s3log.AsyncMemoryStore):
+    honours_preconditions = False
+
+
+#: Verbs that write or delete, each as one call on a log holding session "s1".
+LOG_WRITES: dict[str, Callable[[Any], Any]] = {
+    "create": lambda log: log.create("new"),
+    "append_latest": lambda log: log.append_latest("s1", [("k", 1)]),
+    "compact": lambda log: log.compact("s1", lambda history, head: history[:1]),
+    "fork": lambda log: log.fork("s1"),
+    "delete": lambda log: log.delete("s1"),
+    "gc": lambda log: log.gc(older_than_ms=0),
+    "expire": lambda log: log.expire(idle_for=1),
+}
+#: Verbs that only read (a dry run of gc or expire too: it writes and deletes nothing).
+LOG_READS = {"active_sessions", "children", "find_session_ids", "head", "heads", "indexed_session_ids", "lineage",
+             "list_session_ids", "list_sessions", "object_keys", "open", "read", "read_runs", "read_suffix",
+             "read_window", "verify"}
+#: No verb: the probe itself, running a procedure as given, hooks and closing.
+LOG_OTHER = {"check_store", "run", "add_close_hook", "close", "aclose"}
+#: A writer's verbs that send requests: each makes an entry durable or writes the head.
+WRITER_WRITES: dict[str, Callable[[Any], Any]] = {
+    "commit": lambda w: (w.append("k", 1), w.commit())[1],
+    "renew_lease": lambda w: w.renew_lease(),
+    "append_durable": lambda w: w.append_durable("k", 1),
+    "wait": lambda w: w.wait(w.submit("k", 1)),
+}
+#: A writer's verbs that queue or change its own state: nothing is sent.
+WRITER_LOCAL = {"append", "append_nowait", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
+#: Commands that write or delete, on a bucket holding session "s1".
+CLI_WRITES = {"fork": ["fork", "s1"], "rm": ["rm", "s1", "--yes"], "gc": ["gc", "--older-than", "1s"],
+              "expire": ["expire", "--idle", "1ms"]}
+#: Commands that read; doctor (the probe), local-s3 (a server) and demo (its workers
+#: write through Log.create and Writer.commit, probed above).
+CLI_OTHER = {"ls", "show", "tail", "verify", "lineage", "export", "query", "doctor", "local-s3", "demo"}
+
+
+def _public(cls: type) -> set[str]:
+    return {n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+
+
+def test_every_verb_is_known_to_write_or_not() -> None:
+    # A verb added without a place here fails: decide whether it writes, and if it
+    # does, the parametrized test below proves it probes the store first.
+    from typer.main import get_command
+
+    from s3log.cli.app import app
+
+    for cls in (s3log.Log, s3log.AsyncLog):
+        assert _public(cls) == (set(LOG_WRITES) | LOG_READS | LOG_OTHER) - ({"close"} if cls is s3log.AsyncLog
+                                                                              else {"aclose"}), cls
+    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL - {"append_nowait"}
+    assert _public(s3log.AsyncWriter) == set(WRITER_WRITES) | WRITER_LOCAL
+    assert set(get_command(app).commands) == set(CLI_WRITES) | CLI_OTHER  # type: ignore[attr-defined]
+
+
+def _store_with_a_session() -> IgnoresConditions:
+    store = IgnoresConditions()
+    w = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).create("s1")
+    w.append("k", 0)
+    w.commit()
+    return store
+
+
+def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any]) -> None:
+    store.calls.clear()
+    with pytest.raises(PreconditionsIgnoredError):
+        call()
+    assert store.calls, "the probe must have run"
+    assert [c for c in store.calls if "/_probe/" not in c[1]] == []
+
+
+@pytest.mark.parametrize("verb", sorted(LOG_WRITES))
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_writing_verb_refuses_a_store_that_ignores_conditions_before_its_first_request(
+    verb: str, kind: str
+) -> None:
+    store = _store_with_a_session()
+    if kind == "sync":
+        _refused_before_any_request(store, lambda: LOG_WRITES[verb](s3log.Log(store)))
+        return
+
+    async def main() -> None:
+        await LOG_WRITES[verb](s3log.AsyncLog(AsyncIgnoresConditions(store)))
+
+    _refused_before_any_request(store, lambda: asyncio.run(main()))
+
+
+@pytest.mark.parametrize("verb", sorted(WRITER_WRITES))
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_writing_verb_of_a_writer_refuses_such_a_store_before_its_first_request(verb: str, kind: str) -> None:
+    store = _store_with_a_session()
+    if kind == "sync":
+        writer = s3log.Log(store).open("s1")
+        _refused_before_any_request(store, lambda: WRITER_WRITES[verb](writer))
+        return
+
+    async def main() -> None:
+        alog = s3log.AsyncLog(AsyncIgnoresConditions(store))
+        writer = await alog.open("s1")
+        store.calls.clear()
+        await WRITER_WRITES[verb](writer)
+
+    _refused_before_any_request(store, lambda: asyncio.run(main()))
+
+
+@pytest.mark.parametrize("command", sorted(CLI_WRITES))
+def test_every_writing_command_refuses_such_a_store_before_its_first_request(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import s3log.cli.common
+    import s3log.store.s3
+    from s3log.cli.app import app
+
+    store = _store_with_a_session()
+    client = SimpleNamespace(meta=SimpleNamespace(endpoint_url="http://127.0.0.1:1"))
+    monkeypatch.setattr(s3log.cli.common, "_s3_client", lambda s: client)
+    monkeypatch.setattr(s3log.store.s3, "S3Store", lambda bucket, client: store)
+    store.calls.clear()
+    result = CliRunner().invoke(app, CLI_WRITES[command], env={"S3LOG_BUCKET": "b"})
+    assert result.exit_code == 1, result.output
+    assert "If-Match" in result.output and isinstance(result.exception, SystemExit)
+    # rm looks the session up first (to show what goes); nothing is written or deleted.
+    assert [c for c in store.calls if c[0] not in ("get", "list") and "/_probe/" not in c[1]] == []
+    assert any("/_probe/" in k for _, k in store.calls)
