@@ -253,11 +253,11 @@ class ProbeReport:
     def checks(self) -> list[tuple[str, bool | None]]:
         """Each property as (what was checked, honoured / ignored / None untested), in order."""
         return [
-            ("If-None-Match: * on an existing object", self.if_none_match),
+            ("If-None-Match on an existing object", self.if_none_match),
             ("If-Match on a missing object", self.if_match),
             ("If-Match with a stale ETag", self.stale_if_match),
-            ("racing If-Match PUTs on one ETag: one wins", self.racing_if_match),
-            ("racing If-None-Match: * creates of one key: one wins", self.racing_creates),
+            ("racing If-Match PUTs on one ETag (one wins)", self.racing_if_match),
+            ("racing creates (If-None-Match) of one key (one wins)", self.racing_creates),
         ]
 
     @property
