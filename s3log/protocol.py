@@ -2083,8 +2083,9 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
             results = yield from singles.round([PutIfMatch(race_key, _race_body(2, 0), etag)])
             stale_match = _stale_outcome(results[0], race_key, singles.details)
     yield from singles.finish(cfg)
-    return ProbeReport(singles.none_match, singles.match, "; ".join(singles.details) or "conditional writes are honoured",
-                       stale_if_match=stale_match, racing_if_match=racing_match, racing_creates=racing_creates)
+    detail = "; ".join(singles.details) or "conditional writes are honoured"
+    return ProbeReport(singles.none_match, singles.match, detail, stale_if_match=stale_match,
+                       racing_if_match=racing_match, racing_creates=racing_creates)
 
 
 def _race_body(round_no: int, racer: int) -> bytes:
