@@ -6,6 +6,7 @@ deletes: on such a store every guarantee was void without a sound.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -457,3 +458,22 @@ def test_every_writing_command_refuses_such_a_store_before_its_first_request(
     # rm looks the session up first (to show what goes); nothing is written or deleted.
     assert [c for c in store.calls if c[0] not in ("get", "list") and "/_probe/" not in c[1]] == []
     assert any("/_probe/" in k for _, k in store.calls)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_faults_never_make_an_honest_store_look_ignoring_and_the_requests_stay_bounded(seed: int) -> None:
+    # Throttles, 409s and lost requests or replies on every probe request: an honest
+    # store is never reported IGNORED (a lost reply is no win, a 409 is no write), and
+    # the probe sends at most its rounds' PUTs and one GET.
+    rng = random.Random(seed)
+    faults: list[Fault] = ["409", "503", "timeout-landed", "timeout-lost"]
+
+    def plan(method: str, key: str) -> Fault | None:
+        return rng.choice(faults) if rng.random() < 0.3 else None
+
+    store = FaultyStore(HonestStore(), plan)
+    cfg = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=4, initial=0.001, max_backoff=0.002))
+    report, _ = _rounds(store, cfg)
+    assert report.ok, report
+    assert store.requests["PUT"] <= 4 * 2 + 2 * PROBE_RACERS + 1 and store.requests["GET"] <= 1
+    assert store.requests["LIST"] == store.requests["DELETE"] == 0
