@@ -2057,7 +2057,7 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
     the next round, and then after a backoff, up to ``cfg.retry.attempts`` rounds in all;
     a race is run once. When a race of creates shows no single winner, one GET of the
     race key finds the ETag the ``If-Match`` race starts from. Each probe leaves its
-    race key (one object of about 50 bytes) under ``_probe/race/``, which listings and
+    race key (one object of about 30 bytes) under ``_probe/race/``, which listings and
     gc skip; writers need no DELETE.
     """
     base = layout.sessions_prefix + PROBE_DIR

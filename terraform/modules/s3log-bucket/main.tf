@@ -106,7 +106,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
   }
 
   # Each precondition probe (once per writer process and bucket) leaves one object of
-  # about 50 bytes under _probe/race/ (docs/decisions/0034); writers may not delete.
+  # about 30 bytes under _probe/race/ (docs/decisions/0034); writers may not delete.
   rule {
     id     = "expire-probe-race-keys"
     status = "Enabled"
