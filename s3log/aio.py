@@ -326,7 +326,7 @@ class AsyncLog(LogVerbs):
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = await self.run(self._core.writing(self._core.create(ws)))
+            ws = await self.run(self._core.create(ws))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def open(
@@ -368,8 +368,7 @@ class AsyncLog(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return await self.run(self._core.writing(self._core.append_latest(
-            session_id, entries, create_meta, after, keys)))
+        return await self.run(self._core.append_latest(session_id, entries, create_meta, after, keys))
 
     async def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -401,7 +400,7 @@ class AsyncLog(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return await self.run(self._core.writing(self._core.compact(session_id, select)))
+        return await self.run(self._core.compact(session_id, select))
 
     async def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
@@ -437,7 +436,7 @@ class AsyncLog(LogVerbs):
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
         return await self.run(
-            self._core.writing(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
         )
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
@@ -487,7 +486,8 @@ class AsyncLog(LogVerbs):
     async def check_store(self) -> ProbeReport:
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
-        Costs two or three PUTs of a small probe object under ``{prefix}/sessions/_probe/``.
+        Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
+        first time in a bucket): :func:`s3log.protocol.probe_preconditions`.
         """
         return await self.run(self._core.probe())
 

@@ -64,9 +64,9 @@ class LogConfig:
     writes a new segment), so gc may treat an unreferenced segment older than twice
     this (a request sent just before the deadline may take that long again to land)
     as garbage no commit will ever reference. ``env``: clock, randomness and new ids.
-    ``verify_preconditions``: probe, before the first write to a store, that it
-    honours ``If-None-Match`` and ``If-Match`` (see
-    :func:`s3log.protocol.probe_preconditions`). ``activity_index``: a session's first
+    ``verify_preconditions``: probe, before the first write or delete of any verb to a
+    store, that it honours ``If-None-Match`` and ``If-Match``, stale ETags and racing
+    conditional PUTs included (see :func:`s3log.protocol.probe_preconditions`). ``activity_index``: a session's first
     commit of each UTC day also writes a tiny marker (:mod:`s3log.activity`), so
     "sessions active since T" need not read every head. ``format_version``: the
     format heads and segments are written in (2, the default, or 1 so that s3log 0.1

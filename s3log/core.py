@@ -479,12 +479,12 @@ class LogCore:
             if not report.ok:
                 raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
                                                 report.detail)
-            if report.if_none_match is None or report.if_match is None:
+            if not report.complete:
                 _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
             with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
                 _PROBED.add(self.store)
-            if scope is not None and report.if_none_match and report.if_match:
-                # Only a probe that saw both honoured speaks for the scope's other stores.
+            if scope is not None and report.complete:
+                # Only a probe that saw every property honoured speaks for the scope's other stores.
                 with contextlib.suppress(TypeError):  # not hashable: this object only
                     _PROBED_SCOPES.add(scope)
         self._verified = True
@@ -514,8 +514,8 @@ class LogCore:
                                          creator=self.config.env.nonce())
 
     def create(self, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
-        """Store the empty head of ``ws``."""
-        return protocol.create_session(self.layout, self.config, ws)
+        """Store the empty head of ``ws`` (probed first: :meth:`writing`)."""
+        return self.writing(protocol.create_session(self.layout, self.config, ws))
 
     def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
         """Load and verify a session, and replay it into a chain position."""
@@ -542,13 +542,19 @@ class LogCore:
         reducer: Reducer[Any] | None,
         child: str | None,
     ) -> Proc[str]:
-        """Fork a stored session at a committed entry; return the child's id."""
-        ws, _ = yield from protocol.fork_at(
-            self.layout, self.config, validate_session_id(session_id), reducer or self.reducer,
-            at_seq=at_seq, at_hash=at_hash,
-            meta=None if meta is None else check_meta(meta, session_id),
-            child=None if child is None else validate_session_id(child),
-        )
+        """Fork a stored session at a committed entry; return the child's id (arguments
+        checked first, then the store probed)."""
+        sid = validate_session_id(session_id)
+        meta = None if meta is None else check_meta(meta, session_id)
+        child = None if child is None else validate_session_id(child)
+        return self.writing(self._fork(sid, at_seq, at_hash, meta, reducer, child))
+
+    def _fork(
+        self, session_id: str, at_seq: int | None, at_hash: bytes | str | None,
+        meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None, child: str | None,
+    ) -> Proc[str]:
+        ws, _ = yield from protocol.fork_at(self.layout, self.config, session_id, reducer or self.reducer,
+                                            at_seq=at_seq, at_hash=at_hash, meta=meta, child=child)
         return ws.session
 
     def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
@@ -566,17 +572,19 @@ class LogCore:
         return protocol.children(self.layout, validate_session_id(session_id))
 
     def delete(self, session_id: str) -> Proc[int]:
-        """Delete a session and everything under it."""
-        return protocol.delete_session(self.layout, validate_session_id(session_id), self.config)
+        """Delete a session and everything under it (probed first)."""
+        return self.writing(protocol.delete_session(self.layout, validate_session_id(session_id), self.config))
 
     def gc(self, older_than_ms: int, dry_run: bool) -> Proc[GcReport]:
-        """Collect unreferenced segments and dangling fork markers older than the grace period."""
+        """Collect unreferenced segments and dangling fork markers older than the grace period
+        (probed first, unless a dry run, which deletes nothing)."""
         if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool) or older_than_ms < 0:
             raise InvalidArgumentError("older_than_ms", f"must be a non-negative integer, not {older_than_ms!r}")
-        return protocol.gc(
+        proc = protocol.gc(
             self.layout, older_than_ms=older_than_ms, now=self.config.env.now_ms(), dry_run=dry_run,
             commit_deadline_ms=self.config.commit_deadline_ms,
         )
+        return proc if dry_run else self.writing(proc)
 
     def append_latest(
         self,
@@ -595,8 +603,8 @@ class LogCore:
             pending = _keyed(sid, entries, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
-        return protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(), create_meta=meta,
-                                      hint=hint)
+        return self.writing(protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(),
+                                                   create_meta=meta, hint=hint))
 
     def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[SessionView | None]:
         """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
@@ -656,19 +664,23 @@ class LogCore:
         dry_run: bool,
         progress: Callable[[ExpireProgress], None] | None,
     ) -> Proc[ExpireReport]:
-        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments checked first."""
+        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
+        checked first, then the store probed (unless a dry run, which writes nothing)."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
-        return retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
+        proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
+        return proc if dry_run else self.writing(proc)
 
     def indexed_session_ids(self, since: object) -> Proc[list[str] | None]:
         """Ids in the activity index from ``since``'s day on, or None if the index does not cover it."""
         return retention.window_ids(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 
     def compact(self, session_id: str, select: protocol.Selector) -> Proc[bool]:
-        """Rewrite a session as a new root chain of what ``select`` keeps (see :func:`protocol.compact_session`)."""
-        return protocol.compact_session(self.layout, self.config, validate_session_id(session_id), select)
+        """Rewrite a session as a new root chain of what ``select`` keeps (see
+        :func:`protocol.compact_session`; probed first)."""
+        return self.writing(protocol.compact_session(self.layout, self.config, validate_session_id(session_id),
+                                                     select))
 
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""

@@ -232,7 +232,7 @@ class Log(LogVerbs):
         """
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = self.run(self._core.writing(self._core.create(ws)))
+            ws = self.run(self._core.create(ws))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     def open(
@@ -274,8 +274,7 @@ class Log(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return self.run(self._core.writing(self._core.append_latest(
-            session_id, entries, create_meta, after, keys)))
+        return self.run(self._core.append_latest(session_id, entries, create_meta, after, keys))
 
     def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -307,7 +306,7 @@ class Log(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return self.run(self._core.writing(self._core.compact(session_id, select)))
+        return self.run(self._core.compact(session_id, select))
 
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
@@ -343,7 +342,7 @@ class Log(LogVerbs):
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
         return self.run(
-            self._core.writing(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
         )
 
     def lineage(self, session_id: str) -> list[LineageStep]:
@@ -397,7 +396,8 @@ class Log(LogVerbs):
     def check_store(self) -> ProbeReport:
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
-        Costs two or three PUTs of a small probe object under ``{prefix}/sessions/_probe/``.
+        Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
+        first time in a bucket): :func:`s3log.protocol.probe_preconditions`.
         """
         return self.run(self._core.probe())
 

@@ -2104,57 +2104,151 @@ def gc(
 PROBE_DIR = "_probe/"
 
 
-def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
-    """Check that the store honours ``If-None-Match: *`` and ``If-Match``; leave one small object.
+#: Requests each race of the probe sends at once: create-only PUTs of one new key, then
+#: ``If-Match`` PUTs of it on one ETag (docs/decisions/0034).
+PROBE_RACERS = 4
 
-    Two requests in one round trip once the probe object exists: a create-only PUT of
-    ``{P}/sessions/_probe/head`` (must meet 412) and an ``If-Match`` PUT of
-    ``{P}/sessions/_probe/missing`` with an ETag no object has (must meet 404 or 412).
-    The first probe of a bucket creates the probe object, then repeats its PUT.
+
+def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
+    """Check that the store honours what commits rely on (docs/decisions/0012, 0034).
+
+    With ``N`` = :data:`PROBE_RACERS` (4), an honest store and no fault: ``2N + 3`` = 11
+    PUTs in three round trips, nothing else:
+
+    1. a create-only PUT of ``{P}/sessions/_probe/head`` (must meet 412), an ``If-Match``
+       PUT of ``{P}/sessions/_probe/missing`` with an ETag no object has (404 or 412),
+       and ``N`` concurrent create-only PUTs of a new key ``{P}/sessions/_probe/race/{id}``
+       (``id`` from ``cfg.env``: exactly one must succeed);
+    2. ``N`` concurrent ``If-Match`` PUTs of the race key on the winner's ETag (exactly
+       one must succeed);
+    3. one ``If-Match`` PUT of the race key on that same ETag, stale now (must not write).
+
+    The first probe of a bucket creates ``_probe/head`` in round 1 and sends that PUT
+    again in round 2: 12 PUTs. A single PUT that met a transient error is sent again in
+    the next round, and then after a backoff, up to ``cfg.retry.attempts`` rounds in all;
+    a race is run once. When a race of creates shows no single winner, one GET of the
+    race key finds the ETag the ``If-Match`` race starts from. Each probe leaves its
+    race key (one object of about 30 bytes) under ``_probe/race/``, which listings and
+    gc skip; writers need no DELETE.
     """
     base = layout.sessions_prefix + PROBE_DIR
-    exists_key, missing_key = base + "head", base + "missing"
-    body = dumps({"v": 1, "probe": "s3log"})
+    singles = _ProbeSingles(base + "head", base + "missing", dumps({"v": 1, "probe": "s3log"}))
+    race_key = f"{base}race/{cfg.env.new_id()}"
+    creates = [PutIfAbsent(race_key, _race_body(0, i)) for i in range(PROBE_RACERS)]
+    results = yield from singles.round(creates)
+    racing_creates, etag, why = _race_outcome(results, "create-only PUTs of one new key")
+    singles.details += why
+    if etag is None and racing_creates is not True:
+        # No single winner seen (ignored, or replies lost): the ETag the key has now.
+        got = yield from ops.parallel([Get(race_key)])
+        etag = got[0].etag if isinstance(got[0], Blob) else None
+    racing_match: bool | None = None
+    stale_match: bool | None = None
+    if etag is not None:
+        replaces = [PutIfMatch(race_key, _race_body(1, i), etag) for i in range(PROBE_RACERS)]
+        results = yield from singles.round(replaces)
+        racing_match, won, why = _race_outcome(results, "If-Match PUTs on one ETag")
+        singles.details += why
+        if won is not None or racing_match is False:
+            # The key was rewritten (other bytes, so another ETag): ``etag`` is stale.
+            results = yield from singles.round([PutIfMatch(race_key, _race_body(2, 0), etag)])
+            stale_match = _stale_outcome(results[0], race_key, singles.details)
+    yield from singles.finish(cfg)
+    detail = "; ".join(singles.details) or "conditional writes are honoured"
+    return ProbeReport(singles.none_match, singles.match, detail, stale_if_match=stale_match,
+                       racing_if_match=racing_match, racing_creates=racing_creates)
+
+
+def _race_body(round_no: int, racer: int) -> bytes:
+    # Bytes differ per round and racer: each write gives the key another ETag.
+    return dumps({"v": 1, "probe": "s3log", "round": round_no, "racer": racer})
+
+
+def _race_outcome(results: Sequence[object], what: str) -> tuple[bool | None, str | None, list[str]]:
+    """(honoured?, the winner's ETag, details) of one race of conditional PUTs."""
+    wins = [r for r in results if isinstance(r, str)]
+    if len(wins) > 1:
+        return False, None, [f"{len(wins)} of {len(results)} racing {what} succeeded"]
+    if wins:
+        return True, wins[0], []
+    seen = sorted({decide.classify(r).name for r in results})
+    return None, None, [f"could not test racing {what}: none succeeded ({', '.join(seen)})"]
+
+
+def _stale_outcome(result: object, key: str, details: list[str]) -> bool | None:
+    reply = decide.classify(result)
+    if reply in (decide.Reply.PRECONDITION, decide.Reply.NOT_FOUND):
+        return True
+    if reply is decide.Reply.OK:
+        details.append(f"a PUT with If-Match on a stale ETag replaced {key}")
+        return False
+    details.append(f"could not test If-Match with a stale ETag: {result}")
+    return None
+
+
+@dataclass
+class _ProbeSingles:
+    """The probe's two single conditional PUTs, sent again in each round until decided."""
+
+    exists_key: str
+    missing_key: str
+    body: bytes
     none_match: bool | None = None
     match: bool | None = None
-    details: list[str] = []
-    created = False
-    for attempt in range(1, cfg.retry.attempts + 1):
-        probes: list[PutIfAbsent | PutIfMatch] = []
-        if none_match is None:
-            probes.append(PutIfAbsent(exists_key, body))
-        if match is None:
-            probes.append(PutIfMatch(missing_key, body, '"s3log-probe-no-such-etag"'))
-        if not probes:
-            break
-        results = yield from ops.parallel(probes)
-        for op, res in zip(probes, results, strict=True):
-            reply = decide.classify(res)
-            if isinstance(op, PutIfAbsent):
-                if reply is decide.Reply.PRECONDITION:
-                    none_match = True
-                elif reply is decide.Reply.OK:
-                    if created:
-                        none_match = False
-                        details.append(f"a create-only PUT (If-None-Match: *) replaced {exists_key}")
-                    created = True  # first probe of this bucket: PUT it again
-                elif reply is decide.Reply.FATAL:
-                    details.append(f"could not test If-None-Match: {res}")
-            else:
-                if reply in (decide.Reply.NOT_FOUND, decide.Reply.PRECONDITION):
-                    match = True
-                elif reply is decide.Reply.OK:
-                    match = False
-                    details.append(f"a PUT with If-Match on a missing object created {missing_key}")
-                elif reply is decide.Reply.FATAL:
-                    details.append(f"could not test If-Match: {res}")
-        if any("could not test" in d for d in details):
-            break
-        if none_match is not None and match is not None:
-            break
-        if attempt < cfg.retry.attempts and not (created and none_match is None):
-            yield from ops.sleep(cfg.retry.backoff(attempt, cfg.env.rng))
-    return ProbeReport(none_match, match, "; ".join(details) or "conditional writes are honoured")
+    details: list[str] = field(default_factory=list)
+    created: bool = False
+    decided: set[str] = field(default_factory=set)
+    rounds: int = 0
+
+    def _pending(self) -> list[PutIfAbsent | PutIfMatch]:
+        out: list[PutIfAbsent | PutIfMatch] = []
+        if "none_match" not in self.decided:
+            out.append(PutIfAbsent(self.exists_key, self.body))
+        if "match" not in self.decided:
+            out.append(PutIfMatch(self.missing_key, self.body, '"s3log-probe-no-such-etag"'))
+        return out
+
+    def round(self, others: Sequence[Op]) -> Proc[list[Any]]:
+        """Send the undecided singles with ``others`` in one round trip; ``others``' results."""
+        mine = self._pending()
+        self.rounds += 1
+        results = yield from ops.parallel([*mine, *others])
+        for op, res in zip(mine, results, strict=False):
+            self._take(op, res)
+        return results[len(mine):]
+
+    def finish(self, cfg: LogConfig) -> Proc[None]:
+        """Send the undecided singles again after a backoff, until decided or out of attempts."""
+        while self._pending() and self.rounds < cfg.retry.attempts:
+            if not (self.created and "none_match" not in self.decided and self.rounds == 1):
+                yield from ops.sleep(cfg.retry.backoff(self.rounds, cfg.env.rng))
+            yield from self.round([])
+
+    def _take(self, op: Op, res: object) -> None:
+        reply = decide.classify(res)
+        if isinstance(op, PutIfAbsent):
+            if reply is decide.Reply.PRECONDITION:
+                self.none_match = True
+                self.decided.add("none_match")
+            elif reply is decide.Reply.OK:
+                if self.created:
+                    self.none_match = False
+                    self.decided.add("none_match")
+                    self.details.append(f"a create-only PUT (If-None-Match: *) replaced {self.exists_key}")
+                self.created = True  # first probe of this bucket: PUT it again
+            elif reply is decide.Reply.FATAL:
+                self.decided.add("none_match")
+                self.details.append(f"could not test If-None-Match: {res}")
+        elif reply in (decide.Reply.NOT_FOUND, decide.Reply.PRECONDITION):
+            self.match = True
+            self.decided.add("match")
+        elif reply is decide.Reply.OK:
+            self.match = False
+            self.decided.add("match")
+            self.details.append(f"a PUT with If-Match on a missing object created {self.missing_key}")
+        elif reply is decide.Reply.FATAL:
+            self.decided.add("match")
+            self.details.append(f"could not test If-Match: {res}")
 
 
 # -------------------------------------------------------------- appending at the latest head

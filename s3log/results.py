@@ -271,19 +271,45 @@ class GcReport:
 
 @dataclass(frozen=True, slots=True)
 class ProbeReport:
-    """What the precondition probe saw: whether the store honours each conditional PUT.
+    """What the precondition probe saw: whether the store honours each property of
+    conditional PUTs that commits rely on (:func:`s3log.protocol.probe_preconditions`).
 
-    ``None`` for a header the probe could not test (access denied, persistent faults).
+    ``if_none_match``: a create-only PUT of an existing object is refused.
+    ``if_match``: an ``If-Match`` PUT of a missing object is refused (404 or 412).
+    ``stale_if_match``: an ``If-Match`` PUT of an existing object with an ETag it had
+    before its last write is refused. ``racing_if_match``: of concurrent ``If-Match``
+    PUTs on one current ETag exactly one succeeds. ``racing_creates``: of concurrent
+    create-only PUTs of one new key exactly one succeeds. Each is ``None`` when the
+    probe could not test it (access denied, persistent faults, a race nobody won).
     """
 
     if_none_match: bool | None
     if_match: bool | None
     detail: str
+    stale_if_match: bool | None = None
+    racing_if_match: bool | None = None
+    racing_creates: bool | None = None
+
+    @property
+    def checks(self) -> list[tuple[str, bool | None]]:
+        """Each property as (what was checked, honoured / ignored / None untested), in order."""
+        return [
+            ("If-None-Match on an existing object", self.if_none_match),
+            ("If-Match on a missing object", self.if_match),
+            ("If-Match with a stale ETag", self.stale_if_match),
+            ("racing If-Match PUTs on one ETag (one wins)", self.racing_if_match),
+            ("racing creates (If-None-Match) of one key (one wins)", self.racing_creates),
+        ]
 
     @property
     def ok(self) -> bool:
-        """Neither header was seen ignored."""
-        return self.if_none_match is not False and self.if_match is not False
+        """No property was seen ignored."""
+        return all(v is not False for _, v in self.checks)
+
+    @property
+    def complete(self) -> bool:
+        """Every property was tested and seen honoured."""
+        return all(v is True for _, v in self.checks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,6 +171,10 @@ class Scenario:
     retention_every_ms: int = 600
     #: A creator taking over ids retention expired or deleted (with the retention actor).
     creator: bool = False
+    #: The store does not vouch for itself: the first of gc, the retention actor and the
+    #: forker to write runs the precondition probe first (``LogCore.writing``), under
+    #: the scenario's faults, beside the other actors (docs/decisions/0034).
+    probe: bool = False
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -222,6 +226,7 @@ class Scenario:
             idle_ms=extra.choice((20, 100, 400)),
             retention_every_ms=extra.choice((150, 600)),
             creator=extra.random() < 0.6,
+            probe=extra.random() < 0.5,
         )
 
     def describe(self) -> str:
@@ -238,6 +243,7 @@ class Scenario:
             f"share={self.tail_per_commit}"
             + (f" retention={self.retention}/idle={self.idle_ms}ms/every={self.retention_every_ms}ms"
                f" creator={self.creator}" if self.retention else "")
+            + (" probe" if self.probe else "")
         )
 
 
@@ -402,8 +408,8 @@ class SimStore(MemoryStore):
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
         self.put_raw(key, body, mtime_ms=now)
-        if not key.endswith("/head"):
-            return
+        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+            return  # the precondition probe's object is no session's head
         sid = self.layout.session_of(key)
         assert sid is not None
         head = decode_head(body, key)
@@ -738,10 +744,10 @@ class GcActor(Actor):
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         self.wake_at = sim.now + sim.rng.randint(0, sim.scenario.grace_ms)
-        return "gc", protocol.gc(
+        return "gc", sim.core.writing(protocol.gc(
             sim.layout, older_than_ms=sim.gc_older_than_ms, now=sim.now, dry_run=False,
             commit_deadline_ms=sim.gc_commit_deadline_ms,
-        )
+        ))
 
     def done(self, sim: Simulation, value: Any) -> None:
         assert isinstance(value, GcReport)
@@ -806,12 +812,13 @@ class RetentionActor(Actor):
         sc = sim.scenario
         self.wake_at = sim.now + r.randint(sc.retention_every_ms // 2, sc.retention_every_ms * 3 // 2)
         if sc.retention == "expire" or (sc.retention == "both" and r.random() < 0.5):
-            return "expire", retention.expire(sim.layout, sim.config, idle_for_ms=sc.idle_ms, now=sim.now)
+            return "expire", sim.core.writing(
+                retention.expire(sim.layout, sim.config, idle_for_ms=sc.idle_ms, now=sim.now))
         sids = sim.stored_sessions()
         if not sids:
             return None
         sid = r.choice(sids)
-        return f"delete {sim.short(sid)}", protocol.delete_session(sim.layout, sid, sim.config)
+        return f"delete {sim.short(sid)}", sim.core.writing(protocol.delete_session(sim.layout, sid, sim.config))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ExpireReport):
@@ -908,6 +915,8 @@ class Simulation:
         self.now = EPOCH_MS
         self.layout = Layout("sim")
         self.store = SimStore(lambda: self.now, self.layout)
+        if scenario.probe:
+            self.store.honours_preconditions = False
         self.env = Env.deterministic(scenario.seed, lambda: self.now)
         self.config = LogConfig(
             tail_max_bytes=scenario.tail_max_bytes,

@@ -11,6 +11,9 @@ Configured by the environment (terraform/examples/lambda-worker sets it):
 Needs the s3log-bucket module's sweep policy: LIST the session folders and the activity
 index, GET heads, PUT a head only with If-Match (the tombstone), delete under
 ``{prefix}/sessions/`` and ``{prefix}/activity/``.
+Expire and gc run the precondition probe first (docs/decisions/0034); the sweep policy
+does not allow its PUTs, so it reports each property untested and the sweep goes on,
+with a warning: check the store once with ``s3log doctor`` under the writer policy.
 """
 
 from __future__ import annotations

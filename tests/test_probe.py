@@ -1,17 +1,28 @@
-"""The precondition probe: a store that ignores If-None-Match / If-Match is refused before any write.
-
-Defect 10 of issue 11: on such a store every guarantee was void without a sound.
+"""The precondition probe: a store that ignores what commits rely on (If-None-Match,
+If-Match, stale ETags, racing conditional PUTs) is refused before any verb writes or
+deletes: on such a store every guarantee was void without a sound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import s3log
-from s3log.errors import PreconditionsIgnoredError, StoreError
+from s3log.drive import SyncDriver
+from s3log.errors import ObjectNotFound, PreconditionFailed, PreconditionsIgnoredError, StoreError
+from s3log.faults import Fault, FaultyStore
+from s3log.layout import Layout
 from s3log.localserver import LocalS3
+from s3log.ops import Op, Parallel
+from s3log.protocol import PROBE_RACERS, probe_preconditions
+from s3log.results import ProbeReport
+from s3log.sim import SimStore
 from s3log.store.memory import _etag
 
 
@@ -54,7 +65,7 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     log = s3log.Log(store, config=s3log.LogConfig(activity_index=False))
     log.create("a")
     first = store.requests.snapshot()
-    assert first["PUT"] == 4  # probe: create, repeat (412), If-Match on a missing key (404); the head
+    assert first["PUT"] == 13  # the probe's 12 on a bucket it never probed (docs/decisions/0034); the head
     log.create("b")
     assert store.requests["PUT"] == first["PUT"] + 1  # no second probe
     s3log.Log(store, config=s3log.LogConfig(activity_index=False)).create("c")
@@ -63,7 +74,8 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     assert sorted(log.list_session_ids()) == ["a", "b", "c"]
     assert log.gc(older_than_ms=0).broken == []
     keys = [k for k in store.all_keys() if "/_probe/" in k]
-    assert keys == ["s3log/sessions/_probe/head"]
+    assert keys[0] == "s3log/sessions/_probe/head" and len(keys) == 2
+    assert keys[1].startswith("s3log/sessions/_probe/race/")  # the one object each probe leaves
     assert _etag(b"") != ""
 
 
@@ -76,10 +88,10 @@ def test_the_probe_can_be_turned_off() -> None:
 
 def test_the_probe_passes_on_the_local_http_s3(s3log_log: s3log.Log) -> None:
     report = s3log_log.check_store()
-    assert report.ok and report.if_none_match and report.if_match
+    assert report.complete, report
 
 
-# ------------------------------------------------------------ once per bucket (session 13)
+# ------------------------------------------------------------ once per bucket
 
 
 def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) -> None:
@@ -93,11 +105,11 @@ def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) 
         return store.requests["PUT"]
 
     first = s3log.S3Store(bucket, endpoint_url=ep)
-    assert puts(first, "a") == 4  # create, repeat (412), If-Match on a missing key; the head
+    assert puts(first, "a") == 13  # the probe's 12 (the bucket's first); the head
     assert puts(s3log.S3Store(bucket, endpoint_url=ep), "b") == 1  # the head alone
     # Another bucket is another answer; a store on a client of the caller's is probed itself.
-    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 4
-    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 3
+    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 13
+    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 12  # 11: the bucket was probed before
 
 
 @pytest.mark.parametrize("kind", ["aioboto3", "obstore"])
@@ -116,7 +128,7 @@ def test_async_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: Loc
     async def main() -> list[int]:
         return [await puts("a"), await puts("b")]
 
-    assert asyncio.run(main()) == [4, 1]
+    assert asyncio.run(main()) == [13, 1]
 
 
 def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
@@ -142,3 +154,326 @@ def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
             s3log.Log(store, config=cfg).create(sid)
             seen.append(any("/_probe/" in k for k in store.all_keys()))
         assert seen == probed, store_type
+
+
+# ------------------------------------------- what commits rely on (docs/decisions/0034)
+
+
+def _rounds(store: object, cfg: s3log.LogConfig | None = None) -> tuple[ProbeReport, list[int]]:
+    """The probe's report and the requests of each round trip it made, run on ``store``."""
+    sizes: list[int] = []
+
+    class Counting(SyncDriver):
+        def _perform(self, op: Op) -> Any:
+            if isinstance(op, Parallel):  # the probe sends every request inside one
+                sizes.append(len(op.ops))
+            return super()._perform(op)
+
+    cfg = cfg or s3log.LogConfig()
+    driver = Counting(store, cfg.retry, cfg.max_parallel, cfg.env)  # type: ignore[arg-type]
+    try:
+        return driver.run(probe_preconditions(Layout(), cfg)), sizes
+    finally:
+        driver.close()
+
+
+def test_the_probe_costs_eleven_puts_in_three_round_trips_twelve_on_a_new_bucket() -> None:
+    store = HonestStore()
+    report, sizes = _rounds(store)
+    assert report.complete and report.ok, report
+    # Round 1: If-None-Match on _probe/head (creates it: a new bucket), If-Match on
+    # _probe/missing, 4 racing creates; round 2: _probe/head again, 4 racing If-Match
+    # PUTs; round 3: the stale If-Match.
+    assert sizes == [2 + PROBE_RACERS, 1 + PROBE_RACERS, 1] and store.requests["PUT"] == 12
+    store.requests.reset()
+    report, sizes = _rounds(store)
+    assert report.complete
+    assert sizes == [2 + PROBE_RACERS, PROBE_RACERS, 1]
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 2 * PROBE_RACERS + 3, "LIST": 0, "DELETE": 0}
+    # Each probe leaves its race key; the keys come from cfg.env, never the same twice.
+    assert len([k for k in store.all_keys() if "/_probe/race/" in k]) == 2
+
+
+class IfMatchMeansExists(HonestStore):
+    """If-Match only checks that the object exists (the ETag's value is ignored)."""
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.requests.add("PUT")
+        if key not in self.all_keys():
+            raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+        return self.put_raw(key, body)
+
+
+class CheckThenAct(HonestStore):
+    """A conditional PUT whose check and write are two steps: the first ``PROBE_RACERS``
+    calls of ``method`` on the probe's race keys all check, meet at a barrier, then all
+    write (the race every such store loses, made certain)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+        self.barrier = threading.Barrier(PROBE_RACERS, timeout=30)
+        self.raced = 0
+        self.race_lock = threading.Lock()
+
+    def _racing(self, method: str, key: str) -> bool:
+        with self.race_lock:
+            racing = method == self.method and "/_probe/race/" in key and self.raced < PROBE_RACERS
+            self.raced += racing
+        return racing
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        if not self._racing("put_if_absent", key):
+            return super().put_if_absent(key, body)
+        self.requests.add("PUT")
+        exists = key in self.all_keys()
+        self.barrier.wait()
+        if exists:
+            raise PreconditionFailed("object exists", key=key, code="PreconditionFailed", status=412)
+        return self.put_raw(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        if not self._racing("put_if_match", key):
+            return super().put_if_match(key, body, etag)
+        self.requests.add("PUT")
+        current = self.get(key).etag
+        self.barrier.wait()
+        if current != etag:
+            raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+        return self.put_raw(key, body)
+
+
+@pytest.mark.parametrize(("make", "ignored"), [
+    (IfMatchMeansExists, {"stale_if_match", "racing_if_match"}),
+    (lambda: CheckThenAct("put_if_absent"), {"racing_creates"}),
+    (lambda: CheckThenAct("put_if_match"), {"racing_if_match"}),
+], ids=["if-match-means-exists", "racing-creates", "racing-if-match"])
+def test_a_store_that_passes_sequential_checks_but_not_what_commits_rely_on_is_refused(
+    make: Callable[[], HonestStore], ignored: set[str]
+) -> None:
+    report, _ = _rounds(make())
+    seen = {name: getattr(report, name) for name in
+            ("if_none_match", "if_match", "stale_if_match", "racing_if_match", "racing_creates")}
+    assert {n for n, v in seen.items() if v is False} == ignored, report
+    assert all(v is True for n, v in seen.items() if n not in ignored), report
+    assert not report.ok
+    # And a log on it refuses to write anything but the probe's objects.
+    store = make()
+    with pytest.raises(PreconditionsIgnoredError):
+        s3log.Log(store).create("s1")
+    assert not [k for k in store.all_keys() if "/_probe/" not in k]
+
+
+def test_a_lost_reply_in_a_race_is_no_second_winner() -> None:
+    # A racing create whose reply was lost (it landed) and the others' 412s: no winner
+    # seen, so the probe reads the key's ETag and goes on; nothing is called ignored.
+    def plan(method: str, key: str) -> Fault | None:
+        return "timeout-landed" if method == "put_if_absent" and "/race/" in key else None
+
+    store = FaultyStore(HonestStore(), plan)
+    report, sizes = _rounds(store)
+    assert report.ok and report.racing_creates is None and report.racing_if_match and report.stale_if_match
+    assert sizes == [2 + PROBE_RACERS, 1, 1 + PROBE_RACERS, 1]  # the GET of the race key
+
+
+def test_the_probe_passes_on_the_async_stores_and_the_simulator_store(s3log_server: LocalS3) -> None:
+    async def main() -> list[ProbeReport]:
+        bucket, ep = s3log_server.create_bucket(), s3log_server.endpoint_url
+        boto = s3log.AsyncS3Store(bucket, endpoint_url=ep)
+        try:
+            return [await s3log.AsyncLog(boto).check_store(),
+                    await s3log.AsyncLog(s3log.AsyncS3Store.fast(bucket, endpoint_url=ep)).check_store(),
+                    await s3log.AsyncLog(s3log.AsyncMemoryStore()).check_store()]
+        finally:
+            await boto.aclose()
+
+    reports = asyncio.run(main())
+    reports.append(_rounds(SimStore(lambda: 0, Layout()))[0])
+    assert all(r.complete for r in reports), reports
+
+
+# ------------------------------------------------ every writing or deleting verb is probed
+
+
+class IgnoresConditions(HonestStore):
+    """Writes and deletes whatever the condition, and records every call (method, key)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def get(self, key: str) -> Any:
+        self.calls.append(("get", key))
+        return super().get(key)
+
+    def list(self, prefix: str, **kw: Any) -> Any:
+        self.calls.append(("list", prefix))
+        return super().list(prefix, **kw)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self.calls.append(("put_if_absent", key))
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.calls.append(("put_if_match", key))
+        self.requests.add("PUT")
+        return self.put_raw(key, body)
+
+    def delete(self, key: str) -> None:
+        self.calls.append(("delete", key))
+        super().delete(key)
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self.calls.append(("delete_if_match", key))
+        super().delete(key)
+
+
+class AsyncIgnoresConditions(s3log.AsyncMemoryStore):
+    honours_preconditions = False
+
+
+#: Verbs that write or delete, each as one call on a log holding session "s1".
+LOG_WRITES: dict[str, Callable[[Any], Any]] = {
+    "create": lambda log: log.create("new"),
+    "append_latest": lambda log: log.append_latest("s1", [("k", 1)]),
+    "compact": lambda log: log.compact("s1", lambda history, head: history[:1]),
+    "fork": lambda log: log.fork("s1"),
+    "delete": lambda log: log.delete("s1"),
+    "gc": lambda log: log.gc(older_than_ms=0),
+    "expire": lambda log: log.expire(idle_for=1),
+}
+#: Verbs that only read (a dry run of gc or expire too: it writes and deletes nothing).
+LOG_READS = {"active_sessions", "children", "find_session_ids", "head", "heads", "indexed_session_ids", "lineage",
+             "list_session_ids", "list_sessions", "object_keys", "open", "read", "read_runs", "read_suffix",
+             "read_window", "verify"}
+#: No verb: the probe itself, running a procedure as given, hooks and closing.
+LOG_OTHER = {"check_store", "run", "add_close_hook", "close", "aclose"}
+#: A writer's verbs that send requests: each makes an entry durable or writes the head.
+WRITER_WRITES: dict[str, Callable[[Any], Any]] = {
+    "commit": lambda w: (w.append("k", 1), w.commit())[1],
+    "renew_lease": lambda w: w.renew_lease(),
+    "append_durable": lambda w: w.append_durable("k", 1),
+    "wait": lambda w: w.wait(w.submit("k", 1)),
+}
+#: A writer's verbs that queue or change its own state: nothing is sent.
+WRITER_LOCAL = {"append", "append_nowait", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
+#: Commands that write or delete, on a bucket holding session "s1".
+CLI_WRITES = {"fork": ["fork", "s1"], "rm": ["rm", "s1", "--yes"], "gc": ["gc", "--older-than", "1s"],
+              "expire": ["expire", "--idle", "1ms"]}
+#: Commands that read; doctor (the probe), local-s3 (a server) and demo (its workers
+#: write through Log.create and Writer.commit, probed above).
+CLI_OTHER = {"ls", "show", "tail", "verify", "lineage", "export", "query", "doctor", "local-s3", "demo"}
+
+
+def _public(cls: type) -> set[str]:
+    return {n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+
+
+def test_every_verb_is_known_to_write_or_not() -> None:
+    # A verb added without a place here fails: decide whether it writes, and if it
+    # does, the parametrized test below proves it probes the store first.
+    from typer.main import get_command
+
+    from s3log.cli.app import app
+
+    for cls in (s3log.Log, s3log.AsyncLog):
+        assert _public(cls) == (set(LOG_WRITES) | LOG_READS | LOG_OTHER) - ({"close"} if cls is s3log.AsyncLog
+                                                                              else {"aclose"}), cls
+    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL - {"append_nowait"}
+    assert _public(s3log.AsyncWriter) == set(WRITER_WRITES) | WRITER_LOCAL
+    assert set(get_command(app).commands) == set(CLI_WRITES) | CLI_OTHER  # type: ignore[attr-defined]
+
+
+def _store_with_a_session() -> IgnoresConditions:
+    store = IgnoresConditions()
+    w = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).create("s1")
+    w.append("k", 0)
+    w.commit()
+    return store
+
+
+def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any]) -> None:
+    store.calls.clear()
+    with pytest.raises(PreconditionsIgnoredError):
+        call()
+    assert store.calls, "the probe must have run"
+    assert [c for c in store.calls if "/_probe/" not in c[1]] == []
+
+
+@pytest.mark.parametrize("verb", sorted(LOG_WRITES))
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_writing_verb_refuses_a_store_that_ignores_conditions_before_its_first_request(
+    verb: str, kind: str
+) -> None:
+    store = _store_with_a_session()
+    if kind == "sync":
+        _refused_before_any_request(store, lambda: LOG_WRITES[verb](s3log.Log(store)))
+        return
+
+    async def main() -> None:
+        await LOG_WRITES[verb](s3log.AsyncLog(AsyncIgnoresConditions(store)))
+
+    _refused_before_any_request(store, lambda: asyncio.run(main()))
+
+
+@pytest.mark.parametrize("verb", sorted(WRITER_WRITES))
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_writing_verb_of_a_writer_refuses_such_a_store_before_its_first_request(verb: str, kind: str) -> None:
+    store = _store_with_a_session()
+    if kind == "sync":
+        writer = s3log.Log(store).open("s1")
+        _refused_before_any_request(store, lambda: WRITER_WRITES[verb](writer))
+        return
+
+    async def main() -> None:
+        alog = s3log.AsyncLog(AsyncIgnoresConditions(store))
+        writer = await alog.open("s1")
+        store.calls.clear()
+        await WRITER_WRITES[verb](writer)
+
+    _refused_before_any_request(store, lambda: asyncio.run(main()))
+
+
+@pytest.mark.parametrize("command", sorted(CLI_WRITES))
+def test_every_writing_command_refuses_such_a_store_before_its_first_request(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import s3log.cli.common
+    import s3log.store.s3
+    from s3log.cli.app import app
+
+    store = _store_with_a_session()
+    client = SimpleNamespace(meta=SimpleNamespace(endpoint_url="http://127.0.0.1:1"))
+    monkeypatch.setattr(s3log.cli.common, "_s3_client", lambda s: client)
+    monkeypatch.setattr(s3log.store.s3, "S3Store", lambda bucket, client: store)
+    store.calls.clear()
+    result = CliRunner().invoke(app, CLI_WRITES[command], env={"S3LOG_BUCKET": "b"})
+    assert result.exit_code == 1, result.output
+    assert "If-Match" in result.output and isinstance(result.exception, SystemExit)
+    # rm looks the session up first (to show what goes); nothing is written or deleted.
+    assert [c for c in store.calls if c[0] not in ("get", "list") and "/_probe/" not in c[1]] == []
+    assert any("/_probe/" in k for _, k in store.calls)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_faults_never_make_an_honest_store_look_ignoring_and_the_requests_stay_bounded(seed: int) -> None:
+    # Throttles, 409s and lost requests or replies on every probe request: an honest
+    # store is never reported IGNORED (a lost reply is no win, a 409 is no write), and
+    # the probe sends at most its rounds' PUTs and one GET.
+    rng = random.Random(seed)
+    faults: list[Fault] = ["409", "503", "timeout-landed", "timeout-lost"]
+
+    def plan(method: str, key: str) -> Fault | None:
+        return rng.choice(faults) if rng.random() < 0.3 else None
+
+    store = FaultyStore(HonestStore(), plan)
+    cfg = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=4, initial=0.001, max_backoff=0.002))
+    report, _ = _rounds(store, cfg)
+    assert report.ok, report
+    assert store.requests["PUT"] <= 4 * 2 + 2 * PROBE_RACERS + 1 and store.requests["GET"] <= 1
+    assert store.requests["LIST"] == store.requests["DELETE"] == 0

@@ -70,6 +70,7 @@ def test_scenarios_cover_every_actor_and_fault() -> None:
     assert {style for s in scenarios for _, style, _ in s.writers} == {"sync", "async"}
     assert {s.retention for s in scenarios} == {"", "expire", "delete", "both"}
     assert any(s.retention and s.creator for s in scenarios) and any(s.retention and s.solo for s in scenarios)
+    assert any(s.probe and s.retention and s.gc and s.fault_rate for s in scenarios)
 
 
 def test_a_failing_seed_prints_a_readable_trace(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,6 +106,27 @@ def test_a_store_that_ignores_if_match_is_caught() -> None:
         if o.violation is not None:
             caught.add(o.violation.invariant)
     assert "1" in caught  # acknowledged entries overwritten by another writer's head
+
+
+def test_the_probe_runs_beside_the_other_actors_and_refuses_a_store_that_ignores_if_match() -> None:
+    # Probe scenarios: gc, the retention sweep and the forker probe the store before
+    # their first write or delete (docs/decisions/0034), under the scenario's faults.
+    # On the honest store every invariant holds and the probe leaves its race keys;
+    # on one that ignores If-Match the first of them to write is refused.
+    probed = refused = 0
+    for seed in range(40):
+        sc = Scenario.from_seed(seed)
+        if not sc.probe or not (sc.gc or sc.retention or sc.forker):
+            continue
+        sim = Simulation(sc)
+        o = sim.run()
+        assert o.violation is None, o.violation
+        probed += any("/_probe/race/" in k for k in sim.store.all_keys())
+        lossy = Simulation(sc)
+        lossy.store = LostUpdateStore(lambda sim=lossy: sim.now, lossy.layout)  # type: ignore[misc]
+        o = lossy.run()
+        refused += o.violation is not None and "PreconditionsIgnoredError" in str(o.violation)
+    assert probed >= 10 and refused >= 10, (probed, refused)
 
 
 def test_a_gc_without_grace_is_caught() -> None:

@@ -122,6 +122,10 @@ def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions() ->
     assert "abort_incomplete_multipart_upload" in rules["abort-incomplete-multipart-uploads"]
     nv = rules["expire-noncurrent-versions"]
     assert "local.versioning" in nv["status"] and "noncurrent_version_expiration" in nv
+    # The one object each precondition probe leaves goes after a day (docs/decisions/0034).
+    probe = rules["expire-probe-race-keys"]
+    assert probe["filter"][0]["prefix"] == "${var.prefix}/sessions/_probe/race/" and probe["status"] == "Enabled"
+    assert probe["expiration"][0]["days"] == 1
     # gc and rm leave delete markers in a versioned bucket: they must not pile up either.
     assert nv["expiration"][0]["expired_object_delete_marker"] is True
 

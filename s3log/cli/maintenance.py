@@ -113,17 +113,21 @@ def doctor(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Check that the store honours conditional writes (If-None-Match, If-Match)."""
+    """Check that the store honours what commits rely on: If-None-Match and If-Match,
+    stale ETags and racing conditional PUTs (about a dozen small PUTs under _probe/)."""
     with command_log(ctx) as log:
         report = log.check_store()
     if as_json:
         emit_json({"ok": report.ok, "if_none_match": report.if_none_match, "if_match": report.if_match,
-                   "detail": report.detail})
+                   "stale_if_match": report.stale_if_match, "racing_if_match": report.racing_if_match,
+                   "racing_creates": report.racing_creates, "detail": report.detail})
     else:
         def word(v: bool | None) -> str:
-            return "honoured" if v else ("IGNORED" if v is False else "not tested")
+            return "honoured" if v else ("IGNORED" if v is False else "untested")
 
-        echo(f"If-None-Match: {word(report.if_none_match)}; If-Match: {word(report.if_match)}; {report.detail}")
+        for what, seen in report.checks:
+            echo(f"{what}: {word(seen)}")
+        echo(report.detail)
     if not report.ok:
         raise typer.Exit(1)
 

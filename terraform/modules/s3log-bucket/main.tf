@@ -105,6 +105,19 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
     }
   }
 
+  # Each precondition probe (once per writer process and bucket) leaves one object of
+  # about 30 bytes under _probe/race/ (docs/decisions/0034); writers may not delete.
+  rule {
+    id     = "expire-probe-race-keys"
+    status = "Enabled"
+    filter {
+      prefix = "${var.prefix}/sessions/_probe/race/"
+    }
+    expiration {
+      days = 1
+    }
+  }
+
   # A head is rewritten on every commit and gc/rm leave delete markers: with versioning
   # on, old versions and markers pile up. Locked versions go once their retention ends.
   rule {
