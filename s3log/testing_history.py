@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .codec import FORK_KIND, Entry, decode_head
+from .errors import CorruptionError
 from .ops import Blob, ListPage
 from .protocol import is_expired
 from .results import CommitResult
@@ -289,8 +290,13 @@ class RecordingStore:
 
     def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
                 sent: int) -> None:
-        if key.endswith("/head"):
-            self.history.add(head_write(self.op, self.client, key, method, base, etag, body, sent))
+        if not key.endswith("/head"):
+            return
+        try:
+            event = head_write(self.op, self.client, key, method, base, etag, body, sent)
+        except CorruptionError:
+            return  # not a session's head (the precondition probe's objects)
+        self.history.add(event)
 
 
 def head_write(op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
