@@ -5,7 +5,12 @@ HTTP server under injected faults leave a clean history."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +31,9 @@ from s3log.testing_history import (
     check,
     positions,
 )
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def pos(payload: str | None, session: str, seq: int) -> Position:
@@ -173,6 +181,16 @@ def test_two_creates_of_one_head_are_reported_unless_deleted_between() -> None:
     assert rules(twice) == ["etag"]
     deleted = [twice[0], HeadWrite(3, "rt", "A", "delete_if_match", '"e0"', None), twice[1]]
     assert rules(deleted) == []
+
+
+def test_the_checker_imports_no_client_library() -> None:
+    code = ("import json, sys; import s3log.testing_history, s3log.sim; "
+            "print(json.dumps([m for m in ('boto3', 'botocore', 'aioboto3', 'obstore', 'moto', 'pytest') "
+            "if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
 
 
 def test_a_commit_result_is_recorded_where_each_entry_landed() -> None:
