@@ -1642,10 +1642,7 @@ def campaign(seeds: Iterator[int] | range, *, jobs: int = 1) -> Campaign:
     """Run every seed; collect failures (without traces: replay a seed to get one).
     ``jobs`` > 1 runs ``seeds`` (a range) in that many processes."""
     start = time.perf_counter()
-    if jobs > 1 and isinstance(seeds, range):
-        out = _campaign_in_processes(seeds, jobs)
-    else:
-        out = _campaign(seeds)
+    out = _campaign_in_processes(seeds, jobs) if jobs > 1 and isinstance(seeds, range) else _campaign(seeds)
     out.seconds = time.perf_counter() - start
     return out
 

@@ -317,13 +317,13 @@ def check(history: History | Sequence[Event]) -> list[Violation]:
     events = history.events if isinstance(history, History) else list(history)
     finals: dict[str, list[Position]] = {}
     ended: dict[str, list[tuple[Position, ...]]] = {}
-    for i, ev in enumerate(events):
+    for ev in events:
         if isinstance(ev, Read) and ev.final:
             finals[ev.session] = list(ev.entries)
         elif isinstance(ev, Ended):
             ended.setdefault(ev.session, []).append(ev.entries)
     out = _check_acks(events, finals, ended)
-    out += _check_stored_once(events, finals)
+    out += _check_stored_once(finals)
     out += _check_reads(events, finals, ended)
     out += _check_forks(events)
     out += _check_etags(events)
@@ -369,7 +369,7 @@ def _check_acks(events: Sequence[Event], finals: dict[str, list[Position]],
     return out
 
 
-def _check_stored_once(events: Sequence[Event], finals: dict[str, list[Position]]) -> list[Violation]:
+def _check_stored_once(finals: dict[str, list[Position]]) -> list[Violation]:
     """No payload is stored twice over every session's final chain."""
     seen = Counter(p.payload for chain in finals.values() for p in chain if p.payload is not None)
     out = []
@@ -443,10 +443,9 @@ def _check_etags(events: Sequence[Event]) -> list[Violation]:
                 out.append(Violation("etag", f"two writes of {ev.session}'s head accepted from ETag {base}: "
                                              f"events {used[base]} and {i}", (used[base], i)))
             used[base] = i
-        if ev.method == "put_if_absent":
-            if ev.session in exists:
-                out.append(Violation("etag", f"two creates of {ev.session}'s head accepted: events "
-                                             f"{exists[ev.session]} and {i}", (exists[ev.session], i)))
+        if ev.method == "put_if_absent" and ev.session in exists:
+            out.append(Violation("etag", f"two creates of {ev.session}'s head accepted: events "
+                                         f"{exists[ev.session]} and {i}", (exists[ev.session], i)))
         if ev.etag is None:
             exists.pop(ev.session, None)
         else:

@@ -32,7 +32,6 @@ from s3log.testing_history import (
     positions,
 )
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
