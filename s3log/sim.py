@@ -47,6 +47,13 @@ each session it touched:
 7. every fork child with a head is listed by its parent (its fork marker is stored),
    unless the parent was deleted (``Log.delete`` deletes the markers in its folder).
 
+At the end of a seed that kept them all, its whole history is checked too: the actors
+record every invocation, acknowledgement (with the session, seq and hash it reported),
+failure, read and fork, the store every head write it applied and which operation sent
+it, and :func:`s3log.testing_history.check` holds that history to a model of the
+promise that knows nothing of the bookkeeping above (a breach is invariant
+``history/<rule>``).
+
 Run ``python scripts/sim.py --seeds 5000`` for a campaign, ``--seed N --trace`` to replay one.
 """
 
