@@ -45,7 +45,7 @@ from .errors import CorruptionError
 from .ops import Blob, ListPage
 from .protocol import is_expired
 from .results import CommitResult
-from .store.base import ObjectStore
+from .store.base import AsyncObjectStore, ObjectStore
 
 
 class Position(NamedTuple):
@@ -290,13 +290,70 @@ class RecordingStore:
 
     def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
                 sent: int) -> None:
-        if not key.endswith("/head"):
-            return
-        try:
-            event = head_write(self.op, self.client, key, method, base, etag, body, sent)
-        except CorruptionError:
-            return  # not a session's head (the precondition probe's objects)
-        self.history.add(event)
+        _record(self.history, self.op, self.client, key, method, base, etag, body, sent)
+
+
+class AsyncRecordingStore:
+    """An async store that records every head write the store it wraps applied (see
+    :class:`RecordingStore`; under an ``AsyncFaultyStore`` likewise)."""
+
+    def __init__(self, inner: AsyncObjectStore, history: History, client: str) -> None:
+        self.inner = inner
+        self.history = history
+        self.client = client
+        self.op = 0
+        self.requests = inner.requests
+        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
+
+    async def get(self, key: str) -> Blob:
+        """GET."""
+        return await self.inner.get(key)
+
+    async def list(
+        self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        """LIST."""
+        return await self.inner.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys,
+                                     start_after=start_after)
+
+    async def put_if_absent(self, key: str, body: bytes) -> str:
+        """Create-only PUT, recorded when applied to a head."""
+        sent = len(self.history)
+        etag = await self.inner.put_if_absent(key, body)
+        _record(self.history, self.op, self.client, key, "put_if_absent", None, etag, body, sent)
+        return etag
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        """Conditional PUT, recorded when applied to a head."""
+        sent = len(self.history)
+        new = await self.inner.put_if_match(key, body, etag)
+        _record(self.history, self.op, self.client, key, "put_if_match", etag, new, body, sent)
+        return new
+
+    async def delete(self, key: str) -> None:
+        """DELETE (of a head: recorded)."""
+        sent = len(self.history)
+        await self.inner.delete(key)
+        _record(self.history, self.op, self.client, key, "delete", None, None, None, sent)
+
+    async def delete_if_match(self, key: str, etag: str) -> None:
+        """Conditional DELETE (of a head: recorded when applied)."""
+        sent = len(self.history)
+        await self.inner.delete_if_match(key, etag)
+        _record(self.history, self.op, self.client, key, "delete_if_match", etag, None, None, sent)
+
+
+def _record(history: History, op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
+            body: bytes | None, sent: int) -> None:
+    """Record an applied write of ``key`` if it is a session's head."""
+    if not key.endswith("/head"):
+        return
+    try:
+        event = head_write(op, client, key, method, base, etag, body, sent)
+    except CorruptionError:
+        return  # not a session's head (the precondition probe's objects)
+    history.add(event)
 
 
 def head_write(op: int, client: str, key: str, method: str, base: str | None, etag: str | None,

@@ -4,6 +4,7 @@ HTTP server under injected faults leave a clean history."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,10 +17,11 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.faults import FaultyStore, random_plan
+from s3log.faults import AsyncFaultyStore, FaultyStore, random_plan
 from s3log.testing import LocalS3
 from s3log.testing_history import (
     Ack,
+    AsyncRecordingStore,
     Ended,
     Fork,
     HeadWrite,
@@ -262,6 +264,56 @@ def test_racing_writers_over_http_under_faults_leave_a_clean_history(s3log_serve
     assert any(isinstance(ev, Fork) for ev in h.events)  # the race really forked, and was checked
     assert sum(len(f.injected) for f in stores) > 0
     assert any(isinstance(ev, Read) and not ev.final and ev.entries for ev in h.events)
+
+
+async def test_racing_async_writers_over_http_under_faults_leave_a_clean_history(s3log_server: LocalS3) -> None:
+    bucket = s3log_server.create_bucket()
+    plain = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    sid = plain.create().session_id
+    h = History()
+    config = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=2, initial=0.001, max_backoff=0.002))
+    stores: list[AsyncFaultyStore] = []
+    inner = s3log.AsyncS3Store(bucket, endpoint_url=s3log_server.endpoint_url)  # one client: they are slow to start
+
+    async def writer(n: int) -> None:
+        # One log per task: its recording store knows whose request it records.
+        rec = AsyncRecordingStore(inner, h, f"a{n}")
+        faulty = AsyncFaultyStore(rec, random_plan(200 + n, 0.25))
+        stores.append(faulty)
+        log = s3log.AsyncLog(faulty, config=config)
+        w = await _open_async(log, sid)
+        for i in range(COMMITS):
+            w.append("k", {"w": n, "i": i})
+            await _commit_async(h, rec, w)
+        while w.pending:
+            await _commit_async(h, rec, w)
+
+    try:
+        await asyncio.gather(*(writer(n) for n in range(WRITERS)))
+    finally:
+        await inner.aclose()
+    for s in plain.list_session_ids():
+        h.read(0, "end", s, positions(s, plain.read(s).entries, data_id), final=True)
+    assert check(h) == []
+    assert len([p for ev in h.events if isinstance(ev, Ack) for p in ev.positions]) == WRITERS * COMMITS
+    assert any(isinstance(ev, HeadWrite) for ev in h.events) and sum(len(f.injected) for f in stores) > 0
+
+
+async def _open_async(log: s3log.AsyncLog, sid: str) -> Any:
+    for _ in range(20):
+        with contextlib.suppress(s3log.StoreError):
+            return await log.open(sid)
+    return await log.open(sid)
+
+
+async def _commit_async(h: History, rec: AsyncRecordingStore, w: Any) -> None:
+    rec.op = op = h.invoke(rec.client, "commit", w.session_id)
+    try:
+        result = await w.commit()
+    except s3log.StoreError as exc:
+        h.fail(op, rec.client, type(exc).__name__)
+        return
+    h.ack_result(op, rec.client, result, data_id)
 
 
 def _open(log: s3log.Log, sid: str) -> Any:
