@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench checkov compat sim soak clean
+.PHONY: install test lint demo bench checkov compat sim sim-ci sim-nightly soak clean
 
 # The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -22,9 +22,19 @@ test: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -m slow
 
-# The deterministic simulator over thousands of seeds (make test runs a few hundred).
+# The deterministic simulator over thousands of seeds (make test runs a few hundred);
+# every seed's history is checked against the model of the promise (s3log.testing_history).
 sim: $(STAMP)
 	$(BIN)/python scripts/sim.py --seeds 5000
+
+# CI's share: the 1,000 seeds after the 300 make test runs (.ci/run).
+sim-ci: $(STAMP)
+	$(BIN)/python scripts/sim.py --start 300 --seeds 1000 --jobs 2
+
+# The nightly campaign: 100,000 seeds over JOBS processes (docs/operations.md).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+sim-nightly: $(STAMP)
+	$(BIN)/python scripts/sim.py --seeds 100000 --jobs $(JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check s3log tests scripts

@@ -47,16 +47,24 @@ each session it touched:
 7. every fork child with a head is listed by its parent (its fork marker is stored),
    unless the parent was deleted (``Log.delete`` deletes the markers in its folder).
 
+At the end of a seed that kept them all, its whole history is checked too: the actors
+record every invocation, acknowledgement (with the session, seq and hash it reported),
+failure, read and fork, the store every head write it applied and which operation sent
+it, and :func:`s3log.testing_history.check` holds that history to a model of the
+promise that knows nothing of the bookkeeping above (a breach is invariant
+``history/<rule>``).
+
 Run ``python scripts/sim.py --seeds 5000`` for a campaign, ``--seed N --trace`` to replay one.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from . import decide, protocol, retention
@@ -100,6 +108,8 @@ from .protocol import ChainPosition, OnConflict, SessionData
 from .results import CommitResult, ExpireReport, GcReport
 from .store.base import ObjectStore
 from .store.memory import MemoryStore
+from .testing_history import Ended, Fork, History, head_write, positions
+from .testing_history import check as check_history
 
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000
@@ -125,6 +135,10 @@ class Violation(AssertionError):
         self.invariant = invariant
         self.message = message
         super().__init__(f"invariant {invariant}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A campaign's worker processes send their failures back pickled.
+        return (Violation, (self.invariant, self.message))
 
 
 # ------------------------------------------------------------------------------ scenario
@@ -324,6 +338,10 @@ class SimStore(MemoryStore):
         #: Per id, the session whose head the retention actor last read there (what an
         #: expiry or a delete decides on).
         self.decided: dict[str, Ident] = {}
+        #: What the actors did and saw, and every head write applied (the history checker's input).
+        self.history = History()
+        #: The operation (``History.invoke``) whose request is being performed.
+        self.op = 0
 
     def get(self, key: str) -> Blob:
         """GET; a head the retention actor reads is what it decides on."""
@@ -339,6 +357,7 @@ class SimStore(MemoryStore):
         """Create-only PUT, stamped with virtual time."""
         etag = super().put_if_absent(key, body)
         self._landed(key, body, None)
+        self._record(key, "put_if_absent", None, etag, body)
         return etag
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
@@ -346,6 +365,7 @@ class SimStore(MemoryStore):
         old = self._objects.get(key)
         new = super().put_if_match(key, body, etag)
         self._landed(key, body, old[0] if old else None)
+        self._record(key, "put_if_match", etag, new, body)
         return new
 
     def delete(self, key: str) -> None:
@@ -353,12 +373,20 @@ class SimStore(MemoryStore):
         old = self._objects.get(key)
         super().delete(key)
         self._deleted(key, old[0] if old else None)
+        if old is not None:
+            self._record(key, "delete", None, None, None)
 
     def delete_if_match(self, key: str, etag: str) -> None:
         """Conditional DELETE, recorded (when it deletes) as a DELETE is."""
         old = self._objects.get(key)
         super().delete_if_match(key, etag)
         self._deleted(key, old[0] if old else None)
+        self._record(key, "delete_if_match", etag, None, None)
+
+    def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None) -> None:
+        """The request log: every head write applied, by which operation."""
+        if key.endswith("/head"):
+            self.history.add(head_write(self.op, self.who, key, method, base, etag, body, len(self.history)))
 
     def current(self, sid: str) -> HeadLife | None:
         """The head stored at ``sid`` now (None if none is)."""
@@ -404,6 +432,7 @@ class SimStore(MemoryStore):
         gone = self.gone.setdefault(sid, {})
         for e in data.entries:
             gone[(e.seq, e.hash)] = ident
+        self.history.add(Ended(self.op, self.who, sid, tuple(positions(sid, data.entries, _payload))))
 
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
@@ -502,6 +531,8 @@ class Actor:
     parallel: bool = False
     sleeping: bool = False
     wake_at: int = 0
+    #: The operation under way (its id in the history).
+    op: int = 0
 
     def runnable(self, now: int) -> bool:
         """Whether the scheduler may step this actor now."""
@@ -791,6 +822,7 @@ class ForkerActor(Actor):
 
     def done(self, sim: Simulation, value: Any) -> None:
         sim.note(self, f"forked into {sim.short(value)}")
+        sim.history.add(Fork(self.op, self.name, self.target[0], self.at_fork[0], value, explicit=True))
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, (StoreError, SessionNotFound, SessionExists)):
@@ -901,6 +933,8 @@ class Outcome:
     faults: int
     trace: list[str]
     known: dict[str, int] = field(default_factory=dict)
+    #: Events the history checker checked (0 if the run stopped at a violation first).
+    events: int = 0
 
 
 class Simulation:
@@ -958,6 +992,9 @@ class Simulation:
         self.parent_of: dict[str, str] = {}
         # Requests of abandoned procedures still on their way: (actor, op, latest landing).
         self.ghosts: list[tuple[str, Op, int]] = []
+        #: id(request) -> the operation that sent it, for requests landing after their
+        #: operation was abandoned (set just before each can land).
+        self.ghost_ops: dict[int, int] = {}
         sids = [self.env.new_id() for _ in range(scenario.sessions)]
         for i, sid in enumerate(sids):
             self.names[sid] = f"S{i}"
@@ -1033,11 +1070,28 @@ class Simulation:
             self.check(full=True)
             self._drain()
             self.check(full=True)
+            events = self._check_history()
         except Violation as v:
             violation = v
+            events = 0
             self.note(None, f"VIOLATION {v}")
         return Outcome(self.scenario, violation, self.step_no, self.requests, len(self.acked), self.forks,
-                       self.injected, self.lines, dict(self.known_hits))
+                       self.injected, self.lines, dict(self.known_hits), events)
+
+    @property
+    def history(self) -> History:
+        """What the actors did and saw, and the store applied (recorded by the store)."""
+        return self.store.history
+
+    def _check_history(self) -> int:
+        """Record a final read of every session and hold the whole history to the model of
+        the promise (:func:`s3log.testing_history.check`); return how many events it checked."""
+        for sid in self.store.heads:
+            self.history.read(0, "end", sid, positions(sid, self.chains.get(sid, []), _payload), final=True)
+        found = check_history(self.history)
+        if found:
+            raise Violation(f"history/{found[0].rule}", f"{found[0].message} ({len(found)} in all)")
+        return len(self.history)
 
     def _tick(self, actors: Sequence[Actor]) -> None:
         self.now += self.rng.randint(0, self.scenario.max_advance_ms)
@@ -1110,6 +1164,7 @@ class Simulation:
             if not isinstance(req.op, (PutIfAbsent, PutIfMatch, Delete, DeleteIfMatch)):
                 continue
             fate: Fate = self.rng.choice(("dropped", "landed", "ghost") if ghosts else ("dropped", "landed"))
+            self.ghost_ops[id(req.op)] = actor.op
             if fate == "landed":
                 self._land(actor.name, req.op, f"{why}: in-flight request lands")
             elif fate == "ghost":
@@ -1118,11 +1173,13 @@ class Simulation:
             else:
                 self.note(actor, f"{why}: in-flight {self._describe(req.op)} dropped")
         if actor.proc is not None:
+            self.history.fail(actor.op, actor.name, why)
             actor.proc.close()
         actor.proc, actor.reqs, actor.results, actor.sleeping = None, [], [], False
 
     def _land(self, who: str, op: Op, why: str) -> None:
         self.store.who = who
+        self.store.op = self.ghost_ops.pop(id(op), 0)
         try:
             res: Any = perform(self.store, op)
         except StoreError as exc:
@@ -1160,6 +1217,8 @@ class Simulation:
             if started is None:
                 return
             actor.what, actor.proc = started
+            actor.op = self.history.invoke(actor.name, actor.what.split(" ")[0].split("#")[0],
+                                           getattr(actor, "sid", ""))
             self.note(actor, f"start {actor.what}")
             self._advance(actor, None, None)
             return
@@ -1205,6 +1264,7 @@ class Simulation:
             return
         except S3LogError as exc:
             actor.proc = None
+            self.history.fail(actor.op, actor.name, type(exc).__name__)
             self.note(actor, f"{actor.what} raised {type(exc).__name__}: {exc}")
             actor.failed(self, exc)
             return
@@ -1243,6 +1303,7 @@ class Simulation:
         value: Any
         if perform_it:
             self.store.who = actor.name
+            self.store.op = actor.op
             try:
                 value = perform(self.store, op)
             except StoreError as exc:
@@ -1335,6 +1396,8 @@ class Simulation:
         # undecided fork of an earlier commit, then loses a race there and forks again
         # (CommitResult.forks). acked = the same entries without the fork entries.
         forks = result.forks or (result.fork,)
+        for f in forks:
+            self.history.add(Fork(w.op, w.name, f.parent.session, f.parent.seq, f.child))
         groups: list[tuple[str, list[Entry]]] = [(forks[0].parent.session, [])]
         for e in result.entries:
             if e.kind == FORK_KIND:
@@ -1358,6 +1421,7 @@ class Simulation:
 
     def ack_direct(self, who: Actor, acked: Sequence[Entry], sid: str) -> None:
         """Record entries acknowledged in ``sid``; check them at once (invariants 1, 2)."""
+        self.history.ack(who.op, who.name, positions(sid, acked, _payload))
         names = []
         for e in acked:
             payload = _payload(e)
@@ -1463,6 +1527,7 @@ class Simulation:
         a session's heads form one linear history, so seq s holds the same entry in all
         (of that session: one that took the id over after an expiry or a delete has a
         history of its own)."""
+        self.history.read(reader.op, reader.name, data.session, positions(data.session, data.entries, _payload))
         ident = (data.head.created_at, data.head.creator)
         for e in data.entries:
             at = self.acked.get(_payload(e))
@@ -1579,12 +1644,31 @@ class Campaign:
     failures: list[Outcome] = field(default_factory=list)
     #: known bug -> seeds it struck in (steered around, not failures)
     known: dict[str, list[int]] = field(default_factory=dict)
+    #: Seeds whose whole history the checker checked, and the events in them.
+    histories: int = 0
+    events: int = 0
+
+    def add(self, other: Campaign) -> None:
+        """Fold another campaign's totals into these (its seconds are not added: the
+        campaigns may have run side by side)."""
+        for name in ("seeds", "steps", "requests", "acked", "forks", "faults", "histories", "events"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.failures += other.failures
+        for bug, seeds in other.known.items():
+            self.known.setdefault(bug, []).extend(seeds)
 
 
-def campaign(seeds: Iterator[int] | range) -> Campaign:
-    """Run every seed; collect failures (without traces: replay a seed to get one)."""
-    out = Campaign()
+def campaign(seeds: Iterator[int] | range, *, jobs: int = 1) -> Campaign:
+    """Run every seed; collect failures (without traces: replay a seed to get one).
+    ``jobs`` > 1 runs ``seeds`` (a range) in that many processes."""
     start = time.perf_counter()
+    out = _campaign_in_processes(seeds, jobs) if jobs > 1 and isinstance(seeds, range) else _campaign(seeds)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _campaign(seeds: Iterator[int] | range) -> Campaign:
+    out = Campaign()
     for seed in seeds:
         o = run_seed(seed)
         out.seeds += 1
@@ -1593,9 +1677,30 @@ def campaign(seeds: Iterator[int] | range) -> Campaign:
         out.acked += o.acked
         out.forks += o.forks
         out.faults += o.faults
+        out.events += o.events
+        out.histories += o.violation is None
         if o.violation is not None:
-            out.failures.append(o)
+            out.failures.append(replace(o, trace=[]))
         for name in o.known:
             out.known.setdefault(name, []).append(seed)
-    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _quiet() -> None:
+    # Forks and lost races are logged at WARNING; a campaign makes thousands of them.
+    logging.getLogger("s3log").setLevel(logging.ERROR)
+
+
+def _campaign_in_processes(seeds: range, jobs: int) -> Campaign:
+    """Chunks of ``seeds`` over a pool of ``jobs`` processes (spawned: no state of this
+    one is inherited), folded in seed order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    size = max(1, min(200, len(seeds) // (jobs * 4) or 1))
+    chunks = [seeds[i:i + size] for i in range(0, len(seeds), size)]
+    out = Campaign()
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_quiet) as pool:
+        for part in pool.map(_campaign, chunks):
+            out.add(part)
     return out

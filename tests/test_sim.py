@@ -18,6 +18,7 @@ import pytest
 
 import s3log
 from s3log import protocol
+from s3log import testing_history as history
 from s3log.chain import PendingEntry
 from s3log.env import Env
 from s3log.errors import ObjectNotFound
@@ -26,7 +27,8 @@ from s3log.layout import Layout
 from s3log.ops import Get, Op, Parallel, PutIfMatch, Sleep
 from s3log.protocol import LogConfig, RetryPolicy
 from s3log.reducer import EntriesReducer
-from s3log.sim import Scenario, SimStore, Simulation, run_seed
+from s3log.sim import Scenario, SimStore, Simulation, run_direct, run_seed
+from s3log.testing_history import check as check_history
 
 #: Seeds run by `make test` (scripts/sim.py runs thousands).
 SEEDS = 300
@@ -142,6 +144,84 @@ def test_a_gc_without_grace_is_caught() -> None:
         if o.violation is not None:
             caught.add(o.violation.invariant)
     assert "5" in caught
+
+
+def test_every_seed_records_a_history_the_checker_holds_to_the_promise() -> None:
+    kinds: set[str] = set()
+    explicit = implicit = 0
+    for seed in range(40):
+        sim = Simulation(Scenario.from_seed(seed))
+        o = sim.run()
+        assert o.violation is None, str(o.violation)
+        assert o.events == len(sim.history) > 0
+        assert check_history(sim.history) == []
+        kinds |= {type(ev).__name__ for ev in sim.history.events}
+        forks = [ev for ev in sim.history.events if isinstance(ev, history.Fork)]
+        explicit += sum(f.explicit for f in forks)
+        implicit += sum(not f.explicit for f in forks)
+    assert kinds == {"Invoke", "Ack", "Fail", "Read", "Fork", "Ended", "HeadWrite"}
+    assert explicit > 0 and implicit > 0  # forks after lost races and forks asked for are both checked
+
+
+class EtagIgnoringStore(SimStore):
+    """A store whose If-Match is not checked: a PUT naming a stale ETag replaces the head."""
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        old = self.get(key)  # 404 still holds
+        new = self.put_raw(key, body)
+        self._landed(key, body, old.body)
+        self._record(key, "put_if_match", etag, new, body)
+        return new
+
+
+def test_heads_accepted_from_one_etag_are_caught_by_the_history_checker() -> None:
+    rules: set[str] = set()
+    for seed in range(40):
+        sc = Scenario.from_seed(seed)
+        if sc.solo:
+            continue
+        sim = Simulation(sc)
+        sim.store = EtagIgnoringStore(lambda sim=sim: sim.now, sim.layout)  # type: ignore[misc]
+        sim.run()  # stops at the simulator's own first violation; the history so far is checked
+        rules |= {v.rule for v in check_history(sim.history)}
+    assert "etag" in rules
+
+
+class BlindSimulation(Simulation):
+    """The simulator with its own invariants switched off: only the history checker judges."""
+
+    def check(self, *, full: bool = False) -> None:
+        pass
+
+    def refresh(self, sid: str, *, force: bool = False) -> None:
+        pass
+
+    def _check_acked(self, sid: str, payloads: list[str]) -> None:
+        pass
+
+    def check_read(self, reader: Any, data: Any) -> None:
+        self.history.read(reader.op, reader.name, data.session, history.positions(data.session, data.entries,
+                                                                                   s3log.sim._payload))
+
+
+def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> None:
+    rules: set[str] = set()
+    for seed in range(20):
+        sc = Scenario.from_seed(seed)
+        if sc.solo:
+            continue
+        sim = BlindSimulation(sc)
+        sim.store = LostUpdateStore(lambda sim=sim: sim.now, sim.layout)  # type: ignore[misc]
+        sim.run()
+        h = history.History(sim.history.events[:])
+        for sid in sim.store.heads:  # the final reads, made here: the blind simulator keeps no chains
+            try:
+                entries = run_direct(sim.store, protocol.load(sim.layout, sid)).entries
+            except s3log.S3LogError:
+                entries = []
+            h.read(0, "end", sid, history.positions(sid, entries, s3log.sim._payload), final=True)
+        rules |= {v.rule for v in check_history(h)}
+    assert {"lost", "read"} <= rules  # overwritten acknowledged entries; reads of chains no longer there
 
 
 def test_a_forking_solo_writer_is_caught() -> None:
