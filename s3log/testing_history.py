@@ -216,19 +216,12 @@ def positions(session: str, entries: Iterable[Entry], payload: Payload) -> list[
 
 
 def result_groups(result: CommitResult[Any]) -> list[tuple[str, list[Entry]]]:
-    """A commit's acknowledged entries by the session each is stored in: what landed
-    in the first fork's parent, then what went to each fork's child (each child's
-    part starts after its fork entry)."""
-    forks = result.forks or ((result.fork,) if result.fork else ())
-    if not forks:
-        return [(result.session_id, list(result.acked))]
-    groups: list[tuple[str, list[Entry]]] = [(forks[0].parent.session, [])]
-    for e in result.entries:
-        if e.kind == FORK_KIND and len(groups) <= len(forks):
-            groups.append((forks[len(groups) - 1].child, []))
-        elif e.kind != FORK_KIND:
-            groups[-1][1].append(e)
-    return groups
+    """A commit's acknowledged entries by the session each says it is stored in
+    (:attr:`~s3log.AckedEntry.session_id`; a split batch spans a parent and its forks)."""
+    groups: dict[str, list[Entry]] = {}
+    for e in result.acked:
+        groups.setdefault(e.session_id, []).append(e)
+    return list(groups.items())
 
 
 # ------------------------------------------------------------------- recording a store
