@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+
 from typer.testing import CliRunner
 
 import s3log
@@ -27,6 +28,8 @@ from s3log import analytics
 from s3log.cli.app import app
 from s3log.testing import LocalS3
 from tests.cli_env import log_of
+
+pytest.importorskip("duckdb")
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
@@ -147,3 +150,83 @@ def test_cli_export_overwrite_whose_scan_fails_part_way_keeps_the_old_export(
     result = runner.invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     assert _contents(out) != before and sorted(p.name for p in tmp_path.iterdir()) == [fmt]
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
+    """One session per ts (one entry each)."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    ids = []
+    for i, ts in enumerate(tss):
+        w = log.create(meta={"labels": {"n": str(i)}})
+        w.append("k", {"i": i}, ts=ts)
+        w.commit()
+        ids.append(w.session_id)
+    return store, ids
+
+
+@pytest.mark.parametrize("bad", [
+    {"batch_size": 0}, {"sessions": ["bad id!"]}, {"kinds": "k"}, {"since": "garbage"}, {"bogus": 1},
+    {"parallelism": 0}, {"until": float("nan")}, {"prefix": "../x"},
+])
+def test_to_parquet_overwrite_checks_every_argument_before_deleting(tmp_path: Path, bad: dict[str, Any]) -> None:
+    store, _ = _store_with(T0)
+    out = tmp_path / "export"
+    assert analytics.to_parquet(store, str(out)) == 1
+    before = _files(out)
+    with pytest.raises(s3log.S3LogError):
+        analytics.to_parquet(store, str(out), mode="overwrite", **bad)
+    assert _files(out) == before
+
+
+def test_to_parquet_overwrite_keeps_the_export_when_the_store_fails(tmp_path: Path) -> None:
+    store, _ = _store_with(T0)
+    out = tmp_path / "export"
+    analytics.to_parquet(store, str(out))
+    before = _files(out)
+
+    class Gone(s3log.MemoryStore):
+        def list(self, *args: Any, **kwargs: Any) -> Any:
+            raise s3log.StoreError("no such bucket", key="s3log/", code="NoSuchBucket", status=404)
+
+    with pytest.raises(s3log.StoreError):
+        analytics.to_parquet(Gone(), str(out), mode="overwrite")
+    assert _files(out) == before
+
+
+def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, " ".join(result.output.split())
+
+
+def _populate_env(env: dict[str, str]) -> str:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", {"a": 1}, ts=T0)
+    w.commit()
+    log.close()
+    return w.session_id
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
+    env: dict[str, str], tmp_path: Path, fmt: str,
+) -> None:
+    _populate_env(env)
+    out = tmp_path / fmt
+    code, text = _invoke(env, "export", "--format", fmt, "--out", str(out), "-q")
+    assert code == 0, text
+    before = _files(out)
+    assert before
+    code, text = _invoke(env, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite",
+                         "--session", "bad id!")
+    assert code == 1 and "bad id!" in text and "Traceback" not in text
+    assert _files(out) == before
+    missing = {**env, "S3LOG_BUCKET": "no-such-bucket-s12"}
+    code, text = _invoke(missing, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite")
+    assert code == 1 and "no-such-bucket-s12" in text
+    assert _files(out) == before

@@ -12,8 +12,10 @@ from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.testing import LocalS3
+from tests.delete_hooks import Clock
 
-from .test_review_s8b import DAY, T0, Clock
+T0 = 1_800_000_000_000
+DAY = 86_400_000
 
 
 def test_a_parent_id_taken_over_ends_the_lineage_instead_of_naming_the_new_session() -> None:

@@ -1,28 +1,29 @@
-"""Regressions from session 12.
-
-- A fork retried from an undecided one (decision 0031) found its earlier marker under
-  the parent, of unknown age, and relied on it. gc could delete that marker (its child
-  had no head yet) while the child's head was on its way: the child and its entries
-  stayed readable, but its parent no longer listed it, so ``Log.children`` and an
-  agent restoring with ``follow_forks`` missed the branch holding acknowledged turns.
-  The retried fork now writes its marker again with new bytes (``refreshed_at``)
-  before its head, and gc deletes a dangling marker only with ``If-Match`` on the ETag
-  its listing showed (decision 0008). ``Log.delete`` deletes its children's markers
-  the same way: a session created again at the id may have written one anew.
+"""Fork markers: a retried fork keeps its marker while gc and ``Log.delete`` run, and dangling
+markers are deleted, conditionally where the store can.
 """
 
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import s3log
-from s3log.errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
-from tests.test_pending_hostile import Clock, ClockStore
-from tests.test_review_s11 import DEADLINE, _log
+from s3log.env import Env
+from s3log.errors import ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
+from tests.delete_hooks import Clock
+from tests.test_pending_hostile import FAST, ClockStore
+
+DEADLINE = 60_000
+
+
+def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
+    kw.setdefault("tail_max_bytes", 1024)
+    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
+                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
+    return s3log.Log(store, config=cfg)
+
 
 FORKS = "s3log/sessions/s1/forks/"
 
@@ -190,50 +191,6 @@ def test_log_delete_spares_a_fork_marker_written_again_after_its_listing() -> No
     assert deleted == len(stored) - 1  # all but the marker, the head included
 
 
-def test_append_latest_backs_off_after_each_lost_race() -> None:
-    """``append_latest`` retried a lost race at once: the winner needs no GET, so a
-    loser (a GET and a PUT per try) kept losing and ran out of attempts ("the head kept
-    changing", found with two LangGraph savers on one thread). It now waits a jittered
-    backoff before each new try."""
-    waits: list[int] = []
-
-    class Recording(s3log.RetryPolicy):
-        def backoff(self, attempt: int, rng: Any = None) -> float:
-            waits.append(attempt)
-            return 0.0
-
-    class Contended(s3log.MemoryStore):
-        races = 2
-        rival: Any = None
-
-        def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-            if key.endswith("/s1/head") and self.races and self.rival is not None:
-                self.races -= 1
-                self.rival.append_latest("s1", [("rival", {"n": self.races})])  # lands first
-            return super().put_if_match(key, body, etag)
-
-    store = Contended()
-    s3log.Log(store).create("s1").append_durable("k", {"n": 0})
-    store.rival = s3log.Log(_Plain(store))
-    log = s3log.Log(store, config=s3log.LogConfig(retry=Recording(attempts=8, initial=0.0)))
-    result = log.append_latest("s1", [("mine", {"n": 1})])
-    assert [e.kind for e in result.acked] == ["mine"]
-    assert [e.kind for e in log.read("s1").entries] == ["k", "rival", "rival", "mine"]
-    assert waits == [1, 2]
-
-
-class _Plain:
-    """The objects of a store, seen without its subclass's hooks (a second process)."""
-
-    honours_preconditions = True
-
-    def __init__(self, store: s3log.MemoryStore) -> None:
-        self.store = store
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(s3log.MemoryStore, name).__get__(self.store)
-
-
 def test_log_delete_of_a_fork_child_leaves_a_young_marker_and_spares_one_written_again() -> None:
     """Deleting a fork child deleted its own marker (in the parent's folder) by key after
     its head. A fork retried into the freed id (decision 0031) writes that marker again
@@ -267,6 +224,7 @@ def test_log_delete_of_a_fork_child_leaves_a_young_marker_and_spares_one_written
     log.delete("c1")  # old, and nobody wrote it again: deleted with its child
     assert marker not in store.all_keys()
 
+
 def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_delete() -> None:
     """obstore cannot make a DELETE conditional. gc left dangling markers there for
     ever, and a fork with that explicit child id (LangGraph's ``copy_thread``) then
@@ -287,13 +245,3 @@ def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_dele
     assert _log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
     assert log.fork("s1", child_id="c1") == "c1"
     assert log.children("s1") == ["c1"]
-
-
-@pytest.mark.parametrize("idle_for", [timedelta(days=999_999_999), 10**30])
-def test_expire_refuses_an_idle_threshold_past_what_a_date_holds(idle_for: Any) -> None:
-    """``Log.expire`` with a huge ``idle_for`` raised a raw ValueError / OverflowError
-    from the day index; it is an InvalidArgumentError naming the argument."""
-    log = s3log.Log(s3log.MemoryStore())
-    log.create().append_durable("k", 1)
-    with pytest.raises(InvalidArgumentError, match="idle_for"):
-        log.expire(idle_for=idle_for, dry_run=True)

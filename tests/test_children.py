@@ -1,0 +1,90 @@
+"""``Log.children`` and ``s3log lineage``: a session's children are the forks of that session alone,
+whatever stray objects or reused ids lie under its forks folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import s3log
+from s3log.cli.app import app
+from s3log.testing import LocalS3
+from tests.cli_env import log_of
+
+runner = CliRunner()
+
+
+def _invoke(env: dict[str, str], *args: str) -> Any:
+    return runner.invoke(app, list(args), env=env)
+
+
+def _no_python_error(result: Any) -> None:
+    assert "Traceback" not in result.output and "Errno" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+
+
+def test_children_skip_a_stray_object_under_forks(caplog: pytest.LogCaptureFixture) -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    child = log.fork(w.session_id)
+    for stray in ("notes..txt", "bad id", "..", "a/b"):
+        store.put_raw(f"s3log/sessions/{w.session_id}/forks/{stray}", b"hello")
+    with caplog.at_level(logging.WARNING, logger="s3log"):
+        assert log.children(w.session_id) == [child]
+    assert "notes..txt" in caplog.text and "not a valid session id" in caplog.text
+    assert [s.session for s in log.lineage(child)] == [child, w.session_id]
+
+
+def test_lineage_command_with_a_stray_object_under_forks(env: dict[str, str], s3log_server: LocalS3) -> None:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    child = log.fork(w.session_id)
+    s3log_server.client().put_object(Bucket=env["S3LOG_BUCKET"], Key=f"s3log/sessions/{w.session_id}/forks/notes..txt",
+                                     Body=b"x")
+    result = _invoke(env, "lineage", child)
+    _no_python_error(result)
+    assert result.exit_code == 0 and child in result.stdout and w.session_id in result.stdout
+    assert "notes..txt" not in result.stdout
+
+
+def _parent(store: s3log.MemoryStore, *sids: str) -> s3log.Log:
+    log = s3log.Log(store)
+    for sid in sids:
+        w = log.create(sid)
+        w.append("k", sid)
+        w.commit()
+    return log
+
+
+def test_a_deleted_childs_id_used_again_by_a_root_session_is_not_the_old_parents_child() -> None:
+    log = _parent(s3log.MemoryStore(), "p1")
+    log.fork("p1", child_id="c1")
+    assert log.children("p1") == ["c1"]
+    log.delete("c1")  # its young marker under p1 is left to gc
+    w = log.create("c1")  # the id used again: a root session
+    w.append("k", "new")
+    w.commit()
+    assert log.children("p1") == []
+    report = log.gc(older_than_ms=0)  # gc keeps the marker (its child has a head) ...
+    assert report.deleted == []
+    assert log.children("p1") == []  # ... and it still names no child of p1
+    assert log.lineage("c1")[-1].session == "c1"
+
+
+def test_a_deleted_childs_id_forked_into_from_another_parent_is_that_parents_child_alone() -> None:
+    log = _parent(s3log.MemoryStore(), "p1", "p2")
+    log.fork("p1", child_id="c1")
+    log.delete("c1")
+    assert log.fork("p2", child_id="c1") == "c1"
+    assert log.children("p2") == ["c1"]
+    assert log.children("p1") == []
+    assert [s.session for s in log.lineage("c1")] == ["c1", "p2"]
