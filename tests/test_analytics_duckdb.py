@@ -56,7 +56,7 @@ def test_duckdb_checks_its_arguments_when_registering(bad: dict[str, Any]) -> No
 
 
 def test_duckdb_keeps_the_error_that_ended_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
+    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by an older build
     store, (_, bad) = _store_with(T0, 2**62)
     con = analytics.duckdb(duckdb.connect(), store, strict=True)
     with pytest.raises(duckdb.Error):

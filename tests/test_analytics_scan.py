@@ -48,7 +48,7 @@ def _store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
 
 @pytest.mark.parametrize("huge", [10**17, 2**62, 2**63 - 1, 9_223_372_036_854_776])  # the last: TS_RANGE[1] + 1
 def test_a_session_with_a_ts_out_of_range_is_skipped_not_fatal(huge: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Stored as a build before session 13 took it (append now refuses past TS_RANGE).
+    # Stored as an older build took it (append now refuses past TS_RANGE).
     monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)
     store, (good, bad) = _store_with(T0, huge)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
@@ -89,7 +89,7 @@ def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.Mo
 def test_an_entry_ts_out_of_range_is_caught_even_if_the_head_hides_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # The entries are checked, not only the head's ts_min / ts_max (a head can lie).
     monkeypatch.setattr(analytics, "_check_head_times", lambda head, key: None)
-    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by a build before session 13
+    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by an older build
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     w = log.create()

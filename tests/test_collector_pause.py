@@ -58,7 +58,7 @@ def _script(pause: Callable[[], Any], depth_of: Callable[[], int], steps: list[s
 
 def test_pause_nested_and_raising_as_the_generator_based_pause(baseline: ModuleType, gc_state: None) -> None:
     """Random scripts of nesting, raising and toggling: the collector's state after each
-    step as with the generator-based pause of 02311d6."""
+    step as with the generator-based pause of the baseline build."""
     oc = baseline_module("codec")
     rng = random.Random(7)
     for _ in range(400):
@@ -149,7 +149,7 @@ def _conducted(pause: Callable[[], Any], depth_of: Callable[[], int], rng: rando
 
 def test_pause_across_threads_as_the_generator_based_pause(baseline: ModuleType, gc_state: None) -> None:
     """8 threads entering and leaving in a seeded interleaving while the collector is
-    toggled: the same states as 02311d6's pause, and the depth back at 0."""
+    toggled: the same states as the baseline build's pause, and the depth back at 0."""
     oc = baseline_module("codec")
     for seed in range(6):
         gc.enable()

@@ -93,7 +93,7 @@ def _mutated(base: dict[str, Any], changes: dict[str, Any]) -> bytes:
 
 
 def _newly_refused(changes: dict[str, Any]) -> bool:
-    """Changes that this tree refuses and 02311d6 read: a negative commit counter or
+    """Changes that this tree refuses and the baseline build read: a negative commit counter or
     time, unsigned in docs/format.md (refused since docs/decisions/0030)."""
     return any(name in ("version", "created_at", "updated_at") and type(v) is int and v < 0
                for name, v in changes.items())
@@ -112,7 +112,7 @@ def test_decode_head_of_each_wrong_field_as_the_build_checking_one_by_one(
     baseline: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each required field missing or of each wrong type, each optional field wrong,
-    extra fields: the same head or the same error as 02311d6 and as the checks one by one."""
+    extra fields: the same head or the same error as the baseline build and as the checks one by one."""
     oc = baseline_module("codec")
     slow = _no_fast_path(monkeypatch)
     fields = [*codec._HEAD_NEEDS, "v", "hash", "levels", "parent", "meta", "ts_min", "ts_max", "retired_at",
@@ -137,7 +137,7 @@ def test_decode_head_of_each_wrong_field_as_the_build_checking_one_by_one(
 def test_decode_head_of_two_wrong_fields_as_the_checks_one_by_one(baseline: ModuleType,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Two fields wrong at once: the same error as the checks one by one, and (where
-    the tail is not one of them: 61c8092 restored that order after 02311d6) as 02311d6."""
+    the tail is not one of them: the order of the checks changed since) as the baseline build."""
     oc = baseline_module("codec")
     slow = _no_fast_path(monkeypatch)
     rng = random.Random(66)

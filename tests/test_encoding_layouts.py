@@ -35,7 +35,7 @@ def _canonical(head: Head) -> bytes:
 
 @pytest.mark.parametrize("order", [(1, True, 1.0), (True, 1, 1.0), (1.0, True, 1), (0, False, 0.0, -0.0)])
 def test_head_layouts_of_equal_keys_of_other_types_are_not_shared(order: tuple[Any, ...]) -> None:
-    """DEFECT (fixed): the layout cache was keyed by the tuple of keys, and 1 == True ==
+    """the layout cache was keyed by the tuple of keys, and 1 == True ==
     1.0 in Python: a head whose extra field is keyed ``true`` (or ``1.0``) reused the
     layout of one keyed ``1``, and was written with the key ``1``, in another place in
     the map: a newer writer's field silently changed, bytes not the canonical map."""
@@ -49,7 +49,7 @@ def test_head_layouts_of_equal_keys_of_other_types_are_not_shared(order: tuple[A
 
 
 def test_a_head_of_more_than_255_fields_encodes() -> None:
-    """DEFECT (fixed; older than the cache): a map of 256 or more pairs was given a
+    """a map of 256 or more pairs was given a
     one-byte length (OverflowError, not an s3log error): a head carrying many fields of
     a newer writer could not be rewritten."""
     for n in (232, 233, 300, 70_000):
@@ -86,7 +86,7 @@ def test_head_layouts_beyond_the_cache_bound_from_many_threads() -> None:
 
 
 def test_a_rewritten_head_keeps_a_newer_writers_field_keyed_true() -> None:
-    """DEFECT (fixed), end to end: session A's head carries a newer writer's field keyed
+    """End to end: session A's head carries a newer writer's field keyed
     ``1``, session B's one keyed ``true`` (same key set otherwise). A writer committing
     to A then to B wrote B's field under the key ``1``."""
     codec._LAYOUTS.clear()  # as in a fresh process (other tests may have filled it)

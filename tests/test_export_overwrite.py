@@ -226,7 +226,7 @@ def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
                          "--session", "bad id!")
     assert code == 1 and "bad id!" in text and "Traceback" not in text
     assert _files(out) == before
-    missing = {**env, "S3LOG_BUCKET": "no-such-bucket-s12"}
+    missing = {**env, "S3LOG_BUCKET": "no-such-bucket-here"}
     code, text = _invoke(missing, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite")
-    assert code == 1 and "no-such-bucket-s12" in text
+    assert code == 1 and "no-such-bucket-here" in text
     assert _files(out) == before

@@ -239,8 +239,8 @@ class _NoHeadDeletes(s3log.MemoryStore):
 
 
 def test_gc_deletes_a_head_only_with_if_match_so_a_takeover_cannot_be_lost() -> None:
-    # Session 8: gc deleted tombstones by key; session 9: only with If-Match on the
-    # ETag it read (tests/test_retention.py races a takeover against that DELETE).
+    # gc deletes a tombstone only with If-Match on the ETag it read, never by key
+    # (tests/test_retention.py races a takeover against that DELETE).
     clock, store = Clock(T0), _NoHeadDeletes()
     log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock), tail_per_commit=0))
     w = log.create("thread-7")

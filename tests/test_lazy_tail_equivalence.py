@@ -403,7 +403,7 @@ def test_feed_linked_columns_refuses_as_feed_does_for_every_wrong_start() -> Non
 
 
 def test_a_head_with_a_bad_seq_and_a_bad_tail_names_the_seq_as_before() -> None:
-    """Before 18f0a6b decode_head checked session, version and seq before the tail (the
+    """The eager decoder checked session, version and seq before the tail (the
     Head's keyword arguments in order); a head wrong in both must still name them."""
     obj = dict(_TEMPLATE)
     for name, value in (("session", 5), ("version", "v"), ("seq", "s")):
@@ -435,13 +435,17 @@ def test_missing_attributes_of_a_head_raise_as_before() -> None:
         Head.__new__(Head).tail  # noqa: B018 - an empty Head has no tail and nothing to make it from
 
 
+#: The last commit whose heads decoded their tail at once (the parent of lazy tails, docs/decisions/0029).
+EAGER_BUILD = "18f0a6b^"
+
+
 def _old_tree(tmp: Path) -> Path | None:
-    """s3log as of 18f0a6b^, or None when no git history is at hand."""
+    """s3log as of :data:`EAGER_BUILD`, or None when no git history is at hand."""
     root = Path(__file__).resolve().parent.parent
     git = shutil.which("git")
     if git is None:
         return None
-    archive = subprocess.run([git, "-C", str(root), "archive", "18f0a6b^", "s3log"], capture_output=True)
+    archive = subprocess.run([git, "-C", str(root), "archive", EAGER_BUILD, "s3log"], capture_output=True)
     if archive.returncode != 0:
         return None
     subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
@@ -530,12 +534,12 @@ def _differential_cases() -> list[tuple[str, dict[str, Any], str, str]]:
 
 
 def test_every_reader_gives_what_the_eager_tail_decoder_gave(tmp_path: Path) -> None:
-    """Differential: the same stores read by this tree and by 18f0a6b^ (subprocesses):
+    """Differential: the same stores read by this tree and by the eager build (subprocesses):
     the same entries, runs, scan rows, reports and errors (text and seq)."""
     (tmp_path / "old").mkdir()
     old = _old_tree(tmp_path / "old")
     if old is None:
-        pytest.skip("no git history with 18f0a6b^ at hand")
+        pytest.skip(f"no git history with {EAGER_BUILD} at hand")
     cases = tmp_path / "cases.pkl"
     with cases.open("wb") as f:
         pickle.dump(_differential_cases(), f)
@@ -555,12 +559,12 @@ def test_every_reader_gives_what_the_eager_tail_decoder_gave(tmp_path: Path) -> 
             assert _same_or_stricter(a, b), (o[0], i, a, b)
 
 
-#: What a reader says, since e83b0cf^^, of objects docs/format.md calls corrupt that the
-#: build under comparison read, or refused for another reason (docs/decisions/0030).
+#: What a reader says, since format strictness (docs/decisions/0030), of objects docs/format.md
+#: calls corrupt that the build under comparison read, or refused for another reason (docs/decisions/0030).
 STRICTER = ("not exactly one CBOR data item", "indefinite length", "error decoding semantic tag",
             "has no prev field", "levels must be integers >= 0", "head field 'version' is -",
             "head field 'created_at' is -", "head field 'updated_at' is -", "parent pointer is malformed",
-            # A suffix read that reaches the first segment starts at seq 0 (tests/test_security_s13.py).
+            # A suffix read that reaches the first segment starts at seq 0 (tests/test_signed_reads.py).
             "expected null", "expected seq 0, found")
 
 

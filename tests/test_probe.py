@@ -1,6 +1,6 @@
 """The precondition probe: a store that ignores If-None-Match / If-Match is refused before any write.
 
-Defect 10 of issue 11: on such a store every guarantee was void without a sound.
+On such a store every guarantee would be void without a sound.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_the_probe_passes_on_the_local_http_s3(s3log_log: s3log.Log) -> None:
     assert report.ok and report.if_none_match and report.if_match
 
 
-# ------------------------------------------------------------ once per bucket (session 13)
+# ------------------------------------------------------------ once per bucket
 
 
 def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) -> None:

@@ -75,7 +75,7 @@ def _foreign_first_segment(store: s3log.MemoryStore, log: s3log.Log, a: str, b: 
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_read_runs_names_the_segment_log_read_names_when_one_is_foreign_and_another_garbage(version: int) -> None:
-    """DEFECT (fixed): from a driver that does not decode (the simulator's, a scripted
+    """from a driver that does not decode (the simulator's, a scripted
     one), read_runs decoded each segment as it verified it, so the first segment's
     broken chain was raised before the second's garbage; Log.read decodes every segment
     first and names the second. The two drivers of s3log agreed with Log.read."""

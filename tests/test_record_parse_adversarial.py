@@ -50,7 +50,7 @@ def _rec(ts: bytes, seq: bytes, data: bytes, kind: bytes, prev: bytes) -> bytes:
 
 @contextmanager
 def _fast_path_off() -> Iterator[None]:
-    """The parent commit's behaviour: the fast path always declines."""
+    """The general path alone: the fast path always declines."""
     saved = codec._parse_linked_records
     codec._parse_linked_records = lambda *a: None
     try:
@@ -451,7 +451,7 @@ def test_data_at_the_decoders_nesting_limit_is_read_alike_by_both_paths() -> Non
             assert fast is None or not isinstance(general, CorruptionError), (depth, general)
 
 
-def test_a_tail_at_the_nesting_limit_reads_as_before_the_change() -> None:
+def test_a_tail_at_the_nesting_limit_reads_as_without_the_fast_path() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
     head = cbor2.loads(store.get(hkey).body)
@@ -630,7 +630,7 @@ def _outcomes_on(store: s3log.MemoryStore, sid: str) -> list[Any]:
     return _outcomes(store, sid)
 
 
-def test_a_mutated_tail_reads_through_every_path_exactly_as_before_the_change() -> None:
+def test_a_mutated_tail_reads_through_every_path_exactly_as_without_the_fast_path() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
     original = store.get(hkey).body

@@ -107,7 +107,7 @@ def test_scan_equals_the_per_row_owner_scan_and_the_reference(
     baseline: ModuleType, scan_store: tuple[s3log.MemoryStore, list[str]], flt: dict[str, Any]
 ) -> None:
     """Every batch of a scan of forks, empty sessions and sessions a filter leaves
-    without a row equals 02311d6's, at batch sizes 7, 4096, 4097 and the default; the
+    without a row equals the baseline build's, at batch sizes 7, 4096, 4097 and the default; the
     session and parent columns equal one value per row."""
     oa = baseline_module("analytics")
     store, ids = scan_store
@@ -160,8 +160,7 @@ def _with_parent_named(store: s3log.MemoryStore, log: s3log.Log, sid: str, name:
 
 def test_scan_skips_a_fork_whose_parent_names_no_session(baseline: ModuleType) -> None:
     """A fork whose stored parent pointer names "" (the chain otherwise consistent).
-    This once checked that its rows' parent_session was "" as in 02311d6; since session
-    12 a parent naming no session id makes the head corrupt (docs/format.md, "Head"):
+    A parent naming no session id makes the head corrupt (docs/format.md, "Head"):
     reading it raises CorruptionError naming the head, and a scan skips the session
     with a warning."""
     store = s3log.MemoryStore()
@@ -190,7 +189,7 @@ def test_owner_columns_of_empty_names() -> None:
 
 def test_fork_check_from_segment_columns_as_from_entries(baseline: ModuleType) -> None:
     """Forks whose fork entry lies in a v2 segment (read as columns, the first entry
-    made by ``new_entry``): scanned as 02311d6 scans them, and a head whose parent
+    made by ``new_entry``): scanned as the baseline build scans them, and a head whose parent
     pointer no longer matches that entry refused with the same error."""
     oa = baseline_module("analytics")
     store = s3log.MemoryStore()

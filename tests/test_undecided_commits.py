@@ -201,7 +201,7 @@ def test_lazy_create_over_a_tombstone_undecided_does_not_ack_another_creators_eq
 
 
 def test_lazy_create_undecided_does_not_ack_another_creators_equal_batch() -> None:
-    """The same without a tombstone (a plain lazy create; older than this session)."""
+    """The same without a tombstone (a plain lazy create)."""
     clock, store = Clock(T0), s3log.MemoryStore()
     sid = "thread-4"
     b_acked: list[s3log.Entry] = []
