@@ -17,17 +17,8 @@ from s3log.agent import (
     collect_state,
 )
 from s3log.env import Env
+from tests.helpers import agent_turn, kinds
 from tests.test_agent import later
-
-
-def _turn(s: AgentSession, text: str) -> None:
-    s.user_input(text)
-    s.assistant_items([{"role": "assistant", "content": f"re: {text}"}])
-    s.turn_end()
-
-
-def _kinds(log: s3log.Log, sid: str) -> list[str]:
-    return [e.kind for e in log.read(sid).entries]
 
 
 def _comparable(state: s3log.agent.SessionState) -> s3log.agent.SessionState:
@@ -38,7 +29,7 @@ def _comparable(state: s3log.agent.SessionState) -> s3log.agent.SessionState:
 def test_fork_at_a_user_message_is_the_prefix_with_its_turn_open(s3log_log: s3log.Log) -> None:
     log = s3log_log
     s = AgentSession.create(log, system_prompt="sys")
-    _turn(s, "a")
+    agent_turn(s, "a")
     s.user_input("b")
     s.flush()
     point = log.head(s.session_id)
@@ -49,7 +40,7 @@ def test_fork_at_a_user_message_is_the_prefix_with_its_turn_open(s3log_log: s3lo
     prefix = [e for e in log.read(s.session_id).entries if e.seq <= point.seq]
     assert _comparable(f.state) == _comparable(collect_state(prefix))
     assert f.state.turn_open and f.state.last_outcome is None and f.state.turn_count == 1
-    assert _kinds(log, f.session_id) == ["s3log.fork"]  # nothing synthetic
+    assert kinds(log, f.session_id) == ["s3log.fork"]  # nothing synthetic
     # Re-ask the model from there.
     f.assistant_items([{"role": "assistant", "content": "a better answer"}])
     f.outcome("finished")
@@ -70,23 +61,23 @@ def test_fork_at_an_open_tool_call_keeps_the_call_open(s3log_log: s3log.Log) -> 
     s.turn_end()
     f = AgentSession.fork_at(log, s.session_id, at_hash=point)
     assert dict(f.state.open_calls) == {"c1": "responses"} and f.state.turn_open
-    assert _kinds(log, f.session_id) == ["s3log.fork"]
+    assert kinds(log, f.session_id) == ["s3log.fork"]
 
 
 def test_restore_follow_forks_opens_the_deepest_newest_descendant(s3log_log: s3log.Log) -> None:
     log = s3log_log
     root = AgentSession.create(log, labels={"team": "a"})
-    _turn(root, "root")
+    agent_turn(root, "root")
     f1 = root.fork()
-    _turn(f1, "f1")
+    agent_turn(f1, "f1")
     g = root.fork()  # newer than f1, but shallower than what follows
-    _turn(g, "g")
+    agent_turn(g, "g")
     f2 = f1.fork()
-    _turn(f2, "f2")
+    agent_turn(f2, "f2")
     f3 = f1.fork()  # as deep as f2, newer
-    _turn(f3, "f3")
+    agent_turn(f3, "f3")
     elsewhere = f3.fork(labels={"team": "b"})  # deeper, but another scope
-    _turn(elsewhere, "b")
+    agent_turn(elsewhere, "b")
 
     assert AgentSession.restore(log, root.session_id).session_id == root.session_id
     assert AgentSession.restore(log, root.session_id, follow_forks=True).session_id == elsewhere.session_id
@@ -101,9 +92,9 @@ def test_restore_follow_forks_opens_the_deepest_newest_descendant(s3log_log: s3l
 def test_follow_forks_follows_automatic_forks_and_repairs_the_leaf(s3log_log: s3log.Log) -> None:
     log = s3log_log
     s = AgentSession.create(log)
-    _turn(s, "first")
+    agent_turn(s, "first")
     loser = AgentSession.restore(log, s.session_id)
-    _turn(AgentSession.restore(log, s.session_id), "winner")
+    agent_turn(AgentSession.restore(log, s.session_id), "winner")
     loser.user_input("loser, then crash")
     loser.flush()  # conflict: forks, then the worker dies mid-turn
     assert loser.session_id != s.session_id

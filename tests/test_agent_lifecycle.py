@@ -14,17 +14,8 @@ from s3log.agent import (
     AgentSession,
     SessionScopeError,
 )
+from tests.helpers import agent_turn, kinds
 from tests.test_agent import later
-
-
-def _turn(s: AgentSession, text: str) -> None:
-    s.user_input(text)
-    s.assistant_items([{"role": "assistant", "content": f"re: {text}"}])
-    s.turn_end()
-
-
-def _kinds(log: s3log.Log, sid: str) -> list[str]:
-    return [e.kind for e in log.read(sid).entries]
 
 
 def test_a_session_holding_only_its_start_is_never_stored(s3log_log: s3log.Log) -> None:
@@ -36,9 +27,9 @@ def test_a_session_holding_only_its_start_is_never_stored(s3log_log: s3log.Log) 
         pass
     assert log.list_session_ids() == []
     again = AgentSession.create(log, system_prompt="sys", session_id="agent-x")
-    _turn(again, "hi")  # the id is free: no SessionExists
+    agent_turn(again, "hi")  # the id is free: no SessionExists
     assert log.list_session_ids() == ["agent-x"]
-    assert _kinds(log, "agent-x")[0] == "agent.session_start"
+    assert kinds(log, "agent-x")[0] == "agent.session_start"
 
 
 def test_forking_a_session_holding_only_its_start_stores_it(s3log_log: s3log.Log) -> None:
@@ -46,7 +37,7 @@ def test_forking_a_session_holding_only_its_start_stores_it(s3log_log: s3log.Log
     s = AgentSession.create(log, system_prompt="sys")
     f = s.fork()
     assert f.state.system_prompt == "sys"
-    assert _kinds(log, s.session_id) == ["agent.session_start"]
+    assert kinds(log, s.session_id) == ["agent.session_start"]
 
 
 def test_agent_close_drains_every_session_of_the_log(s3log_log: s3log.Log) -> None:
@@ -62,8 +53,8 @@ def test_agent_close_drains_every_session_of_the_log(s3log_log: s3log.Log) -> No
     assert a.buffered == b.buffered == c.buffered == 1
     s3log.agent.close(log)
     assert a.buffered == 0 and b.buffered == 0 and c.buffered == 1  # only this log's sessions
-    assert _kinds(other, a.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
-    assert _kinds(other, b.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
+    assert kinds(other, a.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
+    assert kinds(other, b.session_id) == ["agent.session_start", "agent.user_input", "agent.assistant_items"]
     s3log.agent.close(other)
     assert c.buffered == 0
 
@@ -81,7 +72,7 @@ def test_a_session_dropped_undrained_is_kept_until_the_log_is_closed(s3log_log: 
     sid = handler()
     gc.collect()
     s3log.agent.close(log)
-    assert _kinds(s3log.Log(log.store), sid) == ["agent.session_start", "agent.user_input"]
+    assert kinds(s3log.Log(log.store), sid) == ["agent.session_start", "agent.user_input"]
 
 
 class _HookedLog(s3log.Log):
@@ -107,7 +98,7 @@ def test_closing_the_log_drains_its_sessions(s3log_store: Any) -> None:
     s.user_input("buffered")
     log.close()
     assert s.buffered == 0
-    assert _kinds(s3log.Log(s3log_store), s.session_id) == ["agent.session_start", "agent.user_input"]
+    assert kinds(s3log.Log(s3log_store), s.session_id) == ["agent.session_start", "agent.user_input"]
 
 
 def test_a_failed_drain_names_every_failed_session_and_keeps_the_records() -> None:
@@ -155,9 +146,9 @@ def test_restore_refuses_a_session_of_another_scope_and_writes_nothing(s3log_log
 def test_list_filters_agent_sessions_by_labels(s3log_log: s3log.Log) -> None:
     log = s3log_log
     here = AgentSession.create(log, labels={"cwd": "/w", "tenant": "t1"})
-    _turn(here, "x")
+    agent_turn(here, "x")
     there = AgentSession.create(log, labels={"cwd": "/other"})
-    _turn(there, "y")
+    agent_turn(there, "y")
     w = log.create(meta={"labels": {"cwd": "/w"}})  # not an agent session
     w.append("k", 1)
     w.commit()

@@ -15,6 +15,7 @@ from s3log.agent import (
     AgentSession,
     AsyncAgentSession,
 )
+from tests.helpers import kinds
 from tests.test_agent import later
 
 
@@ -27,10 +28,6 @@ def test_an_unknown_option_is_refused_before_a_restore_repairs(s3log_log: s3log.
     with pytest.raises(s3log.agent.AgentArgumentError, match="max_buffer_entrys"):
         AgentSession.restore(later(log), s.session_id, max_buffer_entrys=3)  # past the lease: would repair
     assert log.head(s.session_id).version == version
-
-
-def _kinds(log: s3log.Log, sid: str) -> list[str]:
-    return [e.kind for e in log.read(sid).entries]
 
 
 BAD_OPTIONS = [
@@ -73,7 +70,7 @@ def test_good_edge_options_are_accepted() -> None:
                             lease_ttl=0.001, on_fork=lambda session, info: None)
     s.user_input("hi")
     s.turn_end()
-    assert _kinds(log, s.session_id)[-1] == "agent.turn_end"
+    assert kinds(log, s.session_id)[-1] == "agent.turn_end"
 
 
 @pytest.mark.parametrize("wait", [float("nan"), float("inf"), -1, "1", True])

@@ -14,12 +14,9 @@ import s3log
 import s3log.errors
 from s3log.agent import AgentSession, AsyncAgentSession, SessionBusy
 from s3log.faults import FaultyStore
+from tests.helpers import kinds
 
 logging.getLogger("s3log").setLevel(logging.ERROR)  # forks and repairs are expected here
-
-
-def _kinds(log: s3log.Log, sid: str) -> list[str]:
-    return [e.kind for e in log.read(sid).entries]
 
 
 @pytest.mark.parametrize("kw", [
@@ -124,7 +121,7 @@ def test_turn_abandoned_after_an_undecided_commit_releases_the_lease() -> None:
     assert log.head(sid).lease is None
     retry = AgentSession.restore(log, sid, owner="retry")  # repaired at once, not SessionBusy
     assert retry.state.last_run_interrupted
-    assert _kinds(log, sid).count("agent.tool_started") == 1  # stored once
+    assert kinds(log, sid).count("agent.tool_started") == 1  # stored once
 
 
 def test_renew_lease_with_buffered_records_raises_after_a_takeover() -> None:
@@ -142,7 +139,7 @@ def test_renew_lease_with_buffered_records_raises_after_a_takeover() -> None:
     a.flush()  # the rest of the turn goes to a fork, as any lost race does
     assert a.session_id != sid
     assert a.state.history[-1]["content"] == "progress note"
-    assert _kinds(log, a.session_id)[-1] == "agent.hook_items"
+    assert kinds(log, a.session_id)[-1] == "agent.hook_items"
 
 
 class _WatchedHeads(s3log.MemoryStore):

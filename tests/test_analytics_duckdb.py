@@ -14,6 +14,7 @@ import s3log
 import s3log.codec as codec
 from s3log import analytics
 from s3log.cli.app import app
+from tests.helpers import store_with
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
@@ -28,19 +29,6 @@ DAY = 86_400_000
 runner = CliRunner()
 
 
-def _store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
-    """One session per ts (one entry each)."""
-    store = s3log.MemoryStore()
-    log = s3log.Log(store)
-    ids = []
-    for i, ts in enumerate(tss):
-        w = log.create(meta={"labels": {"n": str(i)}})
-        w.append("k", {"i": i}, ts=ts)
-        w.commit()
-        ids.append(w.session_id)
-    return store, ids
-
-
 def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
     result = runner.invoke(app, list(args), env=env)
     return result.exit_code, " ".join(result.output.split())
@@ -50,14 +38,14 @@ def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
     {"since": "garbage"}, {"batch_size": 0}, {"sessions": ["bad id!"]}, {"bogus": 1}, {"kinds": "k"},
 ])
 def test_duckdb_checks_its_arguments_when_registering(bad: dict[str, Any]) -> None:
-    store, _ = _store_with(T0)
+    store, _ = store_with(T0)
     with pytest.raises(s3log.S3LogError):
         analytics.duckdb(duckdb.connect(), store, **bad)
 
 
 def test_duckdb_keeps_the_error_that_ended_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by an older build
-    store, (_, bad) = _store_with(T0, 2**62)
+    store, (_, bad) = store_with(T0, 2**62)
     con = analytics.duckdb(duckdb.connect(), store, strict=True)
     with pytest.raises(duckdb.Error):
         con.sql("SELECT count(*) FROM entries").fetchall()
@@ -74,7 +62,7 @@ def test_cli_query_reports_a_scan_error_on_one_line(env: dict[str, str]) -> None
 
 
 def test_duckdb_parquet_sessions_view_follows_the_filters(tmp_path: Path) -> None:
-    store, (old, new) = _store_with(T0 - 10 * DAY, T0)
+    store, (old, new) = store_with(T0 - 10 * DAY, T0)
     out = tmp_path / "x"
     analytics.to_parquet(store, str(out))
     for kwargs, want in [({"sessions": []}, []), ({"since": T0 - DAY}, [new]), ({"until": T0 - DAY}, [old]),

@@ -22,6 +22,7 @@ from s3log import analytics
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
 from s3log.env import Env
+from tests.helpers import store_with
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
@@ -33,24 +34,11 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
 
 
-def _store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
-    """One session per ts (one entry each)."""
-    store = s3log.MemoryStore()
-    log = s3log.Log(store)
-    ids = []
-    for i, ts in enumerate(tss):
-        w = log.create(meta={"labels": {"n": str(i)}})
-        w.append("k", {"i": i}, ts=ts)
-        w.commit()
-        ids.append(w.session_id)
-    return store, ids
-
-
 @pytest.mark.parametrize("huge", [10**17, 2**62, 2**63 - 1, 9_223_372_036_854_776])  # the last: TS_RANGE[1] + 1
 def test_a_session_with_a_ts_out_of_range_is_skipped_not_fatal(huge: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Stored as an older build took it (append now refuses past TS_RANGE).
     monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)
-    store, (good, bad) = _store_with(T0, huge)
+    store, (good, bad) = store_with(T0, huge)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         table = analytics.to_arrow(store)
     assert table.column("session").to_pylist() == [good]
@@ -66,7 +54,7 @@ def test_a_session_with_a_ts_out_of_range_is_skipped_not_fatal(huge: int, monkey
 
 def test_the_last_ts_of_the_range_is_read_and_queried() -> None:
     last = analytics.TS_RANGE[1]
-    store, _ = _store_with(last)
+    store, _ = store_with(last)
     table = analytics.to_arrow(store, strict=True)
     assert table.column("ts").cast(pa.int64()).to_pylist() == [last]
     con = analytics.duckdb(duckdb.connect(), store, strict=True)
@@ -77,7 +65,7 @@ def test_the_last_ts_of_the_range_is_read_and_queried() -> None:
 def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     # A writer that skipped the check (stored data is hostile): a raw OverflowError before.
     monkeypatch.setattr(codec, "MAX_TS", 2**70)
-    store, (good, bad) = _store_with(T0, 2**65)
+    store, (good, bad) = store_with(T0, 2**65)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         assert analytics.to_arrow(store).column("session").to_pylist() == [good]
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
@@ -153,7 +141,7 @@ def test_sessions_table_leaves_out_expired_sessions() -> None:
 
 @pytest.mark.parametrize("since", [float("nan"), float("inf"), 1e30, -1e30, "garbage", 10**30, -1, True])
 def test_time_arguments_are_checked_eagerly_naming_the_argument(since: Any) -> None:
-    store, _ = _store_with(T0)
+    store, _ = store_with(T0)
     with pytest.raises(s3log.InvalidArgumentError, match="since"):
         analytics.scan(store, since=since)  # no batch taken: checked at the call
     with pytest.raises(s3log.InvalidArgumentError, match="until"):

@@ -13,6 +13,7 @@ import s3log
 from s3log.config import LogConfig
 from s3log.env import Env
 from tests.delete_hooks import Clock
+from tests.helpers import SID, HookedMatch, expired_world
 
 
 def test_append_latest_backs_off_after_each_lost_race() -> None:
@@ -65,19 +66,8 @@ T0 = 1_800_000_000_000
 DAY = 86_400_000
 
 
-def _expired_world(sid: str = "thread-7") -> tuple[s3log.MemoryStore, Clock, s3log.Log]:
-    clock, store = Clock(T0), s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock)))
-    w = log.create(sid)
-    w.append("k", 1)
-    w.commit()
-    clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
-    return store, clock, log
-
-
 def test_append_latest_does_not_write_onto_a_tombstone() -> None:
-    _store, clock, log = _expired_world()
+    _store, clock, log = expired_world()
     with pytest.raises(s3log.SessionExpired):
         log.append_latest("thread-7", [("msg", "after expiry")])
     # With create_meta the id starts again, readable, and survives gc.
@@ -100,23 +90,8 @@ def test_append_latest_with_a_hint_from_before_the_sweep_starts_the_id_again() -
     assert [e.hash for e in log.read("thread-8").entries] == [e.hash for e in result.acked]
 
 
-SID = "thread-1"
-
-
-class _HookedMatch(s3log.MemoryStore):
-    """Runs ``hook`` once, just before the first If-Match PUT of ``SID``'s head."""
-
-    hook: Any = None
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        if key.endswith(f"/sessions/{SID}/head") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        return super().put_if_match(key, body, etag)
-
-
-def _live_session() -> tuple[_HookedMatch, s3log.Log, s3log.CommitResult]:
-    store = _HookedMatch()
+def _live_session() -> tuple[HookedMatch, s3log.Log, s3log.CommitResult]:
+    store = HookedMatch()
     log = s3log.Log(store, config=LogConfig(tail_max_bytes=1024))
     first = log.append_latest(SID, [("k", {"old": 0})], create_meta={})
     return store, log, first

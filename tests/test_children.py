@@ -5,26 +5,13 @@ whatever stray objects or reused ids lie under its forks folder.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 import s3log
-from s3log.cli.app import app
 from s3log.testing import LocalS3
-from tests.cli_env import log_of
-
-runner = CliRunner()
-
-
-def _invoke(env: dict[str, str], *args: str) -> Any:
-    return runner.invoke(app, list(args), env=env)
-
-
-def _no_python_error(result: Any) -> None:
-    assert "Traceback" not in result.output and "Errno" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+from tests.cli_env import invoke, log_of, no_python_error
+from tests.helpers import sessions_log
 
 
 def test_children_skip_a_stray_object_under_forks(caplog: pytest.LogCaptureFixture) -> None:
@@ -50,23 +37,14 @@ def test_lineage_command_with_a_stray_object_under_forks(env: dict[str, str], s3
     child = log.fork(w.session_id)
     s3log_server.client().put_object(Bucket=env["S3LOG_BUCKET"], Key=f"s3log/sessions/{w.session_id}/forks/notes..txt",
                                      Body=b"x")
-    result = _invoke(env, "lineage", child)
-    _no_python_error(result)
+    result = invoke(env, "lineage", child)
+    no_python_error(result)
     assert result.exit_code == 0 and child in result.stdout and w.session_id in result.stdout
     assert "notes..txt" not in result.stdout
 
 
-def _parent(store: s3log.MemoryStore, *sids: str) -> s3log.Log:
-    log = s3log.Log(store)
-    for sid in sids:
-        w = log.create(sid)
-        w.append("k", sid)
-        w.commit()
-    return log
-
-
 def test_a_deleted_childs_id_used_again_by_a_root_session_is_not_the_old_parents_child() -> None:
-    log = _parent(s3log.MemoryStore(), "p1")
+    log = sessions_log(s3log.MemoryStore(), "p1")
     log.fork("p1", child_id="c1")
     assert log.children("p1") == ["c1"]
     log.delete("c1")  # its young marker under p1 is left to gc
@@ -81,7 +59,7 @@ def test_a_deleted_childs_id_used_again_by_a_root_session_is_not_the_old_parents
 
 
 def test_a_deleted_childs_id_forked_into_from_another_parent_is_that_parents_child_alone() -> None:
-    log = _parent(s3log.MemoryStore(), "p1", "p2")
+    log = sessions_log(s3log.MemoryStore(), "p1", "p2")
     log.fork("p1", child_id="c1")
     log.delete("c1")
     assert log.fork("p2", child_id="c1") == "c1"

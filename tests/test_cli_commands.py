@@ -6,46 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
-import cbor2
 import pytest
-from typer.testing import CliRunner
 
-from s3log.cli.app import app
 from s3log.cli.common import dumps, jsonable, when
 from s3log.cli.maintenance import parse_duration
 from s3log.testing import LocalS3
-from tests.cli_env import log_of
-
-runner = CliRunner()
-
+from tests.cli_env import edit_head_s3, invoke, log_of, no_python_error, strict_json
 
 HUGE = 2**70
-
-
-def _invoke(env: dict[str, str], *args: str) -> Any:
-    return runner.invoke(app, list(args), env=env)
-
-
-def _strict_json(text: str) -> Any:
-    """JSON as a strict parser reads it: NaN, Infinity and -Infinity are not JSON."""
-    def refuse(name: str) -> Any:
-        raise ValueError(f"not JSON: {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
-def _no_python_error(result: Any) -> None:
-    assert "Traceback" not in result.output and "Errno" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-
-
-def _edit_head_s3(env: dict[str, str], s3log_server: LocalS3, sid: str, change: dict[str, Any]) -> str:
-    key = f"s3log/sessions/{sid}/head"
-    client = s3log_server.client()
-    head = cbor2.loads(client.get_object(Bucket=env["S3LOG_BUCKET"], Key=key)["Body"].read())
-    client.put_object(Bucket=env["S3LOG_BUCKET"], Key=key, Body=cbor2.dumps({**head, **change}, canonical=True))
-    return key
 
 
 @pytest.mark.parametrize("ms", [HUGE, -HUGE, 2**62, 253_402_300_800_000, -62_135_596_800_001])
@@ -68,17 +37,17 @@ def test_ls_and_show_list_a_head_with_huge_times(env: dict[str, str], s3log_serv
     good = log.create()
     good.append("k", 2)
     good.commit()
-    _edit_head_s3(env, s3log_server, w.session_id,
+    edit_head_s3(env, s3log_server, w.session_id,
                   {"created_at": HUGE, "updated_at": HUGE, "ts_min": -HUGE, "ts_max": HUGE})
-    result = _invoke(env, "ls")
-    _no_python_error(result)
+    result = invoke(env, "ls")
+    no_python_error(result)
     assert result.exit_code == 0 and f"ms:{HUGE}" in result.stdout and good.session_id in result.stdout
-    result = _invoke(env, "ls", "--json")
-    _no_python_error(result)
-    rows = {r["session"]: r for r in _strict_json(result.stdout)}
+    result = invoke(env, "ls", "--json")
+    no_python_error(result)
+    rows = {r["session"]: r for r in strict_json(result.stdout)}
     assert rows[w.session_id]["created"] == f"ms:{HUGE}" and rows[w.session_id]["created_at"] == HUGE
-    result = _invoke(env, "show", w.session_id)
-    _no_python_error(result)
+    result = invoke(env, "show", w.session_id)
+    no_python_error(result)
     assert result.exit_code == 0
 
 
@@ -86,7 +55,7 @@ def test_jsonable_maps_non_finite_floats_to_strings() -> None:
     value = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "x": 1.5, "l": [math.nan], (1, math.inf): 0}
     assert jsonable(value) == {"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity", "x": 1.5, "l": ["NaN"],
                                '[1, "Infinity"]': 0}
-    assert _strict_json(dumps(value))["inf"] == "Infinity"
+    assert strict_json(dumps(value))["inf"] == "Infinity"
 
 
 def test_show_tail_and_ls_json_are_valid_json_with_nan_and_infinity(env: dict[str, str]) -> None:
@@ -95,17 +64,17 @@ def test_show_tail_and_ls_json_are_valid_json_with_nan_and_infinity(env: dict[st
     w.append("k", {"nan": math.nan, "inf": math.inf, "ninf": -math.inf})
     w.append("plain", math.nan)
     w.commit()
-    result = _invoke(env, "show", w.session_id, "--json")
+    result = invoke(env, "show", w.session_id, "--json")
     assert result.exit_code == 0, result.output
-    shown = _strict_json(result.stdout)
+    shown = strict_json(result.stdout)
     assert shown["meta"]["score"] == "NaN"
     assert shown["entries"][0]["data"] == {"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity"}
     assert shown["entries"][1]["data"] == "NaN"
-    result = _invoke(env, "tail", w.session_id, "--json")
+    result = invoke(env, "tail", w.session_id, "--json")
     assert result.exit_code == 0, result.output
-    lines = [_strict_json(line) for line in result.stdout.splitlines()]
+    lines = [strict_json(line) for line in result.stdout.splitlines()]
     assert [e["data"] for e in lines] == [{"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity"}, "NaN"]
-    result = _invoke(env, "show", w.session_id)  # the plain line of an entry is JSON too
+    result = invoke(env, "show", w.session_id)  # the plain line of an entry is JSON too
     assert result.exit_code == 0 and '"inf": "Infinity"' in result.stdout and "NaN" in result.stdout
 
 
@@ -119,8 +88,8 @@ def test_parse_duration_refuses_more_than_a_hundred_years() -> None:
                                   ("expire", "--idle", "99999999999999999999999d", "--dry-run"),
                                   ("gc", "--older-than", "99999999999999999999999d", "--dry-run")])
 def test_a_huge_duration_is_an_error_naming_the_option(env: dict[str, str], args: tuple[str, ...]) -> None:
-    result = _invoke(env, *args)
-    _no_python_error(result)
+    result = invoke(env, *args)
+    no_python_error(result)
     assert result.exit_code == 2 and args[1] in result.output and "too long" in result.output, result.output
     assert "OverflowError" not in result.output
 
@@ -128,7 +97,6 @@ def test_a_huge_duration_is_an_error_naming_the_option(env: dict[str, str], args
 def test_cli_json_of_an_integer_past_the_str_limit_is_its_hex_text() -> None:
     # `s3log show` / `tail` (JSON or not) failed with "Exceeds the limit (4300 digits)
     # for integer string conversion" on an acknowledged entry holding such an integer.
-    import json
 
     from s3log.cli.common import dumps, jsonable
 

@@ -10,15 +10,7 @@ import pytest
 
 import s3log
 from s3log.errors import InvalidArgumentError, InvalidEntryError
-
-
-def _parent(store: s3log.MemoryStore, *sids: str) -> s3log.Log:
-    log = s3log.Log(store)
-    for sid in sids:
-        w = log.create(sid)
-        w.append("k", sid)
-        w.commit()
-    return log
+from tests.helpers import sessions_log
 
 
 @pytest.mark.parametrize("bad", [
@@ -33,7 +25,7 @@ def _parent(store: s3log.MemoryStore, *sids: str) -> s3log.Log:
 ], ids=["ts-ns", "ts-text", "ts-bool", "ts-negative", "kind-int", "kind-reserved", "kind-empty", "data"])
 def test_a_compaction_keeping_an_entry_append_refuses_is_refused_before_anything_is_written(bad: Any) -> None:
     store = s3log.MemoryStore()
-    log = _parent(store, "s1")
+    log = sessions_log(store, "s1")
     before = {k: store.get(k).body for k in store.all_keys()}
     with pytest.raises(InvalidEntryError, match="session s1"):
         log.compact("s1", lambda history, head: [*history, bad])
@@ -44,14 +36,14 @@ def test_a_compaction_keeping_an_entry_append_refuses_is_refused_before_anything
 @pytest.mark.parametrize("kept", [[{"ts": 1, "data": 1}], [["k", 1, 1]], "k", {"kind": "k", "ts": 1}])
 def test_a_selector_returning_something_else_than_entry_maps_is_an_argument_error(kept: Any) -> None:
     store = s3log.MemoryStore()
-    log = _parent(store, "s1")
+    log = sessions_log(store, "s1")
     with pytest.raises(InvalidArgumentError, match="select"):
         log.compact("s1", lambda history, head: kept)
     assert [e.data for e in log.read("s1").entries] == ["s1"]
 
 
 def test_a_compaction_keeping_new_well_formed_entries_reads_and_scans_back() -> None:
-    log = _parent(s3log.MemoryStore(), "s1")
+    log = sessions_log(s3log.MemoryStore(), "s1")
     assert log.compact("s1", lambda history, head: [*history, {"kind": "summary", "ts": 5, "data": {"n": (1, 2)}}])
     assert [(e.kind, e.ts, e.data) for e in log.read("s1").entries][1:] == [("summary", 5, {"n": [1, 2]})]
     assert log.compact("s1", lambda history, head: (e for e in history[:1]))  # any iterable

@@ -15,25 +15,11 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.codec import decode_head
 from s3log.config import LogConfig
 from s3log.env import Env
 from tests.delete_hooks import Clock
-from tests.test_pending_hostile import FAST, ClockStore
-
-DEADLINE = 60_000
-
-
-def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
-    kw.setdefault("tail_max_bytes", 1024)
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
-                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
-    return s3log.Log(store, config=cfg)
-
-
-def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
-    key = f"s3log/sessions/{sid}/head"
-    return decode_head(store.get(key).body, key)
+from tests.helpers import DEADLINE, SID, HookedMatch, deadline_log, head_of
+from tests.test_pending_hostile import ClockStore
 
 
 def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete() -> None:
@@ -63,14 +49,14 @@ def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete
                 on_delete()
 
     store = Hooked(clock)
-    log_a = _log(store, clock)
+    log_a = deadline_log(store, clock)
     a = log_a.create("s1")
     a.append("msg", {"text": "old"})
     a.commit()
-    log_b = _log(store, clock, seed=9, pending_max_bytes=0)
+    log_b = deadline_log(store, clock, seed=9, pending_max_bytes=0)
     b = log_b.create("s1", lazy=True)
     b.append("msg", {"text": "x" * 2000})  # flushes: a seq-0 segment, then a create-only head
-    deleter = _log(store, clock, seed=8)
+    deleter = deadline_log(store, clock, seed=8)
     p = clock.t
     landed: list[str] = []
 
@@ -90,7 +76,7 @@ def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete
     acked = b.commit().acked
     assert landed and acked
     keys = set(store.all_keys())
-    assert not [k for k in _head(store).segments if k not in keys]
+    assert not [k for k in head_of(store).segments if k not in keys]
 
 
 class _DeleteHook(s3log.MemoryStore):
@@ -134,9 +120,6 @@ def test_delete_never_removes_a_session_created_again_under_its_id() -> None:
     log.delete("thread-1")
     assert len(acked) == 5
     assert [e.hash for e in log.read("thread-1").entries] == [e.hash for e in acked]
-
-
-SID = "thread-1"
 
 
 class _Hooked(s3log.MemoryStore):
@@ -213,25 +196,12 @@ def test_delete_keeps_the_pending_segment_of_a_session_created_while_it_ran() ->
 DAY = 86_400_000
 
 
-class _HookedMatch(s3log.MemoryStore):
-    """Runs ``hook`` once, just before the first If-Match PUT of ``SID``'s head."""
-
-    hook: Any = None
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        if key.endswith(f"/sessions/{SID}/head") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        return super().put_if_match(key, body, etag)
-
-
-def _expired_session() -> tuple[_HookedMatch, s3log.Log]:
+def _expired_session() -> tuple[HookedMatch, s3log.Log]:
     from datetime import timedelta
 
-    from s3log.env import Env
 
     clock = Clock()
-    store = _HookedMatch()
+    store = HookedMatch()
     log = s3log.Log(store, config=LogConfig(env=Env.deterministic(7, clock)))
     old = log.create(SID)
     old.append("k", {"old": 0})

@@ -20,6 +20,8 @@ from s3log.errors import (
 )
 from s3log.testing import LocalS3
 from tests.delete_hooks import Clock
+from tests.helpers import expired_world
+from tests.test_pending_hostile import ClockStore
 
 
 @pytest.mark.parametrize("idle_for", [timedelta(days=999_999_999), 10**30])
@@ -41,23 +43,11 @@ DAY = 86_400_000
 MIN = 60_000
 
 
-def _expired_world(sid: str = "thread-7") -> tuple[s3log.MemoryStore, Clock, s3log.Log]:
-    clock, store = Clock(T0), s3log.MemoryStore()
-    log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock)))
-    w = log.create(sid)
-    w.append("k", 1)
-    w.commit()
-    clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
-    return store, clock, log
-
-
-class _SlowHeads(s3log.MemoryStore):
-    """A MemoryStore on a virtual clock; while ``slow``, each head GET takes that many ms."""
+class _SlowHeads(ClockStore):
+    """A MemoryStore on a virtual clock (objects stamped by it); while ``slow``, each head GET takes that many ms."""
 
     def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
+        super().__init__(clock)
         self.slow = 0
         self.on_segment: Callable[[], None] | None = None
 
@@ -68,16 +58,6 @@ class _SlowHeads(s3log.MemoryStore):
             hook, self.on_segment = self.on_segment, None
             hook()
         return super().get(key)
-
-    def put_if_absent(self, key: str, body: bytes) -> str:
-        etag = super().put_if_absent(key, body)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return etag
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        new = super().put_if_match(key, body, etag)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return new
 
 
 def _segmented(clock: Clock, n: int) -> tuple[_SlowHeads, s3log.Log, list[str]]:
@@ -153,12 +133,12 @@ def test_verify_all_does_not_call_an_expired_session_broken(s3log_server: LocalS
 
 
 def test_creating_an_expired_id_takes_it_over_lazy_or_not() -> None:
-    _store, _clock, log = _expired_world("thread-7")
+    _store, _clock, log = expired_world("thread-7")
     eager = log.create("thread-7")  # was SessionExists until gc removed the tombstone
     eager.append("k", "eager")
     eager.commit()
     assert [e.data for e in log.read("thread-7").entries] == ["eager"]
-    _store2, _clock2, log2 = _expired_world("thread-9")
+    _store2, _clock2, log2 = expired_world("thread-9")
     lazy = log2.create("thread-9", lazy=True)
     lazy.append("k", "lazy")
     lazy.commit()  # its create-only PUT meets the tombstone

@@ -28,6 +28,7 @@ from s3log import analytics
 from s3log.cli.app import app
 from s3log.testing import LocalS3
 from tests.cli_env import log_of
+from tests.helpers import store_with
 
 pytest.importorskip("duckdb")
 
@@ -156,25 +157,12 @@ def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-def _store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
-    """One session per ts (one entry each)."""
-    store = s3log.MemoryStore()
-    log = s3log.Log(store)
-    ids = []
-    for i, ts in enumerate(tss):
-        w = log.create(meta={"labels": {"n": str(i)}})
-        w.append("k", {"i": i}, ts=ts)
-        w.commit()
-        ids.append(w.session_id)
-    return store, ids
-
-
 @pytest.mark.parametrize("bad", [
     {"batch_size": 0}, {"sessions": ["bad id!"]}, {"kinds": "k"}, {"since": "garbage"}, {"bogus": 1},
     {"parallelism": 0}, {"until": float("nan")}, {"prefix": "../x"},
 ])
 def test_to_parquet_overwrite_checks_every_argument_before_deleting(tmp_path: Path, bad: dict[str, Any]) -> None:
-    store, _ = _store_with(T0)
+    store, _ = store_with(T0)
     out = tmp_path / "export"
     assert analytics.to_parquet(store, str(out)) == 1
     before = _files(out)
@@ -184,7 +172,7 @@ def test_to_parquet_overwrite_checks_every_argument_before_deleting(tmp_path: Pa
 
 
 def test_to_parquet_overwrite_keeps_the_export_when_the_store_fails(tmp_path: Path) -> None:
-    store, _ = _store_with(T0)
+    store, _ = store_with(T0)
     out = tmp_path / "export"
     analytics.to_parquet(store, str(out))
     before = _files(out)

@@ -4,56 +4,17 @@ markers are deleted, conditionally where the store can.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 
 import s3log
-from s3log.env import Env
-from s3log.errors import ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
+from s3log.errors import StoreError, TransientStoreError
 from tests.delete_hooks import Clock
-from tests.test_pending_hostile import FAST, ClockStore
-
-DEADLINE = 60_000
-
-
-def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
-    kw.setdefault("tail_max_bytes", 1024)
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
-                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
-    return s3log.Log(store, config=cfg)
-
+from tests.helpers import DEADLINE, DeferDeletes, deadline_log
+from tests.test_pending_hostile import ClockStore
 
 FORKS = "s3log/sessions/s1/forks/"
-
-
-class DeferDeletes:
-    """The objects of ``inner``; gc's DELETEs (plain and If-Match) are held back until
-    :meth:`apply`: a gc run decided, and its requests arrive later."""
-
-    honours_preconditions = True
-
-    def __init__(self, inner: s3log.MemoryStore) -> None:
-        self.inner = inner
-        self.deferred: list[tuple[str, str | None]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def delete(self, key: str) -> None:
-        self.deferred.append((key, None))
-
-    def delete_if_match(self, key: str, etag: str) -> None:
-        self.deferred.append((key, etag))
-
-    def apply(self) -> None:
-        for key, etag in self.deferred:
-            if etag is None:
-                self.inner.delete(key)
-            else:
-                with contextlib.suppress(PreconditionFailed, ObjectNotFound):
-                    self.inner.delete_if_match(key, etag)
 
 
 class ForkStore(ClockStore):
@@ -97,11 +58,11 @@ class ForkStore(ClockStore):
 def _undecided_fork(store: ForkStore, clock: Clock) -> tuple[s3log.Writer[Any], Any, str]:
     """Writer A on s1 loses a race and forks; the child's head PUT is left undecided.
     Returns A, the ticket of its entry, and the child's id (from its marker)."""
-    log_a = _log(store, clock)
+    log_a = deadline_log(store, clock)
     w_a = log_a.create("s1")
     w_a.append("msg", {"text": "a0"})
     w_a.commit()
-    w_b = _log(store, clock, seed=9).open("s1")
+    w_b = deadline_log(store, clock, seed=9).open("s1")
     w_b.append_durable("msg", {"text": "b1"})
     ticket = w_a.submit("msg", {"text": "a1"})
     store.undecided = True
@@ -116,7 +77,7 @@ def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_fligh
     clock = Clock()
     store = ForkStore(clock)
     gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    gc_log = deadline_log(gc_store, clock, seed=8)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE  # the first marker is now past gc's grace
     store.before_child_head = lambda: gc_log.gc(older_than_ms=0)  # gc meets the retried head in flight
@@ -131,7 +92,7 @@ def test_a_dangling_marker_gc_listed_before_a_retried_fork_rewrote_it_is_not_del
     clock = Clock()
     store = ForkStore(clock)
     gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    gc_log = deadline_log(gc_store, clock, seed=8)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE
     decided: list[list[str]] = []
@@ -149,7 +110,7 @@ def test_gc_still_deletes_a_dangling_marker_nobody_rewrote() -> None:
     store = ForkStore(clock)
     _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE
-    report = _log(store, clock, seed=8).gc(older_than_ms=0)
+    report = deadline_log(store, clock, seed=8).gc(older_than_ms=0)
     assert [k for k in report.deleted if k.startswith(FORKS)] == report.unreferenced
     assert not [k for k in store.all_keys() if k.startswith(FORKS)]
 
@@ -237,11 +198,11 @@ def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_dele
 
     clock = Clock()
     store = NoConditionalDelete(clock)
-    log = _log(store, clock)
+    log = deadline_log(store, clock)
     log.create("s1").append_durable("msg", {"text": "a"})
     body = s3log.codec.dumps({"v": 1, "child": "c1", "parent": {}, "created_at": 1})
     store.put_raw(FORKS + "c1", body, mtime_ms=clock.t)  # a fork whose head never came
     clock.t += 3 * DEADLINE
-    assert _log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
+    assert deadline_log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
     assert log.fork("s1", child_id="c1") == "c1"
     assert log.children("s1") == ["c1"]

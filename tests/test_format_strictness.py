@@ -6,20 +6,17 @@ tests/test_independent_reader.py cannot express (the two readers may differ ther
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import cbor2
 import pytest
-from typer.testing import CliRunner
 
 import s3log
-from s3log.cli.app import app
 from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
 from s3log.errors import CorruptionError
 from s3log.layout import Layout, parse_segment_key
 from s3log.testing import LocalS3
-from tests.cli_env import log_of
+from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json
 
 
 def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
@@ -149,35 +146,6 @@ def test_tagged_values_that_read_back_are_kept(version: int) -> None:
     assert [e.data for e in log.read(w.session_id).entries[: len(values)]] == values
 
 
-runner = CliRunner()
-
-
-def _invoke(env: dict[str, str], *args: str) -> Any:
-    return runner.invoke(app, list(args), env=env)
-
-
-def _strict_json(text: str) -> Any:
-    """JSON as a strict parser reads it: NaN, Infinity and -Infinity are not JSON."""
-    def refuse(name: str) -> Any:
-        raise ValueError(f"not JSON: {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
-def _edit_head_s3(env: dict[str, str], s3log_server: LocalS3, sid: str, change: dict[str, Any]) -> str:
-    key = f"s3log/sessions/{sid}/head"
-    client = s3log_server.client()
-    head = cbor2.loads(client.get_object(Bucket=env["S3LOG_BUCKET"], Key=key)["Body"].read())
-    client.put_object(Bucket=env["S3LOG_BUCKET"], Key=key, Body=cbor2.dumps({**head, **change}, canonical=True))
-    return key
-
-
-def _edit_head_mem(store: s3log.MemoryStore, sid: str, change: dict[str, Any]) -> str:
-    key = f"s3log/sessions/{sid}/head"
-    head = cbor2.loads(store.get(key).body)
-    store.put_raw(key, cbor2.dumps({**head, **change}, canonical=True))
-    return key
-
-
 @pytest.mark.parametrize("bad", [5, "x", [1, 2], {}, {"at": "yesterday"}, True,
                                  {"at": 1, "seq": 0, "hash": b"short", "idle_for_ms": 1},
                                  {"at": -1, "seq": 0, "hash": None, "idle_for_ms": 1},
@@ -188,7 +156,7 @@ def test_a_malformed_expired_field_makes_the_head_corrupt(bad: Any) -> None:
     w = log.create()
     w.append("k", 1)
     w.commit()
-    key = _edit_head_mem(store, w.session_id, {"expired": bad})
+    key = edit_head_mem(store, w.session_id, {"expired": bad})
     with pytest.raises(CorruptionError, match="expired") as info:
         log.read(w.session_id)
     assert info.value.key == key
@@ -200,9 +168,9 @@ def test_a_well_formed_or_null_expired_field_reads_as_before() -> None:
     w = log.create()
     w.append("k", 1)
     w.commit()
-    _edit_head_mem(store, w.session_id, {"expired": None})
+    edit_head_mem(store, w.session_id, {"expired": None})
     assert len(log.read(w.session_id)) == 1
-    _edit_head_mem(store, w.session_id, {"expired": {"at": 1, "seq": 0, "hash": None, "idle_for_ms": 5}})
+    edit_head_mem(store, w.session_id, {"expired": {"at": 1, "seq": 0, "hash": None, "idle_for_ms": 5}})
     with pytest.raises(s3log.SessionExpired):
         log.read(w.session_id)
 
@@ -212,9 +180,9 @@ def test_verify_counts_a_malformed_tombstone_as_broken(env: dict[str, str], s3lo
     w = log.create()
     w.append("k", 1)
     w.commit()
-    key = _edit_head_s3(env, s3log_server, w.session_id, {"expired": {"at": "yesterday"}})
-    result = _invoke(env, "verify", "--all", "--json")
-    report = _strict_json(result.stdout)
+    key = edit_head_s3(env, s3log_server, w.session_id, {"expired": {"at": "yesterday"}})
+    result = invoke(env, "verify", "--all", "--json")
+    report = strict_json(result.stdout)
     assert result.exit_code == 1 and report["expired_or_deleted"] == []
     assert [(b["session"], b["key"]) for b in report["broken"]] == [(w.session_id, key)]
 
@@ -227,7 +195,7 @@ def test_a_parent_naming_no_session_id_is_corruption_naming_the_head() -> None:
     w.commit()
     child = log.fork(w.session_id)
     head = cbor2.loads(store.get(f"s3log/sessions/{child}/head").body)
-    key = _edit_head_mem(store, child, {"parent": {**head["parent"], "session": "../../x"}})
+    key = edit_head_mem(store, child, {"parent": {**head["parent"], "session": "../../x"}})
     for call in (log.lineage, log.read):
         with pytest.raises(CorruptionError, match="session id") as info:
             call(child)
@@ -239,8 +207,8 @@ def test_verify_json_names_the_key_of_a_format_version_error(env: dict[str, str]
     w = log.create()
     w.append("k", 1)
     w.commit()
-    key = _edit_head_s3(env, s3log_server, w.session_id, {"v": 3})
-    result = _invoke(env, "verify", w.session_id, "--json")
-    report = _strict_json(result.stdout)
+    key = edit_head_s3(env, s3log_server, w.session_id, {"v": 3})
+    result = invoke(env, "verify", w.session_id, "--json")
+    report = strict_json(result.stdout)
     assert result.exit_code == 1 and report["broken"][0]["key"] == key
     assert "format version" in report["broken"][0]["error"]

@@ -23,32 +23,8 @@ from s3log.errors import (
     StoreError,
 )
 from tests.delete_hooks import Clock
-from tests.test_pending_hostile import FAST, ClockStore
-
-DEADLINE = 60_000
-
-
-def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
-    kw.setdefault("tail_max_bytes", 1024)
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
-                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
-    return s3log.Log(store, config=cfg)
-
-
-def _commit_until(w: s3log.Writer[Any], ran: list[str]) -> list[s3log.Entry]:
-    """Commit ~300-byte entries one by one until ``ran`` holds something (a hook ran)."""
-    acked: list[s3log.Entry] = []
-    for i in range(12):
-        w.append("msg", {"i": i, "text": "x" * 300})
-        acked += w.commit().acked
-        if ran:
-            break
-    return acked
-
-
-def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
-    key = f"s3log/sessions/{sid}/head"
-    return decode_head(store.get(key).body, key)
+from tests.helpers import DEADLINE, DeferDeletes, commit_until, deadline_log, head_of
+from tests.test_pending_hostile import ClockStore
 
 
 def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
@@ -56,7 +32,7 @@ def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
     is older than landing_bound_ms, then collected."""
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=0)
+    log = deadline_log(store, clock, pending_max_bytes=0)
     w = log.create("s1")
     w.append("msg", {"text": "x" * 2000})
     lost: list[str] = []
@@ -76,33 +52,12 @@ def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
     assert lost[0] in log.gc(older_than_ms=0).deleted
 
 
-class DeferDeletes:
-    """The objects of ``inner``; its DELETEs are held back (a gc run decided, and its
-    requests arrive later) until :meth:`apply`."""
-
-    honours_preconditions = True
-
-    def __init__(self, inner: s3log.MemoryStore) -> None:
-        self.inner = inner
-        self.deferred: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def delete(self, key: str) -> None:
-        self.deferred.append(key)
-
-    def apply(self) -> None:
-        for key in self.deferred:
-            self.inner.delete(key)
-
-
 def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=0)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=0)
+    log = deadline_log(store, clock, pending_max_bytes=0)
+    gc_store = DeferDeletes(store, if_match=False)
+    gc_log = deadline_log(gc_store, clock, seed=8, pending_max_bytes=0)
     w = log.create("s1")
     ran: list[str] = []
 
@@ -114,11 +69,11 @@ def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None
         ran.append("ran")
 
     store.before_head = slow
-    acked = _commit_until(w, ran)
+    acked = commit_until(w, ran)
     assert ran == ["ran"]
     gc_store.apply()  # gc's DELETEs, sent before the head landed, arrive after the ack
     keys = set(store.all_keys())
-    assert not [k for k in _head(store).segments if k not in keys]
+    assert not [k for k in head_of(store).segments if k not in keys]
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
     w.append("msg", {"i": 99})
     acked += w.commit().acked  # and the writer goes on
@@ -183,12 +138,12 @@ T0 = 1_800_000_000_000
 DAY = 86_400_000
 
 
-class _GetHook(s3log.MemoryStore):
-    """A MemoryStore on a virtual clock; runs ``hook`` once, after the first GET of ``key``."""
+class _GetHook(ClockStore):
+    """A MemoryStore on a virtual clock (objects stamped by it); runs ``hook`` once, after the first GET of ``key``."""
 
     def __init__(self, clock: Clock, key: str) -> None:
-        super().__init__()
-        self.clock, self.key = clock, key
+        super().__init__(clock)
+        self.key = key
         self.hook: Callable[[], None] | None = None
 
     def get(self, key: str) -> Any:
@@ -197,16 +152,6 @@ class _GetHook(s3log.MemoryStore):
             hook, self.hook = self.hook, None
             hook()
         return out
-
-    def put_if_absent(self, key: str, body: bytes) -> str:
-        etag = super().put_if_absent(key, body)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return etag
-
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        new = super().put_if_match(key, body, etag)
-        self.put_raw(key, body, mtime_ms=self.clock())
-        return new
 
 
 def test_a_slow_gc_does_not_delete_a_head_that_changed_after_its_listing() -> None:

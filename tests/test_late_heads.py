@@ -18,32 +18,8 @@ from s3log.codec import decode_head
 from s3log.env import Env
 from s3log.errors import TransientStoreError
 from tests.delete_hooks import Clock
+from tests.helpers import DEADLINE, DeferDeletes, commit_until, deadline_log, head_of
 from tests.test_pending_hostile import FAST, ClockStore
-
-DEADLINE = 60_000
-
-
-def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
-    kw.setdefault("tail_max_bytes", 1024)
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
-                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
-    return s3log.Log(store, config=cfg)
-
-
-def _commit_until(w: s3log.Writer[Any], ran: list[str]) -> list[s3log.Entry]:
-    """Commit ~300-byte entries one by one until ``ran`` holds something (a hook ran)."""
-    acked: list[s3log.Entry] = []
-    for i in range(12):
-        w.append("msg", {"i": i, "text": "x" * 300})
-        acked += w.commit().acked
-        if ran:
-            break
-    return acked
-
-
-def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
-    key = f"s3log/sessions/{sid}/head"
-    return decode_head(store.get(key).body, key)
 
 
 @pytest.mark.parametrize("pending_max", [0, 2048], ids=["sequential", "parallel"])
@@ -51,8 +27,8 @@ def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
 def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_max: int, cache_levels: int) -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=pending_max, cache_levels=cache_levels)
-    gc_log = _log(store, clock, seed=8, pending_max_bytes=pending_max, cache_levels=cache_levels)
+    log = deadline_log(store, clock, pending_max_bytes=pending_max, cache_levels=cache_levels)
+    gc_log = deadline_log(store, clock, seed=8, pending_max_bytes=pending_max, cache_levels=cache_levels)
     w = log.create("s1")
     calls: list[str] = []
     gc_runs: list[list[str]] = []
@@ -76,7 +52,7 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
         w.append("msg", {"i": i, "text": "x" * 300})
         acked += w.commit().acked
         keys = set(store.all_keys())
-        head = _head(store)
+        head = head_of(store)
         assert not [k for k in head.segments if k not in keys], (i, gc_runs)
         # Acknowledged means readable now, by a fresh reader.
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
@@ -87,7 +63,7 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
 def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=4096)
+    log = deadline_log(store, clock, pending_max_bytes=4096)
     w = log.create("s1")
     late: list[str] = []
 
@@ -105,33 +81,12 @@ def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() 
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
 
 
-class DeferDeletes:
-    """The objects of ``inner``; its DELETEs are held back (a gc run decided, and its
-    requests arrive later) until :meth:`apply`."""
-
-    honours_preconditions = True
-
-    def __init__(self, inner: s3log.MemoryStore) -> None:
-        self.inner = inner
-        self.deferred: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def delete(self, key: str) -> None:
-        self.deferred.append(key)
-
-    def apply(self) -> None:
-        for key in self.deferred:
-            self.inner.delete(key)
-
-
 def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=4096)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=4096)
+    log = deadline_log(store, clock, pending_max_bytes=4096)
+    gc_store = DeferDeletes(store, if_match=False)
+    gc_log = deadline_log(gc_store, clock, seed=8, pending_max_bytes=4096)
     w = log.create("s1")
     ran: list[str] = []
     seg_written = threading.Event()
@@ -165,7 +120,7 @@ def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> N
     assert ran
     store.before_head = lambda key, body: None
     # Another writer (a restarted process) opens while the pending segment still exists.
-    w2 = _log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
+    w2 = deadline_log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
     gc_store.apply()
     for i in range(6):
         w2.append("msg", {"i": 100 + i, "text": "y" * 300})
@@ -185,9 +140,9 @@ def test_a_fork_whose_child_head_lands_past_the_deadline_keeps_its_parent_marker
             return super().put_if_absent(key, body)
 
     store = SlowCreate(clock)
-    log = _log(store, clock)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    log = deadline_log(store, clock)
+    gc_store = DeferDeletes(store, if_match=False)
+    gc_log = deadline_log(gc_store, clock, seed=8)
     w = log.create("s1")
     w.append("msg", {"text": "a"})
     w.commit()
@@ -209,8 +164,8 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
     cfg = dict(tail_max_bytes=1024, pending_max_bytes=4096)
     log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(7, clock), activity_index=False, retry=FAST,
                                                   commit_deadline_ms=DEADLINE, **cfg))  # type: ignore[arg-type]
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, **cfg)
+    gc_store = DeferDeletes(store, if_match=False)
+    gc_log = deadline_log(gc_store, clock, seed=8, **cfg)
     w = log.create("s1")
     ran: list[str] = []
 
@@ -225,7 +180,7 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
         ran.append(p.key)
 
     store.before_head = slow
-    acked = _commit_until(w, ran)
+    acked = commit_until(w, ran)
     assert ran
     w.append("big", {"text": "y" * 1500})  # inline (tail_per_commit): the pending is carried
     acked += w.commit().acked
@@ -270,7 +225,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
         return out
 
     def writer(store: ClockStore) -> Any:
-        return _log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
+        return deadline_log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
 
     protocol.merge_ahead = spy  # type: ignore[assignment]
     try:
@@ -285,8 +240,8 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
 
     clock.t = Clock().t
     store = SlowSeg(clock)
-    log = _log(store, clock, pending_max_bytes=0, cache_levels=0)
-    gc_log = _log(store, clock, seed=8, pending_max_bytes=0, cache_levels=0)
+    log = deadline_log(store, clock, pending_max_bytes=0, cache_levels=0)
+    gc_log = deadline_log(store, clock, seed=8, pending_max_bytes=0, cache_levels=0)
     w = log.create("s1")
     sent_late: list[int] = []
 
@@ -308,7 +263,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
             continue
         acked += w.commit().acked
         keys = set(store.all_keys())
-        assert not [k for k in _head(store).segments if k not in keys]
+        assert not [k for k in head_of(store).segments if k not in keys]
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
     clock.t += 3 * DEADLINE
     gc_log.gc(older_than_ms=0)
