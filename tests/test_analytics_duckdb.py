@@ -19,12 +19,9 @@ from tests.helpers import store_with
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
 
-
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
-
 DAY = 86_400_000
-
 
 runner = CliRunner()
 

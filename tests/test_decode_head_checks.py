@@ -78,7 +78,6 @@ _WRONG: list[Any] = [
     cbor2.undefined,
 ]
 
-
 _MISSING = object()
 
 

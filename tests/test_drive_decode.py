@@ -4,7 +4,9 @@ The procedure names a pure function of the blob; both drivers apply it inside th
 Parallel (so decoding one segment overlaps the transfer of the others) and hand back
 what it returns, or the exception it raised for the procedure to raise in key order.
 A driver that does not decode (the simulator, a scripted test) returns the blob and
-the procedure decodes it itself: the results are the same either way.
+the procedure decodes it itself: the results are the same either way. An interrupt inside
+a decode is raised, not handed back as a result, and decoding from many pool threads leaves
+the garbage collector as it found it.
 """
 
 from __future__ import annotations

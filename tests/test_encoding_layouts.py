@@ -115,7 +115,6 @@ def test_a_rewritten_head_keeps_a_newer_writers_field_keyed_true() -> None:
 
 _INTS = [0, 1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63 - 1]
 
-
 _KINDS = ["a", "é", "k" * 23, "k" * 24, "k" * 255, "\u2603" * 256, "\U0001f600", "s3log.fork", "a\x00b"]
 
 

@@ -36,9 +36,7 @@ def test_expire_refuses_an_idle_threshold_past_what_a_date_holds(idle_for: Any) 
 
 T0 = 1_800_000_000_000
 
-
 DAY = 86_400_000
-
 
 MIN = 60_000
 

@@ -6,7 +6,8 @@ new one in its place: a scan failing after its first batch (a store fault, a str
 scan's corrupt session) left the old export gone and the new one partial. Now the new
 export is written elsewhere (a hidden sibling directory locally, a hidden folder
 inside the target on S3) and swapped in at the end; a failure deletes only that.
-Each test here failed before.
+Each test here failed before. Every argument (and the bucket) is checked before anything
+is deleted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-
 from typer.testing import CliRunner
 
 import s3log
@@ -29,8 +29,6 @@ from s3log.cli.app import app
 from s3log.testing import LocalS3
 from tests.cli_env import log_of
 from tests.helpers import store_with
-
-pytest.importorskip("duckdb")
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000

@@ -263,7 +263,6 @@ def test_entries_landed_before_a_failed_fork_are_in_the_seed_once() -> None:
 
 T0 = 1_800_000_000_000
 
-
 DAY = 86_400_000
 
 

@@ -1,7 +1,9 @@
 """Readers refuse what docs/format.md says is corrupt, with a CorruptionError and never
 another exception: cases found by differential fuzzing of s3log against the
 independent reader (tests/independent/reader.mjs) that the shared tampering table of
-tests/test_independent_reader.py cannot express (the two readers may differ there).
+tests/test_independent_reader.py cannot express (the two readers may differ there). A
+malformed tombstone or a parent naming no session id makes the head corrupt, and ``verify``
+says so, naming the key.
 """
 
 from __future__ import annotations

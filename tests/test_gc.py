@@ -134,7 +134,6 @@ def test_gc_command_fails_naming_the_key_it_could_not_delete(env: dict[str, str]
 
 T0 = 1_800_000_000_000
 
-
 DAY = 86_400_000
 
 

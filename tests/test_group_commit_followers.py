@@ -1,7 +1,8 @@
 """AsyncWriter's group commit: tasks waiting while a commit is in flight follow it
 (each on a future of its own, resolved when it ends) and the next commit carries
 every entry queued meanwhile. Timeouts and cancellations of some waiters lose nothing
-acknowledged, duplicate nothing and leave no task behind."""
+acknowledged, duplicate nothing and leave no task behind, under random cancellations,
+store faults, conflicting writers and a loop shut down mid-commit."""
 
 from __future__ import annotations
 

@@ -21,7 +21,6 @@ from tests.baseline import baseline_module
 
 pytest.importorskip("pyarrow")
 
-
 T0 = 1_767_225_600_000  # 2026-01-01
 
 

@@ -33,7 +33,6 @@ def bucket(s3log_server: LocalS3) -> str:
 
 CUTS = [CutShort(), CutShort(reset=True), CutShort(declare_length=False)]
 
-
 CUT_IDS = ["length-then-close", "length-then-reset", "no-length-then-close"]
 
 

@@ -95,7 +95,6 @@ def test_a_store_error_on_the_head_put_still_leaves_the_entries_uncertain() -> N
 
 T0 = 1_800_000_000_000
 
-
 DAY = 86_400_000
 
 
