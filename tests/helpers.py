@@ -86,6 +86,13 @@ class DeferDeletes:
                     self.inner.delete_if_match(key, etag)
 
 
+def gc_beside(store: Any, clock: Clock, *, if_match: bool = False, **kw: Any) -> tuple[DeferDeletes, s3log.Log]:
+    """A gc's view of ``store`` (another process, seed 8, :func:`deadline_log`'s config and
+    ``kw``) whose DELETEs are held back until :meth:`DeferDeletes.apply`."""
+    gc_store = DeferDeletes(store, if_match=if_match)
+    return gc_store, deadline_log(gc_store, clock, seed=8, **kw)
+
+
 class HookedMatch(s3log.MemoryStore):
     """Runs ``hook`` once, just before the first If-Match PUT of :data:`SID`'s head."""
 
@@ -121,6 +128,14 @@ def store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
         w.commit()
         ids.append(w.session_id)
     return store, ids
+
+
+def parent_and_fork(log: s3log.Log) -> tuple[str, str]:
+    """A new session of one entry and a fork of it: their ids."""
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    return w.session_id, log.fork(w.session_id)
 
 
 def sessions_log(store: s3log.MemoryStore, *sids: str) -> s3log.Log:

@@ -11,35 +11,29 @@ import pytest
 import s3log
 from s3log.testing import LocalS3
 from tests.cli_env import invoke, log_of, no_python_error
-from tests.helpers import sessions_log
+from tests.helpers import parent_and_fork, sessions_log
 
 
 def test_children_skip_a_stray_object_under_forks(caplog: pytest.LogCaptureFixture) -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
-    child = log.fork(w.session_id)
+    parent, child = parent_and_fork(log)
     for stray in ("notes..txt", "bad id", "..", "a/b"):
-        store.put_raw(f"s3log/sessions/{w.session_id}/forks/{stray}", b"hello")
+        store.put_raw(f"s3log/sessions/{parent}/forks/{stray}", b"hello")
     with caplog.at_level(logging.WARNING, logger="s3log"):
-        assert log.children(w.session_id) == [child]
+        assert log.children(parent) == [child]
     assert "notes..txt" in caplog.text and "not a valid session id" in caplog.text
-    assert [s.session for s in log.lineage(child)] == [child, w.session_id]
+    assert [s.session for s in log.lineage(child)] == [child, parent]
 
 
 def test_lineage_command_with_a_stray_object_under_forks(env: dict[str, str], s3log_server: LocalS3) -> None:
     log = log_of(env)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
-    child = log.fork(w.session_id)
-    s3log_server.client().put_object(Bucket=env["S3LOG_BUCKET"], Key=f"s3log/sessions/{w.session_id}/forks/notes..txt",
+    parent, child = parent_and_fork(log)
+    s3log_server.client().put_object(Bucket=env["S3LOG_BUCKET"], Key=f"s3log/sessions/{parent}/forks/notes..txt",
                                      Body=b"x")
     result = invoke(env, "lineage", child)
     no_python_error(result)
-    assert result.exit_code == 0 and child in result.stdout and w.session_id in result.stdout
+    assert result.exit_code == 0 and child in result.stdout and parent in result.stdout
     assert "notes..txt" not in result.stdout
 
 

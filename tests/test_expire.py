@@ -58,6 +58,18 @@ class _SlowHeads(ClockStore):
         return super().get(key)
 
 
+def _sweeper(log: s3log.Log, store: s3log.MemoryStore, then: str) -> Callable[[], None]:
+    """What runs between a reader's head GET and its segment GETs: session s000 expires and
+    its segments are collected (with ``then`` "deleted", its tombstone too)."""
+    def sweep_and_collect() -> None:
+        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
+        for key in [k for k in store.all_keys() if "/seg/" in k]:
+            store.delete(key)
+        if then == "deleted":
+            store.delete(log.layout.head("s000"))
+    return sweep_and_collect
+
+
 def _segmented(clock: Clock, n: int) -> tuple[_SlowHeads, s3log.Log, list[str]]:
     store = _SlowHeads(clock)
     log = s3log.Log(store, config=LogConfig(env=Env.deterministic(5, clock), tail_per_commit=0, tail_max_bytes=256,
@@ -90,14 +102,7 @@ def test_a_reader_whose_session_goes_under_it_is_told_so_not_corrupt(then: str) 
     store, log, _ = _segmented(clock, 1)
     clock.t += 40 * DAY
 
-    def sweep_and_collect() -> None:  # between the reader's head GET and its segment GETs
-        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
-        for key in [k for k in store.all_keys() if "/seg/" in k]:
-            store.delete(key)
-        if then == "deleted":
-            store.delete(log.layout.head("s000"))
-
-    store.on_segment = sweep_and_collect
+    store.on_segment = _sweeper(log, store, then)
     with pytest.raises(s3log.SessionExpired if then == "expired" else s3log.SessionNotFound):
         log.read("s000")
 
@@ -212,13 +217,6 @@ def test_read_suffix_of_a_session_collected_under_it_is_not_corrupt(then: str) -
     assert log.head("s000").segments
     clock.t += 40 * DAY
 
-    def sweep_and_collect() -> None:  # between the reader's head GET and its segment GET
-        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
-        for key in [k for k in store.all_keys() if "/seg/" in k]:
-            store.delete(key)
-        if then == "deleted":
-            store.delete(log.layout.head("s000"))
-
-    store.on_segment = sweep_and_collect
+    store.on_segment = _sweeper(log, store, then)
     with pytest.raises(s3log.SessionExpired if then == "expired" else s3log.SessionNotFound):
         log.read_suffix("s000", lambda entries: len(entries) >= 3)

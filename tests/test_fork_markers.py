@@ -11,7 +11,7 @@ import pytest
 import s3log
 from s3log.errors import StoreError, TransientStoreError
 from tests.delete_hooks import Clock
-from tests.helpers import DEADLINE, DeferDeletes, deadline_log
+from tests.helpers import DEADLINE, deadline_log, gc_beside
 from tests.test_pending_hostile import ClockStore
 
 FORKS = "s3log/sessions/s1/forks/"
@@ -76,8 +76,7 @@ def _undecided_fork(store: ForkStore, clock: Clock) -> tuple[s3log.Writer[Any], 
 def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_flight() -> None:
     clock = Clock()
     store = ForkStore(clock)
-    gc_store = DeferDeletes(store)
-    gc_log = deadline_log(gc_store, clock, seed=8)
+    gc_store, gc_log = gc_beside(store, clock, if_match=True)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE  # the first marker is now past gc's grace
     store.before_child_head = lambda: gc_log.gc(older_than_ms=0)  # gc meets the retried head in flight
@@ -91,8 +90,7 @@ def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_fligh
 def test_a_dangling_marker_gc_listed_before_a_retried_fork_rewrote_it_is_not_deleted() -> None:
     clock = Clock()
     store = ForkStore(clock)
-    gc_store = DeferDeletes(store)
-    gc_log = deadline_log(gc_store, clock, seed=8)
+    gc_store, gc_log = gc_beside(store, clock, if_match=True)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE
     decided: list[list[str]] = []

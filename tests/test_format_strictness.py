@@ -19,6 +19,7 @@ from s3log.errors import CorruptionError
 from s3log.layout import Layout, parse_segment_key
 from s3log.testing import LocalS3
 from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json
+from tests.helpers import parent_and_fork
 
 
 def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
@@ -192,10 +193,7 @@ def test_verify_counts_a_malformed_tombstone_as_broken(env: dict[str, str], s3lo
 def test_a_parent_naming_no_session_id_is_corruption_naming_the_head() -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
-    child = log.fork(w.session_id)
+    _parent, child = parent_and_fork(log)
     head = cbor2.loads(store.get(f"s3log/sessions/{child}/head").body)
     key = edit_head_mem(store, child, {"parent": {**head["parent"], "session": "../../x"}})
     for call in (log.lineage, log.read):

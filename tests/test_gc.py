@@ -23,7 +23,7 @@ from s3log.errors import (
     StoreError,
 )
 from tests.delete_hooks import Clock
-from tests.helpers import DEADLINE, DeferDeletes, commit_until, deadline_log, head_of
+from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
 from tests.test_pending_hostile import ClockStore
 
 
@@ -56,8 +56,7 @@ def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None
     clock = Clock()
     store = ClockStore(clock)
     log = deadline_log(store, clock, pending_max_bytes=0)
-    gc_store = DeferDeletes(store, if_match=False)
-    gc_log = deadline_log(gc_store, clock, seed=8, pending_max_bytes=0)
+    gc_store, gc_log = gc_beside(store, clock, pending_max_bytes=0)
     w = log.create("s1")
     ran: list[str] = []
 

@@ -18,7 +18,7 @@ from s3log.codec import decode_head
 from s3log.env import Env
 from s3log.errors import TransientStoreError
 from tests.delete_hooks import Clock
-from tests.helpers import DEADLINE, DeferDeletes, commit_until, deadline_log, head_of
+from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
 from tests.test_pending_hostile import FAST, ClockStore
 
 
@@ -85,8 +85,7 @@ def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> N
     clock = Clock()
     store = ClockStore(clock)
     log = deadline_log(store, clock, pending_max_bytes=4096)
-    gc_store = DeferDeletes(store, if_match=False)
-    gc_log = deadline_log(gc_store, clock, seed=8, pending_max_bytes=4096)
+    gc_store, gc_log = gc_beside(store, clock, pending_max_bytes=4096)
     w = log.create("s1")
     ran: list[str] = []
     seg_written = threading.Event()
@@ -141,8 +140,7 @@ def test_a_fork_whose_child_head_lands_past_the_deadline_keeps_its_parent_marker
 
     store = SlowCreate(clock)
     log = deadline_log(store, clock)
-    gc_store = DeferDeletes(store, if_match=False)
-    gc_log = deadline_log(gc_store, clock, seed=8)
+    gc_store, gc_log = gc_beside(store, clock)
     w = log.create("s1")
     w.append("msg", {"text": "a"})
     w.commit()
@@ -164,8 +162,7 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
     cfg = dict(tail_max_bytes=1024, pending_max_bytes=4096)
     log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(7, clock), activity_index=False, retry=FAST,
                                                   commit_deadline_ms=DEADLINE, **cfg))  # type: ignore[arg-type]
-    gc_store = DeferDeletes(store, if_match=False)
-    gc_log = deadline_log(gc_store, clock, seed=8, **cfg)
+    gc_store, gc_log = gc_beside(store, clock, **cfg)
     w = log.create("s1")
     ran: list[str] = []
 
