@@ -171,7 +171,7 @@ def test_renew_lease_leaves_the_writers_conflict_mode_alone() -> None:
 
 
 def test_busy_is_still_raised_for_a_live_lease() -> None:
-    """The checks above change no decision about leases (a control)."""
+    """A live lease still refuses another owner (a control: releasing abandoned leases changes no other decision)."""
     log = s3log.Log(s3log.MemoryStore())
     a = AgentSession.create(log, owner="a", lease_ttl=60)
     a.user_input("hi")
