@@ -10,7 +10,6 @@ import math
 import pytest
 
 from s3log.cli.common import dumps, jsonable, when
-from s3log.cli.maintenance import parse_duration
 from s3log.testing import LocalS3
 from tests.cli_env import edit_head_s3, invoke, log_of, no_python_error, strict_json
 
@@ -79,6 +78,9 @@ def test_show_tail_and_ls_json_are_valid_json_with_nan_and_infinity(env: dict[st
 
 
 def test_parse_duration_refuses_more_than_a_hundred_years() -> None:
+    # Imported once the command line is loaded (tests.cli_env): its modules import each other.
+    from s3log.cli.maintenance import parse_duration
+
     assert parse_duration("36500d") == 36_500 * 86_400_000
     with pytest.raises(Exception, match="too long"):
         parse_duration("36501d")
