@@ -1,5 +1,6 @@
 """Stores under faults over HTTP: cut-short bodies and replies without an ETag are store errors a
-read retries, never corruption or a raw exception.
+read retries, never corruption or a raw exception; an async store whose commit was cancelled
+mid-request (a stalled reply) serves a writer on the next event loop.
 """
 
 from __future__ import annotations
