@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from typing import Any
 
 import pytest
 
@@ -66,13 +67,7 @@ def test_status_and_withdraw_never_lie_under_threads() -> None:
 def test_async_withdraw_during_a_commit_is_refused_for_what_it_carries() -> None:
     async def main() -> None:
         store = _SlowHeadStore(s3log.MemoryStore())
-        alog = s3log.AsyncLog(store)
-        w = await alog.create()
-        carried = [w.submit("k", i) for i in range(3)]
-        store.hold.clear()
-        commit = asyncio.ensure_future(w.commit())
-        while not store.waiting:
-            await asyncio.sleep(0)
+        alog, w, carried, commit = await _held_commit(store)
         later = w.submit("k", "later")
         assert [w.status(t) for t in carried] == ["committing"] * 3
         assert not any(w.withdraw(t) for t in carried)
@@ -105,6 +100,19 @@ class _SlowHeadStore(AsyncMemoryStore):
         return await super().put_if_match(key, body, etag)
 
 
+async def _held_commit(store: _SlowHeadStore) -> tuple[s3log.AsyncLog, Any, list[Any], asyncio.Future[Any]]:
+    """A new session's commit of three entries, held at its head PUT: the log, the writer,
+    the entries' tickets and the commit's future."""
+    alog = s3log.AsyncLog(store)
+    w = await alog.create()
+    carried = [w.submit("k", i) for i in range(3)]
+    store.hold.clear()
+    commit = asyncio.ensure_future(w.commit())
+    while not store.waiting:
+        await asyncio.sleep(0)
+    return alog, w, carried, commit
+
+
 def test_a_cancelled_async_commit_still_carries_its_tickets() -> None:
     """Cancelling the caller of an async commit does not abandon it (it is shielded):
     its tickets stay "committing" and cannot be withdrawn; they end committed once."""
@@ -112,13 +120,7 @@ def test_a_cancelled_async_commit_still_carries_its_tickets() -> None:
     async def main() -> None:
         mem = s3log.MemoryStore()
         store = _SlowHeadStore(mem)
-        alog = s3log.AsyncLog(store)
-        w = await alog.create()
-        carried = [w.submit("k", i) for i in range(3)]
-        store.hold.clear()
-        commit = asyncio.ensure_future(w.commit())
-        while not store.waiting:
-            await asyncio.sleep(0)
+        _alog, w, carried, commit = await _held_commit(store)
         commit.cancel()
         with pytest.raises(asyncio.CancelledError):
             await commit

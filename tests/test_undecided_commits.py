@@ -155,6 +155,16 @@ def _racing(
     return FaultyStore(store, plan)
 
 
+def _lazy_create_of(log: s3log.Log, sid: str, acked: list[s3log.Entry]) -> Callable[[], None]:
+    """Another writer's lazy create of ``sid`` holding one entry ("hello"); what it
+    acknowledges goes to ``acked``."""
+    def create() -> None:
+        w = log.create(sid, lazy=True)
+        w.append("msg", "hello")
+        acked.extend(w.commit().acked)
+    return create
+
+
 def _assert_not_shared(a_acked: list[s3log.Entry], b_acked: list[s3log.Entry]) -> None:
     shared = {(e.seq, e.hash) for e in a_acked} & {(e.seq, e.hash) for e in b_acked}
     assert not shared, f"one stored entry acknowledged to both writers: {shared}"
@@ -182,13 +192,7 @@ def test_lazy_create_over_a_tombstone_undecided_does_not_ack_another_creators_eq
     clock, store = _expired_by(sid)
     b_acked: list[s3log.Entry] = []
     log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
-
-    def b_takes_over() -> None:
-        wb = log_b.create(sid, lazy=True)
-        wb.append("msg", "hello")
-        b_acked.extend(wb.commit().acked)
-
-    faulty = _racing(store, sid, b_takes_over)
+    faulty = _racing(store, sid, _lazy_create_of(log_b, sid, b_acked))
     # A's first PUT is its create-only one (it meets the tombstone, 412); the If-Match
     # takeover PUT after it is the one the plan intercepts.
     log_a = s3log.Log(faulty, config=_cfg_seeded(clock, 3))
@@ -205,13 +209,7 @@ def test_lazy_create_undecided_does_not_ack_another_creators_equal_batch() -> No
     sid = "thread-4"
     b_acked: list[s3log.Entry] = []
     log_b = s3log.Log(store, config=_cfg_seeded(clock, 2))
-
-    def b_creates() -> None:
-        wb = log_b.create(sid, lazy=True)
-        wb.append("msg", "hello")
-        b_acked.extend(wb.commit().acked)
-
-    faulty = _racing(store, sid, b_creates, methods=("put_if_absent",))
+    faulty = _racing(store, sid, _lazy_create_of(log_b, sid, b_acked), methods=("put_if_absent",))
     wa = s3log.Log(faulty, config=_cfg_seeded(clock, 3)).create(sid, lazy=True)
     wa.append("msg", "hello")
     with pytest.raises(SessionExists):  # our create never landed: the id is B's
