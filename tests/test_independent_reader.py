@@ -214,7 +214,7 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
         _head(r, s), lambda o: _set(o, "zz", cbor2.CBORTag(256, ["a"])))),
     "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
-    # Review of session 12: a malformed tombstone was ignored (not a map) or read as an
+    # A malformed tombstone was once ignored (not a map) or read as an
     # expired session (any map), and a parent naming no session id was not refused.
     **{f"malformed expired: {what}": ("v2_merged", lambda r, s, bad=bad: _edit(_head(r, s), lambda o: _set(
         o, "expired", bad(o)))) for what, bad in {

@@ -12,13 +12,15 @@ from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.testing import LocalS3
+from tests.delete_hooks import Clock
 
-from .test_review_s8b import DAY, T0, Clock
+T0 = 1_800_000_000_000
+DAY = 86_400_000
 
 
 def test_a_parent_id_taken_over_ends_the_lineage_instead_of_naming_the_new_session() -> None:
-    # Left open in session 8: lineage named, as the fork's parent, whatever session
-    # took the expired parent's id over later.
+    # Lineage must not name, as the fork's parent, whatever session took the expired
+    # parent's id over later.
     clock = Clock(T0)
     log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(3, clock)))
     parent = log.create("parent")

@@ -1,4 +1,4 @@
-"""Hostile tests of pending segments (one round trip per commit, ADR 0024).
+"""Pending segments under attack (one round trip per commit, docs/decisions/0024).
 
 A flushing commit writes its segment beside the head; the head keeps the entries
 inline and names the segment as ``pending`` until a writer that saw it stored moves

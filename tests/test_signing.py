@@ -1,4 +1,4 @@
-"""Signed heads (issue 13 item 3): a writer with bucket access cannot rewrite history
+"""Signed heads: a writer with bucket access cannot rewrite history
 undetected by a reader holding the verification key; checkpoints catch what a
 signature cannot (the key's holder rewriting, an old head put back)."""
 
@@ -588,7 +588,7 @@ def test_a_checkpoint_of_an_unknown_version_is_corrupt_naming_its_key(ed_key: Ed
 def test_every_cli_read_trusts_the_keys_given_to_s3log(s3log_server: LocalS3, bucket: str, cli_env: dict[str, str],
                                                        pem: str, ed_key: Ed25519PrivateKey, tmp_path: Path) -> None:
     # Only `verify` took keys: `show`, `tail`, `export` and `query` read a session its
-    # keys' holder never signed as any other (session 13's security review).
+    # keys' holder never signed as any other.
     import json
 
     from typer.testing import CliRunner

@@ -447,7 +447,7 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
     ones S1 held too (invariant 2). Only the prefix goes to the parent now; the rest
     follows into the same child (protocol.commit, ``cut``).
 
-    Since a retried fork writes its marker again (session 12) the seed takes another
+    Since a retried fork writes its marker again the seed takes another
     course, through a second bug: the ``cut`` path folded the prefix into the writer's
     own state, not a copy, and when the fork after it was cancelled the next commit
     folded it again, so its fork entry's seed held the prefix twice, did not match the
