@@ -510,7 +510,7 @@ class LogCore:
         dry_run: bool,
         progress: Callable[[ExpireProgress], None] | None,
     ) -> Proc[ExpireReport]:
-        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments checked first."""
+        """Delete sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments checked first."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
         return retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),

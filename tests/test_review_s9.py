@@ -17,6 +17,7 @@ from typing import Any
 
 import s3log
 from s3log.config import LogConfig
+from tests.tombstones import tombstone_idle
 
 SID = "thread-1"
 
@@ -130,7 +131,7 @@ def _expired_session() -> tuple[_HookedMatch, s3log.Log]:
     old.append("k", {"old": 0})
     old.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [SID]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [SID]
     return store, log
 
 
