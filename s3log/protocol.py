@@ -209,6 +209,20 @@ class CommitJournal:
 EXPIRED_FIELD = "expired"
 
 
+#: The head field a compaction writes (:func:`compact_session`): the end (``seq``,
+#: ``hash``) of the chain it replaced and ``n``, how many compactions the session has
+#: had. Kept by every later commit. Readers ignore it; a writer settling a commit that
+#: may have landed before the compaction decides from it (:func:`_landed_before_compaction`).
+COMPACTED_FIELD = "compacted"
+
+
+def compactions(head: Head) -> int:
+    """How many times the session of ``head`` was compacted (its ``compacted.n``; 0 if never)."""
+    mark = head.extra.get(COMPACTED_FIELD)
+    n = mark.get("n") if isinstance(mark, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 def same_life(a: Head, b: Head) -> bool:
     """Whether two heads of one id are the same session: created at the same time by the
     same creator (a session created again at the id, over a tombstone or after a delete,
@@ -1438,6 +1452,10 @@ def commit(
             others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
             landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
                 else 0
+            if not landed and uncertain and not others and same_life(found_head, ws.head) \
+                    and compactions(found_head) > compactions(ws.head):
+                # Compacted since: the new chain's hashes are not ours to find.
+                landed = _landed_before_compaction(layout, ws.head, found_head, entries[:uncertain])
             if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
                 # Expired since, or deleted and another session took the id over.
                 landed = _landed_before_expiry(ws.session, entries, journal.forks)
@@ -1513,6 +1531,30 @@ def commit(
         journal.fork_sent = True
         attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
+
+
+def _landed_before_compaction(layout: Layout, base: Head, found: Head, entries: Sequence[Entry]) -> int:
+    """How many of ``entries`` (built on ``base``; a prefix of them may have landed) the
+    chain that a compaction replaced by ``found`` held, from the end it recorded.
+
+    Once compacted, only that end says: the chain ended at ``base`` (none landed, and
+    none can land later: the compaction replaced the head they would have replaced), or
+    at one of ``entries`` (those up to it landed). Anything else (commits of others
+    after ours, or more than one compaction since ``base``) cannot be told apart, and
+    the entries must not be written again: raises StoreError, leaving them uncertain.
+    """
+    mark = found.extra.get(COMPACTED_FIELD)
+    if compactions(found) == compactions(base) + 1 and isinstance(mark, dict):
+        end = (mark.get("seq"), mark.get("hash"))
+        if end == (base.seq, base.hash):
+            return 0
+        for i, e in enumerate(entries):
+            if end == (e.seq, e.hash):
+                return i + 1
+    raise StoreError(f"session {base.session} was compacted after a commit of this writer may have landed, and "
+                     "whether it did cannot be told: its entries are not written again (they stay uncertain; "
+                     "read the session to see what it kept, and write through a new writer)",
+                     key=layout.head(base.session))
 
 
 def _landed_before_expiry(session: str, entries: Sequence[Entry], forks: Mapping[ParentRef, ForkDoubt]) -> int:
@@ -2220,8 +2262,12 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
         yield from delete_session(layout, session, cfg, etag=data.etag)
         return True
     now = cfg.env.now_ms()
+    # Which chain end this replaces: a writer whose commit landed in it unacknowledged
+    # (a lost reply) finds its entries there by that, not by hash (_landed_before_compaction).
+    mark = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1}
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
-                    ts_min=None, ts_max=None, retired_at=now, pending=None)
+                    ts_min=None, ts_max=None, retired_at=now, pending=None,
+                    extra={**data.head.extra, COMPACTED_FIELD: mark})
     ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely

@@ -1,0 +1,123 @@
+"""Compaction racing a writer whose head PUT landed but whose reply was lost.
+
+``Log.compact`` rewrites a session as a new root chain: a writer that settles an
+undecided commit afterwards cannot find its entries by hash. The compacted head says
+which chain end it replaced (``compacted``), so the writer decides from it: landed,
+not landed, or (when commits of others followed its own before the compaction) that it
+cannot tell, and then it raises rather than store its entries again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import s3log
+from s3log.config import LogConfig
+from s3log.env import Env
+from s3log.errors import TransientStoreError
+
+SID = "thread-1"
+
+
+class _LostReply(s3log.MemoryStore):
+    """The next head PUT of ``SID`` lands, then ``hook`` runs, then the reply is lost."""
+
+    hook: Callable[[], None] | None = None
+    lose_before: bool = False  # the PUT never lands instead
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        hook, self.hook = self.hook, None
+        if hook is None or not key.endswith(f"/{SID}/head"):
+            if hook is not None:
+                self.hook = hook
+            return super().put_if_match(key, body, etag)
+        if not self.lose_before:
+            super().put_if_match(key, body, etag)
+        hook()
+        raise TransientStoreError("the reply was lost", key=key)
+
+
+T0 = 1_800_000_000_000
+
+
+def _logs(store: s3log.MemoryStore) -> tuple[s3log.Log, s3log.Log]:
+    """The writer's log and the compacting process's, on one clock."""
+    def clock() -> int:
+        return T0
+
+    return (s3log.Log(store, config=LogConfig(env=Env.deterministic(3, clock))),
+            s3log.Log(store, config=LogConfig(env=Env.deterministic(4, clock))))
+
+
+def _drop_first(history: list[dict[str, Any]], head: Any) -> list[dict[str, Any]]:
+    """A prune (keep all but the oldest entry): every kept entry gets a new seq and hash."""
+    return list(history[1:])
+
+
+def _payloads(log: s3log.Log) -> list[Any]:
+    """The data of every entry appended here (not fork entries), in every session."""
+    return [e.data for sid in log.list_session_ids() for e in log.read(sid).entries if e.kind == "k"]
+
+
+def test_a_landed_commit_compacted_before_its_writer_settles_is_acknowledged_once() -> None:
+    store = _LostReply()
+    log, other = _logs(store)
+    w = log.create(SID)
+    w.append("k", "a0")
+    w.append("k", "a1")
+    w.commit()
+    store.hook = lambda: other.compact(SID, _drop_first)  # reads the head our PUT just wrote
+    w.append("k", "b")
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["b"] and result.fork is None
+    assert sorted(_payloads(log)) == ["a1", "b"]  # once: kept by the compaction, not forked again
+    # The writer goes on: its view is behind the rewrite, so its next entry forks.
+    w.append("k", "c")
+    w.commit()
+    assert sorted(_payloads(log)) == ["a1", "b", "c"]
+
+
+def test_a_lost_commit_compacted_before_its_writer_settles_is_stored_once() -> None:
+    store = _LostReply()
+    store.lose_before = True
+    log, other = _logs(store)
+    w = log.create(SID)
+    w.append("k", "a0")
+    w.append("k", "a1")
+    w.commit()
+    store.hook = lambda: other.compact(SID, _drop_first)  # our PUT never landed
+    w.append("k", "b")
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["b"]
+    assert sorted(_payloads(log)) == ["a1", "b"]  # a0 pruned; b written after the compaction
+
+
+def test_a_commit_built_on_then_compacted_is_not_stored_again() -> None:
+    # Another writer commits on top of the landed entry, then the session is compacted:
+    # the compaction's chain end is not ours, and which entries it held is lost with the
+    # old chain. The writer cannot tell whether its entry landed: it raises, writes it
+    # nowhere, and the entry is stored once (in the compacted session).
+    store = _LostReply()
+    log, other = _logs(store)
+    w = log.create(SID)
+    w.append("k", "a0")
+    w.append("k", "a1")
+    w.commit()
+
+    def build_on_then_compact() -> None:
+        x = other.open(SID)
+        x.append("k", "x")
+        x.commit()
+        other.compact(SID, _drop_first)
+
+    store.hook = build_on_then_compact
+    w.append("k", "b")
+    with pytest.raises(s3log.StoreError, match="compacted"):
+        w.commit()
+    assert sorted(_payloads(log)) == ["a1", "b", "x"]
+    with pytest.raises(s3log.StoreError, match="compacted"):
+        w.commit()  # the next commit finds the same: the entry is not written again
+    assert sorted(_payloads(log)) == ["a1", "b", "x"]
