@@ -216,6 +216,13 @@ EXPIRED_FIELD = "expired"
 COMPACTED_FIELD = "compacted"
 
 
+#: How many of the replaced chain's last entries a compaction's mark names (by the
+#: first ``_TIP`` bytes of their hashes): a writer whose entries landed there, built on
+#: by fewer commits than that, can tell they did.
+COMPACTION_WINDOW = 32
+_TIP = 16
+
+
 def compactions(head: Head) -> int:
     """How many times the session of ``head`` was compacted (its ``compacted.n``; 0 if never)."""
     mark = head.extra.get(COMPACTED_FIELD)
@@ -1535,22 +1542,30 @@ def commit(
 
 def _landed_before_compaction(layout: Layout, base: Head, found: Head, entries: Sequence[Entry]) -> int:
     """How many of ``entries`` (built on ``base``; a prefix of them may have landed) the
-    chain that a compaction replaced by ``found`` held, from the end it recorded.
+    chain that a compaction replaced by ``found`` held, from what it recorded of it.
 
-    Once compacted, only that end says: the chain ended at ``base`` (none landed, and
-    none can land later: the compaction replaced the head they would have replaced), or
-    at one of ``entries`` (those up to it landed). Anything else (commits of others
-    after ours, or more than one compaction since ``base``) cannot be told apart, and
-    the entries must not be written again: raises StoreError, leaving them uncertain.
+    The mark holds the replaced chain's end and the hashes of its last entries
+    (:data:`COMPACTION_WINDOW`): the entries that landed are the longest prefix whose
+    last is found there at its seq (a hash commits to every entry before it); none if
+    the chain ended at ``base`` or held another entry right after it. Otherwise (our
+    entries older than the window, or more than one compaction since ``base``) it
+    cannot be told, and the entries must not be written again: raises StoreError,
+    leaving them uncertain.
     """
     mark = found.extra.get(COMPACTED_FIELD)
-    if compactions(found) == compactions(base) + 1 and isinstance(mark, dict):
-        end = (mark.get("seq"), mark.get("hash"))
-        if end == (base.seq, base.hash):
+    if compactions(found) == compactions(base) + 1 and isinstance(mark, dict) and entries:
+        end, tips = mark.get("seq"), mark.get("tips")
+        if (end, mark.get("hash")) == (base.seq, base.hash):
             return 0
-        for i, e in enumerate(entries):
-            if end == (e.seq, e.hash):
-                return i + 1
+        if isinstance(end, int) and isinstance(tips, list) and end > base.seq:
+            first = end - len(tips) + 1
+
+            def held(e: Entry) -> bool:
+                return first <= e.seq <= end and tips[e.seq - first] == e.hash[:_TIP]
+
+            landed = max((i + 1 for i, e in enumerate(entries) if held(e)), default=0)
+            if landed or first <= entries[0].seq:
+                return landed  # none: the entry after base in that chain was another's
     raise StoreError(f"session {base.session} was compacted after a commit of this writer may have landed, and "
                      "whether it did cannot be told: its entries are not written again (they stay uncertain; "
                      "read the session to see what it kept, and write through a new writer)",
@@ -2264,7 +2279,8 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     now = cfg.env.now_ms()
     # Which chain end this replaces: a writer whose commit landed in it unacknowledged
     # (a lost reply) finds its entries there by that, not by hash (_landed_before_compaction).
-    mark = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1}
+    tips = [e.hash[:_TIP] for e in data.entries[-COMPACTION_WINDOW:]]
+    mark = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1, "tips": tips}
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
                     ts_min=None, ts_max=None, retired_at=now, pending=None,
                     extra={**data.head.extra, COMPACTED_FIELD: mark})

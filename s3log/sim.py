@@ -171,6 +171,8 @@ class Scenario:
     retention_every_ms: int = 600
     #: A creator taking over ids retention expired or deleted (with the retention actor).
     creator: bool = False
+    #: A compactor: now and then ``Log.compact`` of a session, dropping its oldest entry.
+    compactor: bool = False
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -222,6 +224,8 @@ class Scenario:
             idle_ms=extra.choice((20, 100, 400)),
             retention_every_ms=extra.choice((150, 600)),
             creator=extra.random() < 0.6,
+            # Its own stream: every choice above is what it was for every seed.
+            compactor=random.Random(f"scenario-compact-{seed}").random() < 0.25,
         )
 
     def describe(self) -> str:
@@ -238,6 +242,7 @@ class Scenario:
             f"share={self.tail_per_commit}"
             + (f" retention={self.retention}/idle={self.idle_ms}ms/every={self.retention_every_ms}ms"
                f" creator={self.creator}" if self.retention else "")
+            + (" compactor" if self.compactor else "")
         )
 
 
@@ -268,7 +273,13 @@ class HeadLife:
 
 
 #: What tells one session at an id from another that took it over: (created_at, creator).
-Ident = tuple[int, str | None]
+#: Which session a head belongs to: its created_at, creator nonce and how many
+#: compactions it has had (a compaction starts a new history at the same id).
+Ident = tuple[int, str | None, int]
+
+
+def _ident(head: Head) -> Ident:
+    return (head.created_at, head.creator, protocol.compactions(head))
 
 
 @dataclass(slots=True)
@@ -326,7 +337,7 @@ class SimStore(MemoryStore):
             sid = self.layout.session_of(key)
             if sid is not None:
                 head = decode_head(blob.body, key)
-                self.decided[sid] = (head.created_at, head.creator)
+                self.decided[sid] = _ident(head)
         return blob
 
     def put_if_absent(self, key: str, body: bytes) -> str:
@@ -383,7 +394,7 @@ class SimStore(MemoryStore):
         self.deleted_by[key] = self.who
 
     def _disturb(self, sid: str, now: int) -> None:
-        if self.who in ("rt", "cr"):
+        if self.who in ("rt", "cr", "cp"):
             self.disturbed[sid] = now
 
     def _gone(self, sid: str, key: str, body: bytes) -> None:
@@ -394,7 +405,7 @@ class SimStore(MemoryStore):
         except S3LogError as exc:
             self.unloadable.append(f"{key} v{head.version}: {type(exc).__name__}: {exc}")
             return
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         gone = self.gone.setdefault(sid, {})
         for e in data.entries:
             gone[(e.seq, e.hash)] = ident
@@ -411,7 +422,7 @@ class SimStore(MemoryStore):
         lives = self.heads.setdefault(sid, [])
         sessions = self.lives.setdefault(sid, [])
         tomb = protocol.is_expired(head)
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         prev = self.current(sid)
         if prev is not None:
             prev.end = now
@@ -424,6 +435,12 @@ class SimStore(MemoryStore):
                 self._gone(sid, key, old)
         elif prev is not None and not prev.tomb and sessions[prev.life].ident == ident:
             life = prev.life  # a commit of the same session
+        elif prev is not None and not prev.tomb and self.who == "cp" and old is not None:
+            # Compacted: a new history at the id; the replaced chain's positions are gone
+            # (its payloads are not: invariant 2 still counts them, wherever they are).
+            self._gone(sid, key, old)
+            life = len(sessions)
+            sessions.append(SessionLife(ident, now))
         else:
             # A new session at the id: at a free id, over a tombstone (a takeover), or
             # (a protocol bug) over another live session, whose entries are then not
@@ -829,6 +846,38 @@ class RetentionActor(Actor):
         raise Violation("retention", f"{self.what} raised {type(exc).__name__}: {exc}")
 
 
+def _drop_oldest(history: list[dict[str, Any]], head: Head) -> list[dict[str, Any]] | None:
+    """A prune: every entry but the oldest (no change for one entry or none). A fork
+    child is left alone: compacted, its seed's entries (its parent's) would become its
+    own, which invariant 2 would count as stored in two sessions."""
+    return history[1:] if len(history) > 1 and head.parent is None else None
+
+
+class CompactorActor(Actor):
+    """Now and then compacts a stored session (``Log.compact``), dropping its oldest
+    entry: every kept entry gets a new seq and hash, and a writer whose reply was lost
+    must still store its entries once."""
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        self.wake_at = sim.now + r.randint(50, 400)
+        sids = sim.stored_sessions()
+        if not sids:
+            return None
+        sid = r.choice(sids)
+        return f"compact {sim.short(sid)}", protocol.compact_session(sim.layout, sim.config, sid, _drop_oldest)
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        sim.note(self, "compacted" if value else "nothing to compact")
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        # Documented: a commit landed first (ConflictError), the session is gone or
+        # expired, or the store kept failing.
+        if isinstance(exc, (StoreError, SessionNotFound, ConflictError)):
+            return
+        raise Violation("compactor", f"{self.what} raised {type(exc).__name__}: {exc}")
+
+
 class CreatorActor(Actor):
     """Takes over ids retention expired or deleted: ``Log.create(sid)`` (an empty head,
     over the tombstone or at the free id), or ``append_latest`` with ``create_meta``
@@ -960,6 +1009,8 @@ class Simulation:
             self.actors.append(GcActor("gc"))
         if scenario.forker:
             self.actors.append(ForkerActor("fk"))
+        if scenario.compactor:
+            self.actors.append(CompactorActor("cp"))
         if scenario.retention:
             self.actors.append(RetentionActor("rt"))
             if scenario.creator:
@@ -1297,7 +1348,7 @@ class Simulation:
         """Whether the session of ``head`` (its session's life at the id, not a later
         one) was deleted by ``Log.delete`` since, or expired and its segment ``key``
         deleted by ``Log.delete`` of the id: no grace promised."""
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         segs = frozenset(head.segments)
         for life in self.store.heads.get(head.session, []):
             lf = self.store.life_of(head.session, life)
@@ -1427,7 +1478,7 @@ class Simulation:
         except S3LogError as exc:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries
-        self.idents[sid] = (data.head.created_at, data.head.creator)
+        self.idents[sid] = _ident(data.head)
         if data.head.parent is not None:
             self.parent_of[sid] = data.head.parent.session
         else:
@@ -1450,7 +1501,7 @@ class Simulation:
         a session's heads form one linear history, so seq s holds the same entry in all
         (of that session: one that took the id over after an expiry or a delete has a
         history of its own)."""
-        ident = (data.head.created_at, data.head.creator)
+        ident = _ident(data.head)
         for e in data.entries:
             at = self.acked.get(_payload(e))
             if at is not None and at[0] == data.session and self.ack_life.get(_payload(e)) == ident \

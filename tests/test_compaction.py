@@ -2,9 +2,9 @@
 
 ``Log.compact`` rewrites a session as a new root chain: a writer that settles an
 undecided commit afterwards cannot find its entries by hash. The compacted head says
-which chain end it replaced (``compacted``), so the writer decides from it: landed,
-not landed, or (when commits of others followed its own before the compaction) that it
-cannot tell, and then it raises rather than store its entries again.
+which chain it replaced (``compacted``: its end and its last entries' hashes), so the
+writer decides from it: landed, not landed, or (its entries older than what the mark
+names) that it cannot tell, and then it raises rather than store its entries again.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log import protocol
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.errors import TransientStoreError
@@ -95,29 +96,47 @@ def test_a_lost_commit_compacted_before_its_writer_settles_is_stored_once() -> N
     assert sorted(_payloads(log)) == ["a1", "b"]  # a0 pruned; b written after the compaction
 
 
-def test_a_commit_built_on_then_compacted_is_not_stored_again() -> None:
+def _built_on_then_compacted(other: s3log.Log, commits: int) -> Callable[[], None]:
+    def run() -> None:
+        x = other.open(SID)
+        for i in range(commits):
+            x.append("k", f"x{i}")
+            x.commit()
+        other.compact(SID, _drop_first)
+    return run
+
+
+def test_a_commit_built_on_then_compacted_is_acknowledged_once() -> None:
     # Another writer commits on top of the landed entry, then the session is compacted:
-    # the compaction's chain end is not ours, and which entries it held is lost with the
-    # old chain. The writer cannot tell whether its entry landed: it raises, writes it
-    # nowhere, and the entry is stored once (in the compacted session).
+    # the mark names the replaced chain's last entries, b among them.
     store = _LostReply()
     log, other = _logs(store)
     w = log.create(SID)
     w.append("k", "a0")
     w.append("k", "a1")
     w.commit()
+    store.hook = _built_on_then_compacted(other, 2)
+    w.append("k", "b")
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["b"] and result.fork is None
+    assert sorted(_payloads(log)) == ["a1", "b", "x0", "x1"]
 
-    def build_on_then_compact() -> None:
-        x = other.open(SID)
-        x.append("k", "x")
-        x.commit()
-        other.compact(SID, _drop_first)
 
-    store.hook = build_on_then_compact
+def test_a_commit_compacted_out_of_sight_is_not_stored_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # More commits on top than the mark names: whether b landed cannot be told. The
+    # writer raises and writes it nowhere, and so does its next commit: b is stored once.
+    monkeypatch.setattr(protocol, "COMPACTION_WINDOW", 2)
+    store = _LostReply()
+    log, other = _logs(store)
+    w = log.create(SID)
+    w.append("k", "a0")
+    w.append("k", "a1")
+    w.commit()
+    store.hook = _built_on_then_compacted(other, 2)
     w.append("k", "b")
     with pytest.raises(s3log.StoreError, match="compacted"):
         w.commit()
-    assert sorted(_payloads(log)) == ["a1", "b", "x"]
+    assert sorted(_payloads(log)) == ["a1", "b", "x0", "x1"]
     with pytest.raises(s3log.StoreError, match="compacted"):
-        w.commit()  # the next commit finds the same: the entry is not written again
-    assert sorted(_payloads(log)) == ["a1", "b", "x"]
+        w.commit()
+    assert sorted(_payloads(log)) == ["a1", "b", "x0", "x1"]
