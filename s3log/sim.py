@@ -19,11 +19,12 @@ failing seed replays exactly and prints one line per step.
 
 Half the scenarios add retention (drawn apart, so earlier seeds keep every other
 choice): an actor that now and then expires the sessions idle on the virtual clock
-(tombstones) and/or deletes one (``Log.delete``), and a creator that takes expired or
+(If-Match DELETEs of their heads) and/or deletes one (``Log.delete``), and a creator that takes expired or
 deleted ids over (``Log.create``, ``append_latest`` with ``create_meta``). The store
 records every session that lived at each id, how it ended, and the chain of each head
 an expiry or a delete replaced (read as it ended): only those entries are legitimately
-gone.
+gone. A scenario may add a compactor (``Scenario.compactor``, not drawn): a compaction
+starts a new history at the id, its replaced chain's positions excused like an expiry's.
 
 After every step that changed the store, the invariants are checked on a fresh load of
 each session it touched:
