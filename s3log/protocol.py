@@ -1459,9 +1459,10 @@ def commit(
             others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
             landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
                 else 0
-            if not landed and uncertain and not others and same_life(found_head, ws.head) \
+            if not landed and uncertain and not others and (ours or same_life(found_head, ws.head)) \
                     and compactions(found_head) > compactions(ws.head):
-                # Compacted since: the new chain's hashes are not ours to find.
+                # Compacted since: the new chain's hashes are not ours to find. (A lazy
+                # create's head is stamped when it lands: its creator nonce says ours.)
                 landed = _landed_before_compaction(layout, ws.head, found_head, entries[:uncertain])
             if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
                 # Expired since, or deleted and another session took the id over.

@@ -29,25 +29,35 @@ class _LostReply(s3log.MemoryStore):
     hook: Callable[[], None] | None = None
     lose_before: bool = False  # the PUT never lands instead
 
-    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+    def _lost(self, key: str, put: Callable[[], str]) -> str:
         hook, self.hook = self.hook, None
         if hook is None or not key.endswith(f"/{SID}/head"):
-            if hook is not None:
-                self.hook = hook
-            return super().put_if_match(key, body, etag)
+            self.hook = hook
+            return put()
         if not self.lose_before:
-            super().put_if_match(key, body, etag)
+            put()
         hook()
         raise TransientStoreError("the reply was lost", key=key)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        return self._lost(key, lambda: super(_LostReply, self).put_if_match(key, body, etag))
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        return self._lost(key, lambda: super(_LostReply, self).put_if_absent(key, body))
 
 
 T0 = 1_800_000_000_000
 
 
+NOW = [T0]
+
+
 def _logs(store: s3log.MemoryStore) -> tuple[s3log.Log, s3log.Log]:
-    """The writer's log and the compacting process's, on one clock."""
+    """The writer's log and the compacting process's, on one clock (``NOW``)."""
+    NOW[0] = T0
+
     def clock() -> int:
-        return T0
+        return NOW[0]
 
     return (s3log.Log(store, config=LogConfig(env=Env.deterministic(3, clock))),
             s3log.Log(store, config=LogConfig(env=Env.deterministic(4, clock))))
@@ -140,3 +150,18 @@ def test_a_commit_compacted_out_of_sight_is_not_stored_again(monkeypatch: pytest
     with pytest.raises(s3log.StoreError, match="compacted"):
         w.commit()
     assert sorted(_payloads(log)) == ["a1", "b", "x0", "x1"]
+
+
+def test_a_lazy_create_compacted_before_its_creator_settles_is_acknowledged_once() -> None:
+    # The create's head is stamped when it lands (created_at): the creator nonce is
+    # what tells the writer the compacted session is the one it created.
+    store = _LostReply()
+    log, other = _logs(store)
+    w = log.create(SID, lazy=True)  # stored by its first commit, stamped then
+    NOW[0] += 1_000
+    for data in ("a0", "a1"):
+        w.append("k", data)
+    store.hook = lambda: other.compact(SID, _drop_first)
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["a0", "a1"] and result.fork is None
+    assert sorted(_payloads(log)) == ["a1"]  # a0 pruned, a1 kept, nothing forked again

@@ -357,7 +357,7 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
 
 #: Seeds whose scenario, with a compactor (``Log.compact`` dropping the oldest entry now
 #: and then), had a writer's landed entries compacted before it settled its lost reply.
-COMPACTION_SEEDS = (275, 316, 376, 482)
+COMPACTION_SEEDS = (275, 316, 376, 482, 484, 570)
 
 
 @pytest.mark.parametrize("seed", COMPACTION_SEEDS)
