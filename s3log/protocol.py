@@ -210,8 +210,9 @@ EXPIRED_FIELD = "expired"
 
 
 #: The head field a compaction writes (:func:`compact_session`): the end (``seq``,
-#: ``hash``) of the chain it replaced and ``n``, how many compactions the session has
-#: had. Kept by every later commit. Readers ignore it; a writer settling a commit that
+#: ``hash``) of the chain it replaced, the hashes of its last entries (``tips``), ``n``,
+#: how many compactions the session has had, and the marks of the ones before
+#: (``prev``). Kept by every later commit. Readers ignore it; a writer settling a commit that
 #: may have landed before the compaction decides from it (:func:`_landed_before_compaction`).
 COMPACTED_FIELD = "compacted"
 
@@ -221,6 +222,9 @@ COMPACTED_FIELD = "compacted"
 #: by fewer commits than that, can tell they did.
 COMPACTION_WINDOW = 32
 _TIP = 16
+#: How many compactions' marks a head keeps (the newest with the older ones in its
+#: ``prev``): a writer settles against the first compaction after the head it built on.
+COMPACTION_MARKS = 4
 
 
 def compactions(head: Head) -> int:
@@ -1545,16 +1549,20 @@ def _landed_before_compaction(layout: Layout, base: Head, found: Head, entries: 
     """How many of ``entries`` (built on ``base``; a prefix of them may have landed) the
     chain that a compaction replaced by ``found`` held, from what it recorded of it.
 
-    The mark holds the replaced chain's end and the hashes of its last entries
-    (:data:`COMPACTION_WINDOW`): the entries that landed are the longest prefix whose
-    last is found there at its seq (a hash commits to every entry before it); none if
-    the chain ended at ``base`` or held another entry right after it. Otherwise (our
-    entries older than the window, or more than one compaction since ``base``) it
-    cannot be told, and the entries must not be written again: raises StoreError,
-    leaving them uncertain.
+    The mark of the first compaction after ``base`` (the head keeps the last
+    :data:`COMPACTION_MARKS`) holds the replaced chain's end and the hashes of its last
+    entries (:data:`COMPACTION_WINDOW`): the entries that landed are the longest prefix
+    whose last is found there at its seq (a hash commits to every entry before it); none
+    if the chain ended at ``base`` or held another entry right after it. Otherwise (our
+    entries older than the window, or that mark no longer kept) it cannot be told, and
+    the entries must not be written again: raises StoreError, leaving them uncertain.
     """
-    mark = found.extra.get(COMPACTED_FIELD)
-    if compactions(found) == compactions(base) + 1 and isinstance(mark, dict) and entries:
+    newest = found.extra.get(COMPACTED_FIELD)
+    older = newest.get("prev") if isinstance(newest, dict) else None
+    marks = [newest, *(older if isinstance(older, list) else [])]
+    # Its PUT named the head it built on: it could land only before the first compaction since.
+    mark = next((m for m in marks if isinstance(m, dict) and m.get("n") == compactions(base) + 1), None)
+    if mark is not None and entries:
         end, tips = mark.get("seq"), mark.get("tips")
         if (end, mark.get("hash")) == (base.seq, base.hash):
             return 0
@@ -2281,7 +2289,13 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     # Which chain end this replaces: a writer whose commit landed in it unacknowledged
     # (a lost reply) finds its entries there by that, not by hash (_landed_before_compaction).
     tips = [e.hash[:_TIP] for e in data.entries[-COMPACTION_WINDOW:]]
-    mark = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1, "tips": tips}
+    mark: dict[str, Any] = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1,
+                            "tips": tips}
+    last = data.head.extra.get(COMPACTED_FIELD)
+    if isinstance(last, dict):
+        prev = last.get("prev")
+        mark["prev"] = [{k: v for k, v in last.items() if k != "prev"},
+                        *(prev if isinstance(prev, list) else [])][: COMPACTION_MARKS - 1]
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
                     ts_min=None, ts_max=None, retired_at=now, pending=None,
                     extra={**data.head.extra, COMPACTED_FIELD: mark})
