@@ -165,3 +165,24 @@ def test_a_lazy_create_compacted_before_its_creator_settles_is_acknowledged_once
     result = w.commit()
     assert [e.data for e in result.acked] == ["a0", "a1"] and result.fork is None
     assert sorted(_payloads(log)) == ["a1"]  # a0 pruned, a1 kept, nothing forked again
+
+
+def test_a_commit_compacted_twice_before_its_writer_settles_is_acknowledged_once() -> None:
+    # Its PUT could land only before the first compaction since the head it built on:
+    # the newest head keeps that compaction's mark too.
+    store = _LostReply()
+    log, other = _logs(store)
+    w = log.create(SID)
+    for data in ("a0", "a1", "a2"):
+        w.append("k", data)
+    w.commit()
+
+    def compact_twice() -> None:
+        other.compact(SID, _drop_first)
+        other.compact(SID, _drop_first)
+
+    store.hook = compact_twice
+    w.append("k", "b")
+    result = w.commit()
+    assert [e.data for e in result.acked] == ["b"] and result.fork is None
+    assert sorted(_payloads(log)) == ["a2", "b"]
