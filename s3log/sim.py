@@ -173,9 +173,8 @@ class Scenario:
     #: A creator taking over ids retention expired or deleted (with the retention actor).
     creator: bool = False
     #: A compactor: now and then ``Log.compact`` of a session, dropping its oldest entry.
-    #: Not drawn: a campaign with it finds what docs/decisions/0036 leaves open (a
-    #: writer stuck on entries it cannot tell landed, gc's grace across a compaction);
-    #: tests/test_sim.py runs seeds with it.
+    #: Not drawn, so drawn scenarios (the regression seeds among them) run as they did;
+    #: tests/test_sim.py runs seeds with it (``replace(scenario, compactor=True)``).
     compactor: bool = False
 
     @staticmethod
