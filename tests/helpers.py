@@ -18,6 +18,7 @@ from s3log.env import Env
 from s3log.errors import ObjectNotFound, PreconditionFailed
 from tests.delete_hooks import Clock
 from tests.test_pending_hostile import FAST
+from tests.tombstones import tombstone_idle
 
 T0 = 1_800_000_000_000
 DAY = 86_400_000
@@ -113,7 +114,7 @@ def expired_world(sid: str = "thread-7") -> tuple[s3log.MemoryStore, Clock, s3lo
     w.append("k", 1)
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [sid]
     return store, clock, log
 
 

@@ -19,6 +19,7 @@ from s3log.agent import (
 from s3log.env import Env
 from tests.helpers import agent_turn, kinds
 from tests.test_agent import later
+from tests.tombstones import tombstone_idle
 
 
 def _comparable(state: s3log.agent.SessionState) -> s3log.agent.SessionState:
@@ -126,7 +127,7 @@ def test_follow_forks_does_not_choose_an_expired_fork() -> None:
         m.user_input("two")
         m.turn_end()
     now["ms"] += DAY
-    assert log.expire(idle_for=30 * DAY).expired == [branch.session_id]
+    assert tombstone_idle(log, idle_for=30 * DAY).expired == [branch.session_id]
     assert AgentSession.restore(log, sid, follow_forks=True).session_id == sid
 
 
@@ -147,7 +148,7 @@ def test_follow_forks_walks_into_the_live_forks_of_an_expired_fork() -> None:
             s.user_input("again")
             s.turn_end()
     now["ms"] += DAY
-    assert log.expire(idle_for=30 * DAY).expired == [branch.session_id]
+    assert tombstone_idle(log, idle_for=30 * DAY).expired == [branch.session_id]
     r = AgentSession.restore(log, main.session_id, follow_forks=True)
     assert r.session_id == leaf.session_id
     assert [h["content"] for h in r.state.history if h.get("role") == "user"] == ["one", "two", "three", "again"]

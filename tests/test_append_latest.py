@@ -14,6 +14,7 @@ from s3log.config import LogConfig
 from s3log.env import Env
 from tests.delete_hooks import Clock
 from tests.helpers import SID, HookedMatch, expired_world
+from tests.tombstones import tombstone_idle
 
 
 def test_append_latest_backs_off_after_each_lost_race() -> None:
@@ -84,7 +85,7 @@ def test_append_latest_with_a_hint_from_before_the_sweep_starts_the_id_again() -
     log = s3log.Log(store, config=LogConfig(env=Env.deterministic(1, clock)))
     hint = log.append_latest("thread-8", [("msg", "first")], create_meta={})
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-8"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-8"]
     result = log.append_latest("thread-8", [("msg", "second")], after=hint, create_meta={})
     assert [e.hash for e in log.read("thread-8").entries] == [e.hash for e in result.acked]
 

@@ -20,6 +20,7 @@ from s3log.env import Env
 from tests.delete_hooks import Clock
 from tests.helpers import DEADLINE, SID, HookedMatch, deadline_log, head_of
 from tests.test_pending_hostile import ClockStore
+from tests.tombstones import tombstone_idle
 
 
 def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete() -> None:
@@ -207,7 +208,7 @@ def _expired_session() -> tuple[HookedMatch, s3log.Log]:
     old.append("k", {"old": 0})
     old.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [SID]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [SID]
     return store, log
 
 

@@ -25,6 +25,7 @@ from s3log.errors import (
 from tests.delete_hooks import Clock
 from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
 from tests.test_pending_hostile import ClockStore
+from tests.tombstones import tombstone_idle
 
 
 def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
@@ -160,7 +161,7 @@ def test_a_slow_gc_does_not_delete_a_head_that_changed_after_its_listing() -> No
     w.append("k", "old")
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-1"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-1"]
     clock.t += 2 * DAY
     acked: list[s3log.Entry] = []
 
@@ -191,7 +192,7 @@ def test_gc_deletes_a_head_only_with_if_match_so_a_takeover_cannot_be_lost() -> 
         w.append("k", {"i": i, "pad": "x" * 20_000})
         w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-7"]
     acked = log.create("thread-7").append_durable("k", "after expiry")  # takes the id over
     clock.t += 2 * 3_600_000
     report = log.gc(older_than_ms=3_600_000)  # the expired session's segments; the head is the new one

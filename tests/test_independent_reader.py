@@ -324,13 +324,13 @@ def test_both_readers_see_a_tombstone_as_an_expired_session(dump: tuple[Path, di
 
 
 def _tombstone(root: Path, sid: str, *, empty: bool = False, **change: Any) -> None:
-    """Replace the session's head by the tombstone s3log's retention writes for it
+    """Replace the session's head by its tombstone
     (``empty``: as for a session with no entries, whose tombstone has seq -1 and a
     hash all the same), with ``change`` applied to the stored map."""
     from dataclasses import replace
 
     from s3log.codec import decode_head, encode_head
-    from s3log.retention import tombstone
+    from tests.tombstones import tombstone
 
     path = _head(root, sid)
     head = decode_head(path.read_bytes(), f"{PREFIX}/sessions/{sid}/head")

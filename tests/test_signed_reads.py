@@ -24,6 +24,7 @@ from s3log.env import Env
 from s3log.errors import TransientStoreError
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
 from tests.delete_hooks import Clock
+from tests.tombstones import tombstone_idle
 
 K1 = Ed25519Signer(Ed25519PrivateKey.from_private_bytes(b"\x01" * 32))
 
@@ -333,7 +334,7 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
     sid = _session(writer, 3)
     empty = writer.create().session_id
     clock.t += timedelta(days=40) // timedelta(milliseconds=1)
-    report = writer.expire(idle_for=timedelta(days=30))
+    report = tombstone_idle(writer, idle_for=timedelta(days=30))
     assert sorted(report.expired) == sorted([sid, empty])
     for s in (sid, empty):
         with pytest.raises(s3log.SessionExpired):

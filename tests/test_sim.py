@@ -455,3 +455,17 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
     o = run_seed(5308)
     assert o.violation is None, o.violation
     assert o.forks >= 1
+
+
+#: Seeds whose scenario, with a compactor (``Log.compact`` dropping the oldest entry now
+#: and then), had a writer's landed entries compacted before it settled its lost reply.
+COMPACTION_SEEDS = (275, 316, 376, 482, 484, 570)
+
+
+@pytest.mark.parametrize("seed", COMPACTION_SEEDS)
+def test_compaction_racing_a_lost_reply_stores_nothing_twice(seed: int) -> None:
+    # Before the compacted head named the chain it replaced, the writer found nothing by
+    # hash, forked, and its entries were stored in two sessions (invariant 2).
+    o = Simulation(replace(Scenario.from_seed(seed), compactor=True)).run()
+    assert o.violation is None, str(o.violation)
+    assert "compactor" in Scenario.describe(replace(Scenario.from_seed(seed), compactor=True))

@@ -21,6 +21,7 @@ from s3log.env import Env
 from s3log.errors import SessionExists, StoreError
 from s3log.faults import FaultyStore
 from tests.delete_hooks import Clock
+from tests.tombstones import tombstone_idle
 
 
 def _fast(attempts: int = 2) -> LogConfig:
@@ -135,7 +136,7 @@ def _expired_by(sid: str) -> tuple[Clock, s3log.MemoryStore]:
     w.append("k", "old")
     w.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [sid]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [sid]
     return clock, store
 
 

@@ -435,8 +435,9 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
     The tree is walked a level at a time: per session, one LIST of its fork markers and
     one parallel read of its forks' heads (one GET per fork). Forks whose head never
     landed, or cannot be read, and forks out of scope, are skipped.
-    An expired fork (a retention tombstone) is never chosen, since it cannot be opened,
-    but its own forks, which may still be live, are walked into.
+    A fork ``Log.expire`` deleted has no head: the walk ends there (its own forks are
+    restored by id). A tombstone head is never chosen, since it cannot be opened, but
+    its own forks, which may still be live, are walked into.
     """
     level = [session_id]
     seen = {session_id}
