@@ -195,3 +195,20 @@ def test_a_client_given_but_not_used_before_the_fork_serves_the_child(kind: str,
     assert (outcome, counted) == ("sent", 1)
     loop.run_until_complete(stack.aclose())
     loop.close()
+
+
+def _client_in_child(store: Any, conn: Connection) -> None:
+    store.get("parent")
+    conn.send(id(store.client))
+
+
+def test_a_boto3_store_sends_from_a_child_through_a_client_of_its_own(s3log_server: LocalS3) -> None:
+    """urllib3's pool is the parent's: sharing its keep-alive sockets, either process
+    could read the reply to the other's request (a conditional PUT's, say)."""
+    store = s3log.S3Store(s3log_server.create_bucket(), endpoint_url=s3log_server.endpoint_url)
+    store.put_if_absent("parent", b"p")
+    parents = store.client  # held, so the child's copy of it is never collected (its id never reused)
+
+    [in_child] = _run_children(_client_in_child, [(store,)])
+
+    assert in_child != id(parents) and store.client is parents
