@@ -318,3 +318,54 @@ def test_an_openai_add_items_retried_after_a_failure_is_stored_once_and_a_repeat
         assert [i["content"] for i in got] == ["hi", "hello", "hi"]
 
     asyncio.run(main())
+
+
+# ----------------------------------------------------------------- a tampered window
+
+
+def _signed() -> LogConfig:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    return LogConfig(signer=signer, verifier=PublicKeyVerifier([signer.public_key]))
+
+
+def _forge_key(store: s3log.MemoryStore, sid: str, key: str, seq: int, kind: str, data: Any) -> None:
+    """What someone who can write the bucket but holds no key can do: add an item to the
+    head's ``append_keys``, keeping the genuine signature of the rest."""
+    from dataclasses import replace
+
+    from s3log.codec import AppendKey, append_digest, decode_head, dumps, encode_head
+
+    hkey = s3log.Log(store).layout.head(sid)
+    got = store.get(hkey)
+    head = decode_head(got.body, hkey)
+    forged = replace(head, append_keys=(*head.append_keys, AppendKey(key, seq, append_digest(kind, dumps(data)))))
+    store.put_if_match(hkey, encode_head(forged), got.etag)
+
+
+@pytest.mark.parametrize("verb", ["append_durable", "append+commit", "append_latest"])
+def test_a_forged_append_key_in_a_signed_head_is_refused_not_answered(verb: str) -> None:
+    # Without the window in the signed payload, a restarted worker's second "ok" (key
+    # req-2) was answered with the first "ok" (seq 0, key req-1) and never stored, or,
+    # queued with append and committed, silently dropped.
+    store = s3log.MemoryStore()
+    cfg = _signed()
+    log = s3log.Log(store, config=cfg)
+    w = log.create(session_id="t")
+    w.append_durable("msg", "ok", key="req-1")
+    _forge_key(store, "t", "req-2", 0, "msg", "ok")
+    with pytest.raises(s3log.SignatureError):
+        if verb == "append_durable":
+            log.open("t").append_durable("msg", "ok", key="req-2")
+        elif verb == "append+commit":
+            again = log.open("t")
+            again.append("msg", "ok", key="req-2")
+            again.commit()
+        else:
+            log.append_latest("t", [("msg", "ok")], keys=["req-2"])
+    assert _data(s3log.Log(store), "t") == ["ok"]  # nothing written (read without verifying)
+    with pytest.raises(s3log.SignatureError):
+        log.read("t")
