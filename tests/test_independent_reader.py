@@ -77,10 +77,11 @@ def test_the_independent_reader_reads_every_shape_as_s3log_does(dump: tuple[Path
 def test_signed_heads_verify_with_the_trusted_key_only(dump: tuple[Path, dict[str, str], Any]) -> None:
     root, names, expected = dump
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--bucket", BUCKET)
-    assert got[names["signed"]]["ok"] is True
-    assert _same(got[names["signed"]], expected[names["signed"]])
+    for name in ("signed", "signed_keys", "signed_keys_parent"):
+        assert got[names[name]]["ok"] is True, got[names[name]]
+        assert _same(got[names[name]], expected[names[name]])
     for name, sid in names.items():
-        if name != "signed":
+        if not name.startswith("signed"):
             assert got[sid]["ok"] is False and "sign" in got[sid]["error"], (name, got[sid])
 
 
@@ -381,6 +382,31 @@ def test_with_trusted_keys_both_readers_refuse_an_unsigned_tombstone(
     root, sid, _ = _changed_copy(dump, tmp_path, "signed", _tombstone)
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
     assert got[sid]["ok"] is False and "expired" not in got[sid] and "sign" in got[sid]["error"], got[sid]
+    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
+    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
+    with pytest.raises(SignatureError):
+        reader.read(sid)
+
+
+@pytest.mark.parametrize("change", ["an item's seq", "an item added", "the window dropped"])
+def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_append_keys_changed(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
+    # The window answers retries with stored entries: it is signed with the head.
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier, SignatureError
+
+    def edit(obj: Any) -> None:
+        if change == "an item's seq":
+            obj["append_keys"][-1][1] = 0
+        elif change == "an item added":
+            obj["append_keys"].append(["forged", 0, bytes(16)])
+        else:
+            del obj["append_keys"]
+
+    root, sid, _ = _changed_copy(dump, tmp_path, "signed_keys", lambda r, s: _edit(_head(r, s), edit))
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
+    assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
     key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
     reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
     with pytest.raises(SignatureError):
