@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -96,21 +95,14 @@ class AsyncWriter(WriterVerbs[S]):
         self._tasks.clear()
         self._running, self._following = None, {}
 
-    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> Ticket:
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
         :meth:`wait`) makes it durable. The same verb as :meth:`s3log.Writer.append`
         (``key``: an idempotency key, as there).
 
-        Bad input raises InvalidEntryError at once. (Awaiting the ticket, the form of
-        s3log 0.1, still waits for durability, with a DeprecationWarning.)
+        Bad input raises InvalidEntryError at once.
         """
-        return Ticket(self._core.add(kind, data, ts, key=key), self)
-
-    def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Deprecated alias of :meth:`append` (which now only queues)."""
-        warnings.warn("AsyncWriter.append_nowait is deprecated: use append (it only queues now)",
-                      DeprecationWarning, stacklevel=2)
-        return int(self._core.add(kind, data, ts))
+        return self._core.add(kind, data, ts, key=key)
 
     def submit(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
         """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of
@@ -219,27 +211,6 @@ class AsyncWriter(WriterVerbs[S]):
         async with lock:
             proc = self._core.touch(on_conflict) if touch else self._core.commit()
             return await self._log.run(self._log._core.writing(proc))
-
-
-class Ticket(int):
-    """The ticket of a queued entry (an int). Awaiting it is the deprecated 0.1 form of
-    :meth:`AsyncWriter.append_durable`."""
-
-    _writer: AsyncWriter
-
-    def __new__(cls, value: int, writer: AsyncWriter) -> Ticket:
-        ticket = super().__new__(cls, value)
-        ticket._writer = writer
-        return ticket
-
-    def __await__(self) -> Generator[Any, None, AckedEntry]:
-        warnings.warn("`await writer.append(...)` is deprecated: append only queues now; "
-                      "use `await writer.append_durable(...)`", DeprecationWarning, stacklevel=2)
-        writer = self._writer
-        if not writer._core.watch(int(self)):
-            raise InvalidArgumentError("ticket", f"entry {int(self)} was already committed or withdrawn",
-                                       session=writer.session_id)
-        return writer._durable(int(self)).__await__()
 
 
 def _abandon(task: asyncio.Task[Any]) -> None:
