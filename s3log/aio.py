@@ -193,7 +193,7 @@ class AsyncWriter(WriterVerbs[S]):
 
         The commit runs in its own task: cancelling the caller does not cancel it.
         """
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return await self._commit()
         # The commit's task starts inside the span: its requests are the span's children.
         with otel.verb_span("commit", self._log._store_id(), self.session_id) as span:
@@ -353,7 +353,7 @@ class AsyncLog(LogVerbs):
 
     async def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return await self.run(self._core.read(session_id))
         with otel.verb_span("read", self._store_id(), session_id) as span:
             view = await self.run(self._core.read(session_id))
@@ -453,7 +453,7 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:
             child = await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
@@ -527,7 +527,7 @@ class AsyncLog(LogVerbs):
         progress: Callable[[ExpireProgress], None] | None = None,
     ) -> ExpireReport:
         """Expire sessions idle for ``idle_for`` (see :meth:`s3log.Log.expire`)."""
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
         with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
             report = await self.run(self._core.expire(idle_for, labels, dry_run, progress))

@@ -99,7 +99,7 @@ class SyncDriver:
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            if otel.TRACER is None:
+            if otel.TRACER is None or not otel.recording():
                 return list(self._pool.map(self._capture, op.ops))
             # Each request's span is a child of the caller's: the pool's threads run
             # in a copy of the caller's context (one copy per op: a context is entered
@@ -123,7 +123,7 @@ class SyncDriver:
             time.sleep(delay)
 
     def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return call_store(self.store, op)
         with otel.request_span(self.store, op):
             return call_store(self.store, op)
@@ -191,7 +191,7 @@ class AsyncDriver:
             await asyncio.sleep(delay)
 
     async def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return await self._request(op)
         with otel.request_span(self.store, op):
             return await self._request(op)

@@ -72,7 +72,7 @@ class Writer(WriterVerbs[S]):
             while self._committing:
                 self._cond.wait()
             self._committing = True
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return self._lead()
         with otel.verb_span("commit", self._log._store_id(), self.session_id) as span:
             result = self._lead()
@@ -258,7 +258,7 @@ class Log(LogVerbs):
 
     def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return self.run(self._core.read(session_id))
         with otel.verb_span("read", self._store_id(), session_id) as span:
             view = self.run(self._core.read(session_id))
@@ -355,7 +355,7 @@ class Log(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:
             child = self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
@@ -441,7 +441,7 @@ class Log(LogVerbs):
         ``labels``: only sessions with these labels. ``progress`` is called after
         each batch with an :class:`~s3log.retention.ExpireProgress`.
         """
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             return self.run(self._core.expire(idle_for, labels, dry_run, progress))
         with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
             report = self.run(self._core.expire(idle_for, labels, dry_run, progress))

@@ -13,8 +13,9 @@ The spans belong to the drivers and the log API, never to the sans-IO protocol: 
 procedures yield ops, and the driver that performs an op opens its span.
 
 Without the API :data:`TRACER` is None: each call site checks it and runs the plain
-path, so a commit costs what it did (docs/benchmarks.md). With the API but no SDK
-configured, the API's own no-op tracer records nothing. docs/operations.md,
+path, so a commit costs what it did (docs/benchmarks.md). With the API but no tracer
+provider set by the application (no SDK), :func:`recording` is False and the same
+plain path runs. docs/operations.md,
 "Observability", lists the spans and attributes.
 """
 
@@ -35,14 +36,22 @@ try:
 except ImportError:  # the otel extra is not installed: every call site takes its plain path
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["OPERATIONS", "TRACER", "committed", "expired", "fork_event", "forked", "request_span", "restored",
-           "store_id", "verb_span"]
+__all__ = ["OPERATIONS", "TRACER", "committed", "expired", "fork_event", "forked", "recording", "request_span",
+           "restored", "store_id", "verb_span"]
 
 #: The tracer s3log's spans come from (instrumentation scope ``s3log``), or None
 #: without ``opentelemetry-api``.
 TRACER: Any = None
 if _trace is not None:
     TRACER = _trace.get_tracer("s3log")
+
+def recording() -> bool:
+    """Whether a span made now would be recorded: False while the application has set
+    no tracer provider (the API alone, no SDK), so a commit then costs what it does
+    without the API. Only called once :data:`TRACER` is known not to be None."""
+    return not (isinstance(TRACER, _trace.ProxyTracer)
+                and isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider))
+
 
 #: Each verb's GenAI memory operation (``gen_ai.operation.name``).
 OPERATIONS: Mapping[str, str] = {

@@ -126,7 +126,7 @@ class AsyncAgentSession(SessionCore):
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
         core.options_arg(options)
         proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             writer = await run(log, proc)
         else:
             with otel.verb_span("restore", log._store_id(), session_id) as span:

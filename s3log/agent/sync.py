@@ -138,7 +138,7 @@ class AgentSession(SessionCore):
         """
         core.options_arg(options)
         proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
-        if otel.TRACER is None:
+        if otel.TRACER is None or not otel.recording():
             writer = run(log, proc)
         else:
             with otel.verb_span("restore", log._store_id(), session_id) as span:
