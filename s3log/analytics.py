@@ -734,6 +734,11 @@ def open_store(
         kwargs.setdefault("endpoint_url", spec.endpoint)
     if spec.region:
         kwargs.setdefault("region_name", spec.region)
+    return boto3_store(str(spec.bucket), kwargs), spec.prefix if prefix is None else prefix
+
+
+def boto3_store(bucket: str, kwargs: dict[str, str]) -> ObjectStore:
+    """An :class:`~s3log.S3Store` on a client made from :func:`storage_kwargs`' arguments."""
     import boto3
 
     from .store._s3common import client_config
@@ -743,7 +748,7 @@ def open_store(
     session = boto3.session.Session(**{k: v for k, v in kwargs.items() if k in session_keys})
     client = session.client("s3", config=client_config(),
                             **{k: v for k, v in kwargs.items() if k not in session_keys})
-    return S3Store(str(spec.bucket), client=client), spec.prefix if prefix is None else prefix
+    return S3Store(bucket, client=client)
 
 
 # -------------------------------------------------------------------------------- scan

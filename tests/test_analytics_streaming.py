@@ -133,3 +133,26 @@ def test_bad_storage_options_are_refused_before_any_request(store: Any, options:
     with pytest.raises(s3log.InvalidArgumentError) as caught:
         analytics.scan(store, storage_options=options)
     assert caught.value.argument == named
+
+
+def test_dask_takes_storage_options_as_plain_values(s3log_server: LocalS3) -> None:
+    pytest.importorskip("dask")
+    import dask
+
+    from s3log.dask import read_entries, read_sessions
+
+    bucket = s3log_server.create_bucket()
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    w = log.create()
+    w.append("message", {"i": 1})
+    w.commit()
+    options = {"AWS_ENDPOINT_URL": s3log_server.endpoint_url, "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    df = read_entries(bucket, storage_options=options)
+    with dask.config.set(scheduler="sync"):
+        assert df.compute()["session"].tolist() == [w.session_id]
+        assert read_sessions(bucket, storage_options=options).compute()["session"].tolist() == [w.session_id]
+    with pytest.raises(s3log.InvalidArgumentError, match="AWS_BOGUS"):
+        read_entries(bucket, storage_options={"AWS_BOGUS": "1"})
+    with pytest.raises(s3log.InvalidArgumentError, match="fast"):
+        read_entries(bucket, fast=True, storage_options=options)
