@@ -6,9 +6,11 @@ a fixed schema (:data:`SCHEMA`). Memory is bounded by ``parallelism`` sessions i
 flight plus one batch, whatever the size of the prefix. :func:`sessions` gives one row
 per session from its head alone (:data:`SESSIONS_SCHEMA`): labels, meta, counts.
 
-:func:`duckdb` registers both as lazy views: every query streams a fresh scan, so
-nothing is materialized and filters given to it (sessions, time window, kinds) cut the
-requests made. Needs the ``analytics`` extra (pyarrow, duckdb).
+:func:`duckdb` registers both as lazy views: every query streams a fresh scan in
+small batches, so nothing is materialized and filters given to it (sessions, time
+window, kinds) cut the requests made; ``snapshot=True`` reads once into DuckDB tables
+instead. Every entry point also opens a log URL with ``storage_options``
+(:func:`open_store`). Needs the ``analytics`` extra (pyarrow, duckdb).
 """
 
 from __future__ import annotations
