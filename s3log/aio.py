@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from . import otel
 from ._loops import PerLoop
 from .codec import Entry, Head
 from .config import LogConfig
@@ -184,6 +185,15 @@ class AsyncWriter(WriterVerbs[S]):
 
         The commit runs in its own task: cancelling the caller does not cancel it.
         """
+        if otel.TRACER is None or not otel.recording():
+            return await self._commit()
+        # The commit's task starts inside the span: its requests are the span's children.
+        with otel.verb_span("commit", self._log._store_id(), self.session_id) as span:
+            result = await self._commit()
+            otel.committed(span, result)
+            return result
+
+    async def _commit(self) -> CommitResult[S]:
         task = self._start(self._commit_task(self._bind()))
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued ("uncertain" if its
@@ -314,7 +324,15 @@ class AsyncLog(LogVerbs):
 
     async def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
-        return await self.run(self._core.read(session_id))
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.read(session_id))
+        with otel.verb_span("read", self._store_id(), session_id) as span:
+            view = await self.run(self._core.read(session_id))
+            span.set_attribute("gen_ai.memory.record.count", len(view.entries))
+            return view
+
+    def _store_id(self) -> str:
+        return otel.store_id(self.store, self._core.layout.prefix)
 
     async def head(self, session_id: str) -> Head:
         """A session's head (one GET)."""
@@ -406,9 +424,12 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        return await self.run(
-            self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
-        )
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        with otel.verb_span("fork", self._store_id(), session_id) as span:
+            child = await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            otel.forked(span, session_id, child)
+            return child
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -477,7 +498,12 @@ class AsyncLog(LogVerbs):
         progress: Callable[[ExpireProgress], None] | None = None,
     ) -> ExpireReport:
         """Expire sessions idle for ``idle_for`` (see :meth:`s3log.Log.expire`)."""
-        return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
+            report = await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            otel.expired(span, report)
+            return report
 
     async def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
         """Sessions committed to since ``since`` (see :meth:`s3log.Log.active_sessions`)."""

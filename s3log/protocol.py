@@ -1580,8 +1580,6 @@ def commit(
         # forked into again (same id), so its late or landed head and this one cannot
         # both be stored (both are create-only PUTs of one key).
         doubt = journal.forks.get(parent)
-        log.warning("session %s: %s; forking%s", ws.session, why,
-                    f" into {doubt.child}, as an undecided commit did" if doubt else "")
         # The child remembers the parent's append keys up to the fork (those of entries
         # found landed too): a retry in the child finds an append stored before it.
         window = key_window(cfg, ws.head.append_keys, done, pending[:landed])
@@ -1591,6 +1589,12 @@ def commit(
         )
         forked = ForkInfo(parent, fork_ws.session, found)
         forks.append(forked)
+        # Both ids and the reason, as text and as record attributes an application's
+        # handler can route on (after the fork exists: the record names a real session).
+        log.warning("session %s: %s; forked into %s at seq %d (reason: %s)%s", ws.session, why, fork_ws.session,
+                    parent.seq, parent.reason, ", as an undecided commit had" if doubt else "",
+                    extra={"s3log_session": ws.session, "s3log_fork": fork_ws.session,
+                           "s3log_fork_reason": parent.reason, "s3log_fork_why": why})
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
         acked += acked_in(fork_ws.session, fork_entries[1:])
         durable += acked_in(fork_ws.session, fork_entries)
