@@ -78,7 +78,7 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
-from .results import AckedEntry, acked_in
+from .results import AckedEntry, ProbeSeen, acked_in
 from .results import CommitResult as CommitResult
 from .results import ForkInfo as ForkInfo
 from .results import GcReport as GcReport
@@ -2256,7 +2256,7 @@ class _ProbeDeletes:
     current: object = _UNSENT
     stale: object = _UNSENT
 
-    def outcome(self, details: list[str]) -> bool | None | Literal["unsupported"]:
+    def outcome(self, details: list[str]) -> ProbeSeen:
         """Honoured, ignored, untested (None) or unsupported, with what was seen in ``details``."""
         if any(isinstance(r, ConditionalDeleteUnsupported) for r in (self.current, self.stale)):
             return "unsupported"

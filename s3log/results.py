@@ -127,7 +127,7 @@ class CommitResult(Generic[S]):
 #: tracked (``unknown``).
 #: What the probe saw of one property: honoured, ignored, untested (None), or a request
 #: the store cannot send at all.
-ProbeSeen = bool | None | Literal["unsupported"]
+ProbeSeen = bool | Literal["unsupported"] | None
 TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]
 
 # -------------------------------------------------------------------------------- reads
