@@ -1,6 +1,6 @@
 """What the command line prints, run as a real process: piped (plain) and on a terminal (a pty).
 
-Regression tests of issue 14: rich markup in user data, wrapped and truncated piped
+Regression tests of rich markup in user data, wrapped and truncated piped
 output, Python reprs instead of JSON, a missing ``--json``, ``rm`` without a
 confirmation, ``local-s3`` without a bucket, errors that named neither bucket nor
 endpoint, slow failures on a wrong endpoint, and help with ``<bool>`` and RST.
@@ -388,3 +388,38 @@ def test_a_404_listing_names_bucket_and_endpoint(env: dict[str, str]) -> None:
         server.shutdown()
     assert p.returncode == 1 and p.stderr.count("\n") == 1
     assert p.stderr.startswith(f"error: bucket b1 not found at {url} (HTTP 404")
+
+
+# ------------------------------------------------------------------------ a reader that goes away
+
+
+def _into_a_closed_pipe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with stdout a pipe whose reader has gone (``| head -1`` once it has its line)."""
+    read, write = os.pipe()
+    os.close(read)  # every write to stdout now fails with EPIPE
+    try:
+        return subprocess.run([sys.executable, "-m", "s3log.cli", *args], env=_proc_env(env), cwd=ROOT,
+                              stdout=write, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                              timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_every_command_stops_quietly_with_0_when_its_reader_goes(env: dict[str, str]) -> None:
+    log, sid = _markup_session(env)
+    log.fork(sid)
+    for args in (["show", sid], ["show", sid, "--json"], ["ls"], ["ls", "--json"], ["tail", sid],
+                 ["lineage", sid], ["verify", sid], ["fork", sid]):
+        p = _into_a_closed_pipe(env, *args)
+        assert (p.returncode, p.stderr) == (0, ""), args
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    with pytest.MonkeyPatch.context() as mp:
+        def broken(*a: Any, **k: Any) -> Any:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        mp.setattr(s3log.Log, "list_sessions", broken)
+        result = runner.invoke(app, ["ls"], env=env)
+    assert result.exit_code == 1 and "Broken pipe" in result.output

@@ -10,10 +10,12 @@ awk or a file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
+import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -346,8 +348,38 @@ def explain(exc: BaseException, s: Settings) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``s3log show SID | head -1``).
+
+    Asked of the descriptor, not of the error: a BrokenPipeError from a socket to the
+    store is a failure to report, not a reader that has seen enough.
+    """
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test runner's buffer), no poll()
+        return False
+
+
+def quit_quietly() -> NoReturn:
+    """Exit 0 without a word once the reader of stdout has gone, as coreutils and the aws cli do.
+
+    stdout is pointed at /dev/null first (the Python documentation's recipe for
+    SIGPIPE): the flush at interpreter exit would otherwise fail on the same pipe.
+    """
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    raise typer.Exit(0)
+
+
 def handle_errors(fn: F) -> F:
-    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug)."""
+    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug).
+
+    A reader of stdout that went away (a pipe into ``head``) ends the command quietly with 0.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -356,6 +388,8 @@ def handle_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise
         except Exception as exc:  # botocore credential/config errors and the like too
+            if isinstance(exc, BrokenPipeError) and stdout_gone():
+                quit_quietly()
             ctx = active_context()
             s = settings(ctx) if ctx is not None else Settings()
             if s.debug:
