@@ -58,9 +58,35 @@ def test_errors_are_one_line_and_non_zero(env: dict[str, str]) -> None:
     code, out = _invoke(env, "show", "no-such-session")
     assert code == 1 and "not found" in out and "Traceback" not in out
     code, out = _invoke(env, "show", "bad/id")
-    assert code == 1 and "invalid session id" in out
+    assert code == 2 and "invalid session id" in out  # a usage error, as click's are
     code, out = _invoke(env, "fork", "no-such", "--at-seq", "1")
     assert code == 1
+
+
+def test_usage_errors_exit_2_before_any_request(env: dict[str, str], tmp_path: Any) -> None:
+    """A malformed id, duration, time, choice or pair of options is the invocation's fault:
+    exit 2 like click's own usage errors, never 1 (which scripts read as "the operation failed")."""
+    log = _log(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    sid = w.session_id
+    bad = [
+        ["show", "bad/id"], ["tail", "bad/id"], ["lineage", "bad/id"], ["verify", "bad/id"], ["rm", "bad/id"],
+        ["fork", "bad/id"], ["fork", sid, "--at-seq", "0", "--at-hash", "ab"], ["fork", sid, "--at-hash", "zz"],
+        ["gc", "--older-than", "soon"], ["expire", "--idle", "0s"], ["expire", "--idle", "a while"],
+        ["export", "--format", "xml", "--out", str(tmp_path / "x")],
+        ["export", "--mode", "merge", "--out", str(tmp_path / "x")],
+        ["export", "--since", "last week", "--out", str(tmp_path / "x")],
+        ["query", "--from", str(tmp_path / "nowhere"), "SELECT 1"], ["query", "--until", "later", "SELECT 1"],
+        ["ls", "--starting-token", "bad/id"], ["ls", "--label", "tenant"], ["ls", "--max-items", "-1"],
+    ]
+    before = log.store.requests.snapshot() if hasattr(log.store, "requests") else None
+    for args in bad:
+        code, out = _invoke(env, *args)
+        assert code == 2, (args, out)
+    assert before is None or log.store.requests.snapshot() == before
+    assert not (tmp_path / "x").exists()
 
 
 def test_verify_catches_a_flipped_byte_naming_key_and_seq(env: dict[str, str], s3log_server: LocalS3) -> None:

@@ -198,23 +198,44 @@ def echo(text: str | Text = "", *, err: bool = False) -> None:
     stream.flush()
 
 
-def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = ()) -> None:
-    """A table: boxed on a terminal; piped, columns padded to the widest cell, two spaces apart, nothing cut.
+def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = (),
+                tty_rows: list[list[str]] | None = None, right: tuple[int, ...] = ()) -> None:
+    """A table: on a terminal, columns fitted to its width; piped, columns padded to the widest
+    cell, two spaces apart, nothing cut.
 
-    ``keep_whole`` columns are never wrapped or shortened on a terminal either.
+    On a terminal no column is dropped or cut: a column too wide for its share folds
+    onto more lines. ``keep_whole`` columns (ids to copy) are never folded while the
+    others can still fit beside them. ``tty_rows``: the cells shown on a terminal, when
+    they differ from the piped ones (shorter times); ``right``: right-aligned columns.
     """
     if not is_tty():
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:
             echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         return
-    table = Table(*header)
-    for col in keep_whole:
-        table.columns[col].no_wrap = True
-        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
-    for r in rows:
+    from rich import box
+
+    cells = rows if tty_rows is None else tty_rows
+    # One space between columns and none at the edges: an 80-column terminal holds a
+    # 36-character id, the counts, two times folded to date and time, and a parent.
+    table = Table(*header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    widest = [max((len(r[i]) for r in cells), default=0) for i in range(len(header))]
+    mins = [max(len(header[i]), widest[i]) if i in keep_whole or i in right else min(widest[i], FOLD_WIDTH)
+            for i in range(len(header))]
+    whole_fits = sum(mins) + len(header) <= console.width
+    for i, col in enumerate(table.columns):
+        col.overflow = "fold"
+        col.min_width = mins[i] if whole_fits else None
+        col.no_wrap = whole_fits and (i in keep_whole or i in right)
+        if i in right:
+            col.justify = "right"
+    for r in cells:
         table.add_row(*(Text(c) for c in r))  # Text: a cell is never markup
     console.print(table)
+
+
+#: The narrowest a folding table column gets while there is room (a date, ``2026-11-30``).
+FOLD_WIDTH = 10
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -238,6 +259,16 @@ def when(ms: int | None) -> str:
         return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, ValueError, TypeError):
         return f"ms:{ms}"
+
+
+def when_short(ms: int | None) -> str:
+    """A time as a terminal table shows it: ``2026-11-30 09:40:00Z`` (seconds; the
+    space lets a narrow column fold it into date and time). Piped output and --json
+    keep :func:`when`'s milliseconds."""
+    text = when(ms)
+    if len(text) == 24 and text[10] == "T":
+        return f"{text[:10]} {text[11:19]}Z"
+    return text
 
 
 def jsonable(value: Any) -> Any:

@@ -19,15 +19,18 @@ from .common import print_table
 from .maintenance import parse_duration
 
 
-def parse_time(text: str | None) -> int | None:
-    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms."""
+def parse_time(text: str | None, param_hint: str | None = None) -> int | None:
+    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms.
+
+    ``param_hint`` names the option in the usage error a bad value is.
+    """
     if not text:
         return None
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         now = datetime.now(UTC).timestamp() * 1000
-        return int(now - parse_duration(text))
+        return int(now - parse_duration(text, param_hint))
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
@@ -140,11 +143,12 @@ def export(
     from .. import analytics
 
     if fmt not in ("parquet", "jsonl", "csv"):
-        fail(f"unknown format {fmt!r}: use parquet, jsonl or csv")
+        raise typer.BadParameter(f"unknown format {fmt!r}: use parquet, jsonl or csv", param_hint="--format")
     if mode not in ("error", "overwrite", "append"):
-        fail(f"unknown mode {mode!r}: use error, overwrite or append")
+        raise typer.BadParameter(f"unknown mode {mode!r}: use error, overwrite or append", param_hint="--mode")
     options: dict[str, Any] = {
-        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+        "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
+        "sessions": session or None,
     }
     # Every option is checked, the log opened and the bucket answered (the first batch
     # read) before anything is written, and --mode overwrite replaces the output only
@@ -206,14 +210,16 @@ def query(
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
     filters: dict[str, Any] = {
-        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+        "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
+        "sessions": session or None,
     }
     log = None
     try:
         with scan_progress("querying", quiet) as progress:
             if source is not None:
                 if not source.is_dir():
-                    fail(f"--from {source}: not a directory (give the --out of s3log export --format parquet)")
+                    raise typer.BadParameter(f"{source}: not a directory (give the --out of s3log export "
+                                             "--format parquet)", param_hint="--from")
                 analytics.duckdb_parquet(con, str(source), **filters)
             else:
                 log = open_log()

@@ -33,9 +33,24 @@ from .common import (
     styled,
     verifier_for,
     when,
+    when_short,
 )
 
-_SESSION = typer.Argument(..., metavar="SESSION", help="The session id.", show_default=False)
+
+def session_arg(value: str | None) -> str | None:
+    """A SESSION argument, checked before any request: a malformed id is a usage error (exit 2)."""
+    from ..errors import InvalidSessionIdError
+    from ..ids import validate_session_id
+
+    if value is None:
+        return None
+    try:
+        return validate_session_id(value)
+    except InvalidSessionIdError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SESSION") from None
+
+
+_SESSION = typer.Argument(..., metavar="SESSION", help="The session id.", show_default=False, callback=session_arg)
 _JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -51,37 +66,96 @@ def _entry_line(e: Any, *, tty: bool) -> Text:
     return styled(f"{e.seq:>6}  {when(e.ts)}  ", (e.kind, "cyan"), "  ", data)
 
 
+#: Sessions ``ls`` shows on a terminal when not told how many (piped or --json: all of them).
+TTY_MAX_ITEMS = 50
+
+
+def _session_token(value: str | None) -> str | None:
+    """``--starting-token``: a session id (the one a cut listing named), checked before any request."""
+    try:
+        return session_arg(value)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(f"not a continuation token: {exc.message}") from None
+
+
+def caller_text(session_id: str, meta: dict[str, Any]) -> str:
+    """The caller's own id of an integration's session, as ``ls`` prints it ("" if none or the same).
+
+    A LangGraph namespace other than the root follows the thread id as ``ns=NAMESPACE``;
+    text that is not printable is quoted as JSON, so a piped row stays one line.
+    """
+    from ..integrations import caller_id
+
+    found = caller_id(meta)
+    if found is None:
+        return ""
+    text = found.get("session_id") or found["thread_id"]
+    if found.get("checkpoint_ns"):
+        text = f"{text} ns={found['checkpoint_ns']}"
+    if text == session_id:
+        return ""
+    return text if text.isprintable() else dumps(text)
+
+
 @app.command("ls")
 @handle_errors
 def ls(
     ctx: typer.Context,
-    limit: int = typer.Option(50, "--limit", metavar="N", min=0, help="Show at most this many sessions (0: all)."),
+    max_items: int | None = typer.Option(
+        None, "--max-items", metavar="N", min=0, show_default=False,
+        help=f"List at most N sessions (0: all). Default: all when piped or with --json, "
+             f"{TTY_MAX_ITEMS} on a terminal. A cut listing says on stderr how to go on."),
+    starting_token: str | None = typer.Option(
+        None, "--starting-token", metavar="TOKEN", callback=_session_token,
+        help="Continue a cut listing: the token it printed on stderr (the last session it showed)."),
     label: list[str] = typer.Option(None, "--label", metavar="NAME=VALUE",
                                     help="Only sessions with this label (repeatable; reads each head)."),
-    after: str | None = typer.Option(None, "--after", metavar="SESSION",
-                                     help="Continue after this session (the last one of the previous page)."),
     as_json: bool = _JSON,
 ) -> None:
-    """List sessions, newest first (a few LISTs for --limit N, not one per 1,000 sessions)."""
+    """List sessions, newest first, and the caller's own id of an integration's sessions.
+
+    Piped or with --json every session is listed; on a terminal the first 50. A cut
+    listing (--max-items, or a terminal's 50) ends with a line on stderr naming the
+    --starting-token to go on from, as 'aws s3api' does. --max-items N costs a few
+    LISTs, not one per 1,000 sessions.
+    """
     from .maintenance import parse_labels
 
     labels = parse_labels(label)
+    if max_items is None:
+        max_items = TTY_MAX_ITEMS if is_tty() and not as_json else 0
     with command_log(ctx) as log:
-        infos = list(log.list_sessions(limit=limit or None, labels=labels, after=after))
+        # One more than shown: a listing is said to be cut only when it is.
+        infos = list(log.list_sessions(limit=max_items + 1 if max_items else None, labels=labels,
+                                       after=starting_token))
+    more = bool(max_items) and len(infos) > max_items
+    infos = infos[:max_items] if more else infos
+    callers = [caller_text(i.session_id, i.meta) for i in infos]
     if as_json:
+        from ..integrations import caller_id
+
         emit_json([
             {"session": i.session_id, "entries": i.entries, "version": i.version, "created_at": i.created_at,
              "updated_at": i.updated_at, "created": when(i.created_at), "updated": when(i.updated_at),
-             "parent": i.parent.session if i.parent else None}
+             "parent": i.parent.session if i.parent else None, "caller": caller_id(i.meta)}
             for i in infos
         ])
-        return
-    header = ["session", "entries", "created", "updated", "parent"]
-    rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
-             i.parent.session if i.parent else ""] for i in infos]
-    print_table(header, rows, keep_whole=(0, 4))  # ids are copied from here: never cut them
-    if limit and len(infos) == limit and is_tty(sys.stderr):
-        echo(f"more: s3log ls --limit {limit} --after {infos[-1].session_id}", err=True)
+    else:
+        header = ["session", "entries", "created", "updated", "parent"]
+        rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
+                 i.parent.session if i.parent else ""] for i in infos]
+        short = [[r[0], r[1], when_short(i.created_at), when_short(i.updated_at), r[4]]
+                 for r, i in zip(rows, infos, strict=True)]
+        if any(callers):  # the caller's id, free text: last, and only when there is one
+            header.append("caller_id")
+            for r, t, c in zip(rows, short, callers, strict=True):
+                r.append(c)
+                t.append(c)
+        # Ids are copied from here: the session column is folded only when nothing else fits.
+        print_table(header, rows, keep_whole=(0,), tty_rows=short, right=(1,))
+    if more:
+        echo(f"listed {max_items} sessions; more follow: s3log ls --max-items {max_items} "
+             f"--starting-token {infos[-1].session_id}", err=True)
 
 
 @app.command()
@@ -143,7 +217,8 @@ def tail(
 @handle_errors
 def verify(
     ctx: typer.Context,
-    session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False),
+    session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False,
+                                  callback=session_arg),
     all_: bool = typer.Option(False, "--all", help="Verify every session."),
     public_keys: list[str] = typer.Option(
         None, "--public-key", metavar="FILE|KEY_ID=FILE",
@@ -207,6 +282,14 @@ def fork(
     as_json: bool = _JSON,
 ) -> None:
     """Fork a session at a committed entry (the latest by default); prints the new id."""
+    if at_seq is not None and at_hash is not None:
+        raise typer.BadParameter("give --at-seq or --at-hash, not both", param_hint="--at-hash")
+    if at_hash is not None:
+        try:
+            bytes.fromhex(at_hash)
+        except ValueError:
+            raise typer.BadParameter(f"not a hash: {at_hash!r} (give the entry's hash in hex)",
+                                     param_hint="--at-hash") from None
     with command_log(ctx) as log:
         child = log.fork(session, at_seq=at_seq, at_hash=at_hash)
         if not as_json:
