@@ -49,11 +49,12 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
     )
 
 
-def on_tty(env: dict[str, str], *args: str, answer: bytes | None = None, prompt: bytes = b"?") -> tuple[int, str]:
+def on_tty(env: dict[str, str], *args: str, answer: bytes | None = None, prompt: bytes = b"?",
+           columns: int = 200) -> tuple[int, str]:
     """Run the CLI on a pseudo-terminal (stdin, stdout and stderr); type ``answer`` at ``prompt``."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "s3log.cli", *args], env={**_proc_env(env), "COLUMNS": "200", "TERM": "xterm"},
+        [sys.executable, "-m", "s3log.cli", *args], env={**_proc_env(env), "COLUMNS": str(columns), "TERM": "xterm"},
         cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
     )
     os.close(slave)
@@ -423,3 +424,76 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error(env: dict[str, str]) -> No
         mp.setattr(s3log.Log, "list_sessions", broken)
         result = runner.invoke(app, ["ls"], env=env)
     assert result.exit_code == 1 and "Broken pipe" in result.output
+
+
+# ------------------------------------------------------------------------ ls: pages, widths, callers
+
+
+def test_piped_ls_lists_every_session_and_a_cut_says_how_to_go_on(env: dict[str, str]) -> None:
+    log = log_of(env)
+    made = [log.create(f"s{i:03d}").session_id for i in range(53)]  # more than a terminal's 50
+    p = cli(env, "ls")
+    assert (p.returncode, p.stderr) == (0, "")
+    assert sorted(r.split()[0] for r in p.stdout.splitlines()[1:]) == made
+    assert len(json.loads(cli(env, "ls", "--json").stdout)) == 53
+    shown: list[str] = []
+    token: list[str] = []
+    while True:
+        p = cli(env, "ls", "--max-items", "20", *token)
+        assert p.returncode == 0
+        shown += [r.split()[0] for r in p.stdout.splitlines()[1:]]
+        if not p.stderr:
+            break
+        # aws s3api's way: the cut is said on stderr, with the token to go on from.
+        assert p.stderr.count("\n") == 1 and "--max-items 20 --starting-token " in p.stderr
+        token = ["--starting-token", p.stderr.split("--starting-token ")[1].strip()]
+    assert len(shown) == 53 and sorted(shown) == made  # pages of 20, 20, 13: none twice, none missed
+    p = cli(env, "ls", "--max-items", "53")
+    assert p.stderr == ""  # exactly all of them: not a cut
+
+
+def test_ls_on_a_terminal_of_80_columns_folds_and_drops_nothing(env: dict[str, str]) -> None:
+    log = log_of(env)
+    w = log.create(meta={"openai_agents": {"session_id": "chat 42"}})
+    w.append("k", 1, ts=TS0)
+    w.commit()
+    child = log.fork(w.session_id)
+    code, out = on_tty(env, "ls", columns=80)
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[0].split() == ["session", "entries", "created", "updated", "parent", "caller"]
+    for sid in (w.session_id, child):
+        assert any(line.startswith(sid) for line in lines), out  # ids whole, on one line
+
+    def column(name: str, end: str | None = None) -> str:
+        a, b = lines[0].index(name), lines[0].index(end) if end else None
+        return "".join(line[a:b].strip() for line in lines[2:])
+
+    assert column("parent", "caller") == w.session_id  # folded, every character there
+    assert column("caller") == "chat42chat42"  # both rows: "chat 42" folded at its space
+    assert len(re.findall(r"\d{4}-\d\d-\d\d", column("created", "updated"))) == 2
+    assert len(re.findall(r"\d\d:\d\d:\d\dZ", column("updated", "parent"))) == 2
+    assert column("entries", "created") == "11"
+
+
+def test_ls_shows_the_callers_own_id_of_integration_sessions(env: dict[str, str]) -> None:
+    log = log_of(env)
+    log.create("oa-" + "a" * 40, meta={"openai_agents": {"session_id": "user@example.com/chat 1"}})
+    log.create("lg-" + "b" * 32 + "-" + "c" * 16, meta={"langgraph": {"thread_id": "t-1", "checkpoint_ns": ""}})
+    log.create("lg-" + "b" * 32 + "-" + "d" * 16, meta={"langgraph": {"thread_id": "t-1", "checkpoint_ns": "sub"}})
+    log.create("plain")
+    log.create("same-id", meta={"openai_agents": {"session_id": "same-id"}})
+    p = cli(env, "ls")
+    rows = {r.split()[0]: r for r in p.stdout.splitlines()[1:]}
+    assert p.stdout.splitlines()[0].split()[-1] == "caller"
+    assert rows["oa-" + "a" * 40].endswith("user@example.com/chat 1")
+    assert rows["lg-" + "b" * 32 + "-" + "c" * 16].endswith("  t-1")
+    assert rows["lg-" + "b" * 32 + "-" + "d" * 16].endswith("t-1 ns=sub")
+    assert rows["plain"].split() == ["plain", "0", *rows["plain"].split()[2:4]]
+    assert len(rows["same-id"].split()) == 4  # the caller's id is the session id: nothing to add
+    listed = {r["session"]: r["caller"] for r in json.loads(cli(env, "ls", "--json").stdout)}
+    assert listed["oa-" + "a" * 40] == {"integration": "openai-agents", "session_id": "user@example.com/chat 1"}
+    assert listed["lg-" + "b" * 32 + "-" + "d" * 16] == {"integration": "langgraph", "thread_id": "t-1",
+                                                           "checkpoint_ns": "sub"}
+    assert listed["plain"] is None

@@ -218,15 +218,12 @@ def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[i
     cells = rows if tty_rows is None else tty_rows
     # One space between columns and none at the edges: an 80-column terminal holds a
     # 36-character id, the counts, two times folded to date and time, and a parent.
-    table = Table(*header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    widest = [max((len(r[i]) for r in cells), default=0) for i in range(len(header))]
-    mins = [max(len(header[i]), widest[i]) if i in keep_whole or i in right else min(widest[i], FOLD_WIDTH)
-            for i in range(len(header))]
-    whole_fits = sum(mins) + len(header) <= console.width
+    table = Table(*header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
+    widths = _column_widths(header, cells, (*keep_whole, *right), console.width)
     for i, col in enumerate(table.columns):
         col.overflow = "fold"
-        col.min_width = mins[i] if whole_fits else None
-        col.no_wrap = whole_fits and (i in keep_whole or i in right)
+        col.width = None if widths is None else widths[i]
+        col.no_wrap = widths is not None and (i in keep_whole or i in right)
         if i in right:
             col.justify = "right"
     for r in cells:
@@ -236,6 +233,35 @@ def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[i
 
 #: The narrowest a folding table column gets while there is room (a date, ``2026-11-30``).
 FOLD_WIDTH = 10
+#: ... and when there is not, before the columns kept whole are folded too.
+NARROW_FOLD_WIDTH = 4
+
+
+def _column_widths(header: list[str], cells: list[list[str]], whole: tuple[int, ...],
+                   width: int) -> list[int] | None:
+    """Each column's width on a terminal ``width`` wide, or None when rich's own layout
+    will do (everything fits, or not even the ``whole`` columns do: then all fold).
+
+    Columns not kept whole start from ``FOLD_WIDTH`` (a date), the last ones narrowed
+    first down to their header's word (never folded) or ``NARROW_FOLD_WIDTH``; what is
+    left is shared out left to right up to each column's widest cell. (Rich's own
+    shrinking ignores a column's minimum and can cut a folded cell.)
+    """
+    n = len(header)
+    widest = [max([len(header[i]), *(len(r[i]) for r in cells)]) for i in range(n)]
+    room = width - (n - 1)  # one space between columns
+    if sum(widest) <= room:
+        return None
+    widths = [widest[i] if i in whole else max(len(header[i]), min(widest[i], FOLD_WIDTH)) for i in range(n)]
+    for i in reversed(range(n)):
+        over = sum(widths) - room
+        if over > 0 and i not in whole:
+            widths[i] -= min(over, max(0, widths[i] - max(NARROW_FOLD_WIDTH, len(header[i]))))
+    if sum(widths) > room:
+        return None
+    for i in range(n):
+        widths[i] += min(room - sum(widths), widest[i] - widths[i])
+    return widths
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

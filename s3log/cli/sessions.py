@@ -147,7 +147,7 @@ def ls(
         short = [[r[0], r[1], when_short(i.created_at), when_short(i.updated_at), r[4]]
                  for r, i in zip(rows, infos, strict=True)]
         if any(callers):  # the caller's id, free text: last, and only when there is one
-            header.append("caller_id")
+            header.append("caller")
             for r, t, c in zip(rows, short, callers, strict=True):
                 r.append(c)
                 t.append(c)
