@@ -3,7 +3,7 @@
 Plain frozen values, no I/O: commits (:class:`CommitResult`, :class:`ForkInfo`),
 reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`), listings
 (:class:`SessionInfo`, :class:`HeadRow`), maintenance (:class:`GcReport`,
-:class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
+:class:`DeletePlan`, :class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
 submitted entry stands (:data:`TicketStatus`). Each is also importable from the
 module that used to define it.
 """
@@ -267,6 +267,28 @@ class GcReport:
     kept_young: int
     broken: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePlan:
+    """What :meth:`~s3log.Log.delete` would do to a session now (:meth:`~s3log.Log.delete_plan`).
+
+    ``objects``: the keys it deletes, the head first (its count is what ``delete``
+    returns); ``activity``: activity-index markers of past days it sends a DELETE for
+    (where present); left for later, because a session created again at the id, or a
+    fork retried into it, may rely on them: ``left_for_gc`` (a young first segment not
+    named by the head, its own young fork marker; ``gc`` deletes them once older than
+    ``left_until_ms`` and no head names them) and ``left_for_expire`` (its activity
+    markers of today, and of yesterday just after midnight; ``expire`` prunes their day).
+    """
+
+    session_id: str
+    objects: list[str]
+    activity: list[str]
+    left_for_gc: list[str]
+    left_for_expire: list[str]
+    #: Twice the commit deadline: how young an object left for gc is.
+    left_until_ms: int
 
 
 @dataclass(frozen=True, slots=True)

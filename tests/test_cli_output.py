@@ -226,8 +226,28 @@ def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(env: dict[str,
     assert p.stderr.count("\n") == 1 and "--yes" in p.stderr and sid in p.stderr
     log.head(sid)
     p = cli(env, "rm", sid, "--dry-run")
-    assert p.returncode == 0 and p.stdout.splitlines()[-1].startswith(f"would delete {sid} (")
+    assert p.returncode == 0 and any(x.startswith(f"would delete {sid} (") for x in p.stdout.splitlines())
     log.head(sid)
+
+
+def test_rm_dry_run_and_rm_agree_on_what_goes_and_what_is_left(env: dict[str, str], s3log_server: Any) -> None:
+    log, sid = _markup_session(env)
+    child = log.fork(sid)
+    dry = cli(env, "rm", child, "--dry-run").stdout.splitlines()
+    planned = json.loads(cli(env, "rm", child, "--dry-run", "--json").stdout)
+    assert planned["keys"] == [f"s3log/sessions/{child}/head"]
+    # Just forked: its own fork marker and today's activity marker stay, and say who removes them.
+    assert planned["left_for_gc"] == [f"s3log/sessions/{sid}/forks/{child}"]
+    assert [k.rsplit("/", 1)[-1] for k in planned["left_for_expire"]] == [child]
+    assert dry[0] == planned["keys"][0] and dry[1] == f"would delete {child} (1 objects)"
+    assert dry[2].startswith(f"left for gc: s3log/sessions/{sid}/forks/{child} (gc deletes it once older than 20m")
+    assert dry[3].startswith(f"left for expire: {planned['left_for_expire'][0]} (expire prunes its day")
+    p = cli(env, "rm", child, "--yes")
+    assert p.returncode == 0
+    assert p.stdout.splitlines() == [f"deleted {child} (1 objects)", *dry[2:]]
+    client = s3log_server.client()
+    left = {o["Key"] for o in client.list_objects_v2(Bucket=env["S3LOG_BUCKET"])["Contents"] if child in o["Key"]}
+    assert left == {*planned["left_for_gc"], *planned["left_for_expire"]}
 
 
 def test_rm_on_a_terminal_asks_and_obeys(env: dict[str, str]) -> None:

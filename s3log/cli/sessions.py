@@ -15,7 +15,6 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import CorruptionError, S3LogError, SessionNotFound
-from ..layout import Layout
 from ..log import Log
 from .app import app
 from .common import (
@@ -378,22 +377,48 @@ def rm_decision(*, yes: bool, dry_run: bool, stdin_is_tty: bool, ask: Callable[[
     return "delete" if ask() else "declined"
 
 
+def _left_lines(plan: Any) -> list[str]:
+    """What ``rm`` leaves, one line each: the key, who removes it, when, and why it stays."""
+    from ..retention import ACTIVITY_KEEP_DAYS
+
+    young = _duration_text(plan.left_until_ms)
+    return [
+        *(f"left for gc: {k} (gc deletes it once older than {young} and no head names it: a session "
+          "created again at this id, or a fork retried into it, may still name it)" for k in plan.left_for_gc),
+        *(f"left for expire: {k} (expire prunes its day once older than {ACTIVITY_KEEP_DAYS} days or its "
+          "--idle: a session created again at this id that day relies on it)" for k in plan.left_for_expire),
+    ]
+
+
+def _duration_text(ms: int) -> str:
+    """``1200000`` as ``20m``, for the few round durations ``rm`` names."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 @app.command("rm")
 @handle_errors
 def rm(
     ctx: typer.Context,
     session: str = _SESSION,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted, and what left."),
     as_json: bool = _JSON,
 ) -> None:
-    """Delete a session: its head first, then its segments and fork markers."""
+    """Delete a session: its head first, then its segments, its children's fork markers, its
+    own fork marker and its activity markers of past days.
+
+    Left for later, because a session created again at the id (or a fork retried into
+    it) may rely on them: its own fork marker and a first segment the head does not
+    name while younger than twice the commit deadline (20m by default; 's3log gc'
+    deletes them after), and its activity markers of today ('s3log expire' prunes
+    their day). Both --dry-run and the delete name each object left.
+    """
     with command_log(ctx) as log:
-        head = log.head(session)  # SessionNotFound before anything is asked or deleted
-        layout = Layout(log.prefix)
-        keys = log.object_keys(session)
-        if head.parent is not None:
-            keys.append(layout.fork_marker(head.parent.session, session))
+        plan = log.delete_plan(session)  # SessionNotFound before anything is asked or deleted
+        keys = plan.objects
         children = log.children(session)
 
         def ask() -> bool:
@@ -410,11 +435,16 @@ def rm(
             raise typer.Exit(1)
         deleted = 0 if decision == "dry-run" else log.delete(session)
     if as_json:
-        emit_json({"session": session, "dry_run": dry_run, "keys": keys, "deleted": deleted})
+        emit_json({"session": session, "dry_run": dry_run, "keys": keys, "deleted": deleted,
+                   "activity": plan.activity, "left_for_gc": plan.left_for_gc,
+                   "left_for_expire": plan.left_for_expire, "left_until_ms": plan.left_until_ms})
         return
+    days = f", and its activity markers of {len(plan.activity)} past days" if plan.activity else ""
     if dry_run:
         for k in keys:
             echo(k)
-        echo(f"would delete {session} ({len(keys)} objects)")
+        echo(f"would delete {session} ({len(keys)} objects{days})")
     else:
-        echo(f"deleted {session} ({deleted} objects)")
+        echo(f"deleted {session} ({deleted} objects{days})")
+    for line in _left_lines(plan):
+        echo(line)
