@@ -669,8 +669,8 @@ class LogCore:
         dry_run: bool,
         progress: Callable[[ExpireProgress], None] | None,
     ) -> Proc[ExpireReport]:
-        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
-        checked first, then the store probed (unless a dry run, which writes nothing)."""
+        """Delete sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
+        checked first, then the store probed (unless a dry run, which deletes nothing)."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
         proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),

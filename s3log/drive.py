@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -72,11 +73,21 @@ class SyncDriver:
         self.store = store
         self.retry = retry
         self.env = env
+        self._max_parallel = max_parallel
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="s3log")
+        self._pool_pid = os.getpid()
 
     def close(self) -> None:
         """Stop the thread pool."""
         self._pool.shutdown(wait=False)
+
+    def _pool_here(self) -> ThreadPoolExecutor:
+        # Threads do not survive fork: a child handed its parent's pool queues work that no
+        # thread runs, and waits for it for ever. A forked child makes a pool of its own.
+        if self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(max_workers=self._max_parallel, thread_name_prefix="s3log")
+            self._pool_pid = os.getpid()
+        return self._pool
 
     def run(self, proc: Proc[T]) -> T:
         """Drive ``proc`` to completion and return its value."""
@@ -98,7 +109,7 @@ class SyncDriver:
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            return list(self._pool.map(self._capture, op.ops))
+            return list(self._pool_here().map(self._capture, op.ops))
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None

@@ -427,10 +427,12 @@ class Log(LogVerbs):
     ) -> ExpireReport:
         """Expire sessions whose last commit is older than ``idle_for`` (a timedelta or ms).
 
-        Each is replaced by a tombstone written with If-Match on the head just read, so
-        a session committed to during the sweep is kept, and a writer that commits
-        after forks (nothing is lost); readers then get :class:`~s3log.SessionExpired`;
-        ``gc`` collects the rest after its grace period (:mod:`s3log.retention`).
+        Each head is deleted with If-Match on the ETag just read (nothing is written), so
+        a session committed to during the sweep is kept; a writer that commits after
+        raises :class:`~s3log.SessionNotFound` (nothing of that commit is stored);
+        readers get SessionNotFound; ``gc`` collects the segments
+        (:mod:`s3log.retention`). Raises ConditionalDeleteUnsupported on a store that
+        cannot make a DELETE conditional (obstore), before deleting anything.
         ``labels``: only sessions with these labels. ``progress`` is called after
         each batch with an :class:`~s3log.retention.ExpireProgress`.
         """

@@ -1,4 +1,4 @@
-"""The same verb means the same thing on both sides (issue 16).
+"""The same verb means the same thing on both sides.
 
 ``Log``/``AsyncLog`` and ``Writer``/``AsyncWriter`` expose the same public names with
 the same parameters; the async side awaits what does I/O. A name added to one side

@@ -1,5 +1,5 @@
 """s3log tells operators what it did: forks, retries, repairs and gc deletions are logged
-under the ``s3log`` logger, and results print readably (issue 14)."""
+under the ``s3log`` logger, and results print readably."""
 
 from __future__ import annotations
 

@@ -847,7 +847,7 @@ def test_fault_wrappers_raise_what_real_stores_raise(
     assert stored == (expected_landed if landed else expected_unlanded)
 
 
-# ------------------------------------------------------------ issue 16: the log owns the prefix
+# ------------------------------------------------------------ the log owns the prefix
 
 
 def test_stores_need_no_prefix_and_the_log_supplies_it(s3log_server: LocalS3, bucket: str) -> None:

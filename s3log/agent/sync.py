@@ -104,7 +104,8 @@ class AgentSession(SessionCore):
         **options: Any,
     ) -> AgentSession:
         """Start a session lazily: nothing is stored (and the id is not taken) until a
-        record after the session start is committed."""
+        record after the session start is committed, or, for a start seeded with
+        ``history``, until the next :meth:`flush` or :meth:`close`."""
         core.options_arg(options)
         head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         writer = run(log, core.create_proc(session_id, head))
@@ -234,7 +235,8 @@ class AgentSession(SessionCore):
     def flush(self) -> None:
         """Commit every buffered record. Raises if the commit fails (the batch is kept).
 
-        A session holding only its start is not stored: it stays free to be abandoned.
+        A session holding only an empty start (no history) is not stored: it stays free to
+        be abandoned. A start seeded with history is stored (SessionExists if the id is taken).
         """
         self._run(self._p_flush())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from .._extras import extra
@@ -11,7 +12,7 @@ from .._loops import PerLoop
 from ..errors import StoreError, TransientStoreError
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
-from .base import RequestCounter, deprecated_prefix, precondition_scope
+from .base import ProcessClient, RequestCounter, deprecated_prefix, precondition_scope
 
 with extra("async"):
     import aioboto3
@@ -56,6 +57,11 @@ def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeou
                      **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
+#: What stores opened in a parent process, kept in a forked child so that collecting
+#: it does not close the parent's connections or touch its loops.
+_INHERITED: list[object] = []
+
+
 class _LoopClient:
     """The client an :class:`AsyncS3Store` opened on one event loop, and the lock that opens it."""
 
@@ -97,6 +103,7 @@ class AsyncS3Store:
                                    if client is None else None)
         #: A client passed in (its owner's to manage), else None: the store opens one per loop.
         self._client = client
+        self._given = ProcessClient(client, None, f"the aioboto3 client passed to {self!r}")
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._max_pool = max_pool_connections
@@ -105,6 +112,7 @@ class AsyncS3Store:
         #: a single slot was taken over by each loop in turn, opening a client per switch
         #: and leaving the other loop's open; a loop's is dropped once it is closed.
         self._loops: PerLoop[_LoopClient] = PerLoop(_LoopClient)
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"AsyncS3Store(bucket={self.bucket!r})"
@@ -123,7 +131,13 @@ class AsyncS3Store:
 
     async def _c(self) -> Any:
         if self._client is not None:
-            return self._client  # one passed in: its owner's to manage
+            return self._given.get()  # one passed in: its owner's to manage
+        if self._pid != os.getpid():
+            # A forked child: the clients opened so far hold the parent's connections, on
+            # its loops. They are left as they are (closing them here would run the parent's
+            # loops); the child opens its own.
+            _INHERITED.append(self._loops)
+            self._loops, self._pid = PerLoop(_LoopClient), os.getpid()
         # A store outlives an event loop as a log does (``asyncio.run`` per request): a
         # client opened on another loop cannot send on this one (every request failed,
         # "Event loop is closed"), so each loop opens its own.
@@ -158,8 +172,8 @@ class AsyncS3Store:
 
     async def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""
-        self.requests.add("GET")
         client = await self._c()
+        self.requests.add("GET")
         try:
             resp = await client.get_object(Bucket=self.bucket, Key=key)
             # Read through aiobotocore's body, not the aiohttp response ``async with``
@@ -174,8 +188,8 @@ class AsyncS3Store:
 
     async def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
-        self.requests.add("PUT")
         client = await self._c()
+        self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
         except _CAUGHT as exc:
@@ -184,8 +198,8 @@ class AsyncS3Store:
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
-        self.requests.add("PUT")
         client = await self._c()
+        self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
         except _CAUGHT as exc:
@@ -197,8 +211,8 @@ class AsyncS3Store:
         start_after: str | None = None,
     ) -> ListPage:
         """One page of keys under ``prefix``, in key order, after ``start_after`` (ListObjectsV2)."""
-        self.requests.add("LIST")
         client = await self._c()
+        self.requests.add("LIST")
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
             resp = await client.list_objects_v2(**params)
@@ -208,8 +222,8 @@ class AsyncS3Store:
 
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
-        self.requests.add("DELETE")
         client = await self._c()
+        self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)
         except _CAUGHT as exc:
@@ -218,8 +232,8 @@ class AsyncS3Store:
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
         PreconditionFailed if it differs, ObjectNotFound if the key is missing."""
-        self.requests.add("DELETE")
         client = await self._c()
+        self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
         except _CAUGHT as exc:

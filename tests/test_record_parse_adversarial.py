@@ -1,15 +1,10 @@
-"""Hostile review (s5) of ``codec._parse_linked_records``: a v2 tail's records read off
-their byte layout instead of decoded as maps.
+"""A v2 tail's records read off their byte layout (``codec._parse_linked_records``), attacked.
 
-Its claim: for any input it either declines (None, the general path then decides) or
-returns exactly the entries the general path returns, and never accepts what the
-general path refuses. Each test is an attack on that claim (or on the end-to-end
-promise: a crafted or mutated tail reads through Log.read, Log.read_runs and
-analytics.scan exactly as with the fast path switched off). The review found four
-defects, fixed with these tests as their regression tests: data at cbor2's nesting
-limit read by one path only; a data item followed by a transparent tag's head (55799,
-256) accepted by both paths and by v2 segments; a malformed record diagnosed
-differently on each read (the random delimiter read into); an empty list.
+The claim: for any input the fast path either declines (None: the general path decides) or
+returns exactly the entries the general path returns, and never accepts what the general
+path refuses. Attacked with every length boundary, records holding the keys' own bytes,
+crafted and mutated records, nesting limits, transparent tags and a kind cache cleared
+under concurrent decoders.
 """
 
 from __future__ import annotations
@@ -32,7 +27,11 @@ from s3log.codec import Entry, LinkedRun, RunColumns, decode_segment, make_entry
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"
+
+
 _NULL = b"\xf6"
+
+
 _H32 = b"\x58\x20"
 
 
@@ -51,7 +50,7 @@ def _rec(ts: bytes, seq: bytes, data: bytes, kind: bytes, prev: bytes) -> bytes:
 
 @contextmanager
 def _fast_path_off() -> Iterator[None]:
-    """The parent commit's behaviour: the fast path always declines."""
+    """The general path alone: the fast path always declines."""
     saved = codec._parse_linked_records
     codec._parse_linked_records = lambda *a: None
     try:
@@ -115,9 +114,6 @@ def _chain(seq: int, n: int, *, ts: int = 1_767_225_600_000, kinds: list[str] | 
     return out
 
 
-# ------------------------------------------------------------ 1. records s3log writes
-
-
 _BOUNDS = [0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**64 - 1]
 
 
@@ -158,6 +154,8 @@ def test_mixed_ts_widths_are_declined_and_read_by_the_general_path() -> None:
 
 _AWKWARD_KINDS = ["", "dkind", "adkindbQR", "xdkind`", "a\x64kind\x61z", "\x64prev\xf6", "\x64prev\x58\x20" * 5,
                   "ünï", "x" * 23, "x" * 24, "x" * 300, "s3log.fork", "kind", "prev", "\x64kind\x60"]
+
+
 _AWKWARD_DATA: list[Any] = [
     None, "", b"", 0, -1, 2**64, -(2**64) - 1, 1.5, float("inf"), "dkind", b"\x64kind\x61k", "\x64prev\xf6",
     b"\x64prev\x58\x20" + bytes(32), {"kind": "dkind", "prev": None}, [[[]]], "\x64kind\x67message",
@@ -192,9 +190,6 @@ def test_a_hash_prev_whose_bytes_spell_a_kind_key_text_and_null_prev_reads_alike
     assert _outcome([r]) == "parsed"
     (e,) = codec._decode_records([r], [_sha(r)], _KEY)
     assert (e.data, e.kind, e.prev) == (body, "z" * 20, None)
-
-
-# ------------------------------------------------------------ 2. what must be refused
 
 
 def _one(ts: bytes = b"\x05", seq: bytes = b"\x00", data: bytes = b"\x01", kind: bytes = b"\x61k",
@@ -296,14 +291,15 @@ def test_records_that_are_not_linked_are_declined_and_left_to_the_verifier() -> 
     assert _outcome(gap) == "declined"
 
 
-# ------------------------------------------------------------ 3. random differential fuzz
-
-
 _GOOD_DATA: list[Any] = [*_AWKWARD_DATA, {"i": 1, "text": "lorem ipsum " * 6}, list(range(30)), 2**40]
+
+
 _RAW_DATA = [b"\x18\x05", b"\xd9\xd9\xf7\x01", b"\x5f\x41\x00\xff", b"\x01\x02", b"", b"\x18", b"\xd8\x1c\x01",
              b"\xff", b"\x82\x01", b"\xa1\x01\x02\x01\x03", b"\xf7", b"\xf8\x10", b"\x01\xd8\x1c", b"\x01\xc0",
              b"\xd9\x01\x00\x82\x63abc\xd8\x19\x00", b"\x01\x64kind\x61k\x64prev\xf6", b"\x62ab\x64kind",
              b"\x65dkind", b"\xc1\x01", b"\x41", b"\x19\x00\x01", b"\xfb\x3f\xf8\x00\x00\x00\x00\x00\x00"]
+
+
 _RAW_KINDS = [b"\x78\x01k", b"\x7f\x61k\xff", b"\xd9\xd9\xf7\x61k", b"\x41k", b"\x01", b"\x62\xff\xfe",
               b"\x61k\x61k", b"", b"\x61", b"\xf6", b"\x64kind"]
 
@@ -417,9 +413,6 @@ def test_records_changed_where_their_fields_meet_never_read_differently() -> Non
     assert outcomes["parsed"] > 400 and outcomes["declined"] > 1_000, outcomes
 
 
-# ------------------------------------------------------------ 4. defects
-
-
 def _depth_record(depth: int, seq: int = 0, prev: bytes = _NULL) -> bytes:
     return _rec(_d(5), _d(seq), b"\x81" * depth + b"\x00", _d("k"), prev)
 
@@ -458,7 +451,7 @@ def test_data_at_the_decoders_nesting_limit_is_read_alike_by_both_paths() -> Non
             assert fast is None or not isinstance(general, CorruptionError), (depth, general)
 
 
-def test_a_tail_at_the_nesting_limit_reads_as_before_the_change() -> None:
+def test_a_tail_at_the_nesting_limit_reads_as_without_the_fast_path() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
     head = cbor2.loads(store.get(hkey).body)
@@ -562,9 +555,6 @@ def test_a_malformed_tail_is_refused_the_same_way_on_every_read() -> None:
     assert len(seen) == 1, seen
 
 
-# ------------------------------------------------------------ 5. end to end
-
-
 def _session(store: s3log.MemoryStore) -> tuple[str, str]:
     """A v2 session with segments and a tail of awkward data (kinds the fast path takes:
     one holding the "kind" key's bytes would send every read to the general path)."""
@@ -640,7 +630,7 @@ def _outcomes_on(store: s3log.MemoryStore, sid: str) -> list[Any]:
     return _outcomes(store, sid)
 
 
-def test_a_mutated_tail_reads_through_every_path_exactly_as_before_the_change() -> None:
+def test_a_mutated_tail_reads_through_every_path_exactly_as_without_the_fast_path() -> None:
     store = s3log.MemoryStore()
     sid, hkey = _session(store)
     original = store.get(hkey).body
@@ -680,9 +670,6 @@ def test_a_mutated_tail_reads_through_every_path_exactly_as_before_the_change() 
             refused += 1
             assert on[0][1] == hkey and on[1] == on[0] and on[2] == on[0]
     assert parsed > 20 and 10 < refused < 90, (parsed, refused)
-
-
-# ------------------------------------------------------------ 6. the kind cache under threads
 
 
 @contextmanager

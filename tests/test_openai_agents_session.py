@@ -1,20 +1,24 @@
-"""S3LogSession review mends: a failed or cancelled call's entry is never carried by the
-next call, the session survives a change of event loop, session ids map one to one, and
-add_items refuses what is not a list of items."""
+"""The OpenAI Agents SDK session (S3LogSession): a failed or cancelled call's entry is never carried by
+the next call, the session survives a change of event loop, session ids map one to one, bad
+items are refused, and an expired id starts afresh.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import s3log
 from s3log.config import LogConfig, RetryPolicy
+from s3log.env import Env
 from s3log.faults import AsyncFaultyStore, Fault, FaultyStore
 from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession, store_id
+from tests.delete_hooks import Clock
 
 # Two attempts per request, no real waiting: a refused write fails fast.
 FAST = LogConfig(retry=RetryPolicy(attempts=2, initial=0.001, max_backoff=0.001))
@@ -75,9 +79,6 @@ async def _yield(times: int = 50) -> None:
     """Let every ready task run as far as it can (no clock involved)."""
     for _ in range(times):
         await asyncio.sleep(0)
-
-
-# ------------------------------------------------------------- failed calls (defect 1)
 
 
 @pytest.mark.parametrize("kind", ["Log", "AsyncLog"])
@@ -161,9 +162,6 @@ def test_after_a_cancelled_add_get_items_tells_whether_it_landed() -> None:
     asyncio.run(main())
 
 
-# ---------------------------------------------------------------- event loops (defect 2)
-
-
 def test_contended_calls_on_a_second_event_loop() -> None:
     store = GatedStore()
     s = S3LogSession("conv", s3log.AsyncLog(store))
@@ -206,9 +204,6 @@ def test_a_call_held_on_a_live_loop_refuses_another_loop() -> None:
     assert _contents(asyncio.run(s.get_items())) == ["A", "C"]
 
 
-# --------------------------------------------------------------------- ids (defect 3)
-
-
 def test_session_ids_map_one_to_one() -> None:
     async def main() -> None:
         log = s3log.AsyncLog(s3log.AsyncMemoryStore())
@@ -240,9 +235,6 @@ def test_bad_session_ids_raise_an_s3log_error(bad: Any) -> None:
             base.fork(session_id=bad)
 
 
-# ---------------------------------------------------------------- add_items (defect 4)
-
-
 @pytest.mark.parametrize("items", ["hello", b"hello", bytearray(b"hi"), {"role": "user", "content": "hi"}, None, 7])
 def test_add_items_refuses_what_is_not_a_list_of_items(items: Any) -> None:
     store = s3log.MemoryStore()
@@ -255,3 +247,29 @@ def test_add_items_refuses_what_is_not_a_list_of_items(items: Any) -> None:
     assert _contents(asyncio.run(s.get_items())) == ["before"]
     asyncio.run(s.add_items(({"content": "after"},)))  # any other iterable of items
     assert _contents(asyncio.run(s.get_items())) == ["before", "after"]
+
+
+T0 = 1_800_000_000_000
+
+
+DAY = 86_400_000
+
+
+def test_an_openai_session_on_an_expired_id_starts_afresh() -> None:
+    pytest.importorskip("agents")
+    from s3log.integrations.openai_agents import S3LogSession
+
+    clock = Clock(T0)
+    log = s3log.AsyncLog(s3log.AsyncMemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
+
+    async def main() -> None:
+        first = S3LogSession("conv-1", log)
+        await first.add_items([{"role": "user", "content": "hi"}])
+        clock.t += 40 * DAY
+        assert len((await log.expire(idle_for=timedelta(days=30))).expired) == 1
+        again = S3LogSession("conv-1", log)
+        assert await again.get_items() == []
+        await asyncio.wait_for(again.add_items([{"role": "user", "content": "again"}]), 10)  # looped for ever
+        assert await again.get_items() == [{"role": "user", "content": "again"}]
+
+    asyncio.run(main())

@@ -1,22 +1,19 @@
-"""An AsyncWriter outlives an event loop (a second ``asyncio.run``, a test framework's
-loop per test): regressions from the session 11 hostile review.
-
-- Its commit lock (and the driver's semaphore) belonged to the first loop that waited
-  on it: on the next loop, contended commits failed with RuntimeError while another
-  commit carried their entries, so callers heard "failed" for stored entries (a retry
-  stores them twice).
-- A commit left pending by a loop closed without cancelling it was followed for ever
-  by every later wait: the writer hung.
+"""Writers and async stores outlive an event loop (a second ``asyncio.run``, a loop per test).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
 import s3log
+from s3log.store import aio_s3
 from s3log.store.memory import AsyncMemoryStore
+from s3log.testing import LocalS3
 
 
 class Slow(AsyncMemoryStore):
@@ -92,3 +89,43 @@ def test_a_writer_with_a_commit_pending_on_a_live_loop_refuses_another_loop() ->
         assert [e.data for e in loop.run_until_complete(log.read(w.session_id)).entries] == [1]
     finally:
         loop.close()
+
+
+def test_an_async_store_used_from_two_running_loops_keeps_one_client_per_loop(
+    s3log_server: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Any] = []
+    real = aio_s3.aioboto3.Session
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def client(self, *args: Any, **kwargs: Any) -> Any:
+            made = super().client(*args, **kwargs)
+            opened.append(made)
+            return made
+
+    monkeypatch.setattr(aio_s3.aioboto3, "Session", Counting)
+    bucket = s3log_server.create_bucket()
+    store = s3log.AsyncS3Store(bucket, endpoint_url=s3log_server.endpoint_url)
+    loops = [asyncio.new_event_loop() for _ in range(2)]
+    threads = [threading.Thread(target=loop.run_forever, daemon=True) for loop in loops]
+    for t in threads:
+        t.start()
+
+    def on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    try:
+        on(loops[0], store.put_if_absent("k", b"v"))
+        for _ in range(3):  # each loop in turn, both running all along
+            for loop in loops:
+                assert (on(loop, store.get("k"))).body == b"v"
+        assert len(opened) == 2  # was 7: a client per switch, each left open
+        for loop in loops:
+            on(loop, store.aclose())
+    finally:
+        for loop in loops:
+            loop.call_soon_threadsafe(loop.stop)
+        for t in threads:
+            t.join(10)
+        for loop in loops:
+            loop.close()

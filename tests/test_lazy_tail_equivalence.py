@@ -1,13 +1,9 @@
-"""Hostile review of 18f0a6b (decision 0029): a decoded head keeps its tail unmade
-(``codec._LazyTail``) until ``.tail`` is first read; a scan and ``read_runs`` take the
-tail's columns (``codec.tail_run``) and verify them with
-``ChainVerifier.feed_linked_columns``; a run of one seq width reads its data offsets
-once (``start0``, ``min(kinds_at) > start0``).
+"""A head's lazy tail (``codec._LazyTail``) is the general decoder's tail, whatever the bytes.
 
-The promise under attack: nothing acknowledged lost, duplicated or unreadable, no
-broken chain accepted, the same errors as before. Every attack compares the new path
-with an oracle: the general (per-record) decoder, the entries path, or the code of
-18f0a6b^ itself run in a subprocess.
+A decoded head keeps its tail unmade until ``.tail`` is first read; scans and ``read_runs``
+take its verified columns. Checked against the general decoder for every seq width,
+mutated and crafted records, tails that do not join the chain, generic tools, threads,
+writers opened on a lazy head, and the build that decoded every tail eagerly.
 """
 
 from __future__ import annotations
@@ -42,12 +38,15 @@ from s3log.errors import CorruptionError
 from s3log.layout import Layout
 
 _L = Layout()
+
+
 _SHA = hashlib.sha256
+
+
 _BAD = _SHA(b"not the hash").digest()
+
+
 _TS0 = 1_700_000_000_000
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def _log(store: s3log.MemoryStore, **config: Any) -> s3log.Log:
@@ -194,9 +193,6 @@ def _chain_raw(parts: list[tuple[bytes, bytes, bytes, bytes]], first_prev: bytes
     return out
 
 
-# ----------------------------------------------- 1. the fast lazy path vs the general one
-
-
 _STARTS = [0, 1, 20, 22, 23, 24, 250, 254, 255, 256, 4090, 4095, 4096, 65530, 65534, 65535, 65536,
            2**32 - 3, 2**32]
 
@@ -264,7 +260,11 @@ def test_seq_fronts_have_one_width_throughout_when_their_ends_have_one() -> None
 
 
 _TS = codec.dumps(_TS0)
+
+
 _KIND = codec.dumps("m")
+
+
 _DATA = codec.dumps({"a": 1})
 
 
@@ -317,9 +317,6 @@ def test_crafted_records_around_the_one_width_shortcut_read_as_the_general_decod
         assert got[0] == "ok" and got[4]
     if "empty data" in name or "two data items" in name or "no kind key" in name:
         assert got[0] == "error"
-
-
-# ------------------------------------------------ 2. tails that do not join the chain
 
 
 def _tampered() -> Iterator[tuple[str, s3log.MemoryStore, str]]:
@@ -405,11 +402,8 @@ def test_feed_linked_columns_refuses_as_feed_does_for_every_wrong_start() -> Non
             assert one == other, (start_seq, start_hash)
 
 
-# ----------------------------------------------------------- 3. errors as before
-
-
 def test_a_head_with_a_bad_seq_and_a_bad_tail_names_the_seq_as_before() -> None:
-    """Before 18f0a6b decode_head checked session, version and seq before the tail (the
+    """The eager decoder checked session, version and seq before the tail (the
     Head's keyword arguments in order); a head wrong in both must still name them."""
     obj = dict(_TEMPLATE)
     for name, value in (("session", 5), ("version", "v"), ("seq", "s")):
@@ -441,16 +435,17 @@ def test_missing_attributes_of_a_head_raise_as_before() -> None:
         Head.__new__(Head).tail  # noqa: B018 - an empty Head has no tail and nothing to make it from
 
 
-# -------------------------------------------- 4. the old code, run beside the new one
+#: The last commit whose heads decoded their tail at once (the parent of lazy tails, docs/decisions/0029).
+EAGER_BUILD = "18f0a6b^"
 
 
 def _old_tree(tmp: Path) -> Path | None:
-    """s3log as of 18f0a6b^, or None when no git history is at hand."""
+    """s3log as of :data:`EAGER_BUILD`, or None when no git history is at hand."""
     root = Path(__file__).resolve().parent.parent
     git = shutil.which("git")
     if git is None:
         return None
-    archive = subprocess.run([git, "-C", str(root), "archive", "18f0a6b^", "s3log"], capture_output=True)
+    archive = subprocess.run([git, "-C", str(root), "archive", EAGER_BUILD, "s3log"], capture_output=True)
     if archive.returncode != 0:
         return None
     subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
@@ -538,13 +533,13 @@ def _differential_cases() -> list[tuple[str, dict[str, Any], str, str]]:
     return cases
 
 
-def test_every_reader_gives_what_18f0a6b_parent_gave(tmp_path: Path) -> None:
-    """Differential: the same stores read by this tree and by 18f0a6b^ (subprocesses):
+def test_every_reader_gives_what_the_eager_tail_decoder_gave(tmp_path: Path) -> None:
+    """Differential: the same stores read by this tree and by the eager build (subprocesses):
     the same entries, runs, scan rows, reports and errors (text and seq)."""
     (tmp_path / "old").mkdir()
     old = _old_tree(tmp_path / "old")
     if old is None:
-        pytest.skip("no git history with 18f0a6b^ at hand")
+        pytest.skip(f"no git history with {EAGER_BUILD} at hand")
     cases = tmp_path / "cases.pkl"
     with cases.open("wb") as f:
         pickle.dump(_differential_cases(), f)
@@ -564,12 +559,12 @@ def test_every_reader_gives_what_18f0a6b_parent_gave(tmp_path: Path) -> None:
             assert _same_or_stricter(a, b), (o[0], i, a, b)
 
 
-#: What a reader says, since e83b0cf^^, of objects docs/format.md calls corrupt that the
-#: build under comparison read, or refused for another reason (docs/decisions/0030).
+#: What a reader says, since format strictness (docs/decisions/0030), of objects docs/format.md
+#: calls corrupt that the build under comparison read, or refused for another reason (docs/decisions/0030).
 STRICTER = ("not exactly one CBOR data item", "indefinite length", "error decoding semantic tag",
             "has no prev field", "levels must be integers >= 0", "head field 'version' is -",
             "head field 'created_at' is -", "head field 'updated_at' is -", "parent pointer is malformed",
-            # A suffix read that reaches the first segment starts at seq 0 (tests/test_security_s13.py).
+            # A suffix read that reaches the first segment starts at seq 0 (tests/test_signed_reads.py).
             "expected null", "expected seq 0, found")
 
 
@@ -592,9 +587,6 @@ def _both_refuse(old: Any, new: Any) -> bool:
 
 
 _CORRUPT = re.compile(r"corrupt object (\S+?):")
-
-
-# --------------------------------------------------------- 5. the Head as an object
 
 
 def test_a_lazy_head_behaves_as_a_made_head_to_every_generic_tool() -> None:
@@ -687,9 +679,6 @@ def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
     assert problems == []
     for h in heads:
         assert _lazy(h) is None and h.tail is h.tail and type(h.tail) is LinkedRun
-
-
-# ----------------------------------------------------- 6. writers holding a lazy head
 
 
 def _live_columns() -> int:

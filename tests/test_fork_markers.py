@@ -1,58 +1,20 @@
-"""Regressions from session 12.
-
-- A fork retried from an undecided one (decision 0031) found its earlier marker under
-  the parent, of unknown age, and relied on it. gc could delete that marker (its child
-  had no head yet) while the child's head was on its way: the child and its entries
-  stayed readable, but its parent no longer listed it, so ``Log.children`` and an
-  agent restoring with ``follow_forks`` missed the branch holding acknowledged turns.
-  The retried fork now writes its marker again with new bytes (``refreshed_at``)
-  before its head, and gc deletes a dangling marker only with ``If-Match`` on the ETag
-  its listing showed (decision 0008). ``Log.delete`` deletes its children's markers
-  the same way: a session created again at the id may have written one anew.
+"""Fork markers: a retried fork keeps its marker while gc and ``Log.delete`` run, and dangling
+markers are deleted, conditionally where the store can.
 """
 
 from __future__ import annotations
 
-import contextlib
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import s3log
-from s3log.errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
-from tests.test_pending_hostile import Clock, ClockStore
-from tests.test_review_s11 import DEADLINE, _log
+from s3log.errors import StoreError, TransientStoreError
+from tests.delete_hooks import Clock
+from tests.helpers import DEADLINE, deadline_log, gc_beside
+from tests.test_pending_hostile import ClockStore
 
 FORKS = "s3log/sessions/s1/forks/"
-
-
-class DeferDeletes:
-    """The objects of ``inner``; gc's DELETEs (plain and If-Match) are held back until
-    :meth:`apply`: a gc run decided, and its requests arrive later."""
-
-    honours_preconditions = True
-
-    def __init__(self, inner: s3log.MemoryStore) -> None:
-        self.inner = inner
-        self.deferred: list[tuple[str, str | None]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def delete(self, key: str) -> None:
-        self.deferred.append((key, None))
-
-    def delete_if_match(self, key: str, etag: str) -> None:
-        self.deferred.append((key, etag))
-
-    def apply(self) -> None:
-        for key, etag in self.deferred:
-            if etag is None:
-                self.inner.delete(key)
-            else:
-                with contextlib.suppress(PreconditionFailed, ObjectNotFound):
-                    self.inner.delete_if_match(key, etag)
 
 
 class ForkStore(ClockStore):
@@ -96,11 +58,11 @@ class ForkStore(ClockStore):
 def _undecided_fork(store: ForkStore, clock: Clock) -> tuple[s3log.Writer[Any], Any, str]:
     """Writer A on s1 loses a race and forks; the child's head PUT is left undecided.
     Returns A, the ticket of its entry, and the child's id (from its marker)."""
-    log_a = _log(store, clock)
+    log_a = deadline_log(store, clock)
     w_a = log_a.create("s1")
     w_a.append("msg", {"text": "a0"})
     w_a.commit()
-    w_b = _log(store, clock, seed=9).open("s1")
+    w_b = deadline_log(store, clock, seed=9).open("s1")
     w_b.append_durable("msg", {"text": "b1"})
     ticket = w_a.submit("msg", {"text": "a1"})
     store.undecided = True
@@ -114,8 +76,7 @@ def _undecided_fork(store: ForkStore, clock: Clock) -> tuple[s3log.Writer[Any], 
 def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_flight() -> None:
     clock = Clock()
     store = ForkStore(clock)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    gc_store, gc_log = gc_beside(store, clock, if_match=True)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE  # the first marker is now past gc's grace
     store.before_child_head = lambda: gc_log.gc(older_than_ms=0)  # gc meets the retried head in flight
@@ -129,8 +90,7 @@ def test_a_retried_fork_keeps_its_marker_when_gc_runs_while_its_head_is_in_fligh
 def test_a_dangling_marker_gc_listed_before_a_retried_fork_rewrote_it_is_not_deleted() -> None:
     clock = Clock()
     store = ForkStore(clock)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    gc_store, gc_log = gc_beside(store, clock, if_match=True)
     w_a, ticket, child = _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE
     decided: list[list[str]] = []
@@ -148,7 +108,7 @@ def test_gc_still_deletes_a_dangling_marker_nobody_rewrote() -> None:
     store = ForkStore(clock)
     _undecided_fork(store, clock)
     clock.t += 3 * DEADLINE
-    report = _log(store, clock, seed=8).gc(older_than_ms=0)
+    report = deadline_log(store, clock, seed=8).gc(older_than_ms=0)
     assert [k for k in report.deleted if k.startswith(FORKS)] == report.unreferenced
     assert not [k for k in store.all_keys() if k.startswith(FORKS)]
 
@@ -190,50 +150,6 @@ def test_log_delete_spares_a_fork_marker_written_again_after_its_listing() -> No
     assert deleted == len(stored) - 1  # all but the marker, the head included
 
 
-def test_append_latest_backs_off_after_each_lost_race() -> None:
-    """``append_latest`` retried a lost race at once: the winner needs no GET, so a
-    loser (a GET and a PUT per try) kept losing and ran out of attempts ("the head kept
-    changing", found with two LangGraph savers on one thread). It now waits a jittered
-    backoff before each new try."""
-    waits: list[int] = []
-
-    class Recording(s3log.RetryPolicy):
-        def backoff(self, attempt: int, rng: Any = None) -> float:
-            waits.append(attempt)
-            return 0.0
-
-    class Contended(s3log.MemoryStore):
-        races = 2
-        rival: Any = None
-
-        def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-            if key.endswith("/s1/head") and self.races and self.rival is not None:
-                self.races -= 1
-                self.rival.append_latest("s1", [("rival", {"n": self.races})])  # lands first
-            return super().put_if_match(key, body, etag)
-
-    store = Contended()
-    s3log.Log(store).create("s1").append_durable("k", {"n": 0})
-    store.rival = s3log.Log(_Plain(store))
-    log = s3log.Log(store, config=s3log.LogConfig(retry=Recording(attempts=8, initial=0.0)))
-    result = log.append_latest("s1", [("mine", {"n": 1})])
-    assert [e.kind for e in result.acked] == ["mine"]
-    assert [e.kind for e in log.read("s1").entries] == ["k", "rival", "rival", "mine"]
-    assert waits == [1, 2]
-
-
-class _Plain:
-    """The objects of a store, seen without its subclass's hooks (a second process)."""
-
-    honours_preconditions = True
-
-    def __init__(self, store: s3log.MemoryStore) -> None:
-        self.store = store
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(s3log.MemoryStore, name).__get__(self.store)
-
-
 def test_log_delete_of_a_fork_child_leaves_a_young_marker_and_spares_one_written_again() -> None:
     """Deleting a fork child deleted its own marker (in the parent's folder) by key after
     its head. A fork retried into the freed id (decision 0031) writes that marker again
@@ -267,6 +183,7 @@ def test_log_delete_of_a_fork_child_leaves_a_young_marker_and_spares_one_written
     log.delete("c1")  # old, and nobody wrote it again: deleted with its child
     assert marker not in store.all_keys()
 
+
 def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_delete() -> None:
     """obstore cannot make a DELETE conditional. gc left dangling markers there for
     ever, and a fork with that explicit child id (LangGraph's ``copy_thread``) then
@@ -279,21 +196,11 @@ def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_dele
 
     clock = Clock()
     store = NoConditionalDelete(clock)
-    log = _log(store, clock)
+    log = deadline_log(store, clock)
     log.create("s1").append_durable("msg", {"text": "a"})
     body = s3log.codec.dumps({"v": 1, "child": "c1", "parent": {}, "created_at": 1})
     store.put_raw(FORKS + "c1", body, mtime_ms=clock.t)  # a fork whose head never came
     clock.t += 3 * DEADLINE
-    assert _log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
+    assert deadline_log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]
     assert log.fork("s1", child_id="c1") == "c1"
     assert log.children("s1") == ["c1"]
-
-
-@pytest.mark.parametrize("idle_for", [timedelta(days=999_999_999), 10**30])
-def test_expire_refuses_an_idle_threshold_past_what_a_date_holds(idle_for: Any) -> None:
-    """``Log.expire`` with a huge ``idle_for`` raised a raw ValueError / OverflowError
-    from the day index; it is an InvalidArgumentError naming the argument."""
-    log = s3log.Log(s3log.MemoryStore())
-    log.create().append_durable("k", 1)
-    with pytest.raises(InvalidArgumentError, match="idle_for"):
-        log.expire(idle_for=idle_for, dry_run=True)

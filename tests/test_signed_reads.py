@@ -1,15 +1,15 @@
-"""Security review of signed heads (session 13): what a reader with trusted keys accepts.
+"""Signed heads, read with trusted keys: what a reader accepts from a bucket an attacker can write.
 
-The attacker can write the bucket but holds no signing key. A head's signature covers
-its session, seq, last hash, parent, meta and version (docs/format.md, "Signed heads"),
-not its manifest (``segments``), its ``tail`` or its ``expired`` field: those are
-trusted only through the chain that links them to the signed last hash. Each test here
-is a read path that took them on trust.
+A head's signature covers its session, seq, last hash, parent, meta and version
+(docs/format.md, "Signed heads"), not its manifest: forks, suffix reads, lineage, entry_at,
+tombstones and scans must not trust an unsigned manifest, and an undecided head PUT is
+settled through the same verification.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -21,8 +21,133 @@ import s3log
 from s3log import protocol
 from s3log.codec import Head, decode_head, encode_head, encode_segment, make_entry
 from s3log.env import Env
+from s3log.errors import TransientStoreError
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
 from tests.delete_hooks import Clock
+from tests.tombstones import tombstone_idle
+
+K1 = Ed25519Signer(Ed25519PrivateKey.from_private_bytes(b"\x01" * 32))
+
+
+K2 = Ed25519Signer(Ed25519PrivateKey.from_private_bytes(b"\x02" * 32))
+
+
+TRUSTED = PublicKeyVerifier([K1.public_key, K2.public_key])
+
+
+SMALL = {"tail_per_commit": 0, "tail_max_bytes": 200}
+
+
+class LostReplyStore(s3log.MemoryStore):
+    """Applies a head PUT, runs ``between`` (another writer), then loses the reply."""
+
+    between: Callable[[], None] | None = None
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        out = super().put_if_match(key, body, etag)
+        if self.between is not None and key.endswith("/head"):
+            hook, self.between = self.between, None
+            hook()
+            raise TransientStoreError("reply lost", key=key, code="RequestTimeout")
+        return out
+
+
+@pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.parametrize("tail", ["inline", "small"])
+@pytest.mark.parametrize("fork_child", [False, True])
+def test_undecided_put_built_on_by_another_key_is_acked_once(verify: bool, tail: str, fork_child: bool) -> None:
+    store = LostReplyStore()
+    extra: dict[str, Any] = {"verifier": TRUSTED} if verify else {}
+    if tail == "small":
+        extra.update(SMALL)
+    mine = s3log.Log(store, config=s3log.LogConfig(signer=K1, **extra))
+    other = s3log.Log(store, config=s3log.LogConfig(signer=K2, **extra))
+    w = mine.create()
+    for i in range(5):
+        w.append("pre", i)
+        w.commit()
+    sid = w.session_id
+    if fork_child:  # seq 0 is the fork entry: check_fork_origin on the whole-chain read
+        sid = mine.fork(sid, at_seq=2)
+        sid = sid if isinstance(sid, str) else sid.session_id
+        w = mine.open(sid)
+
+    def build_on() -> None:
+        o = other.open(sid)
+        for j in range(6):
+            o.append("other", j)
+            o.commit()
+
+    store.between = build_on
+    for j in range(3):
+        w.append("mine", j)
+    result = w.commit()
+    assert [e.data for e in result.acked] == [0, 1, 2] and result.fork is None
+    stored = [e.data for e in mine.read(sid).entries if e.kind == "mine"]
+    assert stored == [0, 1, 2]  # once, in the session, not forked again
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_suffix_and_entry_at_of_fork_child_and_tail_only_head(verify: bool) -> None:
+    store = s3log.MemoryStore()
+    extra: dict[str, Any] = {"verifier": TRUSTED} if verify else {}
+    log = s3log.Log(store, config=s3log.LogConfig(signer=K1, **extra))
+    tail_only = log.create()
+    tail_only.append("m", 0)
+    tail_only.commit()
+    parent = s3log.Log(store, config=s3log.LogConfig(signer=K1, **extra, **SMALL)).create()
+    for i in range(9):
+        parent.append("m", i)
+        parent.commit()
+    child = log.fork(parent.session_id, at_seq=4)
+    child = child if isinstance(child, str) else child.session_id
+    for sid in (tail_only.session_id, parent.session_id, child):
+        full = log.read(sid).entries
+        head = log.head(sid)
+        for k in range(len(full) + 2):
+            _, suffix = log.read_suffix(sid, lambda es, k=k: len(es) >= k)
+            assert [e.hash for e in suffix] == [e.hash for e in full[len(full) - len(suffix):]]
+        for seq in range(-1, len(full) + 1):
+            got = log.run(protocol.entry_at(log.layout, head, seq))
+            assert (got.hash if got else None) == (full[seq].hash if 0 <= seq < len(full) else None)
+    assert [s.session for s in log.lineage(child)] == [child, parent.session_id]
+
+
+def _round_trips(log: s3log.Log, proc: Any) -> tuple[Any, int]:
+    count = [0]
+
+    def counted() -> Any:
+        try:
+            op = next(proc)
+            while True:
+                count[0] += 1
+                op = proc.send((yield op))
+        except StopIteration as stop:
+            return stop.value
+
+    return log.run(counted()), count[0]
+
+
+def test_entry_at_with_trusted_keys_reads_its_suffix_in_one_round_trip() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(signer=K1, verifier=TRUSTED, tail_per_commit=0,
+                                                  tail_max_bytes=100, fanout=16))
+    w = log.create()
+    for i in range(400):
+        w.append("m", i)
+        w.commit()
+    head = log.head(w.session_id)
+    assert len(head.segments) > 10
+    full = log.read(w.session_id).entries
+    for seq in (0, 200, 390):
+        got, trips = _round_trips(log, protocol.entry_at(log.layout, head, seq))
+        assert got == full[seq] and trips == 1
+    child = log.fork(w.session_id, at_seq=0)
+    child = child if isinstance(child, str) else child.session_id
+    steps, trips = _round_trips(log, protocol.lineage(log.layout, child))
+    assert [s.session for s in steps] == [child, w.session_id] and not steps[-1].replaced
+    assert trips == 3  # child head, parent head, the parent's suffix
+
 
 T0 = 1_800_000_000_000
 
@@ -79,9 +204,6 @@ def _forge_first_segment(store: s3log.MemoryStore, log: s3log.Log, sid: str, dat
     return new
 
 
-# ---------------------------------------------------------------- prefix reads (forks)
-
-
 def test_a_fork_at_a_seq_does_not_build_on_a_forged_manifest(signer: Ed25519Signer) -> None:
     store = s3log.MemoryStore()
     writer, reader = _logs(store, signer)
@@ -107,9 +229,6 @@ def test_a_fork_at_a_seq_of_a_genuine_session_still_holds_the_prefix(signer: Ed2
     assert parent is not None and parent.seq == 1 and parent.hash == reader.read(sid).entries[1].hash
     data = reader.run(protocol.load(reader.layout, sid, upto_seq=1))
     assert [e.seq for e in data.entries] == [0, 1]
-
-
-# ------------------------------------------------------------------- suffix reads
 
 
 @pytest.mark.parametrize("keep", [0, 1])
@@ -161,9 +280,6 @@ def test_the_openai_session_does_not_return_a_cut_history(signer: Ed25519Signer)
         asyncio.run(S3LogSession("chat", reader).get_items(limit=3))
 
 
-# ------------------------------------------------------------ lineage (entry_at)
-
-
 def test_lineage_does_not_read_the_fork_point_off_a_forged_manifest(signer: Ed25519Signer) -> None:
     store = s3log.MemoryStore()
     writer, reader = _logs(store, signer)
@@ -195,9 +311,6 @@ def test_entry_at_with_trusted_keys_verifies_up_to_the_head(signer: Ed25519Signe
         reader.run(protocol.entry_at(reader.layout, forged, 1))
 
 
-# ---------------------------------------------------------------- tombstones
-
-
 def test_expired_added_to_a_signed_head_does_not_make_it_a_tombstone(signer: Ed25519Signer) -> None:
     store = s3log.MemoryStore()
     writer, reader = _logs(store, signer)
@@ -221,7 +334,7 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
     sid = _session(writer, 3)
     empty = writer.create().session_id
     clock.t += timedelta(days=40) // timedelta(milliseconds=1)
-    report = writer.expire(idle_for=timedelta(days=30))
+    report = tombstone_idle(writer, idle_for=timedelta(days=30))
     assert sorted(report.expired) == sorted([sid, empty])
     for s in (sid, empty):
         with pytest.raises(s3log.SessionExpired):
@@ -236,9 +349,6 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
         _put_head(store, reader, replace(tomb, extra={"expired": {**tomb.extra["expired"], "hash": b"\1" * 32}}))
         with pytest.raises(SignatureError):
             reader.read(s)
-
-
-# ------------------------------------------------------------------- analytics
 
 
 def test_a_scan_given_trusted_keys_skips_what_they_did_not_sign(signer: Ed25519Signer) -> None:

@@ -1,12 +1,15 @@
-"""LangGraph savers, review s12: pending-write order, DeltaChannel-safe prune and
-delete_for_runs, list's checkpoint_id and limit, the async lock per loop, strict runs,
-bad thread ids, copy_thread onto a taken target."""
+"""The LangGraph savers: pending-write order, DeltaChannel-safe prune, delete_for_runs and history,
+``list``'s filters, the async lock per event loop, strict runs, thread ids, ``copy_thread`` and
+threads whose session expired.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -16,7 +19,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 import s3log
+from s3log.config import LogConfig
+from s3log.env import Env
 from s3log.integrations.langgraph import AsyncS3LogSaver, S3LogSaver
+from tests.delete_hooks import Clock
 
 
 def _sync_saver() -> S3LogSaver:
@@ -65,9 +71,6 @@ def _delta_graph(saver: Any, *, snapshot_frequency: int, parallel: bool,
         g.add_edge("b", "c")
     g.add_edge("c", END)
     return g.compile(checkpointer=saver)
-
-
-# ----------------------------------------------------- 1. pending writes, sorted
 
 
 def _writes_in_reverse_arrival(saver: Any, call: Any) -> Any:
@@ -127,9 +130,6 @@ def test_parallel_nodes_rebuild_a_delta_channel_in_the_order_the_run_applied() -
     assert ran == expected == {"log": ["in", "a", "b", "c"]}
     # Rebuilt from the stored writes (no snapshot yet): the same order as the run.
     assert app.get_state(cfg).values == expected
-
-
-# ------------------------------------------- 2. prune / delete_for_runs keep deltas
 
 
 def _delta_thread(saver: Any, runs: int) -> tuple[Any, Any, list[str]]:
@@ -194,9 +194,6 @@ def test_delete_for_runs_keeps_what_a_surviving_delta_channel_needs() -> None:
     assert [t.metadata["run_id"] for t in plain.list(_cfg("t"))] == ["r1"]
 
 
-# ------------------------------------------------- 4. list: checkpoint_id, limit
-
-
 def test_list_filters_on_the_configs_checkpoint_id_and_limit_zero_yields_nothing() -> None:
     saver = _sync_saver()
     configs = [saver.put(_cfg("t"), generate_checkpoint(), generate_metadata(step=i), {}) for i in range(3)]
@@ -219,9 +216,6 @@ def test_list_filters_on_the_configs_checkpoint_id_and_limit_zero_yields_nothing
 
     one, none = asyncio.run(alist())
     assert len(one) == 1 and none == []
-
-
-# ------------------------------------------------- 3. the async lock, per loop
 
 
 class _YieldingStore(s3log.AsyncMemoryStore):
@@ -265,9 +259,6 @@ def test_async_saver_serves_contended_appends_on_one_loop_after_another() -> Non
         assert out["steps"][-3:] == [str(i), "b", "c"]
     # The locks of closed loops are not kept.
     assert len(saver._locks) <= 1
-
-
-# ------------------------------------------------------------ 7. strict=True
 
 
 def _strict_graph(saver: Any) -> Any:
@@ -372,9 +363,6 @@ def test_strict_saver_drops_its_writer_after_a_failed_commit() -> None:
     assert [cid for _, cid in _raw(store)] == [first["configurable"]["checkpoint_id"], ok["id"]]
 
 
-# ------------------------------------------------------------- 5. bad thread ids
-
-
 @pytest.mark.parametrize("tid", [None, "\ud800", 42], ids=["None", "lone-surrogate", "int"])
 def test_bad_thread_ids_are_refused_naming_the_argument_before_anything_is_written(tid: Any) -> None:
     from s3log.integrations import IntegrationError
@@ -402,9 +390,6 @@ def test_bad_thread_ids_are_refused_naming_the_argument_before_anything_is_writt
     assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["src"]
 
 
-# --------------------------------------------------- 6. copy_thread, target taken
-
-
 def test_copy_thread_onto_a_target_holding_one_namespace_copies_nothing() -> None:
     saver = _sync_saver()
     for ns in ("", "sub:1", "sub:2"):
@@ -418,9 +403,6 @@ def test_copy_thread_onto_a_target_holding_one_namespace_copies_nothing() -> Non
             ] == ["sub:2"]
     saver.copy_thread("src", "fresh")
     assert len(list(saver.list({"configurable": {"thread_id": "fresh"}}))) == 3
-
-
-# ---------------------------------------------------------------- DeltaChannel history
 
 
 @pytest.mark.parametrize("runs", [3, 12])
@@ -460,3 +442,49 @@ def test_async_delta_channel_history_is_upstreams_answer() -> None:
         assert upstream["log"]["writes"]
 
     asyncio.run(main())
+
+
+T0 = 1_800_000_000_000
+DAY = 86_400_000
+
+
+class State(TypedDict):
+    steps: Annotated[list[str], operator.add]
+
+
+def _one_node_graph(saver: Any) -> Any:
+    """A LangGraph graph of one node appending "a" to ``steps``, checkpointed by ``saver``."""
+    from langgraph.graph import END, START, StateGraph
+
+    g = StateGraph(State)
+    g.add_node("a", lambda s: {"steps": ["a"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    return g.compile(checkpointer=saver)
+
+
+def _run_across_expiry(strict: bool) -> Any:
+    """A one-node graph run on thread t1, its session expired 40 days later, then the graph
+    run again through a new saver: the state the thread ends with."""
+    from s3log.integrations.langgraph import S3LogSaver
+
+    clock = Clock(T0)
+    log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    _one_node_graph(S3LogSaver(log, strict=strict)).invoke({"steps": ["start"]}, cfg)
+    clock.t += 40 * DAY
+    assert len(log.expire(idle_for=timedelta(days=30)).expired) == 1
+    app = _one_node_graph(S3LogSaver(log, strict=strict))
+    app.invoke({"steps": ["again"]}, cfg)
+    return app.get_state(cfg).values
+
+
+def test_a_langgraph_thread_used_after_expiry_persists_its_checkpoints() -> None:
+    pytest.importorskip("langgraph")
+    assert _run_across_expiry(strict=False) == {"steps": ["again", "a"]}
+
+
+def test_a_strict_langgraph_saver_starts_an_expired_thread_afresh() -> None:
+    pytest.importorskip("langgraph")
+    # A strict saver must not loop for ever (Open saying expired, Create saying taken).
+    assert _run_across_expiry(strict=True) == {"steps": ["again", "a"]}

@@ -1,15 +1,8 @@
-"""Regressions from the session 11 hostile review.
+"""A head that lands past the commit deadline: nothing it names has been collected.
 
-- gc's grace for an unreferenced object was the commit deadline itself, so a head PUT
-  sent just before the deadline and landing just after could name a segment gc had
-  collected (or had decided to delete, its DELETE arriving later), and a fork child's
-  head its parent's marker: acknowledged entries became unreadable. gc now waits for
-  twice the deadline (``protocol.landing_bound_ms``): a request sent before the
-  deadline lands within the deadline again.
-- A head PUT beside its segment whose 2xx was read after the deadline was reported as
-  "passed its deadline undecided; nothing acknowledged": it landed, and is acknowledged.
-- LogConfig accepted any fan-out: above 4097 a writer acknowledged heads listing more
-  segments than every reader accepts (MAX_SEGMENTS). The other sizes were not checked.
+gc's grace for an unreferenced object is twice the deadline (``landing_bound_ms``), so a
+head PUT sent just before the deadline and landing just after still names live segments,
+fork markers and pending segments promoted by a later opener.
 """
 
 from __future__ import annotations
@@ -22,37 +15,11 @@ import pytest
 import s3log
 from s3log import protocol
 from s3log.codec import decode_head
-from s3log.config import MAX_FANOUT
 from s3log.env import Env
-from s3log.errors import InvalidArgumentError, PreconditionFailed, TransientStoreError
-from s3log.layout import MAX_SEGMENTS
-from s3log.manifest import max_manifest_length
-from tests.test_pending_hostile import FAST, Clock, ClockStore
-
-DEADLINE = 60_000
-
-
-def _log(store: Any, clock: Clock, seed: int = 7, **kw: Any) -> s3log.Log:
-    kw.setdefault("tail_max_bytes", 1024)
-    cfg = s3log.LogConfig(env=Env.deterministic(seed, clock), tail_per_commit=0, activity_index=False,
-                          retry=FAST, commit_deadline_ms=DEADLINE, **kw)
-    return s3log.Log(store, config=cfg)
-
-
-def _commit_until(w: s3log.Writer[Any], ran: list[str]) -> list[s3log.Entry]:
-    """Commit ~300-byte entries one by one until ``ran`` holds something (a hook ran)."""
-    acked: list[s3log.Entry] = []
-    for i in range(12):
-        w.append("msg", {"i": i, "text": "x" * 300})
-        acked += w.commit().acked
-        if ran:
-            break
-    return acked
-
-
-def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
-    key = f"s3log/sessions/{sid}/head"
-    return decode_head(store.get(key).body, key)
+from s3log.errors import TransientStoreError
+from tests.delete_hooks import Clock
+from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
+from tests.test_pending_hostile import FAST, ClockStore
 
 
 @pytest.mark.parametrize("pending_max", [0, 2048], ids=["sequential", "parallel"])
@@ -60,8 +27,8 @@ def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
 def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_max: int, cache_levels: int) -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=pending_max, cache_levels=cache_levels)
-    gc_log = _log(store, clock, seed=8, pending_max_bytes=pending_max, cache_levels=cache_levels)
+    log = deadline_log(store, clock, pending_max_bytes=pending_max, cache_levels=cache_levels)
+    gc_log = deadline_log(store, clock, seed=8, pending_max_bytes=pending_max, cache_levels=cache_levels)
     w = log.create("s1")
     calls: list[str] = []
     gc_runs: list[list[str]] = []
@@ -85,7 +52,7 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
         w.append("msg", {"i": i, "text": "x" * 300})
         acked += w.commit().acked
         keys = set(store.all_keys())
-        head = _head(store)
+        head = head_of(store)
         assert not [k for k in head.segments if k not in keys], (i, gc_runs)
         # Acknowledged means readable now, by a fresh reader.
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
@@ -93,35 +60,10 @@ def test_a_head_that_lands_past_the_deadline_names_no_collected_segment(pending_
     assert [e.hash for e in log.read("s1").entries] == [e.hash for e in acked]
 
 
-def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
-    """The bound itself: an orphan (a segment whose head never landed) is kept until it
-    is older than landing_bound_ms, then collected."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=0)
-    w = log.create("s1")
-    w.append("msg", {"text": "x" * 2000})
-    lost: list[str] = []
-
-    def never_lands(key: str, body: bytes) -> None:
-        lost.append(decode_head(body, key).segments[-1])
-        raise PreconditionFailed("another writer moved on", key=key)
-
-    store.before_head = never_lands
-    with pytest.raises(s3log.S3LogError):
-        w.commit()
-    store.before_head = lambda key, body: None
-    assert lost and lost[0] in store.all_keys()
-    clock.t += protocol.landing_bound_ms(DEADLINE) - 1
-    assert lost[0] not in log.gc(older_than_ms=0).deleted
-    clock.t += 2
-    assert lost[0] in log.gc(older_than_ms=0).deleted
-
-
 def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=4096)
+    log = deadline_log(store, clock, pending_max_bytes=4096)
     w = log.create("s1")
     late: list[str] = []
 
@@ -139,82 +81,11 @@ def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() 
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
 
 
-def test_the_fanout_is_bounded_so_no_head_lists_more_segments_than_readers_accept() -> None:
-    assert max_manifest_length(2**64, MAX_FANOUT) <= MAX_SEGMENTS
-    assert s3log.LogConfig(fanout=MAX_FANOUT).fanout == MAX_FANOUT
-    for bad in (MAX_FANOUT + 1, 100_000, 1, 0, -3, 4.0, "4", True):
-        with pytest.raises(InvalidArgumentError, match="fanout"):
-            s3log.LogConfig(fanout=bad)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(("name", "bad"), [
-    ("tail_max_bytes", -1), ("tail_max_bytes", 1.5), ("pending_max_bytes", -1), ("tail_per_commit", -2),
-    ("cache_levels", -1), ("cache_levels", None), ("max_parallel", 0), ("commit_deadline_ms", 0),
-    ("commit_deadline_ms", 60.0),
-])
-def test_log_config_names_a_bad_size_before_anything_is_written(name: str, bad: object) -> None:
-    with pytest.raises(InvalidArgumentError, match=name) as info:
-        s3log.LogConfig(**{name: bad})  # type: ignore[arg-type]
-    assert info.value.argument == name
-    # Zero is a valid size where it has a meaning (always flush, never cache, strict bound).
-    s3log.LogConfig(tail_max_bytes=0, pending_max_bytes=0, tail_per_commit=0, cache_levels=0)
-
-
-class DeferDeletes:
-    """The objects of ``inner``; its DELETEs are held back (a gc run decided, and its
-    requests arrive later) until :meth:`apply`."""
-
-    honours_preconditions = True
-
-    def __init__(self, inner: s3log.MemoryStore) -> None:
-        self.inner = inner
-        self.deferred: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def delete(self, key: str) -> None:
-        self.deferred.append(key)
-
-    def apply(self) -> None:
-        for key in self.deferred:
-            self.inner.delete(key)
-
-
-def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=0)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=0)
-    w = log.create("s1")
-    ran: list[str] = []
-
-    def slow(key: str, body: bytes) -> None:
-        if ran or not decode_head(body, key).segments:
-            return
-        clock.t += DEADLINE + 1  # sent in time, lands past the deadline
-        gc_log.gc(older_than_ms=0)  # gc reads the old head: the segment is unreferenced
-        ran.append("ran")
-
-    store.before_head = slow
-    acked = _commit_until(w, ran)
-    assert ran == ["ran"]
-    gc_store.apply()  # gc's DELETEs, sent before the head landed, arrive after the ack
-    keys = set(store.all_keys())
-    assert not [k for k in _head(store).segments if k not in keys]
-    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
-    w.append("msg", {"i": 99})
-    acked += w.commit().acked  # and the writer goes on
-    assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
-
-
 def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = _log(store, clock, pending_max_bytes=4096)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, pending_max_bytes=4096)
+    log = deadline_log(store, clock, pending_max_bytes=4096)
+    gc_store, gc_log = gc_beside(store, clock, pending_max_bytes=4096)
     w = log.create("s1")
     ran: list[str] = []
     seg_written = threading.Event()
@@ -248,7 +119,7 @@ def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> N
     assert ran
     store.before_head = lambda key, body: None
     # Another writer (a restarted process) opens while the pending segment still exists.
-    w2 = _log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
+    w2 = deadline_log(store, clock, seed=9, pending_max_bytes=4096).open("s1")
     gc_store.apply()
     for i in range(6):
         w2.append("msg", {"i": 100 + i, "text": "y" * 300})
@@ -268,9 +139,8 @@ def test_a_fork_whose_child_head_lands_past_the_deadline_keeps_its_parent_marker
             return super().put_if_absent(key, body)
 
     store = SlowCreate(clock)
-    log = _log(store, clock)
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8)
+    log = deadline_log(store, clock)
+    gc_store, gc_log = gc_beside(store, clock)
     w = log.create("s1")
     w.append("msg", {"text": "a"})
     w.commit()
@@ -292,8 +162,7 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
     cfg = dict(tail_max_bytes=1024, pending_max_bytes=4096)
     log = s3log.Log(store, config=s3log.LogConfig(env=Env.deterministic(7, clock), activity_index=False, retry=FAST,
                                                   commit_deadline_ms=DEADLINE, **cfg))  # type: ignore[arg-type]
-    gc_store = DeferDeletes(store)
-    gc_log = _log(gc_store, clock, seed=8, **cfg)
+    gc_store, gc_log = gc_beside(store, clock, **cfg)
     w = log.create("s1")
     ran: list[str] = []
 
@@ -308,7 +177,7 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
         ran.append(p.key)
 
     store.before_head = slow
-    acked = _commit_until(w, ran)
+    acked = commit_until(w, ran)
     assert ran
     w.append("big", {"text": "y" * 1500})  # inline (tail_per_commit): the pending is carried
     acked += w.commit().acked
@@ -319,10 +188,6 @@ def test_a_late_pending_segment_carried_inline_then_promoted_by_an_opener_stays_
     acked += w2.commit().acked
     gc_store.apply()
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
-
-
-# Found by a review of the gc margin (62898b5): a head sent past the deadline, an age
-# measured too late.
 
 
 def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline() -> None:
@@ -357,7 +222,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
         return out
 
     def writer(store: ClockStore) -> Any:
-        return _log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
+        return deadline_log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
 
     protocol.merge_ahead = spy  # type: ignore[assignment]
     try:
@@ -372,8 +237,8 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
 
     clock.t = Clock().t
     store = SlowSeg(clock)
-    log = _log(store, clock, pending_max_bytes=0, cache_levels=0)
-    gc_log = _log(store, clock, seed=8, pending_max_bytes=0, cache_levels=0)
+    log = deadline_log(store, clock, pending_max_bytes=0, cache_levels=0)
+    gc_log = deadline_log(store, clock, seed=8, pending_max_bytes=0, cache_levels=0)
     w = log.create("s1")
     sent_late: list[int] = []
 
@@ -395,66 +260,8 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
             continue
         acked += w.commit().acked
         keys = set(store.all_keys())
-        assert not [k for k in _head(store).segments if k not in keys]
+        assert not [k for k in head_of(store).segments if k not in keys]
         assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
     clock.t += 3 * DEADLINE
     gc_log.gc(older_than_ms=0)
     assert [e.hash for e in s3log.Log(store).read("s1").entries] == [e.hash for e in acked]
-
-
-def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete() -> None:
-    """Log.delete lists, DELETEs the head, and only then (protocol.py
-    _maybe_anothers_first: cfg.env.now_ms()) measures a seq-0 segment's age. A new
-    session's create-only head that lands between the head DELETE and that measure
-    (sent just before its deadline, landing within one more) names a segment now 2D
-    old: it is deleted, and the new session's acknowledged first commit is unreadable.
-    The age must be measured before the head DELETE is sent."""
-    clock = Clock()
-    d = DEADLINE
-
-    class Hooked(ClockStore):
-        hook: Any = None
-        on_delete: Any = None
-
-        def put_if_absent(self, key: str, body: bytes) -> str:
-            if key.endswith("/s1/head") and self.hook is not None:
-                hook, self.hook = self.hook, None
-                return hook(key, body)
-            return super().put_if_absent(key, body)
-
-        def delete_if_match(self, key: str, etag: str) -> None:
-            super().delete_if_match(key, etag)
-            if self.on_delete is not None:
-                on_delete, self.on_delete = self.on_delete, None
-                on_delete()
-
-    store = Hooked(clock)
-    log_a = _log(store, clock)
-    a = log_a.create("s1")
-    a.append("msg", {"text": "old"})
-    a.commit()
-    log_b = _log(store, clock, seed=9, pending_max_bytes=0)
-    b = log_b.create("s1", lazy=True)
-    b.append("msg", {"text": "x" * 2000})  # flushes: a seq-0 segment, then a create-only head
-    deleter = _log(store, clock, seed=8)
-    p = clock.t
-    landed: list[str] = []
-
-    def b_head(key: str, body: bytes) -> str:
-        clock.t = p + d - 1  # sent before B's deadline; in flight
-
-        def head_delete_lands_then_b() -> None:
-            clock.t = p + 2 * d - 1  # A's head is gone; B's head lands right after (in its bound)
-            landed.append(ClockStore.put_if_absent(store, key, body))
-            clock.t = p + 2 * d + 1  # the DELETE's reply is read a moment later
-
-        store.on_delete = head_delete_lands_then_b
-        deleter.delete("s1")
-        return landed[0]
-
-    store.hook = b_head
-    acked = b.commit().acked
-    assert landed and acked
-    keys = set(store.all_keys())
-    assert not [k for k in _head(store).segments if k not in keys]
-
