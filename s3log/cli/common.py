@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import select
 import sys
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .. import jsonform
 from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
 
@@ -298,57 +298,32 @@ def when_short(ms: int | None) -> str:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with every part JSON can hold: bytes as hex, map keys as strings, the rest str().
-
-    A float that is not finite (JSON has no NaN or Infinity) becomes the string
-    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (the spelling JavaScript and Python's
-    ``float()`` read back).
-    """
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _int(value)
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, dict):
-        return {_key(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _int(value: int) -> int | str:
-    """``value``, or its ``hex()`` text when it has more digits than ``str()`` converts
-    (``sys.get_int_max_str_digits()``, 4,300 by default): JSON writes a number with
-    ``str()``, and the data may hold any integer (the analytics columns do the same)."""
-    if value.bit_length() < 14_000:  # ~4,214 digits: under the default limit
-        return value
-    try:
-        str(value)
-    except ValueError:
-        return hex(value)
-    return value
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, int) and not isinstance(key, bool):
-        return str(_int(key))
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key).hex()
-    return json.dumps(jsonable(key)) if isinstance(key, (list, tuple)) else str(key)
+    """``value`` with every part JSON can hold, by the one rule of :mod:`s3log.jsonform`:
+    bytes as hex, NaN and infinities as null, integers past ``str()``'s limit as hex text,
+    map keys as text (the rule ``data_json`` and the jsonl export follow too)."""
+    return jsonform.plain(value)
 
 
 def dumps(value: Any) -> str:
     """Data as one line of JSON (bytes as hex): how ``show`` and ``tail`` print entries."""
-    return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False)
+    return jsonform.dumps(value)
+
+
+def cell(value: Any) -> Any:
+    """A query result's value in JSON: a timestamp as ``show`` prints times
+    (``2026-11-30T09:40:00.123Z``, UTC), anything else by :func:`jsonable`."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        utc = value.astimezone(UTC)
+        spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
+        return utc.isoformat(timespec=spec).replace("+00:00", "Z")
+    return jsonable(value)
+
+
+def cell_text(value: Any) -> str:
+    """A query result's value in a table: :func:`cell`'s text (a time, bytes as hex) as it
+    is, anything else its JSON (``null``, ``1.5``, ``{"a": 1}``)."""
+    shown = cell(value)
+    return shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, allow_nan=False)
 
 
 def emit_json(obj: Any) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
-from .common import print_table
+from .common import cell, cell_text, jsonable, print_table, when
 from .maintenance import parse_duration
 
 
@@ -57,9 +56,6 @@ def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | N
         yield update
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def _ts_text(ms: int) -> str:
     import pyarrow as pa
 
@@ -70,18 +66,18 @@ def _ts_text(ms: int) -> str:
 
 
 def _jsonl_row(r: dict[str, Any]) -> str:
-    """One entry as a line of JSON: ``data`` from data_json; where that is null (data
-    JSON cannot hold), ``data`` null and ``data_cbor`` the stored CBOR in base64."""
+    """One entry as a line of JSON, in the forms ``show --json`` prints: ``ts`` as its time
+    (``2026-11-30T09:40:00.123Z``), ``data`` from data_json (the same JSON rule); where
+    data_json is null (data nested too deep for JSON), ``data`` null and ``data_cbor`` the
+    stored CBOR in hex."""
     cbor = r.pop("data_cbor")
-    try:
-        r["ts"] = (_EPOCH + timedelta(milliseconds=r["ts"])).isoformat()
-    except OverflowError:  # after year 9999: Arrow's text of it
-        r["ts"] = _ts_text(r["ts"])
+    shown = when(r["ts"])
+    r["ts"] = _ts_text(r["ts"]) if shown.startswith("ms:") else shown  # after year 9999: Arrow's text
     text = r.pop("data_json")
     r["data"] = json.loads(text) if text is not None else None
     if text is None:
-        r["data_cbor"] = base64.b64encode(cbor).decode()
-    return json.dumps(r, ensure_ascii=False)
+        r["data_cbor"] = bytes(cbor).hex()
+    return json.dumps(jsonable(r), ensure_ascii=False, allow_nan=False)
 
 
 def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
@@ -238,7 +234,8 @@ def query(
         if log is not None:
             log.close()
     if as_json:
-        emit_json([dict(zip(names, r, strict=True)) for r in rows])
+        emit_json([{n: cell(v) for n, v in zip(names, r, strict=True)} for r in rows])
         return
-    # Piped: plain, padded, never wrapped or cut; on a terminal a table. Cells are never markup.
-    print_table(names, [[str(v) for v in r] for r in rows])
+    # Piped: plain, padded, never wrapped or cut; on a terminal a table. Cells are never markup;
+    # each is its text, or the JSON --json prints for it (times as show prints them, bytes as hex).
+    print_table(names, [[cell_text(v) for v in r] for r in rows])
