@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from .codec import FORK_KIND, Entry, Head, ParentRef
+from .codec import FORK_KIND, Entry, Head, ParentRef, short_hash
 from .reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ class AckedEntry(Entry):
     """
 
     session_id: str = ""
+
+    def __repr__(self) -> str:
+        return f"AckedEntry(session_id={self.session_id!r}, {self._repr_fields()})"
 
     @property
     def position(self) -> tuple[str, int, bytes]:
@@ -69,7 +72,7 @@ class ForkInfo:
     found: dict[str, Any] | None
 
     def __repr__(self) -> str:
-        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
+        at = short_hash(self.parent.hash) if self.parent.hash else "start"
         return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
                 f"reason={self.parent.reason!r})")
 
@@ -114,7 +117,7 @@ class CommitResult(Generic[S]):
 
     def __repr__(self) -> str:
         seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
-        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
+        last = short_hash(self.acked[-1].hash) if self.acked else "-"
         return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
                 f"version={self.ws.head.version}, fork={self.fork!r})")
 
