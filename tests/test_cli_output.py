@@ -357,6 +357,11 @@ def test_help_has_panels_no_bool_metavars_and_no_rst() -> None:
         assert "Usage:" in out, out
         for text in (out, top):
             assert "<bool>" not in text and "``" not in text and ":func:" not in text, (name, out)
+            # A value is named (FORMAT, SINCE, SQL), never by its Python type.
+            assert not re.search(r"<(str|int|float|path|list\[[a-z]+\])>", text), (name, out)
+    # A docstring's line ends are not the help's: a paragraph wraps at the terminal's width.
+    export = runner.invoke(app, ["export", "--help"], env={"COLUMNS": "200"}).output
+    assert "DIR/_sessions.parquet (one row per session, labels and meta)" in export, export
     assert set(group.list_commands(None)) == {n for names in PANELS.values() for n in names}
 
 
