@@ -44,7 +44,7 @@ def _tidy(cmd: Any, ctx: Any) -> None:
     for param in [*cmd.params, cmd.get_help_option(ctx)]:
         if isinstance(param, TyperArgument):
             # Its name is shown already; its type would be a Python one (``<str>``).
-            param.display_type_rich = lambda ctx: None
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
         if param is None or param.metavar is not None:
             continue
         if isinstance(param, TyperOption) and param.is_flag:

@@ -219,11 +219,11 @@ def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[i
     # One space between columns and none at the edges: an 80-column terminal holds a
     # 36-character id, the counts, two times folded to date and time, and a parent.
     table = Table(*header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
-    widths = _column_widths(header, cells, (*keep_whole, *right), console.width)
+    fitted = _column_widths(header, cells, (*keep_whole, *right), console.width)
     for i, col in enumerate(table.columns):
         col.overflow = "fold"
-        col.width = None if widths is None else widths[i]
-        col.no_wrap = widths is not None and (i in keep_whole or i in right)
+        col.width = None if fitted is None else fitted[i]
+        col.no_wrap = fitted is not None and (i in keep_whole or i in right)
         if i in right:
             col.justify = "right"
     for r in cells:
