@@ -6,6 +6,7 @@ conditional PUT; a writer that loses a race forks instead of losing data.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .codec import Entry, Head, ParentRef
@@ -42,6 +43,10 @@ from .results import (
     VerifyReport,
 )
 from .store.memory import AsyncMemoryStore, MemoryStore
+
+# A library logs; the application decides where records go. Without a handler of its
+# own, Python's last-resort handler would print s3log's warnings (forks) to stderr.
+logging.getLogger("s3log").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter

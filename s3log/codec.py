@@ -19,7 +19,6 @@ import io
 import os
 import reprlib
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -109,12 +108,6 @@ class Entry:
         reading a log line or a debugger needs (``raw``, the cached record, is left out)."""
         return (f"seq={self.seq}, kind={self.kind!r}, ts={self.ts}, hash={short_hash(self.hash)}, "
                 f"prev={short_hash(self.prev)}, data={_DATA_REPR.repr(self.data)}")
-
-    @property
-    def hash_hex(self) -> str:
-        """Deprecated (unused, and ``entry.hash.hex()`` says the same): the hash as hex."""
-        warnings.warn("Entry.hash_hex is deprecated: use entry.hash.hex()", DeprecationWarning, stacklevel=2)
-        return self.hash.hex()
 
     def to_map(self) -> dict[str, Any]:
         """The entry as the CBOR map stored in segments and heads."""

@@ -455,7 +455,7 @@ class LogCore:
         reducer: Reducer[Any] | None,
     ) -> None:
         self.config = config or LogConfig()
-        layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
+        layout = Layout(prefix if prefix is not None else DEFAULT_PREFIX)
         log_id = self.config.log_id or default_log_id(store, layout.prefix)
         if log_id is None and (self.config.signer is not None or self.config.verifier is not None):
             raise InvalidArgumentError("log_id", f"signed heads are bound to their log's identity, and this store "

@@ -8,13 +8,14 @@ store's error). Every decision belongs to :mod:`s3log.protocol`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import decide
+from . import decide, otel
 from .config import RetryPolicy
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
@@ -109,7 +110,13 @@ class SyncDriver:
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            return list(self._pool_here().map(self._capture, op.ops))
+            if otel.TRACER is None or not otel.recording():
+                return list(self._pool_here().map(self._capture, op.ops))
+            # Each request's span is a child of the caller's: the pool's threads run
+            # in a copy of the caller's context (one copy per op: a context is entered
+            # by one thread at a time).
+            contexts = [contextvars.copy_context() for _ in op.ops]
+            return list(self._pool_here().map(lambda c, o: c.run(self._capture, o), contexts, op.ops))
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
@@ -127,7 +134,10 @@ class SyncDriver:
             time.sleep(delay)
 
     def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
-        return call_store(self.store, op)
+        if otel.TRACER is None or not otel.recording():
+            return call_store(self.store, op)
+        with otel.request_span(self.store, op):
+            return call_store(self.store, op)
 
     def _capture(self, op: Op) -> Any:
         try:
@@ -192,6 +202,12 @@ class AsyncDriver:
             await asyncio.sleep(delay)
 
     async def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
+        if otel.TRACER is None or not otel.recording():
+            return await self._request(op)
+        with otel.request_span(self.store, op):
+            return await self._request(op)
+
+    async def _request(self, op: StoreOp) -> Blob | str | ListPage | None:
         store = self.store
         match op:
             case Get(key):

@@ -78,7 +78,7 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
-from .results import AckedEntry, acked_in
+from .results import AckedEntry, ProbeSeen, acked_in
 from .results import CommitResult as CommitResult
 from .results import DeletePlan as DeletePlan
 from .results import ForkInfo as ForkInfo
@@ -1581,8 +1581,6 @@ def commit(
         # forked into again (same id), so its late or landed head and this one cannot
         # both be stored (both are create-only PUTs of one key).
         doubt = journal.forks.get(parent)
-        log.warning("session %s: %s; forking%s", ws.session, why,
-                    f" into {doubt.child}, as an undecided commit did" if doubt else "")
         # The child remembers the parent's append keys up to the fork (those of entries
         # found landed too): a retry in the child finds an append stored before it.
         window = key_window(cfg, ws.head.append_keys, done, pending[:landed])
@@ -1592,6 +1590,12 @@ def commit(
         )
         forked = ForkInfo(parent, fork_ws.session, found)
         forks.append(forked)
+        # Both ids and the reason, as text and as record attributes an application's
+        # handler can route on (after the fork exists: the record names a real session).
+        log.warning("session %s: %s; forked into %s at seq %d (reason: %s)%s", ws.session, why, fork_ws.session,
+                    parent.seq, parent.reason, ", as an undecided commit had" if doubt else "",
+                    extra={"s3log_session": ws.session, "s3log_fork": fork_ws.session,
+                           "s3log_fork_reason": parent.reason, "s3log_fork_why": why})
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
         acked += acked_in(fork_ws.session, fork_entries[1:])
         durable += acked_in(fork_ws.session, fork_entries)
@@ -2234,33 +2238,40 @@ PROBE_RACERS = 4
 
 
 def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
-    """Check that the store honours what commits rely on (docs/decisions/0012, 0034).
+    """Check that the store honours what commits and deletes rely on (docs/decisions/0012, 0034).
 
-    With ``N`` = :data:`PROBE_RACERS` (4), an honest store and no fault: ``2N + 3`` = 11
-    PUTs in three round trips, nothing else:
+    With ``N`` = :data:`PROBE_RACERS` (4), an honest store and no fault: ``2N + 4`` = 12
+    PUTs and 2 DELETEs in three round trips, nothing else:
 
     1. a create-only PUT of ``{P}/sessions/_probe/head`` (must meet 412), an ``If-Match``
        PUT of ``{P}/sessions/_probe/missing`` with an ETag no object has (404 or 412),
-       and ``N`` concurrent create-only PUTs of a new key ``{P}/sessions/_probe/race/{id}``
-       (``id`` from ``cfg.env``: exactly one must succeed);
+       ``N`` concurrent create-only PUTs of a new key ``{P}/sessions/_probe/race/{id}``
+       (``id`` from ``cfg.env``: exactly one must succeed), and a create-only PUT of
+       ``{P}/sessions/_probe/race/{id}.del``;
     2. ``N`` concurrent ``If-Match`` PUTs of the race key on the winner's ETag (exactly
-       one must succeed);
-    3. one ``If-Match`` PUT of the race key on that same ETag, stale now (must not write).
+       one must succeed), and a DELETE of ``{id}.del`` with ``If-Match`` on the ETag its
+       PUT got (must delete it);
+    3. an ``If-Match`` PUT and an ``If-Match`` DELETE of the race key on that first
+       ETag, stale now (neither may write or delete).
 
     The first probe of a bucket creates ``_probe/head`` in round 1 and sends that PUT
-    again in round 2: 12 PUTs. A single PUT that met a transient error is sent again in
+    again in round 2: 13 PUTs. A single PUT that met a transient error is sent again in
     the next round, and then after a backoff, up to ``cfg.retry.attempts`` rounds in all;
-    a race is run once. When a race of creates shows no single winner, one GET of the
-    race key finds the ETag the ``If-Match`` race starts from. Each probe leaves its
-    race key (one object of about 30 bytes) under ``_probe/race/``, which listings and
-    gc skip; writers need no DELETE.
+    a race and each other request are sent once. When a race of creates shows no single
+    winner, one GET of the race key finds the ETag the ``If-Match`` race starts from.
+    On a store that cannot make a DELETE conditional (ConditionalDeleteUnsupported,
+    nothing sent) ``delete_if_match`` is ``"unsupported"``. Each probe leaves its race
+    key (one object of about 30 bytes) under ``_probe/race/``, which listings and gc
+    skip (and ``{id}.del`` where the DELETE was not possible).
     """
     base = layout.sessions_prefix + PROBE_DIR
     singles = _ProbeSingles(base + "head", base + "missing", dumps({"v": 1, "probe": "s3log"}))
     race_key = f"{base}race/{cfg.env.new_id()}"
+    doomed = race_key + ".del"
     creates = [PutIfAbsent(race_key, _race_body(0, i)) for i in range(PROBE_RACERS)]
-    results = yield from singles.round(creates)
-    racing_creates, etag, why = _race_outcome(results, "create-only PUTs of one new key")
+    results = yield from singles.round([*creates, PutIfAbsent(doomed, _race_body(0, PROBE_RACERS))])
+    doomed_etag = results[-1] if isinstance(results[-1], str) else None
+    racing_creates, etag, why = _race_outcome(results[:-1], "create-only PUTs of one new key")
     singles.details += why
     if etag is None and racing_creates is not True:
         # No single winner seen (ignored, or replies lost): the ETag the key has now.
@@ -2268,19 +2279,64 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
         etag = got[0].etag if isinstance(got[0], Blob) else None
     racing_match: bool | None = None
     stale_match: bool | None = None
+    deletes = _ProbeDeletes(race_key, doomed)
+    second: list[Op] = []
     if etag is not None:
-        replaces = [PutIfMatch(race_key, _race_body(1, i), etag) for i in range(PROBE_RACERS)]
-        results = yield from singles.round(replaces)
+        second += [PutIfMatch(race_key, _race_body(1, i), etag) for i in range(PROBE_RACERS)]
+    if doomed_etag is not None:
+        second.append(DeleteIfMatch(doomed, doomed_etag))
+    if second:
+        results = yield from singles.round(second)
+        if doomed_etag is not None:
+            deletes.current = results.pop()
+    if etag is not None:
         racing_match, won, why = _race_outcome(results, "If-Match PUTs on one ETag")
         singles.details += why
         if won is not None or racing_match is False:
             # The key was rewritten (other bytes, so another ETag): ``etag`` is stale.
-            results = yield from singles.round([PutIfMatch(race_key, _race_body(2, 0), etag)])
+            results = yield from singles.round([PutIfMatch(race_key, _race_body(2, 0), etag),
+                                                DeleteIfMatch(race_key, etag)])
             stale_match = _stale_outcome(results[0], race_key, singles.details)
+            deletes.stale = results[1]
     yield from singles.finish(cfg)
-    detail = "; ".join(singles.details) or "conditional writes are honoured"
+    delete_match = deletes.outcome(singles.details)
+    detail = "; ".join(singles.details) or "conditional writes and deletes are honoured"
     return ProbeReport(singles.none_match, singles.match, detail, stale_if_match=stale_match,
-                       racing_if_match=racing_match, racing_creates=racing_creates)
+                       racing_if_match=racing_match, racing_creates=racing_creates, delete_if_match=delete_match)
+
+
+_UNSENT = object()
+
+
+@dataclass
+class _ProbeDeletes:
+    """The probe's two conditional DELETEs: of ``doomed`` on its current ETag (must
+    delete it), of the race key on a stale ETag (must delete nothing)."""
+
+    race_key: str
+    doomed: str
+    current: object = _UNSENT
+    stale: object = _UNSENT
+
+    def outcome(self, details: list[str]) -> ProbeSeen:
+        """Honoured, ignored, untested (None) or unsupported, with what was seen in ``details``."""
+        if any(isinstance(r, ConditionalDeleteUnsupported) for r in (self.current, self.stale)):
+            return "unsupported"
+        stale = decide.classify(self.stale) if self.stale is not _UNSENT else None
+        current = decide.classify(self.current) if self.current is not _UNSENT else None
+        if stale is decide.Reply.OK:
+            details.append(f"a DELETE with If-Match on a stale ETag deleted {self.race_key}")
+            return False
+        if stale is decide.Reply.PRECONDITION and current is decide.Reply.OK:
+            return True
+        if current is decide.Reply.PRECONDITION:
+            # A store that refuses every conditional DELETE deletes nothing it should
+            # not: gc, rm and expire would delete nothing; the stale refusal says nothing.
+            details.append(f"a DELETE with If-Match on the current ETag was refused ({self.doomed})")
+        elif self.current is not _UNSENT and self.stale is not _UNSENT:
+            seen = self.stale if current is decide.Reply.OK else self.current
+            details.append(f"could not test If-Match on DELETE: {seen}")
+        return None
 
 
 def _race_body(round_no: int, racer: int) -> bytes:

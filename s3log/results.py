@@ -128,6 +128,9 @@ class CommitResult(Generic[S]):
 #: commit refused outright leaves its entries ``pending``), durable
 #: (``committed``), taken back before any commit carried it (``withdrawn``), or not
 #: tracked (``unknown``).
+#: What the probe saw of one property: honoured, ignored, untested (None), or a request
+#: the store cannot send at all.
+ProbeSeen = bool | Literal["unsupported"] | None
 TicketStatus = Literal["pending", "committing", "uncertain", "committed", "withdrawn", "unknown"]
 
 # -------------------------------------------------------------------------------- reads
@@ -297,15 +300,20 @@ class DeletePlan:
 @dataclass(frozen=True, slots=True)
 class ProbeReport:
     """What the precondition probe saw: whether the store honours each property of
-    conditional PUTs that commits rely on (:func:`s3log.protocol.probe_preconditions`).
+    conditional requests that commits and deletes rely on
+    (:func:`s3log.protocol.probe_preconditions`).
 
     ``if_none_match``: a create-only PUT of an existing object is refused.
     ``if_match``: an ``If-Match`` PUT of a missing object is refused (404 or 412).
     ``stale_if_match``: an ``If-Match`` PUT of an existing object with an ETag it had
     before its last write is refused. ``racing_if_match``: of concurrent ``If-Match``
     PUTs on one current ETag exactly one succeeds. ``racing_creates``: of concurrent
-    create-only PUTs of one new key exactly one succeeds. Each is ``None`` when the
-    probe could not test it (access denied, persistent faults, a race nobody won).
+    create-only PUTs of one new key exactly one succeeds. ``delete_if_match``: a DELETE
+    with ``If-Match`` on a stale ETag deletes nothing, and one on the current ETag
+    deletes the object (what ``Log.delete``, gc and expire rely on); ``"unsupported"``
+    on a store that cannot send a conditional DELETE (obstore: expire refuses it, delete
+    and gc delete by key, docs/decisions/0032). Each is ``None`` when the probe could
+    not test it (access denied, persistent faults, a race nobody won).
     """
 
     if_none_match: bool | None
@@ -314,16 +322,19 @@ class ProbeReport:
     stale_if_match: bool | None = None
     racing_if_match: bool | None = None
     racing_creates: bool | None = None
+    delete_if_match: ProbeSeen = None
 
     @property
-    def checks(self) -> list[tuple[str, bool | None]]:
-        """Each property as (what was checked, honoured / ignored / None untested), in order."""
+    def checks(self) -> list[tuple[str, ProbeSeen]]:
+        """Each property as (what was checked, honoured / ignored / None untested, or
+        ``"unsupported"``), in order."""
         return [
             ("If-None-Match on an existing object", self.if_none_match),
             ("If-Match on a missing object", self.if_match),
             ("If-Match with a stale ETag", self.stale_if_match),
             ("racing If-Match PUTs on one ETag (one wins)", self.racing_if_match),
             ("racing creates (If-None-Match) of one key (one wins)", self.racing_creates),
+            ("If-Match on DELETE (a stale ETag deletes nothing)", self.delete_if_match),
         ]
 
     @property
@@ -333,8 +344,9 @@ class ProbeReport:
 
     @property
     def complete(self) -> bool:
-        """Every property was tested and seen honoured."""
-        return all(v is True for _, v in self.checks)
+        """Every property was tested and seen honoured (a conditional DELETE the store
+        cannot send is never relied on: it counts as tested)."""
+        return all(v is True or v == "unsupported" for _, v in self.checks)
 
 
 @dataclass(frozen=True, slots=True)

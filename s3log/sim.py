@@ -410,6 +410,8 @@ class SimStore(MemoryStore):
         return self.lives[sid][life.life]
 
     def _deleted(self, key: str, old: bytes | None) -> None:
+        if key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+            return  # the precondition probe deletes its own objects: no session's
         now = self.clock()
         sid = self.layout.session_of(key)
         if sid is not None:

@@ -10,7 +10,10 @@ Configured by the environment (terraform/examples/lambda-worker sets it):
 
 Needs the s3log-bucket module's sweep policy: LIST the session folders and the activity
 index, GET heads, delete under ``{prefix}/sessions/`` (a head only with If-Match) and
-``{prefix}/activity/``. It writes nothing.
+``{prefix}/activity/``. It writes no session object: its only writes are the
+precondition probe's, before anything is deleted (conditional PUTs and If-Match DELETEs
+of its own keys under ``{prefix}/sessions/_probe/``), which refuses a store that ignores
+conditions, on PUT or DELETE (docs/decisions/0034).
 """
 
 from __future__ import annotations

@@ -15,7 +15,13 @@ import pytest
 
 import s3log
 from s3log.drive import SyncDriver
-from s3log.errors import ObjectNotFound, PreconditionFailed, PreconditionsIgnoredError, StoreError
+from s3log.errors import (
+    ConditionalDeleteUnsupported,
+    ObjectNotFound,
+    PreconditionFailed,
+    PreconditionsIgnoredError,
+    StoreError,
+)
 from s3log.faults import Fault, FaultyStore
 from s3log.layout import Layout
 from s3log.localserver import LocalS3
@@ -65,7 +71,7 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     log = s3log.Log(store, config=s3log.LogConfig(activity_index=False))
     log.create("a")
     first = store.requests.snapshot()
-    assert first["PUT"] == 13  # the probe's 12 on a bucket it never probed (docs/decisions/0034); the head
+    assert first["PUT"] == 14  # the probe's 13 on a bucket it never probed (docs/decisions/0034); the head
     log.create("b")
     assert store.requests["PUT"] == first["PUT"] + 1  # no second probe
     s3log.Log(store, config=s3log.LogConfig(activity_index=False)).create("c")
@@ -105,11 +111,11 @@ def test_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: LocalS3) 
         return store.requests["PUT"]
 
     first = s3log.S3Store(bucket, endpoint_url=ep)
-    assert puts(first, "a") == 13  # the probe's 12 (the bucket's first); the head
+    assert puts(first, "a") == 14  # the probe's 13 (the bucket's first); the head
     assert puts(s3log.S3Store(bucket, endpoint_url=ep), "b") == 1  # the head alone
     # Another bucket is another answer; a store on a client of the caller's is probed itself.
-    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 13
-    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 12  # 11: the bucket was probed before
+    assert puts(s3log.S3Store(s3log_server.create_bucket(), endpoint_url=ep), "c") == 14
+    assert puts(s3log.S3Store(bucket, client=first.client), "d") == 13  # 12: the bucket was probed before
 
 
 @pytest.mark.parametrize("kind", ["aioboto3", "obstore"])
@@ -128,7 +134,7 @@ def test_async_stores_made_anew_for_one_bucket_are_probed_once(s3log_server: Loc
     async def main() -> list[int]:
         return [await puts("a"), await puts("b")]
 
-    assert asyncio.run(main()) == [13, 1]
+    assert asyncio.run(main()) == [14, 1]
 
 
 def test_a_probe_that_could_not_tell_does_not_speak_for_its_scope() -> None:
@@ -177,21 +183,25 @@ def _rounds(store: object, cfg: s3log.LogConfig | None = None) -> tuple[ProbeRep
         driver.close()
 
 
-def test_the_probe_costs_eleven_puts_in_three_round_trips_twelve_on_a_new_bucket() -> None:
+def test_the_probe_costs_twelve_puts_and_two_deletes_in_three_round_trips() -> None:
     store = HonestStore()
     report, sizes = _rounds(store)
-    assert report.complete and report.ok, report
+    assert report.complete and report.ok and report.delete_if_match is True, report
     # Round 1: If-None-Match on _probe/head (creates it: a new bucket), If-Match on
-    # _probe/missing, 4 racing creates; round 2: _probe/head again, 4 racing If-Match
-    # PUTs; round 3: the stale If-Match.
-    assert sizes == [2 + PROBE_RACERS, 1 + PROBE_RACERS, 1] and store.requests["PUT"] == 12
+    # _probe/missing, 4 racing creates of the race key, the create of {race}.del;
+    # round 2: _probe/head again, 4 racing If-Match PUTs, the If-Match DELETE of
+    # {race}.del on its ETag; round 3: the stale If-Match PUT and DELETE.
+    assert sizes == [3 + PROBE_RACERS, 2 + PROBE_RACERS, 2]
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 13, "LIST": 0, "DELETE": 2}
     store.requests.reset()
     report, sizes = _rounds(store)
     assert report.complete
-    assert sizes == [2 + PROBE_RACERS, PROBE_RACERS, 1]
-    assert store.requests.snapshot() == {"GET": 0, "PUT": 2 * PROBE_RACERS + 3, "LIST": 0, "DELETE": 0}
-    # Each probe leaves its race key; the keys come from cfg.env, never the same twice.
-    assert len([k for k in store.all_keys() if "/_probe/race/" in k]) == 2
+    assert sizes == [3 + PROBE_RACERS, 1 + PROBE_RACERS, 2]
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 2 * PROBE_RACERS + 4, "LIST": 0, "DELETE": 2}
+    # Each probe leaves its race key (the stale DELETE kept it); the keys come from
+    # cfg.env, never the same twice; {race}.del is gone.
+    left = [k for k in store.all_keys() if "/_probe/race/" in k]
+    assert len(left) == 2 and not [k for k in left if k.endswith(".del")]
 
 
 class IfMatchMeansExists(HonestStore):
@@ -202,6 +212,16 @@ class IfMatchMeansExists(HonestStore):
         if key not in self.all_keys():
             raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
         return self.put_raw(key, body)
+
+
+class IgnoresIfMatchOnDelete(HonestStore):
+    """Honours every conditional PUT, but a DELETE with If-Match deletes whatever the ETag."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        if key not in self.all_keys():
+            self.requests.add("DELETE")
+            raise ObjectNotFound("no such key", key=key, code="NoSuchKey", status=404)
+        self.delete(key)  # counted as the DELETE it is
 
 
 class CheckThenAct(HonestStore):
@@ -218,7 +238,8 @@ class CheckThenAct(HonestStore):
 
     def _racing(self, method: str, key: str) -> bool:
         with self.race_lock:
-            racing = method == self.method and "/_probe/race/" in key and self.raced < PROBE_RACERS
+            racing = (method == self.method and "/_probe/race/" in key and not key.endswith(".del")
+                      and self.raced < PROBE_RACERS)
             self.raced += racing
         return racing
 
@@ -247,13 +268,15 @@ class CheckThenAct(HonestStore):
     (IfMatchMeansExists, {"stale_if_match", "racing_if_match"}),
     (lambda: CheckThenAct("put_if_absent"), {"racing_creates"}),
     (lambda: CheckThenAct("put_if_match"), {"racing_if_match"}),
-], ids=["if-match-means-exists", "racing-creates", "racing-if-match"])
+    (IgnoresIfMatchOnDelete, {"delete_if_match"}),
+], ids=["if-match-means-exists", "racing-creates", "racing-if-match", "if-match-on-delete-ignored"])
 def test_a_store_that_passes_sequential_checks_but_not_what_commits_rely_on_is_refused(
     make: Callable[[], HonestStore], ignored: set[str]
 ) -> None:
     report, _ = _rounds(make())
     seen = {name: getattr(report, name) for name in
-            ("if_none_match", "if_match", "stale_if_match", "racing_if_match", "racing_creates")}
+            ("if_none_match", "if_match", "stale_if_match", "racing_if_match", "racing_creates",
+             "delete_if_match")}
     assert {n for n, v in seen.items() if v is False} == ignored, report
     assert all(v is True for n, v in seen.items() if n not in ignored), report
     assert not report.ok
@@ -273,7 +296,9 @@ def test_a_lost_reply_in_a_race_is_no_second_winner() -> None:
     store = FaultyStore(HonestStore(), plan)
     report, sizes = _rounds(store)
     assert report.ok and report.racing_creates is None and report.racing_if_match and report.stale_if_match
-    assert sizes == [2 + PROBE_RACERS, 1, 1 + PROBE_RACERS, 1]  # the GET of the race key
+    # The GET of the race key; {race}.del's ETag was lost with its reply: no DELETE of it.
+    assert sizes == [3 + PROBE_RACERS, 1, 1 + PROBE_RACERS, 2]
+    assert report.delete_if_match is None
 
 
 def test_the_probe_passes_on_the_async_stores_and_the_simulator_store(s3log_server: LocalS3) -> None:
@@ -290,6 +315,47 @@ def test_the_probe_passes_on_the_async_stores_and_the_simulator_store(s3log_serv
     reports = asyncio.run(main())
     reports.append(_rounds(SimStore(lambda: 0, Layout()))[0])
     assert all(r.complete for r in reports), reports
+    # obstore cannot send a DELETE with If-Match: unsupported, not ignored (expire
+    # refuses it; delete and gc delete by key, docs/decisions/0032). The others delete
+    # on the current ETag and refuse a stale one, moto included.
+    assert [r.delete_if_match for r in reports] == [True, "unsupported", True, True]
+
+
+def test_the_probe_passes_on_the_blocking_stores_over_http(s3log_server: LocalS3) -> None:
+    bucket, ep = s3log_server.create_bucket(), s3log_server.endpoint_url
+    boto = s3log.S3Store(bucket, endpoint_url=ep)
+    fast = s3log.S3Store.fast(bucket, endpoint_url=ep)
+    reports = [_rounds(boto)[0], _rounds(fast)[0]]
+    assert all(r.complete and r.ok for r in reports), reports
+    assert [r.delete_if_match for r in reports] == [True, "unsupported"]
+    assert boto.requests["DELETE"] == 2 and fast.requests["DELETE"] == 0  # nothing sent by obstore
+
+
+class NoConditionalDelete(HonestStore):
+    """A store that cannot send a DELETE with If-Match, as obstore (nothing sent)."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        raise ConditionalDeleteUnsupported("no conditional DELETE", key=key, code="NotImplemented")
+
+
+class RefusesConditionalDeletes(HonestStore):
+    """Answers 412 to every DELETE with If-Match, on the current ETag too."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self.requests.add("DELETE")
+        raise PreconditionFailed("etag differs", key=key, code="PreconditionFailed", status=412)
+
+
+def test_a_store_that_cannot_delete_conditionally_is_unsupported_and_one_that_never_does_untested() -> None:
+    # Unsupported: complete (never relied on: expire refuses such a store), not ignored.
+    report, sizes = _rounds(NoConditionalDelete())
+    assert report.delete_if_match == "unsupported" and report.complete and report.ok, report
+    assert sizes == [3 + PROBE_RACERS, 2 + PROBE_RACERS, 2]
+    # Refusing the current ETag too: the stale refusal proves nothing; nothing would be
+    # deleted wrongly either, so untested (a warning), not ignored.
+    report, _ = _rounds(RefusesConditionalDeletes())
+    assert report.delete_if_match is None and report.ok and not report.complete, report
+    assert "DELETE with If-Match on the current ETag was refused" in report.detail
 
 
 # ------------------------------------------------ every writing or deleting verb is probed
@@ -357,7 +423,7 @@ WRITER_WRITES: dict[str, Callable[[Any], Any]] = {
     "wait": lambda w: w.wait(w.submit("k", 1)),
 }
 #: A writer's verbs that queue or change its own state: nothing is sent.
-WRITER_LOCAL = {"append", "append_nowait", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
+WRITER_LOCAL = {"append", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
 #: Commands that write or delete, on a bucket holding session "s1".
 CLI_WRITES = {"fork": ["fork", "s1"], "rm": ["rm", "s1", "--yes"], "gc": ["gc", "--older-than", "1s"],
               "expire": ["expire", "--idle", "1ms"]}
@@ -380,13 +446,13 @@ def test_every_verb_is_known_to_write_or_not() -> None:
     for cls in (s3log.Log, s3log.AsyncLog):
         assert _public(cls) == (set(LOG_WRITES) | LOG_READS | LOG_OTHER) - ({"close"} if cls is s3log.AsyncLog
                                                                               else {"aclose"}), cls
-    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL - {"append_nowait"}
+    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL
     assert _public(s3log.AsyncWriter) == set(WRITER_WRITES) | WRITER_LOCAL
     assert set(get_command(app).commands) == set(CLI_WRITES) | CLI_OTHER  # type: ignore[attr-defined]
 
 
-def _store_with_a_session() -> IgnoresConditions:
-    store = IgnoresConditions()
+def _store_with_a_session(kind: type[IgnoresConditions] = IgnoresConditions) -> IgnoresConditions:
+    store = kind()
     w = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).create("s1")
     w.append("k", 0)
     w.commit()
@@ -401,12 +467,26 @@ def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any
     assert [c for c in store.calls if "/_probe/" not in c[1]] == []
 
 
+class IgnoresOnlyIfMatchOnDelete(IgnoresConditions):
+    """Honours every conditional PUT; a DELETE with If-Match deletes whatever the ETag
+    (expire would delete a head a commit just replaced: an acknowledged entry lost)."""
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self.calls.append(("put_if_absent", key))
+        return s3log.MemoryStore.put_if_absent(self, key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.calls.append(("put_if_match", key))
+        return s3log.MemoryStore.put_if_match(self, key, body, etag)
+
+
+@pytest.mark.parametrize("ignores", ["conditions", "if-match-on-delete"])
 @pytest.mark.parametrize("verb", sorted(LOG_WRITES))
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_every_writing_verb_refuses_a_store_that_ignores_conditions_before_its_first_request(
-    verb: str, kind: str
+    verb: str, kind: str, ignores: str
 ) -> None:
-    store = _store_with_a_session()
+    store = _store_with_a_session(IgnoresConditions if ignores == "conditions" else IgnoresOnlyIfMatchOnDelete)
     if kind == "sync":
         _refused_before_any_request(store, lambda: LOG_WRITES[verb](s3log.Log(store)))
         return
@@ -464,7 +544,7 @@ def test_every_writing_command_refuses_such_a_store_before_its_first_request(
 def test_faults_never_make_an_honest_store_look_ignoring_and_the_requests_stay_bounded(seed: int) -> None:
     # Throttles, 409s and lost requests or replies on every probe request: an honest
     # store is never reported IGNORED (a lost reply is no win, a 409 is no write), and
-    # the probe sends at most its rounds' PUTs and one GET.
+    # the probe sends at most its rounds' PUTs, one GET and its two DELETEs.
     rng = random.Random(seed)
     faults: list[Fault] = ["409", "503", "timeout-landed", "timeout-lost"]
 
@@ -475,5 +555,5 @@ def test_faults_never_make_an_honest_store_look_ignoring_and_the_requests_stay_b
     cfg = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=4, initial=0.001, max_backoff=0.002))
     report, _ = _rounds(store, cfg)
     assert report.ok, report
-    assert store.requests["PUT"] <= 4 * 2 + 2 * PROBE_RACERS + 1 and store.requests["GET"] <= 1
-    assert store.requests["LIST"] == store.requests["DELETE"] == 0
+    assert store.requests["PUT"] <= 4 * 2 + 2 * PROBE_RACERS + 2 and store.requests["GET"] <= 1
+    assert store.requests["DELETE"] <= 2 and store.requests["LIST"] == 0

@@ -239,7 +239,7 @@ async def test_async_log_signs_and_verifies(ed_key: Ed25519PrivateKey) -> None:
     alog = AsyncLog(store, config=s3log.LogConfig(signer=signer, tail_per_commit=0, tail_max_bytes=300))
     w = await alog.create()
     for i in range(6):
-        await w.append("m", {"i": i})
+        await w.append_durable("m", {"i": i})
     checked = AsyncLog(store, config=s3log.LogConfig(verifier=PublicKeyVerifier([signer.public_key])))
     assert len((await checked.read(w.session_id)).entries) == 6
     other = AsyncLog(store, config=s3log.LogConfig(verifier=PublicKeyVerifier([Ed25519PrivateKey.generate()

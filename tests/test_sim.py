@@ -96,6 +96,14 @@ class LostUpdateStore(SimStore):
         return super().put_if_match(key, body, self.get(key).etag)
 
 
+class DeletesAnywayStore(SimStore):
+    """A store that honours every conditional PUT but ignores If-Match on DELETE: an
+    expiry deletes a head a commit replaced after the sweep read it."""
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        super().delete_if_match(key, self.get(key).etag)  # 404 still holds
+
+
 def test_a_store_that_ignores_if_match_is_caught() -> None:
     caught = set()
     for seed in range(60):
@@ -114,8 +122,9 @@ def test_the_probe_runs_beside_the_other_actors_and_refuses_a_store_that_ignores
     # Probe scenarios: gc, the retention sweep and the forker probe the store before
     # their first write or delete (docs/decisions/0034), under the scenario's faults.
     # On the honest store every invariant holds and the probe leaves its race keys;
-    # on one that ignores If-Match the first of them to write is refused.
-    probed = refused = 0
+    # on one that ignores If-Match, on a PUT or on a DELETE, the first of them to write
+    # or delete is refused.
+    probed = refused = refused_delete = 0
     for seed in range(40):
         sc = Scenario.from_seed(seed)
         if not sc.probe or not (sc.gc or sc.retention or sc.forker):
@@ -128,7 +137,11 @@ def test_the_probe_runs_beside_the_other_actors_and_refuses_a_store_that_ignores
         lossy.store = LostUpdateStore(lambda sim=lossy: sim.now, lossy.layout)  # type: ignore[misc]
         o = lossy.run()
         refused += o.violation is not None and "PreconditionsIgnoredError" in str(o.violation)
-    assert probed >= 10 and refused >= 10, (probed, refused)
+        deleting = Simulation(sc)
+        deleting.store = DeletesAnywayStore(lambda sim=deleting: sim.now, deleting.layout)  # type: ignore[misc]
+        o = deleting.run()
+        refused_delete += o.violation is not None and "If-Match on a stale ETag deleted" in str(o.violation)
+    assert probed >= 10 and refused >= 10 and refused_delete >= 10, (probed, refused, refused_delete)
 
 
 def test_a_gc_without_grace_is_caught() -> None:

@@ -27,9 +27,10 @@ import pytest
 
 import s3log
 from s3log import activity
+from s3log import core as s3log_core
 from s3log.agent import AgentSession
 from s3log.env import Env, wall_clock_ms
-from s3log.errors import StoreError
+from s3log.errors import InvalidSessionIdError, StoreError
 from s3log.ids import uuid7
 from s3log.layout import Layout
 from s3log.results import GcReport
@@ -163,6 +164,7 @@ DAY_MS = 86_400_000
 RETRIED_CHILD = "retried-fork"
 
 
+@functools.cache  # parsed once: ast.parse in several threads at once fails on CPython 3.11
 def _s3_actions_per_store_method() -> dict[str, set[str]]:
     tree = ast.parse(inspect.getsource(s3_module.S3Store))
     out: dict[str, set[str]] = {}
@@ -174,8 +176,9 @@ def _s3_actions_per_store_method() -> dict[str, set[str]]:
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Attribute)
-                and node.func.value.attr == "client"
+                # self.client.put_object(...) or, with the client fetched first, client.put_object(...)
+                and (isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "client"
+                     or isinstance(node.func.value, ast.Name) and node.func.value.id == "client")
             ):
                 assert node.func.attr in BOTO_TO_IAM, f"S3Store.{fn.name} calls {node.func.attr}: map it to IAM"
                 calls.add(BOTO_TO_IAM[node.func.attr])
@@ -337,9 +340,20 @@ def _sweep_flows(log: s3log.Log, store: Recording, clock: Clock) -> None:
     assert ("delete_if_match", dangling) in store.calls
 
 
+PROBE_MISSING = "s3log/sessions/_probe/missing"
+
+
+def _fresh_process(log: s3log.Log) -> s3log.Log:
+    """The log of a process that has not probed ``log``'s store yet: each role runs in
+    its own process, and gc, rm and expire probe before they delete (docs/decisions/0034)."""
+    s3log_core._PROBED.discard(log.store)
+    return s3log.Log(log.store, config=log.config)
+
+
 @pytest.fixture(scope="module")
 def recorded() -> dict[str, list[tuple[str, str]]]:
-    """Every store call of each role's workflows, on one log (in this order)."""
+    """Every store call of each role's workflows, on one log (in this order); the gc
+    and sweep roles' each in a fresh process, so each runs the precondition probe too."""
     store = Recording()
     clock = Clock()
     log = s3log.Log(store, config=s3log.LogConfig(env=Env(clock_ms=clock)))
@@ -356,10 +370,12 @@ def recorded() -> dict[str, list[tuple[str, str]]]:
     # A day on, whatever the time of day: rm deletes the victim's activity markers (it
     # leaves those of days a session created again at its id could still commit on).
     clock.ms += DAY_MS
-    _gc_flows(log, store, sid)
+    _gc_flows(_fresh_process(log), store, sid)
     take("gc")
-    _sweep_flows(log, store, clock)
+    _sweep_flows(_fresh_process(log), store, clock)
     take("sweep")
+    for role in ("gc", "sweep"):
+        assert ("put_if_match", PROBE_MISSING) in out[role], f"the {role} flows must have probed"
     return out
 
 
@@ -545,12 +561,16 @@ def test_kms_grant_matches_what_the_role_does(role: str, derived: dict[str, set[
     assert _expand(use_key["actions"]) == expected
 
 
-def test_gc_role_cannot_write(derived: dict[str, set[str]]) -> None:
-    # gc and rm only list, read heads and delete: a gc credential must not rewrite history.
-    assert "s3:PutObject" not in derived["gc"]
-    assert "s3:PutObject" not in _policy_actions("gc")
+PROBE_STATEMENTS = {"ReadProbe", "ProbeCreateOnly", "ProbeIfMatch"}
+
+
+def test_gc_role_writes_only_the_probes_keys(recorded: dict[str, list[tuple[str, str]]]) -> None:
+    # gc and rm only list, read heads and delete: a gc credential must not rewrite
+    # history. Its only PUTs are the precondition probe's, of the probe's own keys.
+    assert {k for m, k in recorded["gc"] if m in WRITE_HEADERS} <= {k for k in _probe_keys(recorded["gc"])}
     stmts = _role_statements("gc")
-    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"}
+    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "DeleteSessionsAndMarkers", "ListPrefix", "UseKey"} | \
+        PROBE_STATEMENTS
     assert stmts["ReadHeads"]["actions"] == ["s3:GetObject"]
     assert stmts["ReadHeads"]["resources"] == ["${local.heads_arn}"]
     assert not _allowed("gc", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
@@ -595,21 +615,27 @@ def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
     assert _locals()["heads_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*/head"
 
 
-def test_sweep_writes_nothing_and_deletes_heads_only_with_if_match(
+def _probe_keys(calls: list[tuple[str, str]]) -> list[str]:
+    return [k for _, k in calls if k.startswith("s3log/sessions/_probe/")]
+
+
+def test_sweep_writes_only_the_probes_keys_and_deletes_heads_only_with_if_match(
     recorded: dict[str, list[tuple[str, str]]]
 ) -> None:
     stmts = _role_statements("sweep")
     assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "DeleteGarbageAndMarkers", "DeleteHeadsIfMatch",
-                          "ListPrefix", "UseKey"}
+                          "ListPrefix", "UseKey"} | PROBE_STATEMENTS
     assert stmts["DeleteHeadsIfMatch"]["resources"] == ["${local.heads_arn}"]
     assert stmts["DeleteHeadsIfMatch"]["condition"] == [
         {"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
     head_deletes = [m for m, k in recorded["sweep"] if k.endswith("/head") and m.startswith("delete")]
     assert head_deletes and set(head_deletes) == {"delete_if_match"}
-    # expire and gc send no write at all, so the policy grants none.
-    assert not [(m, k) for m, k in recorded["sweep"] if m in WRITE_HEADERS]
-    assert "s3:PutObject" not in _policy_actions("sweep")
-    assert _expand(stmts["UseKey"]["actions"]) == ["kms:Decrypt"]  # nothing to encrypt
+    # expire and gc write nothing; the probe before them writes its own keys only.
+    writes = [(m, k) for m, k in recorded["sweep"] if m in WRITE_HEADERS]
+    assert writes and all(k.startswith("s3log/sessions/_probe/") for _, k in writes)
+    # The probe's statements are the same in both roles: what the probe needs, no more.
+    gc = _role_statements("gc")
+    assert all(stmts[sid] == gc[sid] for sid in PROBE_STATEMENTS)
 
 
 #: Every PUT someone holding a role's credentials could try, on every kind of key.
@@ -620,15 +646,38 @@ _CONDITIONS = [frozenset(), frozenset({"if-match"}), frozenset({"if-none-match"}
 
 
 @pytest.mark.parametrize("role", ["reader", "gc", "sweep"])
-def test_only_the_writer_may_put_anything(role: str) -> None:
+def test_only_the_writer_may_put_a_session_object(role: str) -> None:
     # IAM cannot constrain a PUT's body: a role allowed any PUT of a head could store a
     # forged one (an inline tail from seq 0 verifies without signing keys). The reader,
-    # gc and the sweep may not PUT any object, with or without conditions.
+    # gc and the sweep may not PUT any session object or marker, with or without
+    # conditions; gc and the sweep PUT the probe's keys, only conditionally (IAM alone,
+    # whatever the bucket policy), the reader not even those.
     for what, key in _KEYS.items():
         for headers in _CONDITIONS:
-            assert not _allowed(role, S3Call("s3:PutObject", f"{BUCKET_ARN}/{key}", headers=headers)), (what, headers)
+            allowed = _allowed(role, S3Call("s3:PutObject", f"{BUCKET_ARN}/{key}", headers=headers))
+            assert allowed is (what == "probe" and role != "reader" and bool(headers)), (what, headers)
     for headers in _CONDITIONS[1:]:
         assert _allowed("writer", S3Call("s3:PutObject", f"{BUCKET_ARN}/{_KEYS['head']}", headers=headers))
+    # No session id names the probe's folder, so its grants reach no session's object.
+    with pytest.raises(InvalidSessionIdError):
+        s3log.Log(s3log.MemoryStore()).create("_probe")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_probes_delete_grant_reaches_no_session_object(role: str) -> None:
+    # The probe deletes its own keys with If-Match: writers, gc and the sweep may; a
+    # blind DELETE of them, and anything more than each role had, stays refused.
+    probe = f"{BUCKET_ARN}/s3log/sessions/_probe/race/x"
+    if_match = frozenset({"if-match"})
+    assert _allowed(role, S3Call("s3:DeleteObject", probe, headers=if_match)) is (role != "reader")
+    assert _allowed(role, S3Call("s3:DeleteObject", probe)) is (role == "gc")  # gc deletes by key anyway
+    for what, key in _KEYS.items():
+        if what == "probe":
+            continue
+        for headers in _CONDITIONS:
+            allowed = _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/{key}", headers=headers))
+            expected = role == "gc" or (role == "sweep" and (what != "head" or "if-match" in headers))
+            assert allowed is expected, (role, what, headers)
 
 
 def test_what_the_sweep_can_and_cannot_delete() -> None:
@@ -641,6 +690,86 @@ def test_what_the_sweep_can_and_cannot_delete() -> None:
     assert not _allowed("sweep", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
     assert not _allowed("sweep", S3Call("s3:DeleteObject", f"{BUCKET_ARN}/elsewhere/sessions/x/head",
                                         headers=frozenset({"if-match"})))
+
+
+class UnderPolicy(Recording):
+    """A Recording store that answers 403 to every request a role's IAM policy (or, for
+    a PUT, the bucket policy) refuses, as S3 would under that role's credentials."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self.role = role
+        self.refused: list[S3Call] = []
+        _s3_actions_per_store_method()  # before the driver's threads ask for it
+
+    def _check(self, method: str, key: str) -> None:
+        for call in _s3_calls([(method, key)]):
+            denied = not _allowed(self.role, call) or (
+                call.action == "s3:PutObject" and _denials(key, set(call.headers)))
+            if denied:
+                self.refused.append(call)
+                raise StoreError("Access Denied", key=key, code="AccessDenied", status=403)
+
+    def get(self, key: str) -> Any:
+        self._check("get", key)
+        return super().get(key)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self._check("put_if_absent", key)
+        return super().put_if_absent(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self._check("put_if_match", key)
+        return super().put_if_match(key, body, etag)
+
+    def list(self, prefix: str, **kw: Any) -> Any:
+        self._check("list", prefix)
+        return super().list(prefix, **kw)
+
+    def delete(self, key: str) -> None:
+        self._check("delete", key)
+        super().delete(key)
+
+    def delete_if_match(self, key: str, etag: str) -> None:
+        self._check("delete_if_match", key)
+        super().delete_if_match(key, etag)
+
+
+@pytest.mark.parametrize("role", ["writer", "gc", "sweep"])
+def test_a_fresh_probe_under_each_role_that_writes_or_deletes_tests_every_property(role: str) -> None:
+    # Under the gc and sweep policies the probe's PUTs were refused: every property
+    # "untested", and gc, rm and expire went on with a warning on a store nobody had
+    # checked. Each role's probe (a new process: never probed before) must be complete.
+    store = UnderPolicy(role)
+    report = s3log.Log(store).check_store()
+    assert report.complete and report.ok and report.delete_if_match is True, (report, store.refused)
+    assert store.refused == []
+    assert {m for m, _ in store.calls} == {"put_if_absent", "put_if_match", "delete_if_match"}
+
+
+@pytest.mark.parametrize("role", ["gc", "sweep"])
+def test_gc_and_expire_under_their_policy_probe_completely_then_delete(
+    role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = UnderPolicy(role)
+    clock = Clock()
+    writer_log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(env=Env(clock_ms=clock)))
+    w = writer_log.create("idle")
+    w.append("k", 1)
+    w.commit()
+    for key in writer_log.store.all_keys():  # the writer's objects, copied behind the policy's back
+        store.put_raw(key, writer_log.store.get(key).body, mtime_ms=0)
+    log = s3log.Log(store, config=s3log.LogConfig(env=Env(clock_ms=clock)))
+    clock.ms += 40 * DAY_MS
+    with caplog.at_level("WARNING", logger="s3log"):
+        if role == "sweep":
+            assert log.expire(idle_for=timedelta(days=30)).expired == ["idle"]
+        else:
+            log.delete("idle")
+        log.gc(older_than_ms=0)
+    assert not [r for r in caplog.records if "could not verify" in r.getMessage()]
+    assert store.refused == [] and ("put_if_match", PROBE_MISSING) in store.calls
+    assert not [k for k in store.all_keys() if not k.startswith("s3log/sessions/_probe/")]
 
 
 def _saver_flows() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -699,10 +828,19 @@ def test_langgraph_saver_appends_with_the_writer_policy_and_deletes_with_gc_besi
     assert "delete_thread" in readme and "attach `gc_policy_arn` beside `writer_policy_arn`" in readme
 
 
-def test_writer_writes_activity_markers_and_cannot_delete(derived: dict[str, set[str]]) -> None:
-    assert "s3:DeleteObject" not in derived["writer"] and "s3:DeleteObject" not in _policy_actions("writer")
+def test_writer_writes_activity_markers_and_deletes_only_the_probes_keys(
+    recorded: dict[str, list[tuple[str, str]]]
+) -> None:
+    deletes = [(m, k) for m, k in recorded["writer"] if m.startswith("delete")]
+    assert deletes and {m for m, _ in deletes} == {"delete_if_match"}
+    assert all(k.startswith("s3log/sessions/_probe/race/") for _, k in deletes)
     stmts = _role_statements("writer")
-    assert set(stmts) == {"ReadWriteSessions", "WriteActivityMarkers", "ListPrefix", "UseKey"}
+    assert set(stmts) == {"ReadWriteSessions", "ProbeDeletesIfMatch", "WriteActivityMarkers", "ListPrefix",
+                          "UseKey"}
+    assert stmts["ProbeDeletesIfMatch"]["resources"] == ["${local.probe_arn}"]
+    assert stmts["ProbeDeletesIfMatch"]["condition"] == [
+        {"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
+    assert _locals()["probe_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/_probe/*"
     assert stmts["WriteActivityMarkers"]["actions"] == ["s3:GetObject", "s3:PutObject"]
     assert stmts["WriteActivityMarkers"]["resources"] == ["${local.activity_arn}"]
     assert stmts["ReadWriteSessions"]["resources"] == ["${local.sessions_arn}"]

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .. import otel
 from ..errors import S3LogError
 from ..ids import validate_session_id
 from ..log import Log, Writer
@@ -137,8 +138,13 @@ class AgentSession(SessionCore):
         ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
         core.options_arg(options)
-        writer = run(log, core.restore_proc(
-            session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force))
+        proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
+        if otel.TRACER is None or not otel.recording():
+            writer = run(log, proc)
+        else:
+            with otel.verb_span("restore", log._store_id(), session_id) as span:
+                writer = run(log, proc)
+                otel.restored(span, writer.session_id)
         assert isinstance(writer, Writer)
         return cls(log, writer, **options)
 

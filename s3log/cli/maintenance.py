@@ -114,16 +114,20 @@ def doctor(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Check that the store honours what commits rely on: If-None-Match and If-Match,
-    stale ETags and racing conditional PUTs (about a dozen small PUTs under _probe/)."""
+    """Check that the store honours what commits and deletes rely on: If-None-Match and
+    If-Match, stale ETags, racing conditional PUTs and If-Match on DELETE (about a dozen
+    small PUTs and two DELETEs under _probe/)."""
     with command_log(ctx) as log:
         report = log.check_store()
     if as_json:
         emit_json({"ok": report.ok, "if_none_match": report.if_none_match, "if_match": report.if_match,
                    "stale_if_match": report.stale_if_match, "racing_if_match": report.racing_if_match,
-                   "racing_creates": report.racing_creates, "detail": report.detail})
+                   "racing_creates": report.racing_creates, "delete_if_match": report.delete_if_match,
+                   "detail": report.detail})
     else:
-        def word(v: bool | None) -> str:
+        def word(v: object) -> str:
+            if isinstance(v, str):
+                return v  # "unsupported": a request the store cannot send
             return "honoured" if v else ("IGNORED" if v is False else "untested")
 
         for what, seen in report.checks:

@@ -12,7 +12,7 @@ from .._loops import PerLoop
 from ..errors import StoreError, TransientStoreError
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
-from .base import ProcessClient, RequestCounter, deprecated_prefix, precondition_scope
+from .base import ProcessClient, RequestCounter, precondition_scope
 
 with extra("async"):
     import aioboto3
@@ -78,17 +78,11 @@ class AsyncS3Store:
 
     The client is opened on first use and kept until :meth:`aclose` (or the end of an
     ``async with`` block), so a worker pays the connection set-up once.
-
-    ``prefix`` is deprecated: pass it to the log (``AsyncLog(store, prefix=...)``).
     """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         client: Any = None,
         endpoint_url: str | None = None,
@@ -96,7 +90,6 @@ class AsyncS3Store:
         max_pool_connections: int = 64,
     ) -> None:
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
         #: What the precondition probe's result is remembered for (None: this object).
         self.precondition_scope = (precondition_scope("aioboto3", bucket, endpoint_url, region_name)
@@ -118,16 +111,11 @@ class AsyncS3Store:
         return f"AsyncS3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> AsyncObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request.
-
-        ``prefix`` is deprecated, as for the constructor.
-        """
+    def fast(bucket: str, **kwargs: Any) -> AsyncObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request."""
         from .fast import AsyncObstoreStore
 
-        store = AsyncObstoreStore(bucket, **kwargs)
-        deprecated_prefix(store, prefix)
-        return store
+        return AsyncObstoreStore(bucket, **kwargs)
 
     async def _c(self) -> Any:
         if self._client is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -79,23 +78,6 @@ def error_for_status(
         cls = StoreError
     return cls(message or code or f"HTTP {status}", key=key, code=code or None, status=status or None,
                request_id=request_id)
-
-
-def deprecated_prefix(store: object, prefix: str | None, *, stacklevel: int = 3) -> None:
-    """Accept the deprecated ``prefix`` store argument: warn, and keep it as ``store.prefix``.
-
-    The log owns the prefix (``Log(store, prefix=...)``); a store addresses a bucket.
-    Until the argument is removed, a log given no prefix still reads ``store.prefix``.
-    """
-    if prefix is None:
-        return
-    warnings.warn(
-        f"{type(store).__name__}(prefix=...) is deprecated and will be removed: stores address a "
-        f"bucket, the log owns the prefix. Pass it to the log instead: Log(store, prefix={prefix!r})",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
-    setattr(store, "prefix", prefix)  # noqa: B010 - only stores given one carry the attribute
 
 
 def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_name: str | None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConditionalDeleteUnsupported
 from ..ops import Blob, ListPage
 from . import _obstore_common as common
-from .base import RequestCounter, deprecated_prefix, forked_error, precondition_scope
+from .base import RequestCounter, forked_error, precondition_scope
 
 if TYPE_CHECKING:
     from .s3 import S3Store
@@ -31,25 +31,17 @@ log = logging.getLogger("s3log")
 
 
 class _ObstoreBase:
-    """The client and request counter both obstore stores hold.
-
-    ``prefix`` is deprecated: pass it to the log (``Log(store, prefix=...)``).
-    """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
+    """The client and request counter both obstore stores hold."""
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         #: What the precondition probe's result is remembered for (None: this object).
         self.precondition_scope = (precondition_scope("obstore", bucket, endpoint_url, region_name)
                                    if client is None else None)

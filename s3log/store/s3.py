@@ -9,7 +9,7 @@ import boto3
 
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
-from .base import ProcessClient, RequestCounter, deprecated_prefix, resolved_scope
+from .base import ProcessClient, RequestCounter, resolved_scope
 
 if TYPE_CHECKING:
     from .fast import ObstoreStore
@@ -23,17 +23,12 @@ class S3Store:
     use a client you configured yourself.
 
     A store addresses a bucket; the key prefix belongs to the log
-    (``Log(store, prefix=...)``). ``prefix`` here is deprecated: it warns, and a log
-    given no prefix of its own still uses it, until it is removed.
+    (``Log(store, prefix=...)``).
     """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         client: Any = None,
         endpoint_url: str | None = None,
@@ -41,7 +36,6 @@ class S3Store:
         max_pool_connections: int = 64,
     ) -> None:
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         #: What the precondition probe's result is remembered for (None: this object):
         #: the endpoint and region the client this store built resolved.
         self.precondition_scope: tuple[str, ...] | None = None
@@ -73,16 +67,11 @@ class S3Store:
         return f"S3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> ObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request.
-
-        ``prefix`` is deprecated, as for the constructor.
-        """
+    def fast(bucket: str, **kwargs: Any) -> ObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request."""
         from .fast import ObstoreStore
 
-        store = ObstoreStore(bucket, **kwargs)
-        deprecated_prefix(store, prefix)
-        return store
+        return ObstoreStore(bucket, **kwargs)
 
     def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""

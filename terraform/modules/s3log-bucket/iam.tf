@@ -6,11 +6,13 @@
 #   PREFIX/sessions/{sid}/head, .../seg/*, .../forks/*   sessions (and sessions/_probe/*)
 #   PREFIX/activity/{YYYY-MM-DD}/{sid}                    the activity index
 #
-# gc (and rm) only list, read heads and delete: no PUT, so a leaked gc credential cannot
-# rewrite anything. Nor can the sweep's (expire + gc): expire deletes an idle session's
-# head with If-Match on the ETag just read, and writes nothing. IAM cannot constrain a
-# PUT's body, so a role allowed to PUT a head could forge any history; the sweep has no
-# PUT at all (docs/decisions/0036).
+# gc (and rm) only list, read heads and delete: no PUT of any session object, so a
+# leaked gc credential cannot rewrite anything. Nor can the sweep's (expire + gc): expire
+# deletes an idle session's head with If-Match on the ETag just read, and writes nothing.
+# IAM cannot constrain a PUT's body, so a role allowed to PUT a head could forge any
+# history (docs/decisions/0036). Both PUT, and delete with If-Match, only the
+# precondition probe's own keys, sessions/_probe/* (no session id starts with "_"): the
+# probe every verb that deletes runs first (docs/decisions/0034).
 #
 # S3 authorizes a DELETE with If-Match on an ETag as s3:DeleteObject *and* s3:GetObject
 # on the object ("Enforce conditional deletes" in the S3 user guide): every key a role
@@ -26,6 +28,8 @@ locals {
   # Fork markers: deleted with If-Match (gc, rm, the sweep's gc), which needs GetObject too.
   forks_arn    = "${local.bucket_arn}/${var.prefix}/sessions/*/forks/*"
   activity_arn = "${local.bucket_arn}/${var.prefix}/activity/*"
+  # The precondition probe's keys (_probe is no session id: nothing here is a session's).
+  probe_arn = "${local.bucket_arn}/${var.prefix}/sessions/_probe/*"
   # s3:prefix values of the LISTs: session folders, and the activity index's day folders.
   list_sessions = "${var.prefix}/sessions/*"
   list_activity = "${var.prefix}/activity/*"
@@ -79,12 +83,22 @@ data "aws_iam_policy_document" "reader" {
 # Writers: everything a reader does, plus PUTs of heads, segments, fork markers, the
 # precondition probe's keys (sessions/_probe/*) and activity markers. The bucket policy
 # makes each of those PUTs conditional; a marker that already exists is confirmed by
-# one GET. No delete.
+# one GET. No delete but the probe's If-Match DELETEs of its own keys.
 data "aws_iam_policy_document" "writer" {
   statement {
     sid       = "ReadWriteSessions"
     actions   = ["s3:GetObject", "s3:PutObject"]
     resources = [local.sessions_arn]
+  }
+  statement {
+    sid       = "ProbeDeletesIfMatch"
+    actions   = ["s3:DeleteObject"]
+    resources = [local.probe_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-match"
+      values   = ["false"]
+    }
   }
   statement {
     sid       = "WriteActivityMarkers"
@@ -132,6 +146,34 @@ data "aws_iam_policy_document" "gc" {
     actions   = ["s3:DeleteObject"]
     resources = [local.sessions_arn, local.activity_arn]
   }
+  # The precondition probe, run before gc, rm or expire deletes anything: conditional
+  # PUTs and If-Match DELETEs of its own keys only (GetObject: S3 authorizes an If-Match
+  # DELETE with it; and the probe reads its race key when no racer's reply came back).
+  statement {
+    sid       = "ReadProbe"
+    actions   = ["s3:GetObject"]
+    resources = [local.probe_arn]
+  }
+  statement {
+    sid       = "ProbeCreateOnly"
+    actions   = ["s3:PutObject"]
+    resources = [local.probe_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-none-match"
+      values   = ["false"]
+    }
+  }
+  statement {
+    sid       = "ProbeIfMatch"
+    actions   = ["s3:PutObject", "s3:DeleteObject"]
+    resources = [local.probe_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-match"
+      values   = ["false"]
+    }
+  }
   statement {
     sid       = "ListPrefix"
     actions   = ["s3:ListBucket"]
@@ -142,11 +184,13 @@ data "aws_iam_policy_document" "gc" {
       values   = [local.list_sessions]
     }
   }
+  # The probe's PUTs of SSE-KMS objects need GenerateDataKey (no s3:PutObject of a
+  # session object comes with it).
   dynamic "statement" {
     for_each = var.kms_key_arn == null ? [] : [1]
     content {
       sid       = "UseKey"
-      actions   = local.kms_read
+      actions   = local.kms_write
       resources = [var.kms_key_arn]
     }
   }
@@ -154,7 +198,8 @@ data "aws_iam_policy_document" "gc" {
 
 # The retention sweep (Log.expire, then gc; scripts/sweep_lambda.py, `s3log expire`):
 # what gc does, except deleting a head by key, plus the activity index (read for the
-# idle window, its old day folders deleted). No PUT: it deletes, never writes.
+# idle window, its old day folders deleted). No PUT of a session object: it deletes,
+# never writes; its only PUTs are the precondition probe's, of its own keys.
 data "aws_iam_policy_document" "sweep" {
   statement {
     sid       = "ReadHeads"
@@ -185,6 +230,34 @@ data "aws_iam_policy_document" "sweep" {
       values   = ["false"]
     }
   }
+  # The precondition probe, run before gc, rm or expire deletes anything: conditional
+  # PUTs and If-Match DELETEs of its own keys only (GetObject: S3 authorizes an If-Match
+  # DELETE with it; and the probe reads its race key when no racer's reply came back).
+  statement {
+    sid       = "ReadProbe"
+    actions   = ["s3:GetObject"]
+    resources = [local.probe_arn]
+  }
+  statement {
+    sid       = "ProbeCreateOnly"
+    actions   = ["s3:PutObject"]
+    resources = [local.probe_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-none-match"
+      values   = ["false"]
+    }
+  }
+  statement {
+    sid       = "ProbeIfMatch"
+    actions   = ["s3:PutObject", "s3:DeleteObject"]
+    resources = [local.probe_arn]
+    condition {
+      test     = "Null"
+      variable = "s3:if-match"
+      values   = ["false"]
+    }
+  }
   statement {
     sid       = "ListPrefix"
     actions   = ["s3:ListBucket"]
@@ -195,11 +268,12 @@ data "aws_iam_policy_document" "sweep" {
       values   = [local.list_sessions, local.list_activity]
     }
   }
+  # The probe's PUTs of SSE-KMS objects need GenerateDataKey.
   dynamic "statement" {
     for_each = var.kms_key_arn == null ? [] : [1]
     content {
       sid       = "UseKey"
-      actions   = local.kms_read
+      actions   = local.kms_write
       resources = [var.kms_key_arn]
     }
   }

@@ -105,8 +105,9 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
     }
   }
 
-  # Each precondition probe (once per writer process and bucket) leaves one object of
-  # about 30 bytes under _probe/race/ (docs/decisions/0034); writers may not delete.
+  # Each precondition probe (once per process and bucket) leaves one object of about 30
+  # bytes under _probe/race/: its race key, which its stale If-Match DELETE must not
+  # delete (docs/decisions/0034); two where a conditional DELETE is not possible.
   rule {
     id     = "expire-probe-race-keys"
     status = "Enabled"
