@@ -198,6 +198,10 @@ def query(
 
     --since/--until/--kind/--session cut what is read (sessions outside the window or
     not named are never fetched), not only the rows the SQL sees.
+
+    Values print as 'show --json' prints them: times as ISO 8601 UTC
+    (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
+    text as it is and anything else as its JSON.
     """
     import duckdb
 

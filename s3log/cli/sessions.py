@@ -160,7 +160,11 @@ def ls(
 @app.command()
 @handle_errors
 def show(ctx: typer.Context, session: str = _SESSION, as_json: bool = _JSON) -> None:
-    """Show a session's verified entries: seq, time, kind and data as JSON."""
+    """Show a session's verified entries: seq, time, kind and data as JSON.
+
+    JSON here, in --json, 'tail', 'query' and the jsonl export follows one rule: bytes as
+    hex, NaN and infinities as null, times as ISO 8601 UTC (2026-11-30T09:40:00.123Z).
+    """
     with command_log(ctx) as log:
         view = log.read(session)
     if as_json:
