@@ -25,6 +25,7 @@ from .results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
+    DeletePlan,
     ExpireProgress,
     ExpireReport,
     GcReport,
@@ -483,8 +484,12 @@ class AsyncLog(LogVerbs):
         """
         return await self.run(self._core.probe())
 
+    async def delete_plan(self, session_id: str) -> DeletePlan:
+        """What :meth:`delete` would remove now, and leave for ``gc`` or ``expire`` (a dry run)."""
+        return await self.run(self._core.delete_plan(session_id))
+
     async def delete(self, session_id: str) -> int:
-        """Delete a session (head first)."""
+        """Delete a session (head first); what is left for later: :meth:`delete_plan`."""
         return await self.run(self._core.delete(session_id))
 
     # -------------------------------------------------------- retention

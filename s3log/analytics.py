@@ -35,6 +35,7 @@ from itertools import compress, islice
 from operator import attrgetter, ne
 from typing import Any, Literal, cast
 
+from . import jsonform
 from ._extras import extra
 from .codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
 from .config import LogConfig
@@ -179,48 +180,10 @@ def _ms(value: int | float | datetime | str | None, name: str = "time") -> int |
     return int(value)
 
 
-def _text(value: Any) -> str:
-    """``str(value)``; an integer of more digits than ``str()`` converts
-    (``sys.get_int_max_str_digits()``, 4,300 by default) as ``hex()``, which has no limit."""
-    try:
-        return str(value)
-    except ValueError:
-        if isinstance(value, int):
-            return hex(value)
-        raise
-
-
-def _json_key(key: Any) -> str:
-    """A map key as JSON's text key, as the CLI prints one: bytes as hex, an array as
-    its JSON, anything else ``str()``."""
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bytes | bytearray | memoryview):
-        return bytes(key).hex()
-    if isinstance(key, list | tuple):
-        return json.dumps(_json_plain(key))
-    return _text(key)
-
-
-def _json_plain(value: Any) -> Any:
-    """``value`` made of what JSON holds: map keys as :func:`_json_key`, bytes as hex,
-    sets as arrays, datetimes as ISO text, NaN and infinities as null (the rendering
-    orjson gives them), anything else ``str()``."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {_json_key(k): _json_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_json_plain(v) for v in value]
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if _fragment is not None and isinstance(value, _fragment):
-        return value  # text orjson writes as it is
-    return _text(value)
+# One rule for JSON everywhere (data_json, the CLI's --json, query, the jsonl export).
+_text = jsonform.text
+_json_key = jsonform.key
+_json_plain = jsonform.plain
 
 
 def _json_std(value: Any) -> str | None:

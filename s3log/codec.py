@@ -17,6 +17,7 @@ import gc
 import hashlib
 import io
 import os
+import reprlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,29 @@ def loads(data: bytes) -> Any:
     return cbor2.loads(data)
 
 
+#: Hex digits of a hash in reprs (8 bytes: unique among any log's entries in practice).
+SHORT_HASH_HEX = 16
+
+
+def short_hash(h: bytes | None) -> str:
+    """A hash as reprs show it: its first :data:`SHORT_HASH_HEX` hex digits, or ``None``."""
+    return "None" if h is None else bytes(h).hex()[:SHORT_HASH_HEX]
+
+
+class _DataRepr(reprlib.Repr):
+    """Reprs of entry data: bounded, bytes (hashes in a fork entry's seed) as short hex."""
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        text = x.hex()
+        return f"<{len(x)} bytes {text[:SHORT_HASH_HEX]}{'…' if len(text) > SHORT_HASH_HEX else ''}>"
+
+
+#: An entry's data in its repr: nested levels, items and strings cut (a fork entry's seed is long).
+_DATA_REPR = _DataRepr()
+_DATA_REPR.maxlevel, _DATA_REPR.maxdict, _DATA_REPR.maxlist, _DATA_REPR.maxstring = 3, 6, 3, 80
+_DATA_REPR.maxother = 80
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One link of a session's chain."""
@@ -75,6 +99,15 @@ class Entry:
             return NotImplemented
         return (self.seq == other.seq and self.hash == other.hash and self.prev == other.prev
                 and self.kind == other.kind and self.ts == other.ts and self.data == other.data)
+
+    def __repr__(self) -> str:
+        return f"Entry({self._repr_fields()})"
+
+    def _repr_fields(self) -> str:
+        """Seq, kind, ts, short hashes and a bounded view of the data: what a person
+        reading a log line or a debugger needs (``raw``, the cached record, is left out)."""
+        return (f"seq={self.seq}, kind={self.kind!r}, ts={self.ts}, hash={short_hash(self.hash)}, "
+                f"prev={short_hash(self.prev)}, data={_DATA_REPR.repr(self.data)}")
 
     def to_map(self) -> dict[str, Any]:
         """The entry as the CBOR map stored in segments and heads."""

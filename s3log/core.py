@@ -42,6 +42,7 @@ from .results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
+    DeletePlan,
     ExpireProgress,
     ExpireReport,
     ForkInfo,
@@ -570,6 +571,10 @@ class LogCore:
     def children(self, session_id: str) -> Proc[list[str]]:
         """Sessions forked from ``session_id``."""
         return protocol.children(self.layout, validate_session_id(session_id))
+
+    def delete_plan(self, session_id: str) -> Proc[DeletePlan]:
+        """What deleting a session would remove now and leave for gc or expire (reads only)."""
+        return protocol.plan_delete(self.layout, validate_session_id(session_id), self.config)
 
     def delete(self, session_id: str) -> Proc[int]:
         """Delete a session and everything under it (probed first)."""

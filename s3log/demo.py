@@ -8,10 +8,11 @@ any acknowledged entry is missing or stored twice, or any chain fails to verify.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
-import os
 import random
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -30,9 +31,14 @@ def fake_model(history: list[dict[str, Any]], prompt: str) -> dict[str, Any]:
 
 
 def invocation(
-    endpoint: str | None, bucket: str, prefix: str, session: str, worker: int, turn: int
+    endpoint: str | None, bucket: str, prefix: str, session: str, worker: int, turn: int, barrier: Any = None
 ) -> dict[str, Any]:
-    """One serverless invocation: restore, run a turn, append, commit, exit."""
+    """One serverless invocation: restore, run a turn, append, commit, exit.
+
+    ``barrier``: wait there, once the session is restored and the turn appended, before
+    committing: every worker then commits on the head they all read, and all but one
+    find it moved and fork (the race the demo is about, visible from the first turn).
+    """
     log = Log(S3Store(bucket, endpoint_url=endpoint), prefix=prefix)
     try:
         w = log.open(session)
@@ -43,6 +49,9 @@ def invocation(
         reply = fake_model(history, prompt)
         w.append("assistant_items", {"items": [reply], "worker": worker, "turn": turn})
         w.append("turn_end", {"worker": worker, "turn": turn})
+        if barrier is not None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(BARRIER_TIMEOUT_S)  # a worker that never came: race anyway
         before = log.store.requests.snapshot()
         result = w.commit()
         after = log.store.requests.snapshot()
@@ -56,10 +65,18 @@ def invocation(
         log.close()
 
 
-def _run_worker(args: tuple[str | None, str, str, list[str], int, int, int]) -> list[dict[str, Any]]:
-    endpoint, bucket, prefix, sessions, worker, turns, seed = args
+#: Seconds a worker waits at the starting barrier for the others (they start in a second or two).
+BARRIER_TIMEOUT_S = 120.0
+
+
+def _run_worker(args: tuple[str | None, str, str, list[str], int, int, int, Any]) -> list[dict[str, Any]]:
+    endpoint, bucket, prefix, sessions, worker, turns, seed, barrier = args
     rng = random.Random(seed * 1000 + worker)
-    return [invocation(endpoint, bucket, prefix, rng.choice(sessions), worker, t) for t in range(turns)]
+    # The first turn of every worker is on the first session, committed on the head they
+    # all read (the barrier); the rest land where the draw sends them.
+    return [invocation(endpoint, bucket, prefix, sessions[0] if t == 0 else rng.choice(sessions), worker, t,
+                       barrier if t == 0 else None)
+            for t in range(turns)]
 
 
 @dataclass
@@ -72,6 +89,9 @@ class DemoReport:
     commits: int = 0
     conflicts: int = 0
     acked: int = 0
+    #: Entries s3log itself stored: one ``s3log.fork`` entry opening each fork (where it
+    #: left its parent, the parent's entries as its seed). ``entries`` is ``acked`` plus these.
+    fork_entries: int = 0
     missing: list[Any] = field(default_factory=list)
     duplicated: list[Any] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
@@ -104,8 +124,10 @@ def run_demo(
     log = Log(S3Store(bucket, endpoint_url=endpoint), prefix=prefix)
     roots = [log.create(meta={"demo": True, "n": i}).session_id for i in range(sessions)]
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 2) + 2, mp_context=ctx) as pool:
-        jobs = [(endpoint, bucket, prefix, roots, w, turns, seed) for w in range(workers)]
+    # One process per worker, all at the barrier before their first commit.
+    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        barrier = manager.Barrier(workers) if workers > 1 else None
+        jobs = [(endpoint, bucket, prefix, roots, w, turns, seed, barrier) for w in range(workers)]
         results = [r for batch in pool.map(_run_worker, jobs) for r in batch]
     report = DemoReport(roots=len(roots), commits=len(results))
     report.conflicts = sum(1 for r in results if r["forked_from"])
@@ -125,6 +147,7 @@ def run_demo(
             report.corrupt.append(f"{sid}: {exc}")
             continue
         report.entries += len(view.entries)
+        report.fork_entries += sum(1 for e in view.entries if e.kind == FORK_KIND)
         stored.update(_key(e.data) for e in view.entries if e.kind != FORK_KIND)
     report.missing = [d for d in acked if stored[_key(d)] == 0]
     report.duplicated = [k for k, n in stored.items() if n > 1]

@@ -21,6 +21,7 @@ from .results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
+    DeletePlan,
     ExpireProgress,
     ExpireReport,
     GcReport,
@@ -418,8 +419,17 @@ class Log(LogVerbs):
         """
         return self.run(self._core.probe())
 
+    def delete_plan(self, session_id: str) -> DeletePlan:
+        """What :meth:`delete` would remove now, and leave for ``gc`` or ``expire`` to remove
+        later (a dry run: reads and lists only; ``s3log rm --dry-run``)."""
+        return self.run(self._core.delete_plan(session_id))
+
     def delete(self, session_id: str) -> int:
-        """Delete a session (head first); return how many objects were removed."""
+        """Delete a session (head first); return how many objects were removed.
+
+        A few objects a session created again at the id may rely on are left for ``gc``
+        and ``expire``: :meth:`delete_plan` names them (:class:`~s3log.results.DeletePlan`).
+        """
         return self.run(self._core.delete(session_id))
 
     # -------------------------------------------------------- retention

@@ -80,6 +80,7 @@ from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Pro
 from .reducer import Reducer, S, fold, replay
 from .results import AckedEntry, ProbeSeen, acked_in
 from .results import CommitResult as CommitResult
+from .results import DeletePlan as DeletePlan
 from .results import ForkInfo as ForkInfo
 from .results import GcReport as GcReport
 from .results import HeadRow as HeadRow
@@ -1901,20 +1902,9 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
     Returns how many objects were deleted.
     """
     for _ in range(cfg.retry.attempts):
-        head, read = yield from read_head(layout, session, expired_ok=True)
+        head, read, objects, own = yield from _listed_for_delete(layout, session)
         if etag is not None and read != etag:
             raise ConflictError(session, {"etag": etag}, _identity(head, read))
-        # Listed before the head goes: once it is gone the id may be created again, and
-        # what the new session stores must not be deleted with the old one.
-        objects, _ = yield from list_all(layout.session_dir(session))
-        head_key = layout.head(session)
-        objects = [o for o in objects if o.key != head_key]
-        # Its own fork marker, in its parent's folder, listed before the head goes too.
-        own: ObjectInfo | None = None
-        if head.parent is not None:
-            marker_key = layout.fork_marker(head.parent.session, session)
-            listed, _ = yield from list_all(marker_key)
-            own = next((o for o in listed if o.key == marker_key and o.etag), None)
         # Ages are measured from before the DELETE: a head of a new session landing right
         # after it may name a segment written up to landing_bound_ms before.
         sent_ms = cfg.env.now_ms()
@@ -1922,34 +1912,18 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
             if etag is not None:
                 raise ConflictError(session, {"etag": etag}, None)
             continue  # the same session moved on: what it stores now is listed again
-        # A new session at the id writes its first segment before its first head (beside
-        # it, or before it when flushing sequentially), so that segment can be listed
-        # here and its head land after ours is gone: a segment starting a chain (seq 0)
-        # that the head deleted does not name, young enough for a head to still name it
-        # (landing_bound_ms), is left for gc, which deletes it once no head does.
-        objects = [o for o in objects if not _maybe_anothers_first(layout, cfg, session, head, o, sent_ms)]
+        split = _split_delete(layout, cfg, session, head, objects, own, sent_ms)
+        objects = split.objects
         # Its children's fork markers with If-Match on the ETag listed: a new session at
         # the id may have forked into one of them again, writing its marker anew
         # (decision 0008); that copy is the new session's and stays.
         forks_dir = layout.forks_dir(session)
         dels: list[Delete | DeleteIfMatch] = [
             DeleteIfMatch(o.key, o.etag) if o.key.startswith(forks_dir) and o.etag else Delete(o.key) for o in objects]
-        # A fork retried into this id once it is free (decision 0031) writes the same
-        # marker again before its head, which may land after ours is gone: a copy young
-        # enough for such a head (landing_bound_ms) is left to gc, which deletes it once
-        # no head names its child; an older one goes, with If-Match on the ETag listed.
-        if own is not None and sent_ms - own.last_modified_ms >= landing_bound_ms(cfg.commit_deadline_ms):
-            dels.append(DeleteIfMatch(own.key, own.etag))
-        # Its activity markers (s3log.activity), on any day it may have been committed to,
-        # except those a new session at the id may rely on: one whose head lands after
-        # ours is gone planned its commit at most landing_bound_ms before the DELETE,
-        # and on that day (or a later one) it may have met our marker and written
-        # nothing, the bytes being the same. Those stay (a marker too many names a
-        # session with no head until expire prunes its day; one too few hides a live
-        # session from active_sessions and scan(since=...)).
-        _, gone = activity.split_by_day(activity.markers_of(layout, session, head.created_at, head.updated_at),
-                                        sent_ms - landing_bound_ms(cfg.commit_deadline_ms))
-        dels += [Delete(k) for k in gone]
+        if split.own is not None:
+            dels.append(DeleteIfMatch(split.own.key, split.own.etag))
+        counted = len(dels)
+        dels += [Delete(k) for k in split.activity]
         spared = 0
         if dels:
             results = yield from ops.parallel(dels)
@@ -1960,13 +1934,97 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
                 results += (yield from ops.parallel([Delete(k) for k in unsupported]))
             for i, res in enumerate(results):
                 if isinstance(res, PreconditionFailed):
-                    # Written again since it was read: the new session's. (Only the
-                    # folder's objects are counted in the return value.)
-                    spared += i < len(objects)
+                    # Written again since it was read: the new session's. (The folder's
+                    # objects and its own fork marker are counted in the return value,
+                    # not activity markers, whose DELETEs go out whether or not they exist.)
+                    spared += i < counted
                 elif res is not None and not isinstance(res, (ObjectNotFound, ConditionalDeleteUnsupported)):
                     raise res
-        return 1 + len(objects) - spared
+        return 1 + counted - spared
     raise StoreError(f"could not delete session {session}: its head kept changing (commits kept landing)")
+
+
+def _listed_for_delete(
+    layout: Layout, session: str
+) -> Proc[tuple[Head, str, list[ObjectInfo], ObjectInfo | None]]:
+    """The head and its ETag, the other objects of the session's folder, and its own fork
+    marker (in its parent's folder, None if absent): all read before the head goes, since
+    once it is gone the id may be created again, and what the new session stores must not
+    be deleted with the old one."""
+    head, read = yield from read_head(layout, session, expired_ok=True)
+    objects, _ = yield from list_all(layout.session_dir(session))
+    head_key = layout.head(session)
+    objects = [o for o in objects if o.key != head_key]
+    own: ObjectInfo | None = None
+    if head.parent is not None:
+        marker_key = layout.fork_marker(head.parent.session, session)
+        listed, _ = yield from list_all(marker_key)
+        own = next((o for o in listed if o.key == marker_key and o.etag), None)
+    return head, read, objects, own
+
+
+@dataclass(frozen=True, slots=True)
+class _DeleteSplit:
+    """What a delete removes (``objects`` of the folder, its own fork marker ``own``,
+    the ``activity`` markers of past days) and what it leaves for later and why."""
+
+    objects: list[ObjectInfo]
+    own: ObjectInfo | None
+    activity: list[str]
+    left_for_gc: list[str]
+    left_for_expire: list[str]
+
+
+def _split_delete(layout: Layout, cfg: LogConfig, session: str, head: Head, objects: list[ObjectInfo],
+                  own: ObjectInfo | None, sent_ms: int) -> _DeleteSplit:
+    """Split what deleting ``head`` at ``sent_ms`` removes from what it must leave.
+
+    One function for :func:`delete_session` and :func:`plan_delete`, so what a dry run
+    says is what the delete does. Left, because a session created again at the id
+    (or a fork retried into it) may rely on them:
+
+    - a segment starting a chain (seq 0) the head does not name, young enough for
+      another session's head to still name it (``landing_bound_ms``): gc deletes it
+      once no head does;
+    - its own fork marker while that young: a fork retried into the freed id writes the
+      same marker again before its head (decision 0031); gc deletes it once no head
+      names its child;
+    - its activity markers of the days such a session could still commit on (today's,
+      and yesterday's up to ``landing_bound_ms`` after midnight): it finds the marker,
+      the same bytes its own would be, and relies on it; ``expire`` prunes that day.
+    """
+    bound = landing_bound_ms(cfg.commit_deadline_ms)
+    young_first = [o for o in objects if _maybe_anothers_first(layout, cfg, session, head, o, sent_ms)]
+    kept = {o.key for o in young_first}
+    own_young = own is not None and sent_ms - own.last_modified_ms < bound
+    late, gone = activity.split_by_day(activity.markers_of(layout, session, head.created_at, head.updated_at),
+                                       sent_ms - bound)
+    return _DeleteSplit(
+        objects=[o for o in objects if o.key not in kept],
+        own=None if own is None or own_young else own,
+        activity=gone,
+        left_for_gc=[o.key for o in young_first] + ([own.key] if own is not None and own_young else []),
+        left_for_expire=late,
+    )
+
+
+def plan_delete(layout: Layout, session: str, cfg: LogConfig) -> Proc[DeletePlan]:
+    """What :func:`delete_session` would delete now and leave for gc or expire (a dry run).
+
+    Reads and lists as the delete does, and judges ages at the clock's now, with the
+    same rules (:func:`_split_delete`); the delete judges them a moment later, when it
+    sends its DELETE, so an object on a boundary may be deleted rather than left.
+    """
+    head, _, objects, own = yield from _listed_for_delete(layout, session)
+    split = _split_delete(layout, cfg, session, head, objects, own, cfg.env.now_ms())
+    return DeletePlan(
+        session_id=session,
+        objects=[layout.head(session), *(o.key for o in split.objects), *([split.own.key] if split.own else [])],
+        activity=split.activity,
+        left_for_gc=split.left_for_gc,
+        left_for_expire=split.left_for_expire,
+        left_until_ms=landing_bound_ms(cfg.commit_deadline_ms),
+    )
 
 
 def _maybe_anothers_first(

@@ -3,7 +3,7 @@
 Plain frozen values, no I/O: commits (:class:`CommitResult`, :class:`ForkInfo`),
 reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`), listings
 (:class:`SessionInfo`, :class:`HeadRow`), maintenance (:class:`GcReport`,
-:class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
+:class:`DeletePlan`, :class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
 submitted entry stands (:data:`TicketStatus`). Each is also importable from the
 module that used to define it.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from .codec import FORK_KIND, Entry, Head, ParentRef
+from .codec import FORK_KIND, Entry, Head, ParentRef, short_hash
 from .reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ class AckedEntry(Entry):
     """
 
     session_id: str = ""
+
+    def __repr__(self) -> str:
+        return f"AckedEntry(session_id={self.session_id!r}, {self._repr_fields()})"
 
     @property
     def position(self) -> tuple[str, int, bytes]:
@@ -69,7 +72,7 @@ class ForkInfo:
     found: dict[str, Any] | None
 
     def __repr__(self) -> str:
-        at = self.parent.hash.hex()[:16] if self.parent.hash else "start"
+        at = short_hash(self.parent.hash) if self.parent.hash else "start"
         return (f"ForkInfo(parent={self.parent.session!r} at seq {self.parent.seq} ({at}), child={self.child!r}, "
                 f"reason={self.parent.reason!r})")
 
@@ -114,7 +117,7 @@ class CommitResult(Generic[S]):
 
     def __repr__(self) -> str:
         seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
-        last = self.acked[-1].hash.hex()[:16] if self.acked else "-"
+        last = short_hash(self.acked[-1].hash) if self.acked else "-"
         return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
                 f"version={self.ws.head.version}, fork={self.fork!r})")
 
@@ -270,6 +273,28 @@ class GcReport:
     kept_young: int
     broken: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePlan:
+    """What :meth:`~s3log.Log.delete` would do to a session now (:meth:`~s3log.Log.delete_plan`).
+
+    ``objects``: the keys it deletes, the head first (its count is what ``delete``
+    returns); ``activity``: activity-index markers of past days it sends a DELETE for
+    (where present); left for later, because a session created again at the id, or a
+    fork retried into it, may rely on them: ``left_for_gc`` (a young first segment not
+    named by the head, its own young fork marker; ``gc`` deletes them once older than
+    ``left_until_ms`` and no head names them) and ``left_for_expire`` (its activity
+    markers of today, and of yesterday just after midnight; ``expire`` prunes their day).
+    """
+
+    session_id: str
+    objects: list[str]
+    activity: list[str]
+    left_for_gc: list[str]
+    left_for_expire: list[str]
+    #: Twice the commit deadline: how young an object left for gc is.
+    left_until_ms: int
 
 
 @dataclass(frozen=True, slots=True)

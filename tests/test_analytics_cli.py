@@ -58,7 +58,7 @@ def test_export_refuses_a_non_empty_dir_then_overwrites_without_stale_partitions
     code, text = _invoke(env, "query", "SELECT count(*) AS n FROM entries", "--from", str(out), "--json")
     assert code == 0 and json.loads(text) == [{"n": 12}]
     code, text = _invoke(env, "export", "--out", str(tmp_path / "j"), "--format", "jsonl", "--mode", "sideways")
-    assert code == 1 and "unknown mode" in text
+    assert code == 2 and "unknown mode" in text  # a usage error
 
 
 def test_query_filters_cut_requests_and_sessions_view_joins(

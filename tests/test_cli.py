@@ -58,9 +58,35 @@ def test_errors_are_one_line_and_non_zero(env: dict[str, str]) -> None:
     code, out = _invoke(env, "show", "no-such-session")
     assert code == 1 and "not found" in out and "Traceback" not in out
     code, out = _invoke(env, "show", "bad/id")
-    assert code == 1 and "invalid session id" in out
+    assert code == 2 and "invalid session id" in out  # a usage error, as click's are
     code, out = _invoke(env, "fork", "no-such", "--at-seq", "1")
     assert code == 1
+
+
+def test_usage_errors_exit_2_before_any_request(env: dict[str, str], tmp_path: Any) -> None:
+    """A malformed id, duration, time, choice or pair of options is the invocation's fault:
+    exit 2 like click's own usage errors, never 1 (which scripts read as "the operation failed")."""
+    log = _log(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    sid = w.session_id
+    bad = [
+        ["show", "bad/id"], ["tail", "bad/id"], ["lineage", "bad/id"], ["verify", "bad/id"], ["rm", "bad/id"],
+        ["fork", "bad/id"], ["fork", sid, "--at-seq", "0", "--at-hash", "ab"], ["fork", sid, "--at-hash", "zz"],
+        ["gc", "--older-than", "soon"], ["expire", "--idle", "0s"], ["expire", "--idle", "a while"],
+        ["export", "--format", "xml", "--out", str(tmp_path / "x")],
+        ["export", "--mode", "merge", "--out", str(tmp_path / "x")],
+        ["export", "--since", "last week", "--out", str(tmp_path / "x")],
+        ["query", "--from", str(tmp_path / "nowhere"), "SELECT 1"], ["query", "--until", "later", "SELECT 1"],
+        ["ls", "--starting-token", "bad/id"], ["ls", "--label", "tenant"], ["ls", "--max-items", "-1"],
+    ]
+    before = log.store.requests.snapshot() if hasattr(log.store, "requests") else None
+    for args in bad:
+        code, out = _invoke(env, *args)
+        assert code == 2, (args, out)
+    assert before is None or log.store.requests.snapshot() == before
+    assert not (tmp_path / "x").exists()
 
 
 def test_verify_catches_a_flipped_byte_naming_key_and_seq(env: dict[str, str], s3log_server: LocalS3) -> None:
@@ -138,12 +164,47 @@ def test_demo_finishes_and_reports_zero_loss(env: dict[str, str]) -> None:
     assert report.ok, (report.missing, report.duplicated, report.corrupt)
     assert report.acked == 3 * 4 * 3
     assert report.commits == 12
+    assert report.entries == report.acked + report.fork_entries  # what "stored" adds to "acknowledged"
+
+
+def test_the_demo_shows_the_race_on_its_first_run(env: dict[str, str]) -> None:
+    """Every worker's first commit is on the head they all read: all but one fork, cold or not."""
+    from s3log.demo import run_demo
+
+    report = run_demo(bucket=env["S3LOG_BUCKET"], endpoint=env["AWS_ENDPOINT_URL"], workers=3, turns=1, sessions=1)
+    assert report.ok and report.commits == 3
+    assert report.conflicts == 2 and report.sessions == 3 and report.fork_entries == 2
+    assert report.entries == report.acked + 2
 
 
 def test_demo_command_through_the_runner(env: dict[str, str]) -> None:
     code, out = _invoke(env, "demo", "--workers", "2", "--turns", "2", "--sessions", "1")
     assert code == 0, out
     assert "lost: 0; duplicated: 0" in out and "every chain verified: yes" in out
+    # It says where it writes: the bucket and the prefix it was given (S3LOG_PREFIX here).
+    assert f"target: bucket {env['S3LOG_BUCKET']}, prefix {env['S3LOG_PREFIX']}/, on {env['AWS_ENDPOINT_URL']}" in out
+    assert "conflicts resolved by forking: 1 " in out
+    stored = next(line for line in out.splitlines() if line.startswith("entries stored: "))
+    assert stored.startswith("entries stored: 13 = 12 acknowledged to workers + 1 fork entries (each fork opens")
+    assert len(_log(env).list_session_ids()) == 2  # under the prefix given
+
+
+def test_demo_writes_under_its_own_prefix_unless_given_one(env: dict[str, str]) -> None:
+    bare = {k: v for k, v in env.items() if k != "S3LOG_PREFIX"}
+    code, out = _invoke(bare, "demo", "--workers", "1", "--turns", "1", "--sessions", "1")
+    assert code == 0 and "prefix s3log-demo/" in out, out
+    assert s3log.Log(_log(env).store, prefix="s3log-demo").list_session_ids()
+    code, out = _invoke(bare, "--prefix", "mine", "demo", "--workers", "1", "--turns", "1", "--sessions", "1")
+    assert code == 0 and "prefix mine/" in out, out
+    assert len(s3log.Log(_log(env).store, prefix="mine").list_session_ids()) == 1
+
+
+def test_demo_refuses_a_remote_bucket_it_did_not_create_unless_yes() -> None:
+    remote = {"S3LOG_BUCKET": "someone-elses-bucket", "AWS_ENDPOINT_URL": "https://s3.eu-west-1.amazonaws.com"}
+    code, out = _invoke(remote, "demo")
+    assert code == 2 and "someone-elses-bucket" in out and "--yes" in out and "did not create" in out
+    code, out = _invoke({"S3LOG_BUCKET": "someone-elses-bucket", "AWS_ENDPOINT_URL": ""}, "demo")
+    assert code == 2 and "at AWS" in " ".join(out.split())
 
 
 def test_local_s3_serves_until_interrupted() -> None:

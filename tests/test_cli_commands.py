@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -50,31 +51,63 @@ def test_ls_and_show_list_a_head_with_huge_times(env: dict[str, str], s3log_serv
     assert result.exit_code == 0
 
 
-def test_jsonable_maps_non_finite_floats_to_strings() -> None:
+def test_jsonable_maps_non_finite_floats_to_null() -> None:
     value = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "x": 1.5, "l": [math.nan], (1, math.inf): 0}
-    assert jsonable(value) == {"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity", "x": 1.5, "l": ["NaN"],
-                               '[1, "Infinity"]': 0}
-    assert strict_json(dumps(value))["inf"] == "Infinity"
+    assert jsonable(value) == {"nan": None, "inf": None, "ninf": None, "x": 1.5, "l": [None], "[1, null]": 0}
+    assert strict_json(dumps(value))["inf"] is None
 
 
-def test_show_tail_and_ls_json_are_valid_json_with_nan_and_infinity(env: dict[str, str]) -> None:
+ODD = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "b": b"\x01\xab", "k": {b"\xff": 1, 2: [3]},
+       "big": 10**5000}
+#: ODD by the one JSON rule (s3log.jsonform): null for non-finite floats, hex for bytes and huge ints.
+ODD_JSON = {"nan": None, "inf": None, "ninf": None, "b": "01ab", "k": {"ff": 1, "2": [3]}, "big": hex(10**5000)}
+
+
+def test_show_tail_export_and_query_print_data_by_one_json_rule(env: dict[str, str], tmp_path: Any) -> None:
     log = log_of(env)
     w = log.create(meta={"labels": {"tenant": "acme"}, "score": math.nan})
-    w.append("k", {"nan": math.nan, "inf": math.inf, "ninf": -math.inf})
-    w.append("plain", math.nan)
+    w.append("k", ODD, ts=1_796_031_600_123)
+    w.append("plain", math.nan, ts=1_796_031_600_124)
     w.commit()
     result = invoke(env, "show", w.session_id, "--json")
     assert result.exit_code == 0, result.output
     shown = strict_json(result.stdout)
-    assert shown["meta"]["score"] == "NaN"
-    assert shown["entries"][0]["data"] == {"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity"}
-    assert shown["entries"][1]["data"] == "NaN"
+    assert shown["meta"]["score"] is None
+    assert [e["data"] for e in shown["entries"]] == [ODD_JSON, None]
     result = invoke(env, "tail", w.session_id, "--json")
-    assert result.exit_code == 0, result.output
-    lines = [strict_json(line) for line in result.stdout.splitlines()]
-    assert [e["data"] for e in lines] == [{"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity"}, "NaN"]
+    assert [strict_json(line)["data"] for line in result.stdout.splitlines()] == [ODD_JSON, None]
     result = invoke(env, "show", w.session_id)  # the plain line of an entry is JSON too
-    assert result.exit_code == 0 and '"inf": "Infinity"' in result.stdout and "NaN" in result.stdout
+    assert result.exit_code == 0 and '"inf": null' in result.stdout and "NaN" not in result.stdout
+    result = invoke(env, "export", "--format", "jsonl", "--out", str(tmp_path / "j"), "--quiet")
+    assert result.exit_code == 0, result.output
+    rows = [strict_json(x) for x in (tmp_path / "j" / "entries.jsonl").read_text().splitlines()]
+    assert [r["data"] for r in rows] == [ODD_JSON, None]
+    assert [r["ts"] for r in rows] == [e["time"] for e in shown["entries"]] == [
+        "2026-11-30T09:40:00.123Z", "2026-11-30T09:40:00.124Z"]
+    result = invoke(env, "query", "SELECT ts, hash, data_json, data_cbor FROM entries ORDER BY seq", "--json",
+                    "--quiet")
+    assert result.exit_code == 0, result.output
+    queried = strict_json(result.stdout)
+    assert [q["ts"] for q in queried] == [e["time"] for e in shown["entries"]]
+    assert [json.loads(q["data_json"]) for q in queried] == [ODD_JSON, None]
+    assert [q["hash"] for q in queried] == [e["hash"] for e in shown["entries"]]
+    assert all(isinstance(q["data_cbor"], str) and bytes.fromhex(q["data_cbor"]) for q in queried)
+
+
+def test_query_prints_times_and_bytes_as_show_does_not_python_reprs(env: dict[str, str]) -> None:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", {"x": 1}, ts=1_796_031_600_123)
+    w.commit()
+    result = invoke(env, "query", "SELECT ts, data_cbor, 1.5::DOUBLE AS f, 'nan'::DOUBLE AS n, NULL AS z "
+                    "FROM entries", "--quiet")
+    assert result.exit_code == 0, result.output
+    header, row = result.stdout.splitlines()
+    assert header.split() == ["ts", "data_cbor", "f", "n", "z"]
+    cells = row.split()
+    assert cells[0] == "2026-11-30T09:40:00.123Z" and cells[2:] == ["1.5", "null", "null"]
+    assert bytes.fromhex(cells[1])
+    assert "datetime" not in result.stdout and "b'" not in result.stdout and "+00:00" not in result.stdout
 
 
 def test_parse_duration_refuses_more_than_a_hundred_years() -> None:

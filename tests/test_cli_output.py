@@ -49,11 +49,12 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
     )
 
 
-def on_tty(env: dict[str, str], *args: str, answer: bytes | None = None, prompt: bytes = b"?") -> tuple[int, str]:
+def on_tty(env: dict[str, str], *args: str, answer: bytes | None = None, prompt: bytes = b"?",
+           columns: int = 200) -> tuple[int, str]:
     """Run the CLI on a pseudo-terminal (stdin, stdout and stderr); type ``answer`` at ``prompt``."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "s3log.cli", *args], env={**_proc_env(env), "COLUMNS": "200", "TERM": "xterm"},
+        [sys.executable, "-m", "s3log.cli", *args], env={**_proc_env(env), "COLUMNS": str(columns), "TERM": "xterm"},
         cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
     )
     os.close(slave)
@@ -125,13 +126,13 @@ def test_show_on_a_terminal_does_not_interpret_markup(env: dict[str, str]) -> No
     assert code == 0 and '"[bold]x[/bold]"' in out
 
 
-def test_errors_quoting_user_input_are_literal_and_one_line(env: dict[str, str]) -> None:
+def test_errors_quoting_user_input_are_literal(env: dict[str, str]) -> None:
     _, sid = _markup_session(env)
-    p = cli(env, "fork", sid, "--at-hash", "[/INST]")
-    assert p.returncode == 1 and p.stdout == ""
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and "[/INST]" in p.stderr
+    p = cli(env, "fork", sid, "--at-hash", "[/INST]")  # a usage error: exit 2
+    assert p.returncode == 2 and p.stdout == ""
+    assert "'[/INST]'" in p.stderr and "Traceback" not in p.stderr
     code, out = on_tty(env, "show", "[/INST]")
-    assert code == 1 and "invalid session id '[/INST]'" in out and "Traceback" not in out
+    assert code == 2 and "invalid session id '[/INST]'" in out and "Traceback" not in out
 
 
 # ------------------------------------------------------------------------ piped output is plain
@@ -225,8 +226,28 @@ def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(env: dict[str,
     assert p.stderr.count("\n") == 1 and "--yes" in p.stderr and sid in p.stderr
     log.head(sid)
     p = cli(env, "rm", sid, "--dry-run")
-    assert p.returncode == 0 and p.stdout.splitlines()[-1].startswith(f"would delete {sid} (")
+    assert p.returncode == 0 and any(x.startswith(f"would delete {sid} (") for x in p.stdout.splitlines())
     log.head(sid)
+
+
+def test_rm_dry_run_and_rm_agree_on_what_goes_and_what_is_left(env: dict[str, str], s3log_server: Any) -> None:
+    log, sid = _markup_session(env)
+    child = log.fork(sid)
+    dry = cli(env, "rm", child, "--dry-run").stdout.splitlines()
+    planned = json.loads(cli(env, "rm", child, "--dry-run", "--json").stdout)
+    assert planned["keys"] == [f"s3log/sessions/{child}/head"]
+    # Just forked: its own fork marker and today's activity marker stay, and say who removes them.
+    assert planned["left_for_gc"] == [f"s3log/sessions/{sid}/forks/{child}"]
+    assert [k.rsplit("/", 1)[-1] for k in planned["left_for_expire"]] == [child]
+    assert dry[0] == planned["keys"][0] and dry[1] == f"would delete {child} (1 objects)"
+    assert dry[2].startswith(f"left for gc: s3log/sessions/{sid}/forks/{child} (gc deletes it once older than 20m")
+    assert dry[3].startswith(f"left for expire: {planned['left_for_expire'][0]} (expire prunes its day")
+    p = cli(env, "rm", child, "--yes")
+    assert p.returncode == 0
+    assert p.stdout.splitlines() == [f"deleted {child} (1 objects)", *dry[2:]]
+    client = s3log_server.client()
+    left = {o["Key"] for o in client.list_objects_v2(Bucket=env["S3LOG_BUCKET"])["Contents"] if child in o["Key"]}
+    assert left == {*planned["left_for_gc"], *planned["left_for_expire"]}
 
 
 def test_rm_on_a_terminal_asks_and_obeys(env: dict[str, str]) -> None:
@@ -336,6 +357,11 @@ def test_help_has_panels_no_bool_metavars_and_no_rst() -> None:
         assert "Usage:" in out, out
         for text in (out, top):
             assert "<bool>" not in text and "``" not in text and ":func:" not in text, (name, out)
+            # A value is named (FORMAT, SINCE, SQL), never by its Python type.
+            assert not re.search(r"<(str|int|float|path|list\[[a-z]+\])>", text), (name, out)
+    # A docstring's line ends are not the help's: a paragraph wraps at the terminal's width.
+    export = runner.invoke(app, ["export", "--help"], env={"COLUMNS": "200"}).output
+    assert "DIR/_sessions.parquet (one row per session, labels and meta)" in export, export
     assert set(group.list_commands(None)) == {n for names in PANELS.values() for n in names}
 
 
@@ -388,3 +414,111 @@ def test_a_404_listing_names_bucket_and_endpoint(env: dict[str, str]) -> None:
         server.shutdown()
     assert p.returncode == 1 and p.stderr.count("\n") == 1
     assert p.stderr.startswith(f"error: bucket b1 not found at {url} (HTTP 404")
+
+
+# ------------------------------------------------------------------------ a reader that goes away
+
+
+def _into_a_closed_pipe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with stdout a pipe whose reader has gone (``| head -1`` once it has its line)."""
+    read, write = os.pipe()
+    os.close(read)  # every write to stdout now fails with EPIPE
+    try:
+        return subprocess.run([sys.executable, "-m", "s3log.cli", *args], env=_proc_env(env), cwd=ROOT,
+                              stdout=write, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                              timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_every_command_stops_quietly_with_0_when_its_reader_goes(env: dict[str, str]) -> None:
+    log, sid = _markup_session(env)
+    log.fork(sid)
+    for args in (["show", sid], ["show", sid, "--json"], ["ls"], ["ls", "--json"], ["tail", sid],
+                 ["lineage", sid], ["verify", sid], ["fork", sid]):
+        p = _into_a_closed_pipe(env, *args)
+        assert (p.returncode, p.stderr) == (0, ""), args
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    with pytest.MonkeyPatch.context() as mp:
+        def broken(*a: Any, **k: Any) -> Any:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        mp.setattr(s3log.Log, "list_sessions", broken)
+        result = runner.invoke(app, ["ls"], env=env)
+    assert result.exit_code == 1 and "Broken pipe" in result.output
+
+
+# ------------------------------------------------------------------------ ls: pages, widths, callers
+
+
+def test_piped_ls_lists_every_session_and_a_cut_says_how_to_go_on(env: dict[str, str]) -> None:
+    log = log_of(env)
+    made = [log.create(f"s{i:03d}").session_id for i in range(53)]  # more than a terminal's 50
+    p = cli(env, "ls")
+    assert (p.returncode, p.stderr) == (0, "")
+    assert sorted(r.split()[0] for r in p.stdout.splitlines()[1:]) == made
+    assert len(json.loads(cli(env, "ls", "--json").stdout)) == 53
+    shown: list[str] = []
+    token: list[str] = []
+    while True:
+        p = cli(env, "ls", "--max-items", "20", *token)
+        assert p.returncode == 0
+        shown += [r.split()[0] for r in p.stdout.splitlines()[1:]]
+        if not p.stderr:
+            break
+        # aws s3api's way: the cut is said on stderr, with the token to go on from.
+        assert p.stderr.count("\n") == 1 and "--max-items 20 --starting-token " in p.stderr
+        token = ["--starting-token", p.stderr.split("--starting-token ")[1].strip()]
+    assert len(shown) == 53 and sorted(shown) == made  # pages of 20, 20, 13: none twice, none missed
+    p = cli(env, "ls", "--max-items", "53")
+    assert p.stderr == ""  # exactly all of them: not a cut
+
+
+def test_ls_on_a_terminal_of_80_columns_folds_and_drops_nothing(env: dict[str, str]) -> None:
+    log = log_of(env)
+    w = log.create(meta={"openai_agents": {"session_id": "chat 42"}})
+    w.append("k", 1, ts=TS0)
+    w.commit()
+    child = log.fork(w.session_id)
+    code, out = on_tty(env, "ls", columns=80)
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[0].split() == ["session", "entries", "created", "updated", "parent", "caller"]
+    for sid in (w.session_id, child):
+        assert any(line.startswith(sid) for line in lines), out  # ids whole, on one line
+
+    def column(name: str, end: str | None = None) -> str:
+        a, b = lines[0].index(name), lines[0].index(end) if end else None
+        return "".join(line[a:b].strip() for line in lines[2:])
+
+    assert column("parent", "caller") == w.session_id  # folded, every character there
+    assert column("caller") == "chat42chat42"  # both rows: "chat 42" folded at its space
+    assert len(re.findall(r"\d{4}-\d\d-\d\d", column("created", "updated"))) == 2
+    assert len(re.findall(r"\d\d:\d\d:\d\dZ", column("updated", "parent"))) == 2
+    assert column("entries", "created") == "11"
+
+
+def test_ls_shows_the_callers_own_id_of_integration_sessions(env: dict[str, str]) -> None:
+    log = log_of(env)
+    log.create("oa-" + "a" * 40, meta={"openai_agents": {"session_id": "user@example.com/chat 1"}})
+    log.create("lg-" + "b" * 32 + "-" + "c" * 16, meta={"langgraph": {"thread_id": "t-1", "checkpoint_ns": ""}})
+    log.create("lg-" + "b" * 32 + "-" + "d" * 16, meta={"langgraph": {"thread_id": "t-1", "checkpoint_ns": "sub"}})
+    log.create("plain")
+    log.create("same-id", meta={"openai_agents": {"session_id": "same-id"}})
+    p = cli(env, "ls")
+    rows = {r.split()[0]: r for r in p.stdout.splitlines()[1:]}
+    assert p.stdout.splitlines()[0].split()[-1] == "caller"
+    assert rows["oa-" + "a" * 40].endswith("user@example.com/chat 1")
+    assert rows["lg-" + "b" * 32 + "-" + "c" * 16].endswith("  t-1")
+    assert rows["lg-" + "b" * 32 + "-" + "d" * 16].endswith("t-1 ns=sub")
+    assert rows["plain"].split() == ["plain", "0", *rows["plain"].split()[2:4]]
+    assert len(rows["same-id"].split()) == 4  # the caller's id is the session id: nothing to add
+    listed = {r["session"]: r["caller"] for r in json.loads(cli(env, "ls", "--json").stdout)}
+    assert listed["oa-" + "a" * 40] == {"integration": "openai-agents", "session_id": "user@example.com/chat 1"}
+    assert listed["lg-" + "b" * 32 + "-" + "d" * 16] == {"integration": "langgraph", "thread_id": "t-1",
+                                                           "checkpoint_ns": "sub"}
+    assert listed["plain"] is None

@@ -9,6 +9,7 @@ session at the entry's seq gives exactly that entry.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -104,3 +105,37 @@ def test_an_acked_entry_equals_the_entry_as_read() -> None:
     assert e.session_id == w.session_id
     assert log.read(w.session_id).entries[e.seq] == e == log.read(w.session_id).entries[e.seq]
     assert e != log.read(w.session_id).entries[0] or e.seq == 0
+
+
+def test_reprs_show_short_hex_hashes_bounded_data_and_no_caches() -> None:
+    """A result or entry printed in a log line or a REPL is readable: hashes as 16 hex
+    digits, never a bytes literal; a fork entry's seed cut; the cached record left out."""
+    import logging
+
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create("s")
+    for i in range(30):
+        w.append("k", {"i": i, "blob": b"\x00\xff" * 40, "text": "x" * 500})
+    first = w.commit()
+    other = log.open("s")
+    w.append("k", 1)
+    w.commit()
+    other.append("k", 2)
+    logging.disable(logging.WARNING)
+    try:
+        forked = other.commit()  # a conflict: a fork whose first entry carries the 30 as its seed
+    finally:
+        logging.disable(logging.NOTSET)
+    entry = log.read("s").entries[0]
+    texts = [repr(first), repr(forked), repr(forked.fork), repr(entry), repr(forked.entries[0]), repr(forked.acked[0])]
+    for text in texts:
+        assert not re.search(r"(?<!\w)b'", text) and "\\x" not in text, text  # no bytes literal
+        assert "raw=" not in text and "ws=" not in text, text  # no cache
+        assert len(text) < 1200, text
+    assert repr(entry).startswith(f"Entry(seq=0, kind='k', ts={entry.ts}, hash={entry.hash.hex()[:16]}, prev=None, ")
+    assert "<80 bytes 00ff00ff00ff00ff…>" in repr(entry)
+    assert repr(forked.acked[0]).startswith(f"AckedEntry(session_id={forked.session_id!r}, seq=1, kind='k', ")
+    assert f"prev={forked.entries[0].hash.hex()[:16]}" in repr(forked.acked[0])
+    assert forked.fork is not None and forked.fork.parent.hash is not None
+    assert forked.fork.parent.hash.hex()[:16] in repr(forked.fork)

@@ -330,7 +330,7 @@ def test_cli_expire_and_ls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3lo
     made = [log.create(meta={"labels": {"tenant": f"t{i % 2}"}}).session_id for i in range(4)]
     env = {"S3LOG_BUCKET": bucket, "AWS_ENDPOINT_URL": s3log_server.endpoint_url}
     runner = CliRunner()
-    out = runner.invoke(app, ["ls", "--limit", "2", "--json"], env=env)
+    out = runner.invoke(app, ["ls", "--max-items", "2", "--json"], env=env)
     assert out.exit_code == 0, out.output
     assert [r["session"] for r in json.loads(out.stdout)] == made[::-1][:2]
     out = runner.invoke(app, ["ls", "--label", "tenant=t1", "--json"], env=env)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from .. import __version__
 from .common import (
@@ -38,13 +38,26 @@ _ORDER = [name for names in PANELS.values() for name in names]
 
 
 def _tidy(cmd: Any, ctx: Any) -> None:
-    """Help that reads well: flags without a ``<bool>`` type, RST literals as plain quotes."""
+    """Help that reads well: a value's metavar names what it is (never ``<str>`` or
+    ``<list[str]>``), flags show none, paragraphs wrap to the terminal rather than at
+    the docstring's line ends, and RST literals are plain quotes."""
     for param in [*cmd.params, cmd.get_help_option(ctx)]:
-        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+        if isinstance(param, TyperArgument):
+            # Its name is shown already; its type would be a Python one (``<str>``).
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        if param is None or param.metavar is not None:
+            continue
+        if isinstance(param, TyperOption) and param.is_flag:
             param.metavar = ""  # a flag takes no value: show none
+        elif not param.type_descriptor.is_choice:  # a choice lists its values
+            flag = next((o for o in param.opts if o.startswith("--")), None)
+            param.metavar = (flag[2:] if flag else param.name or "value").replace("-", "_").upper()
     if cmd.help:
-        # Docstrings mark literals the RST way for the API docs; help is not RST.
-        cmd.help = cmd.help.replace("``", "'")
+        # Docstrings mark literals the RST way for the API docs; help is not RST. A
+        # docstring's line breaks are for the source: rich keeps them, cutting
+        # sentences mid-line, so each paragraph becomes one line to wrap.
+        paragraphs = cmd.help.replace("``", "'").split("\n\n")
+        cmd.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 class S3logGroup(TyperGroup):

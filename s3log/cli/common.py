@@ -10,10 +10,11 @@ awk or a file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-import math
 import os
+import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .. import jsonform
 from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
 
@@ -196,23 +198,70 @@ def echo(text: str | Text = "", *, err: bool = False) -> None:
     stream.flush()
 
 
-def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = ()) -> None:
-    """A table: boxed on a terminal; piped, columns padded to the widest cell, two spaces apart, nothing cut.
+def print_table(header: list[str], rows: list[list[str]], *, keep_whole: tuple[int, ...] = (),
+                tty_rows: list[list[str]] | None = None, right: tuple[int, ...] = ()) -> None:
+    """A table: on a terminal, columns fitted to its width; piped, columns padded to the widest
+    cell, two spaces apart, nothing cut.
 
-    ``keep_whole`` columns are never wrapped or shortened on a terminal either.
+    On a terminal no column is dropped or cut: a column too wide for its share folds
+    onto more lines. ``keep_whole`` columns (ids to copy) are never folded while the
+    others can still fit beside them. ``tty_rows``: the cells shown on a terminal, when
+    they differ from the piped ones (shorter times); ``right``: right-aligned columns.
     """
     if not is_tty():
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:
             echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         return
-    table = Table(*header)
-    for col in keep_whole:
-        table.columns[col].no_wrap = True
-        table.columns[col].min_width = max((len(r[col]) for r in rows), default=0)
-    for r in rows:
+    from rich import box
+
+    cells = rows if tty_rows is None else tty_rows
+    # One space between columns and none at the edges: an 80-column terminal holds a
+    # 36-character id, the counts, two times folded to date and time, and a parent.
+    table = Table(*header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
+    fitted = _column_widths(header, cells, (*keep_whole, *right), console.width)
+    for i, col in enumerate(table.columns):
+        col.overflow = "fold"
+        col.width = None if fitted is None else fitted[i]
+        col.no_wrap = fitted is not None and (i in keep_whole or i in right)
+        if i in right:
+            col.justify = "right"
+    for r in cells:
         table.add_row(*(Text(c) for c in r))  # Text: a cell is never markup
     console.print(table)
+
+
+#: The narrowest a folding table column gets while there is room (a date, ``2026-11-30``).
+FOLD_WIDTH = 10
+#: ... and when there is not, before the columns kept whole are folded too.
+NARROW_FOLD_WIDTH = 4
+
+
+def _column_widths(header: list[str], cells: list[list[str]], whole: tuple[int, ...],
+                   width: int) -> list[int] | None:
+    """Each column's width on a terminal ``width`` wide, or None when rich's own layout
+    will do (everything fits, or not even the ``whole`` columns do: then all fold).
+
+    Columns not kept whole start from ``FOLD_WIDTH`` (a date), the last ones narrowed
+    first down to their header's word (never folded) or ``NARROW_FOLD_WIDTH``; what is
+    left is shared out left to right up to each column's widest cell. (Rich's own
+    shrinking ignores a column's minimum and can cut a folded cell.)
+    """
+    n = len(header)
+    widest = [max([len(header[i]), *(len(r[i]) for r in cells)]) for i in range(n)]
+    room = width - (n - 1)  # one space between columns
+    if sum(widest) <= room:
+        return None
+    widths = [widest[i] if i in whole else max(len(header[i]), min(widest[i], FOLD_WIDTH)) for i in range(n)]
+    for i in reversed(range(n)):
+        over = sum(widths) - room
+        if over > 0 and i not in whole:
+            widths[i] -= min(over, max(0, widths[i] - max(NARROW_FOLD_WIDTH, len(header[i]))))
+    if sum(widths) > room:
+        return None
+    for i in range(n):
+        widths[i] += min(room - sum(widths), widest[i] - widths[i])
+    return widths
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -238,58 +287,43 @@ def when(ms: int | None) -> str:
         return f"ms:{ms}"
 
 
+def when_short(ms: int | None) -> str:
+    """A time as a terminal table shows it: ``2026-11-30 09:40:00Z`` (seconds; the
+    space lets a narrow column fold it into date and time). Piped output and --json
+    keep :func:`when`'s milliseconds."""
+    text = when(ms)
+    if len(text) == 24 and text[10] == "T":
+        return f"{text[:10]} {text[11:19]}Z"
+    return text
+
+
 def jsonable(value: Any) -> Any:
-    """``value`` with every part JSON can hold: bytes as hex, map keys as strings, the rest str().
-
-    A float that is not finite (JSON has no NaN or Infinity) becomes the string
-    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (the spelling JavaScript and Python's
-    ``float()`` read back).
-    """
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _int(value)
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, dict):
-        return {_key(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _int(value: int) -> int | str:
-    """``value``, or its ``hex()`` text when it has more digits than ``str()`` converts
-    (``sys.get_int_max_str_digits()``, 4,300 by default): JSON writes a number with
-    ``str()``, and the data may hold any integer (the analytics columns do the same)."""
-    if value.bit_length() < 14_000:  # ~4,214 digits: under the default limit
-        return value
-    try:
-        str(value)
-    except ValueError:
-        return hex(value)
-    return value
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, int) and not isinstance(key, bool):
-        return str(_int(key))
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key).hex()
-    return json.dumps(jsonable(key)) if isinstance(key, (list, tuple)) else str(key)
+    """``value`` with every part JSON can hold, by the one rule of :mod:`s3log.jsonform`:
+    bytes as hex, NaN and infinities as null, integers past ``str()``'s limit as hex text,
+    map keys as text (the rule ``data_json`` and the jsonl export follow too)."""
+    return jsonform.plain(value)
 
 
 def dumps(value: Any) -> str:
     """Data as one line of JSON (bytes as hex): how ``show`` and ``tail`` print entries."""
-    return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False)
+    return jsonform.dumps(value)
+
+
+def cell(value: Any) -> Any:
+    """A query result's value in JSON: a timestamp as ``show`` prints times
+    (``2026-11-30T09:40:00.123Z``, UTC), anything else by :func:`jsonable`."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        utc = value.astimezone(UTC)
+        spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
+        return utc.isoformat(timespec=spec).replace("+00:00", "Z")
+    return jsonable(value)
+
+
+def cell_text(value: Any) -> str:
+    """A query result's value in a table: :func:`cell`'s text (a time, bytes as hex) as it
+    is, anything else its JSON (``null``, ``1.5``, ``{"a": 1}``)."""
+    shown = cell(value)
+    return shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, allow_nan=False)
 
 
 def emit_json(obj: Any) -> None:
@@ -346,8 +380,38 @@ def explain(exc: BaseException, s: Settings) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``s3log show SID | head -1``).
+
+    Asked of the descriptor, not of the error: a BrokenPipeError from a socket to the
+    store is a failure to report, not a reader that has seen enough.
+    """
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test runner's buffer), no poll()
+        return False
+
+
+def quit_quietly() -> NoReturn:
+    """Exit 0 without a word once the reader of stdout has gone, as coreutils and the aws cli do.
+
+    stdout is pointed at /dev/null first (the Python documentation's recipe for
+    SIGPIPE): the flush at interpreter exit would otherwise fail on the same pipe.
+    """
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    raise typer.Exit(0)
+
+
 def handle_errors(fn: F) -> F:
-    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug)."""
+    """Turn s3log and store errors into one line and exit code 1 (tracebacks with --debug).
+
+    A reader of stdout that went away (a pipe into ``head``) ends the command quietly with 0.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -356,6 +420,8 @@ def handle_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise
         except Exception as exc:  # botocore credential/config errors and the like too
+            if isinstance(exc, BrokenPipeError) and stdout_gone():
+                quit_quietly()
             ctx = active_context()
             s = settings(ctx) if ctx is not None else Settings()
             if s.debug:

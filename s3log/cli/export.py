@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
-from .common import print_table
+from .common import cell, cell_text, jsonable, print_table, when
 from .maintenance import parse_duration
 
 
-def parse_time(text: str | None) -> int | None:
-    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms."""
+def parse_time(text: str | None, param_hint: str | None = None) -> int | None:
+    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms.
+
+    ``param_hint`` names the option in the usage error a bad value is.
+    """
     if not text:
         return None
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         now = datetime.now(UTC).timestamp() * 1000
-        return int(now - parse_duration(text))
+        return int(now - parse_duration(text, param_hint))
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
@@ -54,9 +56,6 @@ def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | N
         yield update
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def _ts_text(ms: int) -> str:
     import pyarrow as pa
 
@@ -67,18 +66,18 @@ def _ts_text(ms: int) -> str:
 
 
 def _jsonl_row(r: dict[str, Any]) -> str:
-    """One entry as a line of JSON: ``data`` from data_json; where that is null (data
-    JSON cannot hold), ``data`` null and ``data_cbor`` the stored CBOR in base64."""
+    """One entry as a line of JSON, in the forms ``show --json`` prints: ``ts`` as its time
+    (``2026-11-30T09:40:00.123Z``), ``data`` from data_json (the same JSON rule); where
+    data_json is null (data nested too deep for JSON), ``data`` null and ``data_cbor`` the
+    stored CBOR in hex."""
     cbor = r.pop("data_cbor")
-    try:
-        r["ts"] = (_EPOCH + timedelta(milliseconds=r["ts"])).isoformat()
-    except OverflowError:  # after year 9999: Arrow's text of it
-        r["ts"] = _ts_text(r["ts"])
+    shown = when(r["ts"])
+    r["ts"] = _ts_text(r["ts"]) if shown.startswith("ms:") else shown  # after year 9999: Arrow's text
     text = r.pop("data_json")
     r["data"] = json.loads(text) if text is not None else None
     if text is None:
-        r["data_cbor"] = base64.b64encode(cbor).decode()
-    return json.dumps(r, ensure_ascii=False)
+        r["data_cbor"] = bytes(cbor).hex()
+    return json.dumps(jsonable(r), ensure_ascii=False, allow_nan=False)
 
 
 def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
@@ -140,11 +139,12 @@ def export(
     from .. import analytics
 
     if fmt not in ("parquet", "jsonl", "csv"):
-        fail(f"unknown format {fmt!r}: use parquet, jsonl or csv")
+        raise typer.BadParameter(f"unknown format {fmt!r}: use parquet, jsonl or csv", param_hint="--format")
     if mode not in ("error", "overwrite", "append"):
-        fail(f"unknown mode {mode!r}: use error, overwrite or append")
+        raise typer.BadParameter(f"unknown mode {mode!r}: use error, overwrite or append", param_hint="--mode")
     options: dict[str, Any] = {
-        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+        "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
+        "sessions": session or None,
     }
     # Every option is checked, the log opened and the bucket answered (the first batch
     # read) before anything is written, and --mode overwrite replaces the output only
@@ -198,6 +198,10 @@ def query(
 
     --since/--until/--kind/--session cut what is read (sessions outside the window or
     not named are never fetched), not only the rows the SQL sees.
+
+    Values print as 'show --json' prints them: times as ISO 8601 UTC
+    (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
+    text as it is and anything else as its JSON.
     """
     import duckdb
 
@@ -206,14 +210,16 @@ def query(
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
     filters: dict[str, Any] = {
-        "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
+        "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
+        "sessions": session or None,
     }
     log = None
     try:
         with scan_progress("querying", quiet) as progress:
             if source is not None:
                 if not source.is_dir():
-                    fail(f"--from {source}: not a directory (give the --out of s3log export --format parquet)")
+                    raise typer.BadParameter(f"{source}: not a directory (give the --out of s3log export "
+                                             "--format parquet)", param_hint="--from")
                 analytics.duckdb_parquet(con, str(source), **filters)
             else:
                 log = open_log()
@@ -232,7 +238,8 @@ def query(
         if log is not None:
             log.close()
     if as_json:
-        emit_json([dict(zip(names, r, strict=True)) for r in rows])
+        emit_json([{n: cell(v) for n, v in zip(names, r, strict=True)} for r in rows])
         return
-    # Piped: plain, padded, never wrapped or cut; on a terminal a table. Cells are never markup.
-    print_table(names, [[str(v) for v in r] for r in rows])
+    # Piped: plain, padded, never wrapped or cut; on a terminal a table. Cells are never markup;
+    # each is its text, or the JSON --json prints for it (times as show prints them, bytes as hex).
+    print_table(names, [[cell_text(v) for v in r] for r in rows])

@@ -6,6 +6,7 @@ import dataclasses
 import re
 import sys
 import time
+from typing import Any
 
 import typer
 
@@ -136,21 +137,49 @@ def doctor(
         raise typer.Exit(1)
 
 
+def is_local_endpoint(url: str | None) -> bool:
+    """Whether ``url`` is an S3 endpoint on this machine (a test server), not AWS or a remote one."""
+    if not url:
+        return False
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+#: The key prefix the demo writes under unless --prefix (or S3LOG_PREFIX) names one.
+DEMO_PREFIX = "s3log-demo"
+
+
 @app.command()
 @handle_errors
 def demo(
     ctx: typer.Context,
-    workers: int = typer.Option(6, "--workers", metavar="N", help="Worker processes."),
-    turns: int = typer.Option(8, "--turns", metavar="N", help="Invocations per worker."),
-    sessions: int = typer.Option(3, "--sessions", metavar="N", help="Shared sessions they race on."),
+    workers: int = typer.Option(6, "--workers", metavar="N", min=1, help="Worker processes."),
+    turns: int = typer.Option(8, "--turns", metavar="N", min=1, help="Invocations per worker."),
+    sessions: int = typer.Option(3, "--sessions", metavar="N", min=1, help="Shared sessions they race on."),
+    yes: bool = typer.Option(False, "--yes", "-y",
+                             help="Write into a bucket on a remote endpoint (AWS) that the demo did not create."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Race serverless agent workers on shared sessions, then check nothing was lost."""
+    """Race serverless agent workers on shared sessions, then check nothing was lost.
+
+    Without --bucket / S3LOG_BUCKET it starts an embedded local S3 and creates a bucket
+    there. It writes under the prefix 's3log-demo' unless --prefix / S3LOG_PREFIX names
+    one, and says where before it starts. Into a bucket on a remote endpoint (AWS) it
+    did not create it writes only with --yes.
+    """
     from ..demo import run_demo
 
     s = settings(ctx)
+    explicit = ctx.find_root().get_parameter_source("prefix")
+    prefix = s.prefix if explicit is not None and explicit.name != "DEFAULT" else DEMO_PREFIX
     server = None
     bucket, endpoint = s.bucket, s.endpoint_url
+    if bucket is not None and not is_local_endpoint(endpoint) and not yes:
+        raise typer.BadParameter(
+            f"the demo would write sessions into bucket {bucket} under {prefix}/ at "
+            f"{endpoint or 'AWS'}, a bucket it did not create: pass --yes to do so, or unset "
+            "S3LOG_BUCKET to run it on an embedded local S3", param_hint="--yes")
     if bucket is None:
         from ..localserver import LocalS3
 
@@ -160,35 +189,45 @@ def demo(
         os.environ.update(server.env())
         endpoint = server.endpoint_url
         bucket = server.create_bucket("s3log-demo")
-        if not as_json:
-            echo(f"embedded local S3 on {endpoint}, bucket {bucket}")
+    if not as_json:
+        where = "an embedded local S3 at " if server is not None else ""
+        echo(f"target: bucket {bucket}, prefix {prefix}/, on {where}{endpoint or 'AWS'}")
     try:
         if not as_json:
-            echo(f"{workers} workers x {turns} turns racing on {sessions} sessions...")
-        r = run_demo(bucket=bucket, endpoint=endpoint, workers=workers, turns=turns, sessions=sessions)
+            echo(f"{workers} workers x {turns} turns racing on {sessions} sessions "
+                 "(every worker's first commit on the same head)...")
+        r = run_demo(bucket=bucket, endpoint=endpoint, prefix=prefix, workers=workers, turns=turns,
+                     sessions=sessions)
     finally:
         if server is not None:
             server.stop()
     if as_json:
-        emit_json({**dataclasses.asdict(r), "ok": r.ok})
+        emit_json({**dataclasses.asdict(r), "ok": r.ok, "bucket": bucket, "prefix": prefix, "endpoint": endpoint})
         if not r.ok:
             raise typer.Exit(1)
         return
+    _demo_report(r)
+
+
+def _demo_report(r: Any) -> None:
+    """The demo's findings, each figure with what it means."""
     echo(f"sessions: {r.sessions} ({r.roots} shared roots, {r.sessions - r.roots} forks)")
-    echo(f"commits: {r.commits}, conflicts resolved by forking: {r.conflicts}")
-    echo(f"entries stored: {r.entries}, acknowledged: {r.acked}")
+    echo(f"commits: {r.commits}, conflicts resolved by forking: {r.conflicts} (a commit that found the head "
+         "moved since its worker read it continues in a fork; nothing is merged or lost)")
+    echo(f"entries stored: {r.entries} = {r.acked} acknowledged to workers + {r.fork_entries} fork entries "
+         "(each fork opens with one: where it left its parent, and the parent's entries it carries as its seed)")
     per = ", ".join(f"{k} {v:.2f}" for k, v in r.requests_per_commit.items() if v)
-    echo(f"requests per commit: {per}")
+    echo(f"requests per commit: {per} (a worker process's first commit also runs the precondition probe, "
+         "about a dozen small PUTs: s3log doctor)")
     echo("lineage:")
     for depth, sid, n in r.tree:
         echo(f"  {'  ' * depth}{'└─ ' if depth else ''}{sid} ({n} entries)")
     echo(f"every chain verified: {'yes' if not r.corrupt else 'NO'}; "
-                  f"lost: {len(r.missing)}; duplicated: {len(r.duplicated)}; {r.seconds:.1f}s")
+         f"lost: {len(r.missing)}; duplicated: {len(r.duplicated)}; {r.seconds:.1f}s")
     if not r.ok:
         for line in r.corrupt:
             echo(styled((line, "red")))
         fail("the demo found lost, duplicated or corrupt entries")
-
 
 
 def parse_labels(values: list[str] | None) -> dict[str, str] | None:

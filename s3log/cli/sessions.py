@@ -15,7 +15,6 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import CorruptionError, S3LogError, SessionNotFound
-from ..layout import Layout
 from ..log import Log
 from .app import app
 from .common import (
@@ -33,9 +32,24 @@ from .common import (
     styled,
     verifier_for,
     when,
+    when_short,
 )
 
-_SESSION = typer.Argument(..., metavar="SESSION", help="The session id.", show_default=False)
+
+def session_arg(value: str | None) -> str | None:
+    """A SESSION argument, checked before any request: a malformed id is a usage error (exit 2)."""
+    from ..errors import InvalidSessionIdError
+    from ..ids import validate_session_id
+
+    if value is None:
+        return None
+    try:
+        return validate_session_id(value)
+    except InvalidSessionIdError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SESSION") from None
+
+
+_SESSION = typer.Argument(..., metavar="SESSION", help="The session id.", show_default=False, callback=session_arg)
 _JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -51,43 +65,106 @@ def _entry_line(e: Any, *, tty: bool) -> Text:
     return styled(f"{e.seq:>6}  {when(e.ts)}  ", (e.kind, "cyan"), "  ", data)
 
 
+#: Sessions ``ls`` shows on a terminal when not told how many (piped or --json: all of them).
+TTY_MAX_ITEMS = 50
+
+
+def _session_token(value: str | None) -> str | None:
+    """``--starting-token``: a session id (the one a cut listing named), checked before any request."""
+    try:
+        return session_arg(value)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(f"not a continuation token: {exc.message}") from None
+
+
+def caller_text(session_id: str, meta: dict[str, Any]) -> str:
+    """The caller's own id of an integration's session, as ``ls`` prints it ("" if none or the same).
+
+    A LangGraph namespace other than the root follows the thread id as ``ns=NAMESPACE``;
+    text that is not printable is quoted as JSON, so a piped row stays one line.
+    """
+    from ..integrations import caller_id
+
+    found = caller_id(meta)
+    if found is None:
+        return ""
+    text = found.get("session_id") or found["thread_id"]
+    if found.get("checkpoint_ns"):
+        text = f"{text} ns={found['checkpoint_ns']}"
+    if text == session_id:
+        return ""
+    return text if text.isprintable() else dumps(text)
+
+
 @app.command("ls")
 @handle_errors
 def ls(
     ctx: typer.Context,
-    limit: int = typer.Option(50, "--limit", metavar="N", min=0, help="Show at most this many sessions (0: all)."),
+    max_items: int | None = typer.Option(
+        None, "--max-items", metavar="N", min=0, show_default=False,
+        help=f"List at most N sessions (0: all). Default: all when piped or with --json, "
+             f"{TTY_MAX_ITEMS} on a terminal. A cut listing says on stderr how to go on."),
+    starting_token: str | None = typer.Option(
+        None, "--starting-token", metavar="TOKEN", callback=_session_token,
+        help="Continue a cut listing: the token it printed on stderr (the last session it showed)."),
     label: list[str] = typer.Option(None, "--label", metavar="NAME=VALUE",
                                     help="Only sessions with this label (repeatable; reads each head)."),
-    after: str | None = typer.Option(None, "--after", metavar="SESSION",
-                                     help="Continue after this session (the last one of the previous page)."),
     as_json: bool = _JSON,
 ) -> None:
-    """List sessions, newest first (a few LISTs for --limit N, not one per 1,000 sessions)."""
+    """List sessions, newest first, and the caller's own id of an integration's sessions.
+
+    Piped or with --json every session is listed; on a terminal the first 50. A cut
+    listing (--max-items, or a terminal's 50) ends with a line on stderr naming the
+    --starting-token to go on from, as 'aws s3api' does. --max-items N costs a few
+    LISTs, not one per 1,000 sessions.
+    """
     from .maintenance import parse_labels
 
     labels = parse_labels(label)
+    if max_items is None:
+        max_items = TTY_MAX_ITEMS if is_tty() and not as_json else 0
     with command_log(ctx) as log:
-        infos = list(log.list_sessions(limit=limit or None, labels=labels, after=after))
+        # One more than shown: a listing is said to be cut only when it is.
+        infos = list(log.list_sessions(limit=max_items + 1 if max_items else None, labels=labels,
+                                       after=starting_token))
+    more = bool(max_items) and len(infos) > max_items
+    infos = infos[:max_items] if more else infos
+    callers = [caller_text(i.session_id, i.meta) for i in infos]
     if as_json:
+        from ..integrations import caller_id
+
         emit_json([
             {"session": i.session_id, "entries": i.entries, "version": i.version, "created_at": i.created_at,
              "updated_at": i.updated_at, "created": when(i.created_at), "updated": when(i.updated_at),
-             "parent": i.parent.session if i.parent else None}
+             "parent": i.parent.session if i.parent else None, "caller": caller_id(i.meta)}
             for i in infos
         ])
-        return
-    header = ["session", "entries", "created", "updated", "parent"]
-    rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
-             i.parent.session if i.parent else ""] for i in infos]
-    print_table(header, rows, keep_whole=(0, 4))  # ids are copied from here: never cut them
-    if limit and len(infos) == limit and is_tty(sys.stderr):
-        echo(f"more: s3log ls --limit {limit} --after {infos[-1].session_id}", err=True)
+    else:
+        header = ["session", "entries", "created", "updated", "parent"]
+        rows = [[i.session_id, str(i.entries), when(i.created_at), when(i.updated_at),
+                 i.parent.session if i.parent else ""] for i in infos]
+        short = [[r[0], r[1], when_short(i.created_at), when_short(i.updated_at), r[4]]
+                 for r, i in zip(rows, infos, strict=True)]
+        if any(callers):  # the caller's id, free text: last, and only when there is one
+            header.append("caller")
+            for r, t, c in zip(rows, short, callers, strict=True):
+                r.append(c)
+                t.append(c)
+        # Ids are copied from here: the session column is folded only when nothing else fits.
+        print_table(header, rows, keep_whole=(0,), tty_rows=short, right=(1,))
+    if more:
+        echo(f"listed {max_items} sessions; more follow: s3log ls --max-items {max_items} "
+             f"--starting-token {infos[-1].session_id}", err=True)
 
 
 @app.command()
 @handle_errors
 def show(ctx: typer.Context, session: str = _SESSION, as_json: bool = _JSON) -> None:
-    """Show a session's verified entries: seq, time, kind and data as JSON."""
+    """Show a session's verified entries: seq, time, kind and data as JSON.
+
+    JSON here, in --json, 'tail', 'query' and the jsonl export follows one rule: bytes as
+    hex, NaN and infinities as null, times as ISO 8601 UTC (2026-11-30T09:40:00.123Z).
+    """
     with command_log(ctx) as log:
         view = log.read(session)
     if as_json:
@@ -143,7 +220,8 @@ def tail(
 @handle_errors
 def verify(
     ctx: typer.Context,
-    session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False),
+    session: str = typer.Argument(None, metavar="[SESSION]", help="The session to verify.", show_default=False,
+                                  callback=session_arg),
     all_: bool = typer.Option(False, "--all", help="Verify every session."),
     public_keys: list[str] = typer.Option(
         None, "--public-key", metavar="FILE|KEY_ID=FILE",
@@ -207,6 +285,14 @@ def fork(
     as_json: bool = _JSON,
 ) -> None:
     """Fork a session at a committed entry (the latest by default); prints the new id."""
+    if at_seq is not None and at_hash is not None:
+        raise typer.BadParameter("give --at-seq or --at-hash, not both", param_hint="--at-hash")
+    if at_hash is not None:
+        try:
+            bytes.fromhex(at_hash)
+        except ValueError:
+            raise typer.BadParameter(f"not a hash: {at_hash!r} (give the entry's hash in hex)",
+                                     param_hint="--at-hash") from None
     with command_log(ctx) as log:
         child = log.fork(session, at_seq=at_seq, at_hash=at_hash)
         if not as_json:
@@ -295,22 +381,48 @@ def rm_decision(*, yes: bool, dry_run: bool, stdin_is_tty: bool, ask: Callable[[
     return "delete" if ask() else "declined"
 
 
+def _left_lines(plan: Any) -> list[str]:
+    """What ``rm`` leaves, one line each: the key, who removes it, when, and why it stays."""
+    from ..retention import ACTIVITY_KEEP_DAYS
+
+    young = _duration_text(plan.left_until_ms)
+    return [
+        *(f"left for gc: {k} (gc deletes it once older than {young} and no head names it: a session "
+          "created again at this id, or a fork retried into it, may still name it)" for k in plan.left_for_gc),
+        *(f"left for expire: {k} (expire prunes its day once older than {ACTIVITY_KEEP_DAYS} days or its "
+          "--idle: a session created again at this id that day relies on it)" for k in plan.left_for_expire),
+    ]
+
+
+def _duration_text(ms: int) -> str:
+    """``1200000`` as ``20m``, for the few round durations ``rm`` names."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 @app.command("rm")
 @handle_errors
 def rm(
     ctx: typer.Context,
     session: str = _SESSION,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted, and what left."),
     as_json: bool = _JSON,
 ) -> None:
-    """Delete a session: its head first, then its segments and fork markers."""
+    """Delete a session: its head first, then its segments, its children's fork markers, its
+    own fork marker and its activity markers of past days.
+
+    Left for later, because a session created again at the id (or a fork retried into
+    it) may rely on them: its own fork marker and a first segment the head does not
+    name while younger than twice the commit deadline (20m by default; 's3log gc'
+    deletes them after), and its activity markers of today ('s3log expire' prunes
+    their day). Both --dry-run and the delete name each object left.
+    """
     with command_log(ctx) as log:
-        head = log.head(session)  # SessionNotFound before anything is asked or deleted
-        layout = Layout(log.prefix)
-        keys = log.object_keys(session)
-        if head.parent is not None:
-            keys.append(layout.fork_marker(head.parent.session, session))
+        plan = log.delete_plan(session)  # SessionNotFound before anything is asked or deleted
+        keys = plan.objects
         children = log.children(session)
 
         def ask() -> bool:
@@ -327,11 +439,16 @@ def rm(
             raise typer.Exit(1)
         deleted = 0 if decision == "dry-run" else log.delete(session)
     if as_json:
-        emit_json({"session": session, "dry_run": dry_run, "keys": keys, "deleted": deleted})
+        emit_json({"session": session, "dry_run": dry_run, "keys": keys, "deleted": deleted,
+                   "activity": plan.activity, "left_for_gc": plan.left_for_gc,
+                   "left_for_expire": plan.left_for_expire, "left_until_ms": plan.left_until_ms})
         return
+    days = f", and its activity markers of {len(plan.activity)} past days" if plan.activity else ""
     if dry_run:
         for k in keys:
             echo(k)
-        echo(f"would delete {session} ({len(keys)} objects)")
+        echo(f"would delete {session} ({len(keys)} objects{days})")
     else:
-        echo(f"deleted {session} ({deleted} objects)")
+        echo(f"deleted {session} ({deleted} objects{days})")
+    for line in _left_lines(plan):
+        echo(line)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, overload
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..errors import S3LogError
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from ..aio import AsyncLog
     from ..log import Log
 
-__all__ = ["IntegrationError"]
+__all__ = ["IntegrationError", "caller_id"]
 
 
 class IntegrationError(S3LogError, ValueError):
@@ -40,3 +41,24 @@ def _log_from_url(url: str, async_: bool = False) -> Log | AsyncLog:
         return open_async_log(url) if async_ else open_log(url)
     except InvalidURLError as exc:
         raise IntegrationError(str(exc)) from None
+
+
+def caller_id(meta: Mapping[str, Any]) -> dict[str, str] | None:
+    """The id the application gave an integration for this session, from the session's meta.
+
+    The integrations store a session under an id of their own (``oa-<hash>`` for an
+    OpenAI Agents session id that is not a safe s3log id, ``lg-<thread>-<ns>`` for a
+    LangGraph thread and namespace) and keep the caller's id in the meta they create
+    it with. Returns ``{"integration": "openai-agents", "session_id": ...}``,
+    ``{"integration": "langgraph", "thread_id": ..., "checkpoint_ns": ...}``, or None for
+    a session no integration made.
+    """
+    oa = meta.get("openai_agents")
+    if isinstance(oa, Mapping) and isinstance(oa.get("session_id"), str):
+        return {"integration": "openai-agents", "session_id": oa["session_id"]}
+    lg = meta.get("langgraph")
+    if isinstance(lg, Mapping) and isinstance(lg.get("thread_id"), str):
+        ns = lg.get("checkpoint_ns")
+        return {"integration": "langgraph", "thread_id": lg["thread_id"],
+                "checkpoint_ns": ns if isinstance(ns, str) else ""}
+    return None
