@@ -177,8 +177,8 @@ def _s3_actions_per_store_method() -> dict[str, set[str]]:
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 # self.client.put_object(...) or, with the client fetched first, client.put_object(...)
-                and (isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "client"
-                     or isinstance(node.func.value, ast.Name) and node.func.value.id == "client")
+                and ((isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "client")
+                     or (isinstance(node.func.value, ast.Name) and node.func.value.id == "client"))
             ):
                 assert node.func.attr in BOTO_TO_IAM, f"S3Store.{fn.name} calls {node.func.attr}: map it to IAM"
                 calls.add(BOTO_TO_IAM[node.func.attr])
