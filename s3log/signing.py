@@ -232,9 +232,9 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
         # new append be answered with an earlier entry of equal content, not stored.
         items += ["append_keys_digest", append_keys_digest(head)]
     body = dumps(items)
-    # An array of 20 (22, 24) items has the one-byte header 0x94 (0x96, 0x98); a map
-    # of 10 (11, 12) pairs is 0xaa (0xab, 0xac).
-    return bytes((0xA0 + len(items) // 2,)) + body[1:]
+    # An array of 20 or 22 items has the one-byte header 0x94 or 0x96, one of 24 the
+    # two bytes 0x98 0x18; a map of 10 to 12 pairs has the one byte 0xaa to 0xac.
+    return bytes((0xA0 + len(items) // 2,)) + body[1 if len(items) < 24 else 2:]
 
 
 def append_keys_digest(head: Head) -> bytes:
