@@ -59,7 +59,8 @@ __all__ = [
     "ECDSA_SHA_256", "ED25519", "RSASSA_PSS_SHA_256", "AnyVerifier", "Checkpoint", "CheckpointError",
     "CheckpointReport", "Checkpointer", "Ed25519Signer", "KmsSigner", "KmsVerifier", "PublicKeyVerifier",
     "Signature", "SignatureError", "SignatureRejected", "Signer", "SigningError", "Verifier", "check_checkpoints",
-    "append_keys_digest", "check_log_id", "compacted_digest", "default_log_id", "head_payload", "key_id_for", "sign_head", "verify_head",
+    "append_keys_digest", "check_log_id", "compacted_digest", "default_log_id", "head_payload", "key_id_for",
+    "sign_head", "verify_head",
 ]
 
 #: Ed25519 (RFC 8032) over the payload bytes.

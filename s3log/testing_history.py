@@ -12,7 +12,8 @@ one :class:`Violation` per breach:
     in the final read of that session, or in a chain retention ended (expired or
     deleted: only those entries are legitimately gone);
 ``duplicated``
-    no entry is acknowledged twice, and none is stored twice: an entry appears at
+    no entry is acknowledged twice (but again at the very same position: a retry
+    with an idempotency key answered with it), and none is stored twice: an entry appears at
     most once over the final reads of every session (fork entries aside), and an
     acknowledged one nowhere but where its result said;
 ``read``
@@ -406,6 +407,8 @@ def _check_acks(events: Sequence[Event], finals: dict[str, list[Position]],
             if p.payload is None:
                 continue
             first = acked.get(p.payload)
+            if first is not None and first[0] == p:
+                continue  # a retry (with its idempotency key) answered with the entry stored before
             if first is not None:
                 out.append(Violation("duplicated", f"{p.payload} acknowledged twice: at {_at(first[0])} and at "
                                                    f"{_at(p)}", (first[1], i)))
