@@ -707,6 +707,15 @@ class WriterActor(Actor):
             return
         payload = sim.krng.choice(candidates)
         data, key = self.keyed[payload]
+        where = sim.stored_in.get(payload)
+        if payload in self.to_retry and where is not None and where not in sim.lineage(self.sid):
+            # The crashed commit forked after a lost race and its child's head landed
+            # unacknowledged: the key is in a session this caller never heard of.
+            self.to_retry.remove(payload)
+            sim.known("keyed-retry-unknown-fork", self, f"{payload} is stored in {sim.short(where)}, a fork "
+                                                        f"its crashed commit made; retried in {sim.short(self.sid)}, "
+                                                        "it would be stored again")
+            return
         before = self.core.pending_count
         ticket = self.core.add(KIND, data, None, wait=True, key=key)
         if payload in self.to_retry:
@@ -1595,11 +1604,18 @@ class Simulation:
         self._check_acked(sid, [_payload(e) for e in acked])
         self.note(who, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
 
+    def lineage(self, sid: str) -> list[str]:
+        """``sid`` and the sessions it forked from, as loaded (nearest first)."""
+        out = [sid]
+        while out[-1] in self.parent_of and self.parent_of[out[-1]] not in out:
+            out.append(self.parent_of[out[-1]])
+        return out
+
     def ack_retry(self, w: WriterActor, payload: str, entry: AckedEntry) -> None:
         """A keyed retry answered with the entry stored the first time: it must be that
         payload's, where any earlier acknowledgement of it said, and there now."""
         sid = entry.session_id
-        self.history.ack(w.op, w.name, positions(sid, [entry], _payload))
+        self.history.ack(w.op, w.name, positions(sid, [entry], _payload), retry=True)
         at = (sid, entry.seq, entry.hash)
         if _payload(entry) != payload:
             raise Violation("2", f"{w.name}'s retry of {payload} was answered with {_payload(entry)} at "
@@ -1791,6 +1807,11 @@ KNOWN_BUGS: dict[str, str] = {
     "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
                             "when its commit was planned; the head lands later (segment write, retries), "
                             "so a reader of the previous head gets less than the grace period",
+    "keyed-retry-unknown-fork": "a writer's commit of a keyed entry loses a race and forks; the child's head "
+                                "lands but the writer crashes before it learns of the child: the restarted "
+                                "writer opens the parent and retries the key there, which does not find it "
+                                "(it is in the child's window), so it is stored again (decision 0037). The "
+                                "simulated caller does not retry such an entry",
     "stale-writer-merge": "a writer whose view of the head is stale (its commit landed unacknowledged: "
                           "cancelled, or it raised; or another writer moved on) plans its next flush from "
                           "the old head; once gc collected the segments that head listed, the merge's GET "
