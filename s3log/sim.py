@@ -25,6 +25,10 @@ records every session that lived at each id, how it ended, and the chain of each
 an expiry or a delete replaced (read as it ended): only those entries are legitimately
 gone. A scenario may add a compactor (``Scenario.compactor``, not drawn): a compaction
 starts a new history at the id, its replaced chain's positions excused like an expiry's.
+Half the scenarios append with idempotency keys (``Scenario.keyed``, its choices from a
+generator of their own): writers retry keyed payloads with their key, as a caller would,
+after an undecided or cancelled commit and after a crash; a retry's answer must be the
+stored entry, where any acknowledgement of it said.
 
 After every step that changed the store, the invariants are checked on a fresh load of
 each session it touched:
