@@ -695,6 +695,7 @@ class WriterActor(Actor):
             key = f"k.{payload}" if sim.scenario.keyed and sim.krng.random() < 0.5 else None
             if key is not None:
                 self.keyed[payload] = (data, key)
+                sim.keyed.add(payload)
             self.tickets[payload] = self.core.add(KIND, data, None, key=key)
             self.queued.append(payload)
             sim.appended.add(payload)
@@ -719,6 +720,13 @@ class WriterActor(Actor):
             sim.known("keyed-retry-unknown-fork", self, f"{payload} is stored in {sim.short(where)}, a fork "
                                                         f"its crashed commit made; retried in {sim.short(self.sid)}, "
                                                         "it would be stored again")
+            return
+        if payload in self.to_retry and where is not None and sim.keys_after(payload, where, self.sid) >= \
+                sim.config.append_key_window:
+            # Past the documented window: a key reused there is a new key (decision 0037).
+            self.to_retry.remove(payload)
+            sim.note(self, f"does not retry {payload}: {sim.config.append_key_window} or more keyed appends "
+                           "followed it, past the window of keys")
             return
         before = self.core.pending_count
         ticket = self.core.add(KIND, data, None, wait=True, key=key)
@@ -1108,6 +1116,7 @@ class Simulation:
         #: Every choice keyed appends add (Scenario.keyed), apart from the others.
         self.krng = random.Random(f"sim-keys-{scenario.seed}")
         self.retries = scenario.keyed and not scenario.compactor
+        self.keyed: set[str] = set()
         self.now = EPOCH_MS
         self.layout = Layout("sim")
         self.store = SimStore(lambda: self.now, self.layout)
@@ -1607,6 +1616,17 @@ class Simulation:
         self.refresh(sid)
         self._check_acked(sid, [_payload(e) for e in acked])
         self.note(who, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
+
+    def keys_after(self, payload: str, where: str, sid: str) -> int:
+        """How many keyed entries follow ``payload`` (stored in ``where``) in the chains
+        of ``where`` and of ``sid``, the session a retry of it goes to."""
+        chain = self.chains.get(where, [])
+        at = next((i for i, e in enumerate(chain) if _payload(e) == payload), len(chain))
+        later = [e for e in chain[at + 1:] if _payload(e) in self.keyed]
+        if sid != where:
+            later += [e for e in self.chains.get(sid, []) if e.seq > chain[at].seq and _payload(e) in self.keyed] \
+                if at < len(chain) else []
+        return len({_payload(e) for e in later})
 
     def lineage(self, sid: str) -> list[str]:
         """``sid`` and the sessions it forked from, as loaded (nearest first)."""
