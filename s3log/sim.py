@@ -1043,10 +1043,19 @@ class CreatorActor(Actor):
     count = 0
     #: The payloads of the append under way, and the session it appends to.
     sending: tuple[str, list[str]] = ("", [])
+    #: With keyed appends: the entries of the append under way, and of the last that
+    #: failed, which is sent again with the same keys (``append_latest(keys=)``).
+    entries: tuple[tuple[str, Any], ...] = ()
+    redo: tuple[str, list[str], tuple[tuple[str, Any], ...]] | None = None
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         r = sim.rng
         self.wake_at = sim.now + r.randint(20, sim.scenario.retention_every_ms)
+        if self.redo is not None and sim.krng.random() < 0.5:
+            sid, names, self.entries = self.redo
+            self.redo, self.sending = None, (sid, names)
+            return (f"append {sim.short(sid)} {' '.join(names)} again",
+                    sim.core.append_latest(sid, self.entries, {"by": self.name}, None, [f"k.{p}" for p in names]))
         ended = [sid for sid, lives in sim.store.lives.items()
                  if any(lf.expired_at is not None or lf.deleted_at is not None for lf in lives)]
         if not ended:
@@ -1061,9 +1070,12 @@ class CreatorActor(Actor):
             names.append(f"{self.name}.{self.count}")
         sim.appended.update(names)
         self.sending = (sid, names)
-        entries = [(KIND, {"p": p, "pad": "x" * r.randint(0, 60)}) for p in names]
+        self.entries = entries = tuple((KIND, {"p": p, "pad": "x" * r.randint(0, 60)}) for p in names)
+        keys = [f"k.{p}" for p in names] if sim.retries else None
+        if keys:
+            sim.keyed.update(names)
         return (f"append {sim.short(sid)} {' '.join(names)}",
-                sim.core.append_latest(sid, entries, {"by": self.name}, None))
+                sim.core.append_latest(sid, entries, {"by": self.name}, None, keys))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ChainPosition):
@@ -1079,6 +1091,8 @@ class CreatorActor(Actor):
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if self.what.startswith("append"):
             sim.dropped.update(self.sending[1])  # not acknowledged (it may have landed)
+            if sim.retries and isinstance(exc, StoreError):
+                self.redo = (*self.sending, self.entries)  # sent again, with the same keys
         if isinstance(exc, (StoreError, SessionExists)):
             return
         raise Violation("creator", f"{self.what} raised {type(exc).__name__}: {exc}")
