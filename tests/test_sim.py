@@ -495,3 +495,11 @@ def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyP
     for seed in KEYED_SEEDS:
         o = Simulation(Scenario.from_seed(seed)).run()
         assert o.violation is not None and o.violation.invariant == "2", (seed, o.violation)
+
+
+def test_a_retry_cannot_find_a_fork_its_crashed_commit_made() -> None:
+    # A documented limitation (decision 0037): the crashed commit forked and its child's
+    # head landed unacknowledged; a retry in the parent would store the entry again, so
+    # the simulated caller does not make it. Asked to, the simulator names the case.
+    o = Simulation(Scenario.from_seed(10568), known_bugs=frozenset({"keyed-retry-unknown-fork"})).run()
+    assert o.violation is not None and o.violation.invariant == "keyed-retry-unknown-fork", o.violation
