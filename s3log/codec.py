@@ -1540,6 +1540,12 @@ class _HeadSlots:
     __slots__ = ("_lazy_tail",)
 
 
+#: The head field a compaction writes (``s3log.protocol.compact_session``): the end of
+#: the chain it replaced and the hashes of its last entries. A writer settling a lost
+#: reply decides from it, so a signature covers it (``s3log.signing.compacted_digest``).
+COMPACTED_FIELD = "compacted"
+
+
 @dataclass(frozen=True, slots=True)
 class Head(_HeadSlots):
     """A session's head: its manifest and commit point.

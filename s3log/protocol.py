@@ -26,6 +26,7 @@ import cbor2
 from . import activity, decide, ops
 from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from .codec import (
+    COMPACTED_FIELD,
     FORK_KIND,
     MAX_INTERNAL_DEPTH,
     AppendKey,
@@ -214,12 +215,12 @@ class CommitJournal:
 EXPIRED_FIELD = "expired"
 
 
-#: The head field a compaction writes (:func:`compact_session`): the end (``seq``,
-#: ``hash``) of the chain it replaced, the hashes of its last entries (``tips``), ``n``,
-#: how many compactions the session has had, and the marks of the ones before
-#: (``prev``). Kept by every later commit. Readers ignore it; a writer settling a commit that
-#: may have landed before the compaction decides from it (:func:`_landed_before_compaction`).
-COMPACTED_FIELD = "compacted"
+#: The head field a compaction writes (:func:`compact_session`), ``COMPACTED_FIELD``
+#: (defined in s3log.codec, as signing covers it): the end (``seq``, ``hash``) of the
+#: chain it replaced, the hashes of its last entries (``tips``), ``n``, how many
+#: compactions the session has had, and the marks of the ones before (``prev``). Kept by
+#: every later commit. Readers ignore it; a writer settling a commit that may have landed
+#: before the compaction decides from it (:func:`_landed_before_compaction`).
 
 
 #: How many of the replaced chain's last entries a compaction's mark names (by the

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._extras import require
-from .codec import HASH_LEN, Head, Signature, dumps, loads
+from .codec import COMPACTED_FIELD, HASH_LEN, Head, Signature, dumps, loads
 from .errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ __all__ = [
     "ECDSA_SHA_256", "ED25519", "RSASSA_PSS_SHA_256", "AnyVerifier", "Checkpoint", "CheckpointError",
     "CheckpointReport", "Checkpointer", "Ed25519Signer", "KmsSigner", "KmsVerifier", "PublicKeyVerifier",
     "Signature", "SignatureError", "SignatureRejected", "Signer", "SigningError", "Verifier", "check_checkpoints",
-    "append_keys_digest", "check_log_id", "default_log_id", "head_payload", "key_id_for", "sign_head", "verify_head",
+    "append_keys_digest", "check_log_id", "compacted_digest", "default_log_id", "head_payload", "key_id_for",
+    "sign_head", "verify_head",
 ]
 
 #: Ed25519 (RFC 8032) over the payload bytes.
@@ -199,13 +200,15 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
 
     The deterministic CBOR map of the head's identity: purpose, format version, the
     log's identity ``log_id``, session, last seq and hash, parent pointer, SHA-256 of
-    the encoded meta (and of the append keys' window, when the head has one), and the
-    algorithm and key id themselves (so neither can be swapped after signing). The
+    the encoded meta, and the algorithm and key id themselves (so neither can be
+    swapped after signing); and, when the head has them, digests of the fields a
+    writer decides from: a compaction's mark with the session's creation
+    (``compacted_digest``) and the append keys' window (``append_keys_digest``). The
     last hash commits to every entry, so the signature covers the whole chain;
     ``log_id`` binds it to one log.
     """
-    # Runs on every commit: the ten pairs in canonical key order (shorter keys first,
-    # then bytewise) encoded as one array whose header is swapped for the map's, as in
+    # Runs on every commit: the pairs in canonical key order (shorter keys first, then
+    # bytewise) encoded as one array whose header is swapped for the map's, as in
     # s3log.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
     items: list[Any] = [
         "v", head.v,
@@ -219,20 +222,33 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
         "session", head.session,
         "meta_digest", _meta_digest(head.meta),
     ]
+    if head.extra.get(COMPACTED_FIELD) is not None:
+        # A writer settling a lost reply after a compaction acknowledges what the mark
+        # names: unsigned, an edited mark (or creation, which says whether the mark is
+        # of the writer's session) had it acknowledge entries never stored, or store
+        # again entries the compaction kept.
+        items += ["compacted_digest", compacted_digest(head)]
     if head.append_keys:
         # The window answers retries with stored entries: unsigned, a forged item made a
         # new append be answered with an earlier entry of equal content, not stored.
         items += ["append_keys_digest", append_keys_digest(head)]
     body = dumps(items)
-    # An array of 20 (22) items has the one-byte header 0x94 (0x96); a map of 10 (11)
-    # pairs is 0xaa (0xab).
-    return bytes((0xA0 + len(items) // 2,)) + body[1:]
+    # An array of 20 or 22 items has the one-byte header 0x94 or 0x96, one of 24 the
+    # two bytes 0x98 0x18; a map of 10 to 12 pairs has the one byte 0xaa to 0xac.
+    return bytes((0xA0 + len(items) // 2,)) + body[1 if len(items) < 24 else 2:]
 
 
 def append_keys_digest(head: Head) -> bytes:
     """SHA-256 of the deterministic CBOR encoding of ``head``'s ``append_keys`` array
     (signed with the head when it is not empty; docs/format.md, "Signed heads")."""
     return hashlib.sha256(dumps([a.to_list() for a in head.append_keys])).digest()
+
+
+def compacted_digest(head: Head) -> bytes:
+    """SHA-256 of the deterministic CBOR encoding of ``[compacted, created_at, creator]``
+    of ``head`` (``creator`` null unless text): signed with the head when it has a
+    ``compacted`` mark (docs/format.md, "Signed heads")."""
+    return hashlib.sha256(dumps([head.extra.get(COMPACTED_FIELD), head.created_at, head.creator])).digest()
 
 
 def _need_log_id(log_id: str | None) -> str:

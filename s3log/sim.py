@@ -25,6 +25,10 @@ records every session that lived at each id, how it ended, and the chain of each
 an expiry or a delete replaced (read as it ended): only those entries are legitimately
 gone. A scenario may add a compactor (``Scenario.compactor``, not drawn): a compaction
 starts a new history at the id, its replaced chain's positions excused like an expiry's.
+Half the scenarios append with idempotency keys (``Scenario.keyed``, its choices from a
+generator of their own): writers retry keyed payloads with their key, as a caller would,
+after an undecided or cancelled commit and after a crash; a retry's answer must be the
+stored entry, where any acknowledgement of it said.
 
 After every step that changed the store, the invariants are checked on a fresh load of
 each session it touched:
@@ -106,7 +110,7 @@ from .ops import (
     is_retryable,
 )
 from .protocol import ChainPosition, OnConflict, SessionData
-from .results import CommitResult, ExpireReport, GcReport
+from .results import AckedEntry, CommitResult, ExpireReport, GcReport
 from .store.base import ObjectStore
 from .store.memory import MemoryStore
 from .testing_history import Ended, Fork, History, head_write, positions
@@ -194,6 +198,13 @@ class Scenario:
     #: Not drawn, so drawn scenarios (the regression seeds among them) run as they did;
     #: tests/test_sim.py runs seeds with it (``replace(scenario, compactor=True)``).
     compactor: bool = False
+    #: Keyed appends (decision 0037): writers give about half their entries an
+    #: idempotency key, and retry some with it as a caller would: after a commit ended
+    #: undecided or was cancelled (a timeout), in the same writer, and after a crash, in
+    #: the restarted one. Every choice it adds is drawn from a generator of its own, so
+    #: a scenario without it runs as before. Retries are not made with a compactor: it
+    #: forgets every key, also of entries it kept (stored again, documented).
+    keyed: bool = False
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -246,6 +257,7 @@ class Scenario:
             retention_every_ms=extra.choice((150, 600)),
             creator=extra.random() < 0.6,
             probe=extra.random() < 0.5,
+            keyed=extra.random() < 0.5,
         )
 
     def describe(self) -> str:
@@ -264,6 +276,7 @@ class Scenario:
                f" creator={self.creator}" if self.retention else "")
             + (" probe" if self.probe else "")
             + (" compactor" if self.compactor else "")
+            + (" keyed" if self.keyed else "")
         )
 
 
@@ -605,6 +618,17 @@ class WriterActor(Actor):
         #: When this writer last started opening (or creating) its session: retention
         #: and the creator disturbing it since are competitors even in a solo scenario.
         self.opened_at = 0
+        #: Keyed appends (Scenario.keyed): the data and key of each keyed payload; the
+        #: tickets of retries that stand for an earlier append of their key (joined, or
+        #: answered from the head's window), and those whose stored entry must be read;
+        #: payloads a crash took unacknowledged, retried by the restarted writer; and
+        #: whether a commit ended undecided or was cancelled since the last that did not.
+        self.keyed: dict[str, tuple[dict[str, str], str]] = {}
+        self.followers: dict[int, str] = {}
+        self.lookups: list[int] = []
+        self.to_retry: list[str] = []
+        self.unsure = False
+        self.looking = 0
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         if self.dead:
@@ -614,6 +638,11 @@ class WriterActor(Actor):
         if self.core is None:
             self.opened_at = sim.now
             return "open", self._open(sim)
+        if self.lookups:
+            self.looking = self.lookups.pop(0)
+            return "lookup", self._lookup(self.looking)
+        if sim.retries and not sim.calm and sim.krng.random() < 0.15:
+            self.retry(sim)
         r = sim.rng
         if sim.calm:
             if self.core.pending_count == 0:
@@ -636,6 +665,7 @@ class WriterActor(Actor):
             sim.note(self, f"{why}: drops unacked {' '.join(self.queued)}")
         self.queued = []
         self.core = None
+        self.followers, self.lookups, self.unsure = {}, [], False
 
     def withdraw(self, sim: Simulation) -> None:
         """Take back a random queued entry; one taken back must never be stored."""
@@ -663,11 +693,75 @@ class WriterActor(Actor):
             self.count += 1
             payload = f"{self.name}.{self.incarnation}.{self.count}"
             pad = "x" * sim.rng.randint(0, 120)
-            self.tickets[payload] = self.core.add(KIND, {"p": payload, "pad": pad}, None)
+            data = {"p": payload, "pad": pad}
+            key = f"k.{payload}" if sim.scenario.keyed and sim.krng.random() < 0.5 else None
+            if key is not None:
+                self.keyed[payload] = (data, key)
+                sim.keyed.add(payload)
+            self.tickets[payload] = self.core.add(KIND, data, None, key=key)
             self.queued.append(payload)
             sim.appended.add(payload)
             names.append(payload)
         sim.note(self, f"append {' '.join(names)} (pending {self.core.pending_count})")
+
+    def retry(self, sim: Simulation) -> None:
+        """Append again, with its key, a keyed payload this caller saw no acknowledgement
+        for: one a crash took (in the restarted writer), or one still queued after a
+        commit ended undecided or was cancelled (joining it). It must be stored once."""
+        assert self.core is not None
+        candidates = list(self.to_retry) + ([p for p in self.queued if p in self.keyed] if self.unsure else [])
+        if not candidates:
+            return
+        payload = sim.krng.choice(candidates)
+        data, key = self.keyed[payload]
+        where = sim.stored_in.get(payload)
+        if payload in self.to_retry and where is not None and where not in sim.lineage(self.sid):
+            # The crashed commit forked after a lost race and its child's head landed
+            # unacknowledged: the key is in a session this caller never heard of.
+            self.to_retry.remove(payload)
+            sim.known("keyed-retry-unknown-fork", self, f"{payload} is stored in {sim.short(where)}, a fork "
+                                                        f"its crashed commit made; retried in {sim.short(self.sid)}, "
+                                                        "it would be stored again")
+            return
+        if payload in self.to_retry and where is not None and sim.keys_after(payload, where, self.sid) >= \
+                sim.config.append_key_window:
+            # Past the documented window: a key reused there is a new key (decision 0037).
+            self.to_retry.remove(payload)
+            sim.note(self, f"does not retry {payload}: {sim.config.append_key_window} or more keyed appends "
+                           "followed it, past the window of keys")
+            return
+        before = self.core.pending_count
+        ticket = self.core.add(KIND, data, None, wait=True, key=key)
+        if payload in self.to_retry:
+            self.to_retry.remove(payload)
+        if self.core.pending_count > before:  # the key is new to this writer and its head
+            self.queued.append(payload)
+            self.tickets[payload] = ticket
+            sim.note(self, f"retry {payload} with its key: queued again (pending {self.core.pending_count})")
+            return
+        self.followers[ticket] = payload
+        lookup = self.core.resolve(ticket) is not None
+        if lookup:
+            self.lookups.append(ticket)
+        sim.note(self, f"retry {payload} with its key: stands for the earlier append"
+                       + (" (its entry to be read)" if lookup else ""))
+        self.claim(sim)
+
+    def _lookup(self, ticket: int) -> Proc[int]:
+        assert self.core is not None
+        proc = self.core.resolve(ticket)
+        if proc is not None:
+            yield from proc
+        return ticket
+
+    def claim(self, sim: Simulation) -> None:
+        """Acknowledge every retry whose entry is known now (invariants 1, 2)."""
+        assert self.core is not None
+        for ticket, payload in list(self.followers.items()):
+            entry = self.core.claim(ticket)
+            if entry is not None:
+                del self.followers[ticket]
+                sim.ack_retry(self, payload, entry)
 
     def _open(self, sim: Simulation) -> Proc[ChainPosition]:
         try:
@@ -684,9 +778,16 @@ class WriterActor(Actor):
             sim.note(self, f"opened {sim.short(value.session)} at seq {value.head.seq} "
                            f"({'stored' if value.etag else 'lazy'})")
             return
+        if isinstance(value, int):  # a retry's entry read (lookup)
+            self.claim(sim)
+            return
         assert isinstance(value, CommitResult)
         sim.acknowledge(self, value)
         self.sid = value.session_id
+        if self.core is not None and self.core.pending_count == 0:
+            self.unsure = False
+        if self.followers:
+            self.claim(sim)
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, SessionNotFound) and self.core is not None:
@@ -713,9 +814,20 @@ class WriterActor(Actor):
                     raise Violation("4", f"{self.name} found its session taken with no competitor: {exc}")
             self.drop(sim, "session taken; reopening")
             return
+        if isinstance(exc, EntryNotFound) and self.what == "lookup":
+            # The entry a retry's key named is gone: only retention may have ended it.
+            if not sim.disturbed_since(self.sid, self.opened_at):
+                raise Violation("1", f"{self.name}: a retry's key names an entry that is gone: {exc}")
+            self.followers.pop(self.looking, None)
+            return
+        if isinstance(exc, StoreError) and self.what == "lookup":
+            sim.note(self, f"lookup failed: {type(exc).__name__}: {exc}; reads again later")
+            self.lookups.append(self.looking)
+            return
         if isinstance(exc, StoreError):
             # Gave up undecided: the pending entries stay queued; the next commit retries them.
             sim.note(self, f"commit failed: {type(exc).__name__}: {exc}")
+            self.unsure = True
             return
         if isinstance(exc, CorruptionError) and "is missing" in exc.reason and self.core is None:
             # Opening: a load slower than the grace period (retries) may find a segment of
@@ -933,10 +1045,19 @@ class CreatorActor(Actor):
     count = 0
     #: The payloads of the append under way, and the session it appends to.
     sending: tuple[str, list[str]] = ("", [])
+    #: With keyed appends: the entries of the append under way, and of the last that
+    #: failed, which is sent again with the same keys (``append_latest(keys=)``).
+    entries: tuple[tuple[str, Any], ...] = ()
+    redo: tuple[str, list[str], tuple[tuple[str, Any], ...]] | None = None
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         r = sim.rng
         self.wake_at = sim.now + r.randint(20, sim.scenario.retention_every_ms)
+        if self.redo is not None and sim.krng.random() < 0.5:
+            sid, names, self.entries = self.redo
+            self.redo, self.sending = None, (sid, names)
+            return (f"append {sim.short(sid)} {' '.join(names)} again",
+                    sim.core.append_latest(sid, self.entries, {"by": self.name}, None, [f"k.{p}" for p in names]))
         ended = [sid for sid, lives in sim.store.lives.items()
                  if any(lf.expired_at is not None or lf.deleted_at is not None for lf in lives)]
         if not ended:
@@ -951,9 +1072,12 @@ class CreatorActor(Actor):
             names.append(f"{self.name}.{self.count}")
         sim.appended.update(names)
         self.sending = (sid, names)
-        entries = [(KIND, {"p": p, "pad": "x" * r.randint(0, 60)}) for p in names]
+        self.entries = entries = tuple((KIND, {"p": p, "pad": "x" * r.randint(0, 60)}) for p in names)
+        keys = [f"k.{p}" for p in names] if sim.retries else None
+        if keys:
+            sim.keyed.update(names)
         return (f"append {sim.short(sid)} {' '.join(names)}",
-                sim.core.append_latest(sid, entries, {"by": self.name}, None))
+                sim.core.append_latest(sid, entries, {"by": self.name}, None, keys))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ChainPosition):
@@ -969,6 +1093,8 @@ class CreatorActor(Actor):
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if self.what.startswith("append"):
             sim.dropped.update(self.sending[1])  # not acknowledged (it may have landed)
+            if sim.retries and isinstance(exc, StoreError):
+                self.redo = (*self.sending, self.entries)  # sent again, with the same keys
         if isinstance(exc, (StoreError, SessionExists)):
             return
         raise Violation("creator", f"{self.what} raised {type(exc).__name__}: {exc}")
@@ -1003,6 +1129,10 @@ class Simulation:
         self.known_hits: Counter[str] = Counter()
         self.calm = False
         self.rng = random.Random(f"sim-{scenario.seed}")
+        #: Every choice keyed appends add (Scenario.keyed), apart from the others.
+        self.krng = random.Random(f"sim-keys-{scenario.seed}")
+        self.retries = scenario.keyed and not scenario.compactor
+        self.keyed: set[str] = set()
         self.now = EPOCH_MS
         self.layout = Layout("sim")
         self.store = SimStore(lambda: self.now, self.layout)
@@ -1261,12 +1391,17 @@ class Simulation:
                 self._land(ghost[0], ghost[1], "ghost lands before the restart")
             else:
                 self.note(None, f"ghost dies with the crash ({ghost[0]}): {self._describe(ghost[1])} never lands")
+        if self.retries:
+            lost = [p for p in [*w.queued, *w.followers.values(), *w.to_retry] if p in w.keyed and p not in self.acked]
+            w.to_retry = list(dict.fromkeys(lost))
         w.drop(self, "crash")
         w.dead = True
         w.wake_at = self.now + self.rng.randint(1, 500)
 
     def _cancel(self, w: WriterActor) -> None:
         self.note(w, f"CANCEL {w.what}")
+        if w.what.startswith("commit"):
+            w.unsure = True  # (not drawn from, so a scenario without keys runs as before)
         self._abandon(w, "cancel", ghosts=self.scenario.ghosts)
         w.wake_at = self.now + self.rng.randint(0, 50)
 
@@ -1498,6 +1633,43 @@ class Simulation:
         self._check_acked(sid, [_payload(e) for e in acked])
         self.note(who, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
 
+    def keys_after(self, payload: str, where: str, sid: str) -> int:
+        """How many keyed entries follow ``payload`` (stored in ``where``) in the chains
+        of ``where`` and of ``sid``, the session a retry of it goes to."""
+        chain = self.chains.get(where, [])
+        at = next((i for i, e in enumerate(chain) if _payload(e) == payload), len(chain))
+        later = [e for e in chain[at + 1:] if _payload(e) in self.keyed]
+        if sid != where:
+            later += [e for e in self.chains.get(sid, []) if e.seq > chain[at].seq and _payload(e) in self.keyed] \
+                if at < len(chain) else []
+        return len({_payload(e) for e in later})
+
+    def lineage(self, sid: str) -> list[str]:
+        """``sid`` and the sessions it forked from, as loaded (nearest first)."""
+        out = [sid]
+        while out[-1] in self.parent_of and self.parent_of[out[-1]] not in out:
+            out.append(self.parent_of[out[-1]])
+        return out
+
+    def ack_retry(self, w: WriterActor, payload: str, entry: AckedEntry) -> None:
+        """A keyed retry answered with the entry stored the first time: it must be that
+        payload's, where any earlier acknowledgement of it said, and there now."""
+        sid = entry.session_id
+        self.history.ack(w.op, w.name, positions(sid, [entry], _payload), retry=True)
+        at = (sid, entry.seq, entry.hash)
+        if _payload(entry) != payload:
+            raise Violation("2", f"{w.name}'s retry of {payload} was answered with {_payload(entry)} at "
+                                 f"{self._where(at)}")
+        first = self.acked.get(payload)
+        if first is not None and first != at:
+            raise Violation("2", f"{payload} acked at {self._where(first)}, its retry at {self._where(at)}")
+        if first is None:
+            self.acked[payload] = at
+            self.acked_by_session.setdefault(sid, []).append(payload)
+        self.refresh(sid)
+        self._check_acked(sid, [payload])
+        self.note(w, f"retry acked in {self.short(sid)}: {payload}@{entry.seq}")
+
     def settle_conflict(self, w: WriterActor, err: ConflictError) -> None:
         """A ConflictError's ``landed`` entries are acknowledged in the writer's session."""
         self._ack_entries(w, list(err.landed), err.session)
@@ -1675,6 +1847,11 @@ KNOWN_BUGS: dict[str, str] = {
     "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
                             "when its commit was planned; the head lands later (segment write, retries), "
                             "so a reader of the previous head gets less than the grace period",
+    "keyed-retry-unknown-fork": "a writer's commit of a keyed entry loses a race and forks; the child's head "
+                                "lands but the writer crashes before it learns of the child: the restarted "
+                                "writer opens the parent and retries the key there, which does not find it "
+                                "(it is in the child's window), so it is stored again (decision 0037). The "
+                                "simulated caller does not retry such an entry",
     "stale-writer-merge": "a writer whose view of the head is stale (its commit landed unacknowledged: "
                           "cancelled, or it raised; or another writer moved on) plans its next flush from "
                           "the old head; once gc collected the segments that head listed, the merge's GET "

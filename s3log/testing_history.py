@@ -12,7 +12,8 @@ one :class:`Violation` per breach:
     in the final read of that session, or in a chain retention ended (expired or
     deleted: only those entries are legitimately gone);
 ``duplicated``
-    no entry is acknowledged twice, and none is stored twice: an entry appears at
+    no entry is acknowledged twice (the answer to a retry with an idempotency key
+    may acknowledge it again, at the very same position), and none is stored twice: an entry appears at
     most once over the final reads of every session (fork entries aside), and an
     acknowledged one nowhere but where its result said;
 ``read``
@@ -76,6 +77,9 @@ class Ack:
     op: int
     client: str
     positions: tuple[Position, ...]
+    #: The answer to a retry with an idempotency key: the entry stored by an earlier
+    #: append of that key, which may have been acknowledged already (at this position).
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +194,10 @@ class History:
             self.events.append(Invoke(op, client, action, session))
         return op
 
-    def ack(self, op: int, client: str, positions: Iterable[Position]) -> None:
-        """Record entries ``op`` acknowledged."""
-        self.add(Ack(op, client, tuple(positions)))
+    def ack(self, op: int, client: str, positions: Iterable[Position], *, retry: bool = False) -> None:
+        """Record entries ``op`` acknowledged (``retry``: as the answer to a retry with
+        an idempotency key, see :class:`Ack`)."""
+        self.add(Ack(op, client, tuple(positions), retry))
 
     def fail(self, op: int, client: str, error: str) -> None:
         """Record that ``op`` ended with no acknowledgement."""
@@ -406,6 +411,8 @@ def _check_acks(events: Sequence[Event], finals: dict[str, list[Position]],
             if p.payload is None:
                 continue
             first = acked.get(p.payload)
+            if first is not None and ev.retry and first[0] == p:
+                continue  # a retry answered with the entry stored (and acknowledged) before
             if first is not None:
                 out.append(Violation("duplicated", f"{p.payload} acknowledged twice: at {_at(first[0])} and at "
                                                    f"{_at(p)}", (first[1], i)))

@@ -212,6 +212,12 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
     w.append("keyed", {"i": "child"}, key="req-child")
     w.commit()
     out["signed_keys"] = w.session_id
+    # Signed and compacted (its mark covered by the signature), then committed to again.
+    w = signed.create()
+    _commit_each(w, [("signed", {"i": i}) for i in range(4)], 2)
+    signed.compact(w.session_id, lambda history, head: history[1:])
+    signed.open(w.session_id).append_durable("signed", {"i": "after"}, key="req-after")
+    out["signed_compacted"] = w.session_id
 
     lg.close()
     log.close()

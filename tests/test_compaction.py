@@ -227,3 +227,76 @@ def test_a_compaction_keeping_new_well_formed_entries_reads_and_scans_back() -> 
     assert [(e.kind, e.ts, e.data) for e in log.read("s1").entries][1:] == [("summary", 5, {"n": [1, 2]})]
     assert log.compact("s1", lambda history, head: (e for e in history[:1]))  # any iterable
     assert [e.kind for e in log.read("s1").entries] == ["k"]
+
+
+# ------------------------------------------------------------- a tampered mark
+
+
+def _signed_logs(store: s3log.MemoryStore) -> tuple[s3log.Log, s3log.Log]:
+    """:func:`_logs`, both signing and verifying heads with one Ed25519 key."""
+    from dataclasses import replace
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    log, other = _logs(store)
+    keys = {"signer": signer, "verifier": PublicKeyVerifier([signer.public_key])}
+    return (s3log.Log(store, config=replace(log.config, **keys)),
+            s3log.Log(store, config=replace(other.config, **keys)))
+
+
+#: Edits of a compacted head, each of which (unsigned) made a writer settling a lost
+#: reply store again an entry the compaction kept, or give up on it.
+_EDITS: dict[str, Callable[[Any], Any]] = {
+    # Another entry right after the writer's base: none of its entries landed.
+    "the mark's last tip": lambda h: {**h.extra["compacted"], "tips": [*h.extra["compacted"]["tips"][:-1], bytes(16)]},
+    "the mark's tips": lambda h: {**h.extra["compacted"], "tips": []},
+    "the mark removed": lambda h: None,
+    # Whether the mark is of the writer's session at all (same_life):
+    "created_at": lambda h: h.created_at + 1,
+    "creator": lambda h: "someone-else",
+}
+
+
+def _tamper(store: s3log.MemoryStore, layout: Any, what: str) -> None:
+    """What someone who can write the bucket but holds no key can do: edit the compacted
+    head, keeping its genuine signature."""
+    from dataclasses import replace
+
+    from s3log.codec import decode_head, encode_head
+
+    key = layout.head(SID)
+    got = store.get(key)
+    head = decode_head(got.body, key)
+    value = _EDITS[what](head)
+    if what in ("created_at", "creator"):
+        forged = replace(head, **{what: value})
+    else:
+        extra = {k: v for k, v in head.extra.items() if k != "compacted"}
+        forged = replace(head, extra=extra if value is None else {**extra, "compacted": value})
+    assert forged != head
+    store.put_if_match(key, encode_head(forged), got.etag)
+
+
+@pytest.mark.parametrize("what", sorted(_EDITS))
+def test_a_tampered_compacted_head_is_refused_by_a_settling_writer_and_readers(what: str) -> None:
+    store = _LostReply()
+    log, other = _signed_logs(store)
+    w = log.create(SID)
+    w.append("k", "a0")
+    w.append("k", "a1")
+    w.commit()
+
+    def compact_then_tamper() -> None:
+        other.compact(SID, _drop_first)  # keeps a1 and b, which landed
+        _tamper(store, log.layout, what)
+
+    store.hook = compact_then_tamper
+    w.append("k", "b")
+    with pytest.raises(s3log.SignatureError):
+        w.commit()
+    with pytest.raises(s3log.SignatureError):
+        log.read(SID)
+    assert sorted(_payloads(s3log.Log(store))) == ["a1", "b"]  # b not stored again (read unverified)

@@ -100,6 +100,17 @@ def test_an_entry_acknowledged_twice_is_reported() -> None:
     assert rules(events) == ["duplicated"]
 
 
+def test_a_retry_answered_with_the_stored_entry_is_not_a_second_acknowledgement() -> None:
+    # An append retried with its idempotency key is answered with the entry stored the
+    # first time: acknowledged again, where it was, it is no duplicate; elsewhere it is.
+    events = clean()
+    events.insert(-1, Ack(4, "w2", (A1,), retry=True))
+    assert rules(events) == []
+    events = clean()
+    events.insert(-1, Ack(4, "w2", (pos("b", "A", 0),), retry=True))
+    assert "duplicated" in rules(events)
+
+
 def test_an_acknowledged_entry_retention_ended_is_excused_but_not_stored_again() -> None:
     ended = [*clean()[:-1], Ended(9, "rt", "A", (A0, A1)), Read(0, "end", "A", (), final=True)]
     assert check(ended) == []

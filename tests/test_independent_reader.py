@@ -77,7 +77,7 @@ def test_the_independent_reader_reads_every_shape_as_s3log_does(dump: tuple[Path
 def test_signed_heads_verify_with_the_trusted_key_only(dump: tuple[Path, dict[str, str], Any]) -> None:
     root, names, expected = dump
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--bucket", BUCKET)
-    for name in ("signed", "signed_keys", "signed_keys_parent"):
+    for name in ("signed", "signed_keys", "signed_keys_parent", "signed_compacted"):
         assert got[names[name]]["ok"] is True, got[names[name]]
         assert _same(got[names[name]], expected[names[name]])
     for name, sid in names.items():
@@ -405,6 +405,34 @@ def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_append_keys_c
             del obj["append_keys"]
 
     root, sid, _ = _changed_copy(dump, tmp_path, "signed_keys", lambda r, s: _edit(_head(r, s), edit))
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
+    assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
+    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
+    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
+    with pytest.raises(SignatureError):
+        reader.read(sid)
+
+
+@pytest.mark.parametrize("change", ["the mark's last tip", "the mark dropped", "created_at", "creator"])
+def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_compaction_mark_changed(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
+    # A writer settling a lost reply acknowledges what the mark names (for the session
+    # its creation names): both are signed with the head.
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier, SignatureError
+
+    def edit(obj: Any) -> None:
+        if change == "the mark's last tip":
+            obj["compacted"]["tips"][-1] = bytes(16)
+        elif change == "the mark dropped":
+            del obj["compacted"]
+        elif change == "created_at":
+            obj["created_at"] += 1
+        else:
+            obj["creator"] = "someone-else"
+
+    root, sid, _ = _changed_copy(dump, tmp_path, "signed_compacted", lambda r, s: _edit(_head(r, s), edit))
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
     assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
     key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())

@@ -334,6 +334,32 @@ def test_a_head_with_append_keys_signs_their_digest_too(ed_key: Ed25519PrivateKe
     signer.public_key.verify(head.sig.value, expected)
 
 
+def test_a_compacted_head_signs_its_mark_with_the_sessions_creation(ed_key: Ed25519PrivateKey) -> None:
+    signer = Ed25519Signer(ed_key)
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(signer=signer))
+    w = log.create()
+    w.append("m", "a")
+    w.append("m", "b")
+    w.commit()
+    assert log.compact(w.session_id, lambda history, head: history[1:])
+    log.open(w.session_id).append_durable("m", "c", key="req-1")  # the next head keeps the mark
+    head = log.head(w.session_id)
+    assert head.extra.get("compacted") and head.append_keys and head.creator and head.sig is not None
+    # docs/format.md, "Signed heads": a twelfth key, between meta_digest and append_keys_digest.
+    mark = cbor2.dumps([head.extra["compacted"], head.created_at, head.creator], canonical=True)
+    expected = cbor2.dumps({
+        "purpose": "s3log/head", "v": head.v, "session": w.session_id, "seq": head.seq, "hash": head.hash,
+        "parent": None, "meta_digest": hashlib.sha256(cbor2.dumps({}, canonical=True)).digest(),
+        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log",
+        "compacted_digest": hashlib.sha256(mark).digest(),
+        "append_keys_digest": hashlib.sha256(cbor2.dumps([a.to_list() for a in head.append_keys],
+                                                         canonical=True)).digest(),
+    }, canonical=True)
+    assert expected[:1] == b"\xac"  # twelve pairs
+    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
+    signer.public_key.verify(head.sig.value, expected)
+
+
 def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey) -> None:
     signer = Ed25519Signer(ed_key)
     log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(signer=signer))

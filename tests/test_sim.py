@@ -73,6 +73,7 @@ def test_scenarios_cover_every_actor_and_fault() -> None:
     assert {s.retention for s in scenarios} == {"", "expire", "delete", "both"}
     assert any(s.retention and s.creator for s in scenarios) and any(s.retention and s.solo for s in scenarios)
     assert any(s.probe and s.retention and s.gc and s.fault_rate for s in scenarios)
+    assert any(s.keyed and s.crash_rate and s.cancel_rate for s in scenarios) and not all(s.keyed for s in scenarios)
 
 
 def test_a_failing_seed_prints_a_readable_trace(capsys: pytest.CaptureFixture[str]) -> None:
@@ -262,7 +263,7 @@ REGRESSION_SEEDS = {
 def test_regression_seed(bug: str) -> None:
     # Each seed struck a protocol bug the simulator found (now fixed): it must run clean
     # with that bug's check enforced, in the scenario it struck in (the strict tail bound).
-    scenario = replace(Scenario.from_seed(REGRESSION_SEEDS[bug]), tail_per_commit=0, retention="")
+    scenario = replace(Scenario.from_seed(REGRESSION_SEEDS[bug]), tail_per_commit=0, retention="", keyed=False)
     o = Simulation(scenario, known_bugs=frozenset({bug})).run()
     assert o.violation is None, str(o.violation)
 
@@ -479,6 +480,39 @@ COMPACTION_SEEDS = (275, 316, 376, 482, 484, 570)
 def test_compaction_racing_a_lost_reply_stores_nothing_twice(seed: int) -> None:
     # Before the compacted head named the chain it replaced, the writer found nothing by
     # hash, forked, and its entries were stored in two sessions (invariant 2).
-    o = Simulation(replace(Scenario.from_seed(seed), compactor=True)).run()
+    o = Simulation(replace(Scenario.from_seed(seed), compactor=True, keyed=False)).run()
     assert o.violation is None, str(o.violation)
     assert "compactor" in Scenario.describe(replace(Scenario.from_seed(seed), compactor=True))
+
+
+#: Seeds whose scenario draws keyed appends (``Scenario.keyed``) and retries them with
+#: their key: joining an entry whose commit ended undecided or was cancelled, answered
+#: from the head's window by a restarted writer (30, 142 and 151 read the entry), or
+#: queued again where the first attempt never landed (30, 176).
+KEYED_SEEDS = (30, 62, 124, 142, 151, 176)
+
+
+@pytest.mark.parametrize("seed", KEYED_SEEDS)
+def test_keyed_retries_are_stored_once_and_acknowledged_where_they_were(seed: int) -> None:
+    assert Scenario.from_seed(seed).keyed
+    o = Simulation(Scenario.from_seed(seed), trace=True).run()
+    assert o.violation is None, str(o.violation)
+    assert any("retry acked" in line for line in o.trace)
+
+
+def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every key taken for new: each retry is queued again and stored a second time.
+    from s3log.core import CommitQueue
+
+    monkeypatch.setattr(CommitQueue, "_known_key", lambda self, key, digest, wait: None)
+    for seed in KEYED_SEEDS:
+        o = Simulation(Scenario.from_seed(seed)).run()
+        assert o.violation is not None and o.violation.invariant == "2", (seed, o.violation)
+
+
+def test_a_retry_cannot_find_a_fork_its_crashed_commit_made() -> None:
+    # A documented limitation (decision 0037): the crashed commit forked and its child's
+    # head landed unacknowledged; a retry in the parent would store the entry again, so
+    # the simulated caller does not make it. Asked to, the simulator names the case.
+    o = Simulation(Scenario.from_seed(10568), known_bugs=frozenset({"keyed-retry-unknown-fork"})).run()
+    assert o.violation is not None and o.violation.invariant == "keyed-retry-unknown-fork", o.violation

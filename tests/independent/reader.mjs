@@ -477,10 +477,10 @@ function parseHead(h, sid, prefix, tombstone = false) {
   return { v, seq, hash, segs, tail, tailHashes, parent, meta, sig: sigNode.t === "null" ? undefined : sigNode, node: h };
 }
 
-// "Signed heads": the payload is the deterministic encoding of the ten-key map (eleven with a
-// non-empty `append_keys`), whose `log`
-// is the identity of the log this reader reads (BUCKET/PREFIX unless named), never a value
-// taken from the head.
+// "Signed heads": the payload is the deterministic encoding of the ten-key map (one more
+// each for a `compacted` mark and a non-empty `append_keys`), whose `log` is the identity
+// of the log this reader reads (BUCKET/PREFIX unless named), never a value taken from the
+// head.
 function verifySig(head, trusted, logId) {
   const sig = head.sig;
   need(sig !== undefined, "head is unsigned (no `sig`) but trusted keys are configured");
@@ -496,6 +496,14 @@ function verifySig(head, trusted, logId) {
     seq: get.any(h, "seq"), hash: get.opt(h, "hash"), parent: get.opt(h, "parent"),
     meta_digest: N.bytes(sha256(encode(head.meta))), alg: N.text(alg), key_id: N.text(keyId),
   };
+  // A compaction's mark is signed with the session's creation: the digest of the encoded
+  // array [compacted, created_at, creator] (`creator` null unless text).
+  const mark = get.opt(h, "compacted");
+  if (mark.t !== "null") {
+    const creator = get.opt(h, "creator");
+    const life = { t: "array", v: [mark, get.any(h, "created_at"), creator.t === "text" ? creator : N.nul()] };
+    fields.compacted_digest = N.bytes(sha256(encode(life)));
+  }
   // A non-empty `append_keys` is signed too, as the digest of its deterministic encoding.
   const keys = get.opt(h, "append_keys");
   if (keys.t === "array" && keys.v.length > 0) fields.append_keys_digest = N.bytes(sha256(encode(keys)));
