@@ -486,10 +486,11 @@ def test_compaction_racing_a_lost_reply_stores_nothing_twice(seed: int) -> None:
 
 
 #: Seeds whose scenario draws keyed appends (``Scenario.keyed``) and retries them with
-#: their key: joining an entry whose commit ended undecided or was cancelled, answered
-#: from the head's window by a restarted writer (30, 142 and 151 read the entry), or
-#: queued again where the first attempt never landed (30, 176).
-KEYED_SEEDS = (30, 62, 124, 142, 151, 176)
+#: their key (joining an entry whose commit ended undecided or was cancelled, answered
+#: from the head's window by a restarted writer, or queued again where the first attempt
+#: never landed): the first six such seeds from 0. A change to the requests the
+#: protocol makes changes which seeds do; the test then says which to pick again.
+KEYED_SEEDS = (28, 34, 62, 68, 78, 81)
 
 
 @pytest.mark.parametrize("seed", KEYED_SEEDS)
@@ -497,7 +498,7 @@ def test_keyed_retries_are_stored_once_and_acknowledged_where_they_were(seed: in
     assert Scenario.from_seed(seed).keyed
     o = Simulation(Scenario.from_seed(seed), trace=True).run()
     assert o.violation is None, str(o.violation)
-    assert any("retry acked" in line for line in o.trace)
+    assert any("retry acked" in line for line in o.trace), f"seed {seed} makes no keyed retry now: pick another"
 
 
 def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
