@@ -1,4 +1,11 @@
-"""The store over aioboto3 (asyncio)."""
+"""The store over aiobotocore (asyncio).
+
+The ``async`` extra depends on aiobotocore, not aioboto3: aioboto3 pins one exact
+aiobotocore (which pins a narrow botocore range), so beside an application's own boto3
+pin it often cannot be installed at all. aiobotocore alone takes a range, and an S3
+client is all this store needs. A caller who uses aioboto3 still passes its session
+(``session=aioboto3.Session(...)``) or a client it opened (``client=``).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +21,10 @@ from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, 
 from .base import RequestCounter, deprecated_prefix, precondition_scope
 
 with extra("async"):
-    import aioboto3
     import aiohttp
     from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
     from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
+    from aiobotocore.session import get_session  # type: ignore[import-untyped]
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
@@ -51,9 +58,23 @@ class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
 
 
 def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> Any:
-    """The aioboto3 client settings: those of the boto3 client, and no resend by aiohttp."""
+    """The aiobotocore client settings: those of the boto3 client, and no resend by aiohttp."""
     return AioConfig(http_session_cls=_NoResendSession,
                      **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
+
+
+def open_client(session: Any, **kwargs: Any) -> Any:
+    """The async context manager that opens an S3 client of ``session``.
+
+    ``session``: an aiobotocore ``AioSession`` (``create_client``), an
+    ``aioboto3.Session`` (``client``), or None for a new aiobotocore session, which
+    reads the environment and the AWS config files as boto3 does.
+    """
+    if session is None:
+        session = get_session()
+    if hasattr(session, "create_client"):
+        return session.create_client("s3", **kwargs)
+    return session.client("s3", **kwargs)
 
 
 class _LoopClient:
@@ -68,7 +89,12 @@ class _LoopClient:
 
 
 class AsyncS3Store:
-    """Amazon S3 (or any S3-compatible store) through aioboto3.
+    """Amazon S3 (or any S3-compatible store) through aiobotocore.
+
+    ``session`` (optional): the aiobotocore ``AioSession`` or ``aioboto3.Session`` the
+    store opens its clients from (credentials, profile, region); ``client``: one client
+    the caller opened and closes (either library's). Neither: a new aiobotocore session
+    reading the environment, as boto3 does.
 
     The client is opened on first use and kept until :meth:`aclose` (or the end of an
     ``async with`` block), so a worker pays the connection set-up once.
@@ -85,6 +111,7 @@ class AsyncS3Store:
         prefix: str | None = None,
         *,
         client: Any = None,
+        session: Any = None,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         max_pool_connections: int = 64,
@@ -93,10 +120,12 @@ class AsyncS3Store:
         deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
         #: What the precondition probe's result is remembered for (None: this object).
-        self.precondition_scope = (precondition_scope("aioboto3", bucket, endpoint_url, region_name)
-                                   if client is None else None)
+        # A session or client of the caller's may be configured in any way: probed on its own.
+        self.precondition_scope = (precondition_scope("aiobotocore", bucket, endpoint_url, region_name)
+                                   if client is None and session is None else None)
         #: A client passed in (its owner's to manage), else None: the store opens one per loop.
         self._client = client
+        self._session = session
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._max_pool = max_pool_connections
@@ -137,7 +166,7 @@ class AsyncS3Store:
                     if self._region_name:
                         kwargs["region_name"] = self._region_name
                     stack = contextlib.AsyncExitStack()
-                    client = await stack.enter_async_context(aioboto3.Session().client("s3", **kwargs))
+                    client = await stack.enter_async_context(open_client(self._session, **kwargs))
                     slot.client, slot.stack = client, stack
         return slot.client
 
