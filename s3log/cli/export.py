@@ -199,9 +199,11 @@ def query(
     --since/--until/--kind/--session cut what is read (sessions outside the window or
     not named are never fetched), not only the rows the SQL sees.
     """
-    import duckdb
+    from .. import analytics  # names the analytics extra when pyarrow is missing
+    from .._extras import extra
 
-    from .. import analytics
+    with extra("analytics"):
+        import duckdb
 
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .._extras import extra
@@ -20,21 +22,47 @@ from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
 from .base import RequestCounter, deprecated_prefix, precondition_scope
 
-with extra("async"):
-    import aiohttp
-    from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-    from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
-    from aiobotocore.session import get_session  # type: ignore[import-untyped]
-
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
 
-#: What the store catches: botocore's errors, and aiohttp's own where aiobotocore lets
-#: them through (a body cut short by a reset: ``ClientPayloadError``).
-_CAUGHT = (*CAUGHT, aiohttp.ClientError)
+
+@functools.cache
+def _lib() -> SimpleNamespace:
+    """aiobotocore and aiohttp, imported on first use: ``AsyncS3Store.fast`` (the ``fast``
+    extra) and a store given a client need neither at import; a store that opens its own
+    client names the ``async`` extra when they are missing."""
+    with extra("async"):
+        import aiohttp
+        from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
+        from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
+        from aiobotocore.session import get_session  # type: ignore[import-untyped]
+
+    class NoResendSession(AIOHTTPSession):  # type: ignore[misc]
+        """aiobotocore's HTTP session, minus aiohttp's silent resend.
+
+        aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
+        the reply: the HTTP idempotency rule, false for a conditional PUT. A create-only
+        PUT that landed then came back as a 412, and no failure of a head PUT may go unseen.
+        """
+
+        async def _get_session(self, proxy_url: Any) -> Any:
+            session = await super()._get_session(proxy_url)
+            session._retry_connection = False
+            return session
+
+    # What the store catches: botocore's errors, and aiohttp's own where aiobotocore
+    # lets them through (a body cut short by a reset: ``ClientPayloadError``).
+    return SimpleNamespace(aiohttp=aiohttp, AioConfig=AioConfig, NoResendSession=NoResendSession,
+                           get_session=get_session, caught=(*CAUGHT, aiohttp.ClientError))
+
+
+def _caught() -> tuple[type[BaseException], ...]:
+    caught: tuple[type[BaseException], ...] = _lib().caught
+    return caught
 
 
 def _map_error(exc: BaseException, key: str) -> StoreError:
+    aiohttp = _lib().aiohttp
     if isinstance(exc, aiohttp.ClientError) and not isinstance(exc, CAUGHT):
         if isinstance(exc, ValueError):  # InvalidURL: no retry changes that
             return StoreError(f"{type(exc).__name__}: {exc}", key=key)
@@ -43,24 +71,11 @@ def _map_error(exc: BaseException, key: str) -> StoreError:
     return map_error(exc, key)
 
 
-class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
-    """aiobotocore's HTTP session, minus aiohttp's silent resend.
-
-    aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
-    the reply: the HTTP idempotency rule, false for a conditional PUT. A create-only PUT
-    that landed then came back as a 412, and no failure of a head PUT may go unseen.
-    """
-
-    async def _get_session(self, proxy_url: Any) -> Any:
-        session = await super()._get_session(proxy_url)
-        session._retry_connection = False
-        return session
-
-
 def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> Any:
     """The aiobotocore client settings: those of the boto3 client, and no resend by aiohttp."""
-    return AioConfig(http_session_cls=_NoResendSession,
-                     **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
+    lib = _lib()
+    return lib.AioConfig(http_session_cls=lib.NoResendSession,
+                         **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
 def open_client(session: Any, **kwargs: Any) -> Any:
@@ -71,7 +86,7 @@ def open_client(session: Any, **kwargs: Any) -> Any:
     reads the environment and the AWS config files as boto3 does.
     """
     if session is None:
-        session = get_session()
+        session = _lib().get_session()
     if hasattr(session, "create_client"):
         return session.create_client("s3", **kwargs)
     return session.client("s3", **kwargs)
@@ -116,6 +131,8 @@ class AsyncS3Store:
         region_name: str | None = None,
         max_pool_connections: int = 64,
     ) -> None:
+        if client is None:
+            _lib()  # MissingExtraError now, naming the async extra, not at the first request
         self.bucket = bucket
         deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
@@ -197,7 +214,7 @@ class AsyncS3Store:
             stream = resp["Body"]
             async with stream:
                 body = await stream.read()
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return Blob(body, etag_of(resp, key, write=False))
 
@@ -207,7 +224,7 @@ class AsyncS3Store:
         client = await self._c()
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
 
@@ -217,7 +234,7 @@ class AsyncS3Store:
         client = await self._c()
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
 
@@ -231,7 +248,7 @@ class AsyncS3Store:
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
             resp = await client.list_objects_v2(**params)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, prefix) from exc
         return list_page(resp)
 
@@ -241,7 +258,7 @@ class AsyncS3Store:
         client = await self._c()
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
 
     async def delete_if_match(self, key: str, etag: str) -> None:
@@ -251,5 +268,5 @@ class AsyncS3Store:
         client = await self._c()
         try:
             await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
