@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,23 +15,21 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+from ..errors import InvalidArgumentError
+from ..times import to_ms
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
 from .common import print_table
-from .maintenance import parse_duration
 
 
 def parse_time(text: str | None) -> int | None:
-    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms."""
+    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms
+    (:func:`s3log.times.to_ms`, as the library's ``since``/``until``)."""
     if not text:
         return None
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        now = datetime.now(UTC).timestamp() * 1000
-        return int(now - parse_duration(text))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+        return to_ms(text, "time", now_ms=int(time.time() * 1000))
+    except InvalidArgumentError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @contextlib.contextmanager

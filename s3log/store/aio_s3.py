@@ -33,9 +33,9 @@ def _lib() -> SimpleNamespace:
     client names the ``async`` extra when they are missing."""
     with extra("async"):
         import aiohttp
-        from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-        from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
-        from aiobotocore.session import get_session  # type: ignore[import-untyped]
+        from aiobotocore.config import AioConfig
+        from aiobotocore.httpsession import AIOHTTPSession
+        from aiobotocore.session import get_session
 
     class NoResendSession(AIOHTTPSession):  # type: ignore[misc]
         """aiobotocore's HTTP session, minus aiohttp's silent resend.
