@@ -6,7 +6,12 @@ conditional PUT; a writer that loses a race forks instead of losing data.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+# A library logs; the application decides where records go. Without a handler of its
+# own, Python's last-resort handler would print s3log's warnings (forks) to stderr.
+logging.getLogger("s3log").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter

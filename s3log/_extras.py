@@ -17,7 +17,7 @@ from types import ModuleType
 from .errors import MissingExtraError
 
 #: Every extra of the distribution, so a typo at an import site fails loudly in tests.
-EXTRAS = frozenset({"async", "cli", "local", "fast", "analytics", "dask", "langgraph", "openai-agents", "sign"})
+EXTRAS = frozenset({"async", "cli", "local", "fast", "analytics", "dask", "langgraph", "openai-agents", "sign", "otel"})
 
 
 def _check(extra_name: str) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from . import otel
 from ._loops import PerLoop
 from .codec import Entry, Head
 from .config import LogConfig
@@ -96,21 +96,14 @@ class AsyncWriter(WriterVerbs[S]):
         self._tasks.clear()
         self._running, self._following = None, {}
 
-    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> Ticket:
+    def append(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
         """Queue an entry; return its ticket. Nothing is written: :meth:`commit` (or
         :meth:`wait`) makes it durable. The same verb as :meth:`s3log.Writer.append`
         (``key``: an idempotency key, as there).
 
-        Bad input raises InvalidEntryError at once. (Awaiting the ticket, the form of
-        s3log 0.1, still waits for durability, with a DeprecationWarning.)
+        Bad input raises InvalidEntryError at once.
         """
-        return Ticket(self._core.add(kind, data, ts, key=key), self)
-
-    def append_nowait(self, kind: str, data: Any = None, *, ts: int | None = None) -> int:
-        """Deprecated alias of :meth:`append` (which now only queues)."""
-        warnings.warn("AsyncWriter.append_nowait is deprecated: use append (it only queues now)",
-                      DeprecationWarning, stacklevel=2)
-        return int(self._core.add(kind, data, ts))
+        return self._core.add(kind, data, ts, key=key)
 
     def submit(self, kind: str, data: Any = None, *, ts: int | None = None, key: str | None = None) -> int:
         """Queue an entry and return a ticket to :meth:`wait` on or ask the :meth:`status` of
@@ -192,6 +185,15 @@ class AsyncWriter(WriterVerbs[S]):
 
         The commit runs in its own task: cancelling the caller does not cancel it.
         """
+        if otel.TRACER is None or not otel.recording():
+            return await self._commit()
+        # The commit's task starts inside the span: its requests are the span's children.
+        with otel.verb_span("commit", self._log._store_id(), self.session_id) as span:
+            result = await self._commit()
+            otel.committed(span, result)
+            return result
+
+    async def _commit(self) -> CommitResult[S]:
         task = self._start(self._commit_task(self._bind()))
         # Nobody may be left to await it (its caller was cancelled): its error is then
         # retrieved here, and the entries it carried stay queued ("uncertain" if its
@@ -219,27 +221,6 @@ class AsyncWriter(WriterVerbs[S]):
         async with lock:
             proc = self._core.touch(on_conflict) if touch else self._core.commit()
             return await self._log.run(self._log._core.writing(proc))
-
-
-class Ticket(int):
-    """The ticket of a queued entry (an int). Awaiting it is the deprecated 0.1 form of
-    :meth:`AsyncWriter.append_durable`."""
-
-    _writer: AsyncWriter
-
-    def __new__(cls, value: int, writer: AsyncWriter) -> Ticket:
-        ticket = super().__new__(cls, value)
-        ticket._writer = writer
-        return ticket
-
-    def __await__(self) -> Generator[Any, None, AckedEntry]:
-        warnings.warn("`await writer.append(...)` is deprecated: append only queues now; "
-                      "use `await writer.append_durable(...)`", DeprecationWarning, stacklevel=2)
-        writer = self._writer
-        if not writer._core.watch(int(self)):
-            raise InvalidArgumentError("ticket", f"entry {int(self)} was already committed or withdrawn",
-                                       session=writer.session_id)
-        return writer._durable(int(self)).__await__()
 
 
 def _abandon(task: asyncio.Task[Any]) -> None:
@@ -343,7 +324,15 @@ class AsyncLog(LogVerbs):
 
     async def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
-        return await self.run(self._core.read(session_id))
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.read(session_id))
+        with otel.verb_span("read", self._store_id(), session_id) as span:
+            view = await self.run(self._core.read(session_id))
+            span.set_attribute("gen_ai.memory.record.count", len(view.entries))
+            return view
+
+    def _store_id(self) -> str:
+        return otel.store_id(self.store, self._core.layout.prefix)
 
     async def head(self, session_id: str) -> Head:
         """A session's head (one GET)."""
@@ -435,9 +424,12 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        return await self.run(
-            self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
-        )
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        with otel.verb_span("fork", self._store_id(), session_id) as span:
+            child = await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            otel.forked(span, session_id, child)
+            return child
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -506,7 +498,12 @@ class AsyncLog(LogVerbs):
         progress: Callable[[ExpireProgress], None] | None = None,
     ) -> ExpireReport:
         """Expire sessions idle for ``idle_for`` (see :meth:`s3log.Log.expire`)."""
-        return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        if otel.TRACER is None or not otel.recording():
+            return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
+            report = await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            otel.expired(span, report)
+            return report
 
     async def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
         """Sessions committed to since ``since`` (see :meth:`s3log.Log.active_sessions`)."""

@@ -6,9 +6,11 @@ a fixed schema (:data:`SCHEMA`). Memory is bounded by ``parallelism`` sessions i
 flight plus one batch, whatever the size of the prefix. :func:`sessions` gives one row
 per session from its head alone (:data:`SESSIONS_SCHEMA`): labels, meta, counts.
 
-:func:`duckdb` registers both as lazy views: every query streams a fresh scan, so
-nothing is materialized and filters given to it (sessions, time window, kinds) cut the
-requests made. Needs the ``analytics`` extra (pyarrow, duckdb).
+:func:`duckdb` registers both as lazy views: every query streams a fresh scan in
+small batches, so nothing is materialized and filters given to it (sessions, time
+window, kinds) cut the requests made; ``snapshot=True`` reads once into DuckDB tables
+instead. Every entry point also opens a log URL with ``storage_options``
+(:func:`open_store`). Needs the ``analytics`` extra (pyarrow, duckdb).
 """
 
 from __future__ import annotations
@@ -469,6 +471,8 @@ class _Columns:
         self.chunks: list[pa.RecordBatch] = []
         #: Rows held: in ``chunks`` and gathered below.
         self.rows = 0
+        #: The bytes of entry data those rows hold (data_cbor; data_json is about as much).
+        self.bytes = 0
         self._clear()
 
     def _clear(self) -> None:
@@ -529,6 +533,7 @@ class _Columns:
         self.data += data
         self.values += values
         self.rows += n
+        self.bytes += sum(map(len, data))
         if len(self.seqs) >= _GATHER_ROWS:
             self._arrow()
         return n
@@ -555,10 +560,14 @@ class _Columns:
         ], schema=SCHEMA))
         self._clear()
 
-    def take(self, size: int) -> Iterator[pa.RecordBatch]:
-        """Batches of exactly ``size`` rows while there are that many."""
+    def take(self, size: int, max_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Batches of exactly ``size`` rows while there are that many; with ``max_bytes``,
+        every row held as one batch once their data reach that many bytes."""
         if self.rows < size:
+            if max_bytes is not None and self.bytes >= max_bytes:
+                yield from self.rest()
             return
+        held = self.rows
         self._arrow()
         # A batch is copied together only if it spans chunks: within one chunk it is a
         # view of it (copying every chunk into one first copied each row once more).
@@ -570,13 +579,14 @@ class _Columns:
         rest = table.slice(start)
         self.chunks = rest.combine_chunks().to_batches() if rest.num_rows else []
         self.rows -= start
+        self.bytes = self.bytes * self.rows // held
 
     def rest(self) -> Iterator[pa.RecordBatch]:
         """The remaining rows as one batch."""
         self._arrow()
         if self.rows:
             yield pa.Table.from_batches(self.chunks, schema=SCHEMA).combine_chunks().to_batches()[0]
-        self.chunks, self.rows = [], 0
+        self.chunks, self.rows, self.bytes = [], 0, 0
 
 
 def _out_of_range(t: object) -> bool:
@@ -644,6 +654,82 @@ def _sessions_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=SESSIONS_SCHEMA)
 
 
+# ----------------------------------------------------------------- storage_options
+
+
+#: ``storage_options`` keys, as deltalake, obstore and pyarrow users write them (any case,
+#: with or without ``aws_``), and the boto3 argument each sets.
+_STORAGE_KEYS = {
+    "endpoint": "endpoint_url", "endpoint_url": "endpoint_url", "endpoint_url_s3": "endpoint_url",
+    "region": "region_name", "default_region": "region_name", "region_name": "region_name",
+    "access_key_id": "aws_access_key_id", "secret_access_key": "aws_secret_access_key",
+    "session_token": "aws_session_token", "token": "aws_session_token",
+    "profile": "profile_name", "profile_name": "profile_name",
+}
+#: Accepted and needing nothing here: boto3 speaks http to an http:// endpoint as given.
+_STORAGE_IGNORED = ("allow_http",)
+
+
+def storage_kwargs(storage_options: object) -> dict[str, str]:
+    """``storage_options`` (``{"AWS_ENDPOINT_URL": ..., "AWS_REGION": ...}``) as boto3's
+    session and client arguments; an unknown key or a value that is not a string is an
+    :class:`~s3log.InvalidArgumentError` naming it."""
+    if not isinstance(storage_options, dict):
+        raise InvalidArgumentError("storage_options", f"must be a dict of strings, not {storage_options!r}")
+    out: dict[str, str] = {}
+    for key, value in storage_options.items():
+        name = key.lower() if isinstance(key, str) else ""
+        name = name[4:] if name.startswith("aws_") else name
+        if name in _STORAGE_IGNORED:
+            continue
+        if name not in _STORAGE_KEYS:
+            known = ", ".join(sorted("AWS_" + k.upper() for k in (*_STORAGE_KEYS, *_STORAGE_IGNORED)))
+            raise InvalidArgumentError("storage_options", f"unknown key {key!r}: expected one of {known}")
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError("storage_options", f"{key!r} must be a non-empty string, not {value!r}")
+        out[_STORAGE_KEYS[name]] = value
+    return out
+
+
+def open_store(
+    store: ObjectStore | str, storage_options: dict[str, str] | None = None, prefix: str | None = None
+) -> tuple[ObjectStore, str | None]:
+    """The store and prefix an analytics entry point reads: ``store`` itself, or the
+    store a log URL (``s3://bucket/prefix``, see :mod:`s3log.urls`) names, opened with
+    ``storage_options`` (endpoint, region, credentials, profile). ``prefix`` given
+    wins over the URL's. Checked before any request is made."""
+    if not isinstance(store, str):
+        if storage_options is not None:
+            raise InvalidArgumentError(
+                "storage_options", "opens the store a URL names: pass s3://bucket/prefix instead of a store")
+        return store, prefix
+    from .urls import parse_url
+
+    spec = parse_url(store)
+    if spec.scheme != "s3" or spec.store != "boto3":
+        raise InvalidArgumentError("store", f"analytics opens s3:// URLs read with boto3, not {store!r}")
+    kwargs = storage_kwargs(storage_options if storage_options is not None else {})
+    if spec.endpoint:
+        kwargs.setdefault("endpoint_url", spec.endpoint)
+    if spec.region:
+        kwargs.setdefault("region_name", spec.region)
+    return boto3_store(str(spec.bucket), kwargs), spec.prefix if prefix is None else prefix
+
+
+def boto3_store(bucket: str, kwargs: dict[str, str]) -> ObjectStore:
+    """An :class:`~s3log.S3Store` on a client made from :func:`storage_kwargs`' arguments."""
+    import boto3
+
+    from .store._s3common import client_config
+    from .store.s3 import S3Store
+
+    session_keys = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "profile_name")
+    session = boto3.session.Session(**{k: v for k, v in kwargs.items() if k in session_keys})
+    client = session.client("s3", config=client_config(),
+                            **{k: v for k, v in kwargs.items() if k not in session_keys})
+    return S3Store(bucket, client=client)
+
+
 # -------------------------------------------------------------------------------- scan
 
 
@@ -702,7 +788,7 @@ class _Progress:
 
 
 def scan(
-    store: ObjectStore,
+    store: ObjectStore | str,
     sessions: Iterable[str] | None = None,
     since: int | float | datetime | str | None = None,
     until: int | float | datetime | str | None = None,
@@ -716,6 +802,8 @@ def scan(
     on_head: Callable[[Head], None] | None = None,
     verifier: Verifier | None = None,
     log_id: str | None = None,
+    storage_options: dict[str, str] | None = None,
+    batch_bytes: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the entries of many sessions as Arrow record batches of :data:`SCHEMA`.
 
@@ -734,10 +822,16 @@ def scan(
     :class:`~s3log.signing.SignatureError`); without it signatures are not checked.
     ``log_id``: the identity heads are verified as heads of (as ``LogConfig(log_id=...)``;
     default ``<bucket>/<prefix>``): a copy of a whole log names its original's.
+
+    ``store`` may be a log URL (``s3://bucket/prefix``) opened with ``storage_options``
+    (:func:`open_store`). A batch holds ``batch_size`` rows, or with ``batch_bytes``
+    fewer once their entries' data reach that many bytes (memory bound by bytes).
     """
     # Every argument is checked here, before anything is read.
     _positive("batch_size", batch_size)
     _positive("parallelism", parallelism)
+    if batch_bytes is not None:
+        _positive("batch_bytes", batch_bytes)
     lo, hi = _ms(since, "since"), _ms(until, "until")
     kind_set = None if kinds is None else frozenset(_names("kinds", kinds, "kinds"))
     wanted = _session_list(sessions)
@@ -748,7 +842,9 @@ def scan(
             raise InvalidArgumentError(name, f"must be callable, not {fn!r}")
     _check_verifier(verifier)
     config = _config(parallelism, verifier, log_id)
-    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, strict, progress, on_head, config)
+    store, prefix = open_store(store, storage_options, prefix)
+    return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, batch_bytes, strict, progress, on_head,
+                 config)
 
 
 def _check_verifier(verifier: object) -> None:
@@ -769,6 +865,7 @@ def _scan(
     kind_set: frozenset[str] | None,
     prefix: str | None,
     batch_size: int,
+    batch_bytes: int | None,
     strict: bool,
     progress: ProgressCallback | None,
     on_head: Callable[[Head], None] | None,
@@ -809,7 +906,7 @@ def _scan(
                     on_head(head)
                 n = cols.add(head, runs, keep)
             tracker.step(n)
-            yield from cols.take(batch_size)
+            yield from cols.take(batch_size, batch_bytes)
         yield from cols.rest()
     finally:
         lg.close()
@@ -850,7 +947,7 @@ def _read_in_order(read: Callable[[str], _Read], ids: list[str], parallelism: in
                 f.cancel()
 
 
-def to_arrow(store: ObjectStore, *args: Any, **kwargs: Any) -> pa.Table:
+def to_arrow(store: ObjectStore | str, *args: Any, **kwargs: Any) -> pa.Table:
     """:func:`scan` collected into one Arrow table.
 
     ``table.to_pandas()`` gives ``ts`` as ``datetime64[ms, UTC]``, so
@@ -872,7 +969,7 @@ def with_date(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def sessions(
-    store: ObjectStore,
+    store: ObjectStore | str,
     sessions: Iterable[str] | None = None,
     since: int | float | datetime | str | None = None,
     until: int | float | datetime | str | None = None,
@@ -883,6 +980,7 @@ def sessions(
     strict: bool = False,
     verifier: Verifier | None = None,
     log_id: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One row per session (:data:`SESSIONS_SCHEMA`), from its head: one GET each.
 
@@ -893,7 +991,8 @@ def sessions(
     with a time outside :data:`TS_RANGE` is left out with a :class:`CorruptSessionWarning`,
     or raises :class:`~s3log.CorruptionError` with ``strict``. With ``verifier`` (trusted
     keys), a head not validly signed by one of them (as a head of the log ``log_id``, as
-    :func:`scan`'s) is unreadable: left out.
+    :func:`scan`'s) is unreadable: left out. ``store`` may be a log URL opened with
+    ``storage_options``, as for :func:`scan`.
     """
     lo, hi = _ms(since, "since"), _ms(until, "until")
     wanted = _session_list(sessions)
@@ -902,7 +1001,9 @@ def sessions(
     _positive("batch_size", batch_size)
     _positive("parallelism", parallelism)
     _check_verifier(verifier)
-    return _sessions(store, wanted, lo, hi, prefix, batch_size, strict, _config(parallelism, verifier, log_id))
+    config = _config(parallelism, verifier, log_id)
+    store, prefix = open_store(store, storage_options, prefix)
+    return _sessions(store, wanted, lo, hi, prefix, batch_size, strict, config)
 
 
 def _sessions(
@@ -913,10 +1014,12 @@ def _sessions(
     try:
         ids = _session_ids(lg, wanted, lo)
         rows: list[dict[str, Any]] = []
-        for start in range(0, len(ids), batch_size):
-            heads = lg.heads(ids[start : start + batch_size])
-            rows = []
-            for r in heads:
+        # Heads are read `max_parallel` at a time and each made its row at once: a head
+        # holds its tail (up to tens of KiB decoded), so a batch's worth of heads held
+        # together grew with the prefix; the rows are small.
+        step = config.max_parallel
+        for start in range(0, len(ids), step):
+            for r in lg.heads(ids[start : start + step]):
                 head = r.head
                 if head is None or is_expired(head) or (
                         (lo is not None or hi is not None) and head_outside(head, lo, hi)):
@@ -929,13 +1032,16 @@ def _sessions(
                     warnings.warn(f"skipping session {head.session}: {exc}", CorruptSessionWarning, stacklevel=3)
                     continue
                 rows.append(_session_row(head))
-            if rows:
-                yield _sessions_batch(rows)
+            while len(rows) >= batch_size:
+                yield _sessions_batch(rows[:batch_size])
+                rows = rows[batch_size:]
+        if rows:
+            yield _sessions_batch(rows)
     finally:
         lg.close()
 
 
-def sessions_table(store: ObjectStore, *args: Any, **kwargs: Any) -> pa.Table:
+def sessions_table(store: ObjectStore | str, *args: Any, **kwargs: Any) -> pa.Table:
     """:func:`sessions` collected into one Arrow table."""
     return pa.Table.from_batches(list(sessions(store, *args, **kwargs)), schema=SESSIONS_SCHEMA)
 
@@ -1075,7 +1181,7 @@ def _move_up(filesystem: Any, staging: str, target: str) -> None:
     filesystem.delete_dir(staging)
 
 
-def checked_scan(store: ObjectStore, *args: Any, **kwargs: Any) -> Generator[pa.RecordBatch, None, None]:
+def checked_scan(store: ObjectStore | str, *args: Any, **kwargs: Any) -> Generator[pa.RecordBatch, None, None]:
     """:func:`scan` of these arguments, every one checked now (an unknown option too, as
     :class:`~s3log.InvalidArgumentError`): nothing is read until the first batch is taken."""
     import inspect
@@ -1108,7 +1214,7 @@ def first_then(batches: Generator[pa.RecordBatch, None, None]) -> Generator[pa.R
 
 
 def to_parquet(
-    store: ObjectStore,
+    store: ObjectStore | str,
     path_or_uri: str,
     *args: Any,
     partition_by: str | None = "date",
@@ -1126,8 +1232,8 @@ def to_parquet(
     scan is written (:func:`output_dir`), so a scan failing part way leaves it. With
     ``sessions_file`` the heads read are also written as ``_sessions.parquet``
     (:data:`SESSIONS_SCHEMA`; engines reading the directory as a dataset skip ``_``
-    files). ``scan`` options (``since``, ``kinds``, ``progress``...) pass through.
-    Returns the row count.
+    files). ``scan`` options (``since``, ``kinds``, ``progress``, ``storage_options``...)
+    pass through. Returns the row count.
     """
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -1149,6 +1255,7 @@ def to_parquet(
     # a typo or a missing bucket never empties an export.
     if "on_head" in kwargs:
         raise InvalidArgumentError("on_head", "to_parquet keeps the heads itself (sessions_file)")
+    store = _opened(store, kwargs)
     scanned = checked_scan(store, *args, on_head=keep if sessions_file else None, **kwargs)
     filesystem, target = _filesystem_for(path_or_uri, store, filesystem)
     try:
@@ -1247,12 +1354,29 @@ class LazyBatches:
         return self.reader().__arrow_c_stream__(requested_schema)
 
 
+#: Rows per batch the DuckDB views stream by default: DuckDB's own vector size, so
+#: what is held at once (a batch per DuckDB thread, and the one being filled) stays small.
+VIEW_BATCH_SIZE = 2048
+#: And the bytes of entry data a view's batch is cut at (entries of many KiB each).
+VIEW_BATCH_BYTES = 2**20
+
+
+def _opened(store: ObjectStore | str, kwargs: dict[str, Any]) -> ObjectStore:
+    """``store`` opened once (a URL with ``kwargs``' ``storage_options``): the prefix a
+    URL names goes into ``kwargs``, so every scan made from them reads the same store."""
+    opened, prefix = open_store(store, kwargs.pop("storage_options", None), kwargs.get("prefix"))
+    if prefix is not None:
+        kwargs["prefix"] = prefix
+    return opened
+
+
 def duckdb(
     connection: Any,
-    store: ObjectStore,
+    store: ObjectStore | str,
     *args: Any,
     view: str = "entries",
     sessions_view: str | None = "sessions",
+    snapshot: bool = False,
     **kwargs: Any,
 ) -> Any:
     """Register lazy DuckDB views over the store; returns the connection.
@@ -1261,13 +1385,26 @@ def duckdb(
     arguments each time a query reads it: ``sessions=``, ``since=``/``until=`` and
     ``kinds=`` cut the requests made, not only the rows. ``sessions_view`` (default
     ``sessions``, :data:`SESSIONS_SCHEMA`, ``None`` for none) streams one row per
-    session from the heads, joinable on ``session``.
+    session from the heads, joinable on ``session``. Batches of :data:`VIEW_BATCH_SIZE`
+    rows (or :data:`VIEW_BATCH_BYTES` of data) unless ``batch_size`` says otherwise.
+
+    ``snapshot=True`` reads the store once, now, into DuckDB tables of the same names:
+    every later query reads those tables (no request; writes made since are not seen
+    until ``duckdb(...)`` is called again). ``store`` may be a log URL opened with
+    ``storage_options``, as for :func:`scan`.
     """
     _view_names(view, sessions_view)
+    if not isinstance(snapshot, bool):
+        raise InvalidArgumentError("snapshot", f"must be True or False, not {snapshot!r}")
+    store = _opened(store, kwargs)
+    if "batch_size" not in kwargs:
+        kwargs.setdefault("batch_bytes", VIEW_BATCH_BYTES)
+    kwargs.setdefault("batch_size", VIEW_BATCH_SIZE)
     # Checked now, not at the first query (then DuckDB would report them as its own text).
     checked_scan(store, *args, **kwargs).close()
     entries = LazyBatches(SCHEMA, lambda: scan(store, *args, **kwargs))
     streams = [entries]
+    named = [(view, entries)]
     if sessions_view is not None:
         options = {k: v for k, v in kwargs.items()
                    if k in ("sessions", "since", "until", "prefix", "parallelism", "strict", "verifier", "log_id")}
@@ -1276,12 +1413,16 @@ def duckdb(
         cast(Generator[pa.RecordBatch, None, None], sessions(store, **options)).close()
         heads = LazyBatches(SESSIONS_SCHEMA, lambda: sessions(store, **options))
         streams.append(heads)
-    connection.register(f"{view}__s3log", entries)
-    connection.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM "{view}__s3log"')
-    if sessions_view is not None:
-        connection.register(f"{sessions_view}__s3log", heads)
-        connection.execute(f'CREATE OR REPLACE VIEW "{sessions_view}" AS SELECT * FROM "{sessions_view}__s3log"')
+        named.append((sessions_view, heads))
     _streams[connection] = streams
+    for name, stream in named:
+        connection.register(f"{name}__s3log", stream)
+        # A name is a view or a table, whichever the last call made it.
+        connection.execute(f'DROP {"VIEW" if snapshot else "TABLE"} IF EXISTS "{name}"')
+        kind = "TABLE" if snapshot else "VIEW"
+        connection.execute(f'CREATE OR REPLACE {kind} "{name}" AS SELECT * FROM "{name}__s3log"')
+        if snapshot:
+            connection.unregister(f"{name}__s3log")
     return connection
 
 

@@ -18,7 +18,6 @@ import hashlib
 import io
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -76,12 +75,6 @@ class Entry:
             return NotImplemented
         return (self.seq == other.seq and self.hash == other.hash and self.prev == other.prev
                 and self.kind == other.kind and self.ts == other.ts and self.data == other.data)
-
-    @property
-    def hash_hex(self) -> str:
-        """Deprecated (unused, and ``entry.hash.hex()`` says the same): the hash as hex."""
-        warnings.warn("Entry.hash_hex is deprecated: use entry.hash.hex()", DeprecationWarning, stacklevel=2)
-        return self.hash.hex()
 
     def to_map(self) -> dict[str, Any]:
         """The entry as the CBOR map stored in segments and heads."""

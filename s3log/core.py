@@ -454,7 +454,7 @@ class LogCore:
         reducer: Reducer[Any] | None,
     ) -> None:
         self.config = config or LogConfig()
-        layout = Layout(prefix if prefix is not None else getattr(store, "prefix", DEFAULT_PREFIX))
+        layout = Layout(prefix if prefix is not None else DEFAULT_PREFIX)
         log_id = self.config.log_id or default_log_id(store, layout.prefix)
         if log_id is None and (self.config.signer is not None or self.config.verifier is not None):
             raise InvalidArgumentError("log_id", f"signed heads are bound to their log's identity, and this store "
@@ -664,8 +664,8 @@ class LogCore:
         dry_run: bool,
         progress: Callable[[ExpireProgress], None] | None,
     ) -> Proc[ExpireReport]:
-        """Tombstone sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
-        checked first, then the store probed (unless a dry run, which writes nothing)."""
+        """Delete sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
+        checked first, then the store probed (unless a dry run, which deletes nothing)."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
         proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),

@@ -29,21 +29,25 @@ with extra("dask"):
 #: The scan options a partition accepts (everything else is refused before any task runs).
 SCAN_OPTIONS = frozenset({"since", "until", "kinds", "strict", "parallelism", "batch_size"})
 
-_stores: dict[tuple[int, str, str, str | None, bool], Any] = {}
+#: ``storage_options`` as they travel in the task graph: :func:`s3log.analytics.storage_kwargs`' pairs.
+Storage = tuple[tuple[str, str], ...]
+
+_stores: dict[tuple[int, str, str, str | None, bool, Storage], Any] = {}
 _stores_lock = threading.Lock()
 #: How many stores this process has opened (tests check that partitions share one).
 stores_opened = 0
 
 
-def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool) -> Any:
-    """This process's store for ``bucket``/``prefix``/``endpoint_url``, opened once.
+def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool, storage: Storage = ()) -> Any:
+    """This process's store for ``bucket``/``prefix``/``endpoint_url`` (and the client
+    arguments ``storage``, from ``storage_options``), opened once.
 
     A boto3 client costs hundreds of milliseconds and a connection pool to build, so
     partitions share one per process. The process id is part of the key: a forked
     child never uses a client (and its sockets) inherited from its parent.
     """
     global stores_opened
-    key = (os.getpid(), bucket, prefix, endpoint_url, fast)
+    key = (os.getpid(), bucket, prefix, endpoint_url, fast, storage)
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
@@ -51,8 +55,11 @@ def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool)
                 del _stores[stale]  # inherited through fork: not ours to use or close
             from .store.s3 import S3Store
 
-            store = S3Store.fast(bucket, endpoint_url=endpoint_url) if fast else \
-                S3Store(bucket, endpoint_url=endpoint_url)
+            if storage:
+                store = analytics.boto3_store(bucket, _client_kwargs(endpoint_url, storage))
+            else:
+                store = S3Store.fast(bucket, endpoint_url=endpoint_url) if fast else \
+                    S3Store(bucket, endpoint_url=endpoint_url)
             _stores[key] = store
             stores_opened += 1
         return store
@@ -72,19 +79,35 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_types_mapper)
 
 
+def _client_kwargs(endpoint_url: str | None, storage: Storage) -> dict[str, str]:
+    kwargs = dict(storage)
+    if endpoint_url:
+        kwargs["endpoint_url"] = endpoint_url  # the argument wins over AWS_ENDPOINT_URL
+    return kwargs
+
+
+def _storage(storage_options: object, fast: bool) -> Storage:
+    """``storage_options`` checked (before any task is built) as pairs that pickle."""
+    if storage_options is None:
+        return ()
+    if fast:
+        raise InvalidArgumentError("storage_options", "configures the boto3 client: not with fast=True")
+    return tuple(sorted(analytics.storage_kwargs(storage_options).items()))
+
+
 def _entries_partition(
     ids: Sequence[str], bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
-    options: tuple[tuple[str, Any], ...],
+    options: tuple[tuple[str, Any], ...], storage: Storage = (),
 ) -> pd.DataFrame:
-    store = worker_store(bucket, prefix, endpoint_url, fast)
+    store = worker_store(bucket, prefix, endpoint_url, fast, storage)
     return to_pandas(analytics.to_arrow(store, list(ids), prefix=prefix, **dict(options)))
 
 
 def _sessions_partition(
     ids: Sequence[str], bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
-    options: tuple[tuple[str, Any], ...],
+    options: tuple[tuple[str, Any], ...], storage: Storage = (),
 ) -> pd.DataFrame:
-    store = worker_store(bucket, prefix, endpoint_url, fast)
+    store = worker_store(bucket, prefix, endpoint_url, fast, storage)
     return to_pandas(analytics.sessions_table(store, list(ids), prefix=prefix, **dict(options)))
 
 
@@ -143,14 +166,16 @@ def _with_verifier(options: tuple[tuple[str, Any], ...], verifier: object, log_i
     return tuple(sorted((*options, *extra))) if extra else options
 
 
-def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None) -> list[str]:
+def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None,
+         storage: Storage = ()) -> list[str]:
     from .log import Log
     from .store.s3 import S3Store
 
     wanted = analytics._session_list(sessions)
     if wanted is not None:
         return sorted(set(wanted))
-    store = S3Store(bucket, endpoint_url=endpoint_url)
+    store: Any = analytics.boto3_store(bucket, _client_kwargs(endpoint_url, storage)) if storage else \
+        S3Store(bucket, endpoint_url=endpoint_url)
     lister = Log(store, prefix=prefix)
     try:
         return sorted(lister.list_session_ids())
@@ -162,18 +187,19 @@ def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[
 def _frame(
     func: Any, meta: pa.Schema, bucket: str, prefix: str, endpoint_url: str | None,
     sessions: Iterable[str] | None, per_partition: int, fast: bool, options: tuple[tuple[str, Any], ...],
+    storage: Storage = (),
 ) -> Any:
     with extra("dask"):
         import dask.dataframe as dd
 
     analytics._positive("sessions_per_partition", per_partition)
     prefix = normalize_prefix(prefix)  # a bad prefix fails here, not in a task
-    ids = _ids(bucket, prefix, endpoint_url, sessions)
+    ids = _ids(bucket, prefix, endpoint_url, sessions, storage)
     chunks = [tuple(ids[i : i + per_partition]) for i in range(0, len(ids), per_partition)] or [()]
     from_map: Any = dd.from_map  # dask is untyped
     return from_map(
         func, chunks, bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, fast=fast, options=options,
-        meta=to_pandas(meta.empty_table()), enforce_metadata=False,
+        storage=storage, meta=to_pandas(meta.empty_table()), enforce_metadata=False,
     )
 
 
@@ -187,6 +213,7 @@ def read_entries(
     fast: bool = False,
     verifier: Verifier | None = None,
     log_id: str | None = None,
+    storage_options: dict[str, str] | None = None,
     **scan_options: Any,
 ) -> Any:
     """A dask DataFrame of every entry under ``s3://bucket/prefix`` (or of ``sessions``).
@@ -208,10 +235,13 @@ def read_entries(
     :class:`~s3log.InvalidArgumentError`, as is anything else that does not pickle.
     ``log_id``: the identity heads are verified as heads of (default ``bucket/prefix``;
     a copy of a whole log names its original's, as ``LogConfig(log_id=...)``).
+    ``storage_options``: the boto3 client's endpoint, region and credentials, as
+    deltalake users write them (:func:`s3log.analytics.storage_kwargs`); they travel
+    in the task graph to every worker (``endpoint_url`` wins over its endpoint).
     """
     options = _with_verifier(_plain_options(scan_options, SCAN_OPTIONS), verifier, log_id)
     return _frame(_entries_partition, analytics.SCHEMA, bucket, prefix, endpoint_url, sessions,
-                  sessions_per_partition, fast, options)
+                  sessions_per_partition, fast, options, _storage(storage_options, fast))
 
 
 def read_sessions(
@@ -224,6 +254,7 @@ def read_sessions(
     fast: bool = False,
     verifier: Verifier | None = None,
     log_id: str | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Any,
 ) -> Any:
     """A dask DataFrame of one row per session (:data:`s3log.analytics.SESSIONS_SCHEMA`).
@@ -232,7 +263,8 @@ def read_sessions(
     to group entries by labels. ``options``: ``since``, ``until``, ``parallelism``.
     ``verifier``, ``log_id``: as :func:`read_entries`'s; a session whose head is not validly
     signed by a trusted key is left out (as :func:`s3log.analytics.sessions` does).
+    ``storage_options``: as :func:`read_entries`'.
     """
     plain = _with_verifier(_plain_options(options, {"since", "until", "parallelism"}), verifier, log_id)
     return _frame(_sessions_partition, analytics.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
-                  sessions_per_partition, fast, plain)
+                  sessions_per_partition, fast, plain, _storage(storage_options, fast))

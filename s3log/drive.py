@@ -8,12 +8,14 @@ store's error). Every decision belongs to :mod:`s3log.protocol`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import decide
+from . import decide, otel
 from .config import RetryPolicy
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
@@ -72,11 +74,21 @@ class SyncDriver:
         self.store = store
         self.retry = retry
         self.env = env
+        self._max_parallel = max_parallel
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="s3log")
+        self._pool_pid = os.getpid()
 
     def close(self) -> None:
         """Stop the thread pool."""
         self._pool.shutdown(wait=False)
+
+    def _pool_here(self) -> ThreadPoolExecutor:
+        # Threads do not survive fork: a child handed its parent's pool queues work that no
+        # thread runs, and waits for it for ever. A forked child makes a pool of its own.
+        if self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(max_workers=self._max_parallel, thread_name_prefix="s3log")
+            self._pool_pid = os.getpid()
+        return self._pool
 
     def run(self, proc: Proc[T]) -> T:
         """Drive ``proc`` to completion and return its value."""
@@ -98,7 +110,13 @@ class SyncDriver:
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, Parallel):
-            return list(self._pool.map(self._capture, op.ops))
+            if otel.TRACER is None or not otel.recording():
+                return list(self._pool_here().map(self._capture, op.ops))
+            # Each request's span is a child of the caller's: the pool's threads run
+            # in a copy of the caller's context (one copy per op: a context is entered
+            # by one thread at a time).
+            contexts = [contextvars.copy_context() for _ in op.ops]
+            return list(self._pool_here().map(lambda c, o: c.run(self._capture, o), contexts, op.ops))
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
@@ -116,7 +134,10 @@ class SyncDriver:
             time.sleep(delay)
 
     def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
-        return call_store(self.store, op)
+        if otel.TRACER is None or not otel.recording():
+            return call_store(self.store, op)
+        with otel.request_span(self.store, op):
+            return call_store(self.store, op)
 
     def _capture(self, op: Op) -> Any:
         try:
@@ -181,6 +202,12 @@ class AsyncDriver:
             await asyncio.sleep(delay)
 
     async def _call(self, op: StoreOp) -> Blob | str | ListPage | None:
+        if otel.TRACER is None or not otel.recording():
+            return await self._request(op)
+        with otel.request_span(self.store, op):
+            return await self._request(op)
+
+    async def _request(self, op: StoreOp) -> Blob | str | ListPage | None:
         store = self.store
         match op:
             case Get(key):

@@ -246,6 +246,17 @@ class ConditionalDeleteUnsupported(StoreError):
     """
 
 
+class StoreForkedError(StoreError):
+    """A store was used in a process forked after its client sent requests, and the
+    client cannot be rebuilt here: one passed in (``client=``) whose connections, or
+    whose Rust runtime (obstore), belong to the parent process.
+
+    Nothing was sent. Build the store (or its client) in the child, after the fork, or
+    start children with multiprocessing's ``spawn`` or ``forkserver``; a store that
+    built its own client rebuilds it in the child by itself (docs/stores.md).
+    """
+
+
 class TransientStoreError(StoreError):
     """Throttling, 5xx, timeout or a broken connection.
 

@@ -39,10 +39,6 @@ class _Faults:
 
     def __init__(self, inner: ObjectStore | AsyncObjectStore, plan: FaultPlan) -> None:
         self.plan = plan
-        # The prefix belongs to the log; mirror a (deprecated) store prefix only if the
-        # wrapped store has one, so a log on the wrapper finds its sessions where they are.
-        if hasattr(inner, "prefix"):
-            self.prefix: str = inner.prefix
         # Its bucket too: signed heads are bound to <bucket>/<prefix> (s3log.signing.default_log_id).
         if hasattr(inner, "bucket"):
             self.bucket: str = inner.bucket

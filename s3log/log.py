@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from . import otel
 from .codec import Entry, Head
 from .config import LogConfig
 from .core import CommitQueue, ForkListener, LogCore, LogVerbs
@@ -71,7 +72,12 @@ class Writer(WriterVerbs[S]):
             while self._committing:
                 self._cond.wait()
             self._committing = True
-        return self._lead()
+        if otel.TRACER is None or not otel.recording():
+            return self._lead()
+        with otel.verb_span("commit", self._log._store_id(), self.session_id) as span:
+            result = self._lead()
+            otel.committed(span, result)
+            return result
 
     def _lead(self) -> CommitResult[S]:
         try:
@@ -186,6 +192,9 @@ class Log(LogVerbs):
         """Run a protocol procedure against this log's store."""
         return self._driver.run(proc)
 
+    def _store_id(self) -> str:
+        return otel.store_id(self.store, self._core.layout.prefix)
+
     def add_close_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` when this log closes, before its resources are released.
 
@@ -249,7 +258,12 @@ class Log(LogVerbs):
 
     def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
-        return self.run(self._core.read(session_id))
+        if otel.TRACER is None or not otel.recording():
+            return self.run(self._core.read(session_id))
+        with otel.verb_span("read", self._store_id(), session_id) as span:
+            view = self.run(self._core.read(session_id))
+            span.set_attribute("gen_ai.memory.record.count", len(view.entries))
+            return view
 
     def head(self, session_id: str) -> Head:
         """A session's head (one GET, not verified against the chain)."""
@@ -341,9 +355,12 @@ class Log(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
-        return self.run(
-            self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
-        )
+        if otel.TRACER is None or not otel.recording():
+            return self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+        with otel.verb_span("fork", self._store_id(), session_id) as span:
+            child = self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            otel.forked(span, session_id, child)
+            return child
 
     def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
@@ -417,14 +434,21 @@ class Log(LogVerbs):
     ) -> ExpireReport:
         """Expire sessions whose last commit is older than ``idle_for`` (a timedelta or ms).
 
-        Each is replaced by a tombstone written with If-Match on the head just read, so
-        a session committed to during the sweep is kept, and a writer that commits
-        after forks (nothing is lost); readers then get :class:`~s3log.SessionExpired`;
-        ``gc`` collects the rest after its grace period (:mod:`s3log.retention`).
+        Each head is deleted with If-Match on the ETag just read (nothing is written), so
+        a session committed to during the sweep is kept; a writer that commits after
+        raises :class:`~s3log.SessionNotFound` (nothing of that commit is stored);
+        readers get SessionNotFound; ``gc`` collects the segments
+        (:mod:`s3log.retention`). Raises ConditionalDeleteUnsupported on a store that
+        cannot make a DELETE conditional (obstore), before deleting anything.
         ``labels``: only sessions with these labels. ``progress`` is called after
         each batch with an :class:`~s3log.retention.ExpireProgress`.
         """
-        return self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        if otel.TRACER is None or not otel.recording():
+            return self.run(self._core.expire(idle_for, labels, dry_run, progress))
+        with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
+            report = self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            otel.expired(span, report)
+            return report
 
     def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
         """Sessions committed to since ``since`` (an aware datetime, ms, or a timedelta ago).

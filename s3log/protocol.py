@@ -213,6 +213,31 @@ class CommitJournal:
 EXPIRED_FIELD = "expired"
 
 
+#: The head field a compaction writes (:func:`compact_session`): the end (``seq``,
+#: ``hash``) of the chain it replaced, the hashes of its last entries (``tips``), ``n``,
+#: how many compactions the session has had, and the marks of the ones before
+#: (``prev``). Kept by every later commit. Readers ignore it; a writer settling a commit that
+#: may have landed before the compaction decides from it (:func:`_landed_before_compaction`).
+COMPACTED_FIELD = "compacted"
+
+
+#: How many of the replaced chain's last entries a compaction's mark names (by the
+#: first ``_TIP`` bytes of their hashes): a writer whose entries landed there, built on
+#: by fewer commits than that, can tell they did.
+COMPACTION_WINDOW = 32
+_TIP = 16
+#: How many compactions' marks a head keeps (the newest with the older ones in its
+#: ``prev``): a writer settles against the first compaction after the head it built on.
+COMPACTION_MARKS = 4
+
+
+def compactions(head: Head) -> int:
+    """How many times the session of ``head`` was compacted (its ``compacted.n``; 0 if never)."""
+    mark = head.extra.get(COMPACTED_FIELD)
+    n = mark.get("n") if isinstance(mark, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 def same_life(a: Head, b: Head) -> bool:
     """Whether two heads of one id are the same session: created at the same time by the
     same creator (a session created again at the id, over a tombstone or after a delete,
@@ -1500,6 +1525,11 @@ def commit(
             others = creating and ws.head.creator is not None  # (a position built without a nonce cannot tell)
             landed = (yield from landed_prefix(layout, found_head, entries[:uncertain])) if uncertain and not others \
                 else 0
+            if not landed and uncertain and not others and (ours or same_life(found_head, ws.head)) \
+                    and compactions(found_head) > compactions(ws.head):
+                # Compacted since: the new chain's hashes are not ours to find. (A lazy
+                # create's head is stamped when it lands: its creator nonce says ours.)
+                landed = _landed_before_compaction(layout, ws.head, found_head, entries[:uncertain])
             if not landed and journal.forks and (is_expired(found_head) or not same_life(found_head, ws.head)):
                 # Expired since, or deleted and another session took the id over.
                 landed = _landed_before_expiry(ws.session, entries, journal.forks)
@@ -1550,8 +1580,6 @@ def commit(
         # forked into again (same id), so its late or landed head and this one cannot
         # both be stored (both are create-only PUTs of one key).
         doubt = journal.forks.get(parent)
-        log.warning("session %s: %s; forking%s", ws.session, why,
-                    f" into {doubt.child}, as an undecided commit did" if doubt else "")
         # The child remembers the parent's append keys up to the fork (those of entries
         # found landed too): a retry in the child finds an append stored before it.
         window = key_window(cfg, ws.head.append_keys, done, pending[:landed])
@@ -1561,6 +1589,12 @@ def commit(
         )
         forked = ForkInfo(parent, fork_ws.session, found)
         forks.append(forked)
+        # Both ids and the reason, as text and as record attributes an application's
+        # handler can route on (after the fork exists: the record names a real session).
+        log.warning("session %s: %s; forked into %s at seq %d (reason: %s)%s", ws.session, why, fork_ws.session,
+                    parent.seq, parent.reason, ", as an undecided commit had" if doubt else "",
+                    extra={"s3log_session": ws.session, "s3log_fork": fork_ws.session,
+                           "s3log_fork_reason": parent.reason, "s3log_fork_why": why})
         # fork_entries[0] is the fork entry; the rest of the batch follows it.
         acked += acked_in(fork_ws.session, fork_entries[1:])
         durable += acked_in(fork_ws.session, fork_entries)
@@ -1578,6 +1612,42 @@ def commit(
         journal.fork_sent = True
         attempts_left += 1
     raise StoreError(f"could not commit session {ws.session}: the head kept changing under this writer")
+
+
+def _landed_before_compaction(layout: Layout, base: Head, found: Head, entries: Sequence[Entry]) -> int:
+    """How many of ``entries`` (built on ``base``; a prefix of them may have landed) the
+    chain that a compaction replaced by ``found`` held, from what it recorded of it.
+
+    The mark of the first compaction after ``base`` (the head keeps the last
+    :data:`COMPACTION_MARKS`) holds the replaced chain's end and the hashes of its last
+    entries (:data:`COMPACTION_WINDOW`): the entries that landed are the longest prefix
+    whose last is found there at its seq (a hash commits to every entry before it); none
+    if the chain ended at ``base`` or held another entry right after it. Otherwise (our
+    entries older than the window, or that mark no longer kept) it cannot be told, and
+    the entries must not be written again: raises StoreError, leaving them uncertain.
+    """
+    newest = found.extra.get(COMPACTED_FIELD)
+    older = newest.get("prev") if isinstance(newest, dict) else None
+    marks = [newest, *(older if isinstance(older, list) else [])]
+    # Its PUT named the head it built on: it could land only before the first compaction since.
+    mark = next((m for m in marks if isinstance(m, dict) and m.get("n") == compactions(base) + 1), None)
+    if mark is not None and entries:
+        end, tips = mark.get("seq"), mark.get("tips")
+        if (end, mark.get("hash")) == (base.seq, base.hash):
+            return 0
+        if isinstance(end, int) and isinstance(tips, list) and end > base.seq:
+            first = end - len(tips) + 1
+
+            def held(e: Entry) -> bool:
+                return first <= e.seq <= end and tips[e.seq - first] == e.hash[:_TIP]
+
+            landed = max((i + 1 for i, e in enumerate(entries) if held(e)), default=0)
+            if landed or first <= entries[0].seq:
+                return landed  # none: the entry after base in that chain was another's
+    raise StoreError(f"session {base.session} was compacted after a commit of this writer may have landed, and "
+                     "whether it did cannot be told: its entries are not written again (they stay uncertain; "
+                     "read the session to see what it kept, and write through a new writer)",
+                     key=layout.head(base.session))
 
 
 def _landed_before_expiry(session: str, entries: Sequence[Entry], forks: Mapping[ParentRef, ForkDoubt]) -> int:
@@ -2418,8 +2488,19 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
         return True
     now = cfg.env.now_ms()
     # A new chain: the append keys' seqs name entries of the old one (decision 0037).
+    # Which chain end this replaces: a writer whose commit landed in it unacknowledged
+    # (a lost reply) finds its entries there by that, not by hash (_landed_before_compaction).
+    tips = [e.hash[:_TIP] for e in data.entries[-COMPACTION_WINDOW:]]
+    mark: dict[str, Any] = {"seq": data.head.seq, "hash": data.head.hash, "n": compactions(data.head) + 1,
+                            "tips": tips}
+    last = data.head.extra.get(COMPACTED_FIELD)
+    if isinstance(last, dict):
+        prev = last.get("prev")
+        mark["prev"] = [{k: v for k, v in last.items() if k != "prev"},
+                        *(prev if isinstance(prev, list) else [])][: COMPACTION_MARKS - 1]
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
-                    ts_min=None, ts_max=None, retired_at=now, pending=None, append_keys=())
+                    ts_min=None, ts_max=None, retired_at=now, pending=None, append_keys=(),
+                    extra={**data.head.extra, COMPACTED_FIELD: mark})
     ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely

@@ -9,61 +9,61 @@ first writer that wrote markers, or have been pruned part way); otherwise every
 session is listed and its head read (``updated_at >= T``).
 
 **Expire** (:func:`expire`): a session whose last commit (``head.updated_at``) is
-older than ``idle_for`` is replaced by a *tombstone*: a head, written with
-``If-Match`` on the ETag just read, that lists no segments and carries
-``"expired": {"at", "seq", "hash", "idle_for_ms"}``. The If-Match makes the sweep
-atomic against a writer:
+older than ``idle_for`` is deleted: its head is DELETEd with ``If-Match`` on the ETag
+just read, and gc collects its segments. The sweep writes nothing (no PUT at all), so
+a role that may only expire and collect cannot write or alter any history
+(docs/decisions/0036). The If-Match makes the sweep atomic against a writer:
 
-- a writer that committed after the head was read wins: the tombstone PUT meets 412
-  and the session is kept (reported in ``raced``);
-- a writer whose commit comes after the tombstone meets 412 in turn, re-reads, finds a
-  head that is not its own and does not end with its entries, and forks (its entries
-  go to a new session seeded with its state: nothing is lost);
-- readers get :class:`~s3log.errors.SessionExpired` (a ``SessionNotFound``), never a
-  chain with missing links; forks of an expired session stay readable (their seed
-  makes them self-contained) and their lineage shows the parent as expired.
+- a writer that committed after the head was read wins: the DELETE meets 412 and the
+  session is kept (reported in ``raced``);
+- a writer whose commit comes after the DELETE meets 404 on its own If-Match PUT:
+  nothing of that commit is stored or acknowledged, and it raises SessionNotFound, as
+  after ``Log.delete``;
+- readers get :class:`~s3log.errors.SessionNotFound`; a reader that read the head
+  before the DELETE and then misses a segment gc collected reads the head again and
+  gets SessionNotFound too, never a chain with missing links. Forks of an expired
+  session stay readable (their seed makes them self-contained); their lineage ends at
+  the parent, as at a deleted one. The id is free: a new session may be created there.
 
-The tombstone's ``retired_at`` starts gc's grace period: a reader holding the old head
-can still read its segments for that long; then ``gc`` deletes them, and the tombstone
-with ``If-Match`` on the ETag it read, so a new session that took the id over meanwhile
-(replacing the tombstone with If-Match) is kept. On a store that cannot make a DELETE
-conditional (obstore) the tombstone stays until the id is taken over or ``Log.delete``
-removes it. Nothing is ever half-deleted: until gc runs the data is all there, and
-after it only unreferenced objects were removed.
+A store that cannot make a DELETE conditional (obstore) cannot expire: a DELETE by key
+would delete a commit acknowledged since the head was read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import timedelta
 
 from . import activity, decide, ops
-from .codec import Head, decode_head, encode_head
+from .codec import Head, decode_head
 from .config import LogConfig
-from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, ObjectNotFound, StoreError
+from .errors import (
+    ConditionalDeleteUnsupported,
+    CorruptionError,
+    FormatVersionError,
+    InvalidArgumentError,
+    ObjectNotFound,
+    StoreError,
+)
 from .ids import uuid7_time_ms
 from .layout import Layout
 from .listing import matches
-from .ops import Delete, Get, Proc, PutIfMatch
+from .ops import Delete, DeleteIfMatch, Get, Proc
 from .protocol import (
-    EXPIRED_FIELD,
     check_head,
     is_expired,
     list_all,
     list_head_rows,
     list_session_ids,
-    tombstone_hash,
 )
 from .results import ActiveSessions as ActiveSessions
 from .results import ExpireProgress as ExpireProgress
 from .results import ExpireReport as ExpireReport
-from .signing import sign_head
 from .times import to_ms
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
-#: Heads read (and tombstones written) per round trip of a sweep.
+#: Heads read (and deleted) per round trip of a sweep.
 EXPIRE_BATCH = 1000
 
 
@@ -159,49 +159,23 @@ def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH)
 # ----------------------------------------------------------------------------- expire
 
 
-def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
-    """The tombstone that replaces ``head``: no entries, ``expired`` set, grace from now.
-
-    Its ``hash`` is not the last entry's: a writer that held ``head`` must not take the
-    tombstone for its own chain's end (it would then build on a head with no entries);
-    meeting it, the writer forks.
-    """
-    mark = tombstone_hash(head.session, head.hash)
-    return replace(
-        head,
-        version=head.version + 1,
-        hash=mark,
-        segments=(),
-        levels=(),
-        tail=(),
-        updated_at=now,
-        writer=nonce,
-        ts_min=None,
-        ts_max=None,
-        retired_at=now,
-        pending=None,
-        extra={**head.extra, EXPIRED_FIELD: {"at": now, "seq": head.seq, "hash": head.hash,
-                                             "idle_for_ms": idle_for_ms}},
-    )
-
-
-def _write_tombstones(
-    layout: Layout, cfg: LogConfig, doomed: Sequence[tuple[Head, str]], now: int, idle_for_ms: int
+def _delete_heads(
+    layout: Layout, doomed: Sequence[tuple[Head, str]]
 ) -> Proc[tuple[list[str], list[str], list[str]]]:
-    """PUT the tombstones of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
-    # Signed as any head this log writes: a verifying reader then reads it as expired (it
-    # carried the old head's signature, which no longer matched: SignatureError for ever).
-    plans = [(h, sign_head(cfg.signer, tombstone(h, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms),
-                             layout.log_id))
-             for h, _ in doomed]
-    puts = [PutIfMatch(layout.head(h.session), encode_head(t), etag)
-            for (h, t), (_, etag) in zip(plans, doomed, strict=True)]
-    results = yield from ops.parallel(puts)
+    """DELETE the heads of ``doomed`` (head, ETag) with If-Match; (expired, raced, errors)."""
+    results = yield from ops.parallel([DeleteIfMatch(layout.head(h.session), etag) for h, etag in doomed])
+    unsupported = [r for r in results if isinstance(r, ConditionalDeleteUnsupported)]
+    if unsupported:
+        # Nothing was sent (obstore). A DELETE by key would delete a commit acknowledged
+        # since the head was read: expiry has no safe fallback, so it stops here.
+        raise ConditionalDeleteUnsupported(
+            "expire needs a store that can DELETE with If-Match (S3Store, AsyncS3Store, MemoryStore); "
+            f"{unsupported[0]} -- nothing was deleted", key=unsupported[0].key)
     expired: list[str] = []
     raced: list[str] = []
     errors: list[str] = []
-    unknown: list[tuple[Head, Head]] = []
-    for (head, tomb), res in zip(plans, results, strict=True):
+    unknown: list[tuple[Head, str]] = []
+    for (head, etag), res in zip(doomed, results, strict=True):
         reply = decide.classify(res)
         if reply is decide.Reply.OK:
             expired.append(head.session)
@@ -210,25 +184,19 @@ def _write_tombstones(
         elif reply is decide.Reply.NOT_FOUND:
             continue  # deleted meanwhile: nothing to expire
         elif reply in (decide.Reply.UNKNOWN, decide.Reply.CONFLICT):
-            unknown.append((head, tomb))
+            unknown.append((head, etag))
         else:
             errors.append(f"{head.session}: {res}")
     if unknown:
-        # The tombstone may have landed: the head says (our nonce, or anything else).
+        # The DELETE may have landed: the head says (gone, the same ETag, or moved on).
         got = yield from ops.parallel([Get(layout.head(h.session)) for h, _ in unknown])
-        for (head, tomb), blob in zip(unknown, got, strict=True):
-            if isinstance(blob, StoreError):
-                errors.append(f"{head.session}: tombstone outcome unknown ({blob}); the next sweep decides")
-                continue
-            try:
-                stored = decode_head(blob.body, layout.head(head.session))
-            except (CorruptionError, FormatVersionError) as exc:
-                errors.append(f"{head.session}: {exc}")
-                continue
-            if stored.writer == tomb.writer:
+        for (head, etag), blob in zip(unknown, got, strict=True):
+            if isinstance(blob, ObjectNotFound):
                 expired.append(head.session)
+            elif isinstance(blob, StoreError) or blob.etag == etag:
+                errors.append(f"{head.session}: expiry outcome unknown; the next sweep decides")
             else:
-                errors.append(f"{head.session}: tombstone outcome unknown; the next sweep decides")
+                raced.append(head.session)  # replaced since (a commit): kept
     return expired, raced, errors
 
 
@@ -244,11 +212,11 @@ def expire(
     batch: int = EXPIRE_BATCH,
     prune_activity: bool = True,
 ) -> Proc[ExpireReport]:
-    """Tombstone every session idle for ``idle_for_ms`` (see the module docstring).
+    """Delete every session idle for ``idle_for_ms`` (see the module docstring).
 
     Requests: one LIST per 1,000 sessions; a head GET only for sessions that may be
     idle (not created within the threshold, and, when the index covers it, without a
-    marker since); one If-Match PUT per expired session; batches of ``batch`` heads,
+    marker since); one If-Match DELETE per expired session; batches of ``batch`` heads,
     each batch one parallel round trip (bounded by ``LogConfig.max_parallel``).
     """
     cutoff = now - idle_for_ms
@@ -303,9 +271,7 @@ def expire(
             else:
                 doomed.append((head, blob.etag))
         if doomed:
-            # Stamped when written, not when the sweep began: a tombstone's retired_at
-            # gives readers of the head it replaces gc's whole grace from its landing.
-            e, r, err = yield from _write_tombstones(layout, cfg, doomed, cfg.env.now_ms(), idle_for_ms)
+            e, r, err = yield from _delete_heads(layout, doomed)
             expired += e
             raced += r
             kept += len(r)

@@ -59,7 +59,7 @@ __all__ = [
     "ECDSA_SHA_256", "ED25519", "RSASSA_PSS_SHA_256", "AnyVerifier", "Checkpoint", "CheckpointError",
     "CheckpointReport", "Checkpointer", "Ed25519Signer", "KmsSigner", "KmsVerifier", "PublicKeyVerifier",
     "Signature", "SignatureError", "SignatureRejected", "Signer", "SigningError", "Verifier", "check_checkpoints",
-    "check_log_id", "default_log_id", "head_payload", "key_id_for", "sign_head", "verify_head",
+    "append_keys_digest", "check_log_id", "default_log_id", "head_payload", "key_id_for", "sign_head", "verify_head",
 ]
 
 #: Ed25519 (RFC 8032) over the payload bytes.
@@ -199,14 +199,15 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
 
     The deterministic CBOR map of the head's identity: purpose, format version, the
     log's identity ``log_id``, session, last seq and hash, parent pointer, SHA-256 of
-    the encoded meta, and the algorithm and key id themselves (so neither can be
-    swapped after signing). The last hash commits to every entry, so the signature
-    covers the whole chain; ``log_id`` binds it to one log.
+    the encoded meta (and of the append keys' window, when the head has one), and the
+    algorithm and key id themselves (so neither can be swapped after signing). The
+    last hash commits to every entry, so the signature covers the whole chain;
+    ``log_id`` binds it to one log.
     """
     # Runs on every commit: the ten pairs in canonical key order (shorter keys first,
     # then bytewise) encoded as one array whose header is swapped for the map's, as in
     # s3log.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
-    body = dumps([
+    items: list[Any] = [
         "v", head.v,
         "alg", alg,
         "log", log_id,
@@ -217,9 +218,21 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
         "purpose", HEAD_PURPOSE,
         "session", head.session,
         "meta_digest", _meta_digest(head.meta),
-    ])
-    # An array of 20 items has the one-byte header 0x94; a map of 10 pairs is 0xaa.
-    return b"\xaa" + body[1:]
+    ]
+    if head.append_keys:
+        # The window answers retries with stored entries: unsigned, a forged item made a
+        # new append be answered with an earlier entry of equal content, not stored.
+        items += ["append_keys_digest", append_keys_digest(head)]
+    body = dumps(items)
+    # An array of 20 (22) items has the one-byte header 0x94 (0x96); a map of 10 (11)
+    # pairs is 0xaa (0xab).
+    return bytes((0xA0 + len(items) // 2,)) + body[1:]
+
+
+def append_keys_digest(head: Head) -> bytes:
+    """SHA-256 of the deterministic CBOR encoding of ``head``'s ``append_keys`` array
+    (signed with the head when it is not empty; docs/format.md, "Signed heads")."""
+    return hashlib.sha256(dumps([a.to_list() for a in head.append_keys])).digest()
 
 
 def _need_log_id(log_id: str | None) -> str:

@@ -19,11 +19,12 @@ failing seed replays exactly and prints one line per step.
 
 Half the scenarios add retention (drawn apart, so earlier seeds keep every other
 choice): an actor that now and then expires the sessions idle on the virtual clock
-(tombstones) and/or deletes one (``Log.delete``), and a creator that takes expired or
+(If-Match DELETEs of their heads) and/or deletes one (``Log.delete``), and a creator that takes expired or
 deleted ids over (``Log.create``, ``append_latest`` with ``create_meta``). The store
 records every session that lived at each id, how it ended, and the chain of each head
 an expiry or a delete replaced (read as it ended): only those entries are legitimately
-gone.
+gone. A scenario may add a compactor (``Scenario.compactor``, not drawn): a compaction
+starts a new history at the id, its replaced chain's positions excused like an expiry's.
 
 After every step that changed the store, the invariants are checked on a fresh load of
 each session it touched:
@@ -189,6 +190,10 @@ class Scenario:
     #: forker to write runs the precondition probe first (``LogCore.writing``), under
     #: the scenario's faults, beside the other actors (docs/decisions/0034).
     probe: bool = False
+    #: A compactor: now and then ``Log.compact`` of a session, dropping its oldest entry.
+    #: Not drawn, so drawn scenarios (the regression seeds among them) run as they did;
+    #: tests/test_sim.py runs seeds with it (``replace(scenario, compactor=True)``).
+    compactor: bool = False
 
     @staticmethod
     def from_seed(seed: int, steps: int | None = None) -> Scenario:
@@ -258,6 +263,7 @@ class Scenario:
             + (f" retention={self.retention}/idle={self.idle_ms}ms/every={self.retention_every_ms}ms"
                f" creator={self.creator}" if self.retention else "")
             + (" probe" if self.probe else "")
+            + (" compactor" if self.compactor else "")
         )
 
 
@@ -288,7 +294,13 @@ class HeadLife:
 
 
 #: What tells one session at an id from another that took it over: (created_at, creator).
-Ident = tuple[int, str | None]
+#: Which session a head belongs to: its created_at, creator nonce and how many
+#: compactions it has had (a compaction starts a new history at the same id).
+Ident = tuple[int, str | None, int]
+
+
+def _ident(head: Head) -> Ident:
+    return (head.created_at, head.creator, protocol.compactions(head))
 
 
 @dataclass(slots=True)
@@ -350,7 +362,7 @@ class SimStore(MemoryStore):
             sid = self.layout.session_of(key)
             if sid is not None:
                 head = decode_head(blob.body, key)
-                self.decided[sid] = (head.created_at, head.creator)
+                self.decided[sid] = _ident(head)
         return blob
 
     def put_if_absent(self, key: str, body: bytes) -> str:
@@ -385,7 +397,7 @@ class SimStore(MemoryStore):
 
     def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None) -> None:
         """The request log: every head write applied, by which operation."""
-        if key.endswith("/head"):
+        if key.endswith("/head") and protocol.PROBE_DIR not in key:  # the probe's object is no session
             self.history.add(head_write(self.op, self.who, key, method, base, etag, body, len(self.history)))
 
     def current(self, sid: str) -> HeadLife | None:
@@ -412,15 +424,20 @@ class SimStore(MemoryStore):
                     life.decided = True
                     if not cur.tomb:
                         self._gone(sid, key, old)
+                    # The histories it had before its compactions are the same session's:
+                    # deleted with it (Log.delete promises their readers no grace either).
+                    for earlier in self.lives[sid]:
+                        if earlier.ident[:2] == life.ident[:2] and earlier.deleted_at is None:
+                            earlier.deleted_at, earlier.deleted_by, earlier.decided = now, self.who, True
                 self._disturb(sid, now)
         self.deletes.append((key, now, self.who))
         self.deleted_by[key] = self.who
 
     def _disturb(self, sid: str, now: int) -> None:
-        if self.who in ("rt", "cr"):
+        if self.who in ("rt", "cr", "cp"):
             self.disturbed[sid] = now
 
-    def _gone(self, sid: str, key: str, body: bytes) -> None:
+    def _gone(self, sid: str, key: str, body: bytes, *, rewritten: bool = False) -> None:
         """The head ``body`` (replaced by a tombstone, or deleted): its chain is legitimately gone."""
         head = decode_head(body, key)
         try:
@@ -428,11 +445,11 @@ class SimStore(MemoryStore):
         except S3LogError as exc:
             self.unloadable.append(f"{key} v{head.version}: {type(exc).__name__}: {exc}")
             return
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         gone = self.gone.setdefault(sid, {})
         for e in data.entries:
             gone[(e.seq, e.hash)] = ident
-        self.history.add(Ended(self.op, self.who, sid, tuple(positions(sid, data.entries, _payload))))
+        self.history.add(Ended(self.op, self.who, sid, tuple(positions(sid, data.entries, _payload)), rewritten))
 
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
@@ -446,7 +463,7 @@ class SimStore(MemoryStore):
         lives = self.heads.setdefault(sid, [])
         sessions = self.lives.setdefault(sid, [])
         tomb = protocol.is_expired(head)
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         prev = self.current(sid)
         if prev is not None:
             prev.end = now
@@ -459,6 +476,12 @@ class SimStore(MemoryStore):
                 self._gone(sid, key, old)
         elif prev is not None and not prev.tomb and sessions[prev.life].ident == ident:
             life = prev.life  # a commit of the same session
+        elif prev is not None and not prev.tomb and self.who == "cp" and old is not None:
+            # Compacted: a new history at the id; the replaced chain's positions are gone
+            # (its payloads are not: invariant 2 still counts them, wherever they are).
+            self._gone(sid, key, old, rewritten=True)
+            life = len(sessions)
+            sessions.append(SessionLife(ident, now))
         else:
             # A new session at the id: at a free id, over a tombstone (a takeover), or
             # (a protocol bug) over another live session, whose entries are then not
@@ -868,6 +891,38 @@ class RetentionActor(Actor):
         raise Violation("retention", f"{self.what} raised {type(exc).__name__}: {exc}")
 
 
+def _drop_oldest(history: list[dict[str, Any]], head: Head) -> list[dict[str, Any]] | None:
+    """A prune: every entry but the oldest (no change for one entry or none). A fork
+    child is left alone: compacted, its seed's entries (its parent's) would become its
+    own, which invariant 2 would count as stored in two sessions."""
+    return history[1:] if len(history) > 1 and head.parent is None else None
+
+
+class CompactorActor(Actor):
+    """Now and then compacts a stored session (``Log.compact``), dropping its oldest
+    entry: every kept entry gets a new seq and hash, and a writer whose reply was lost
+    must still store its entries once."""
+
+    def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
+        r = sim.rng
+        self.wake_at = sim.now + r.randint(50, 400)
+        sids = sim.stored_sessions()
+        if not sids:
+            return None
+        sid = r.choice(sids)
+        return f"compact {sim.short(sid)}", protocol.compact_session(sim.layout, sim.config, sid, _drop_oldest)
+
+    def done(self, sim: Simulation, value: Any) -> None:
+        sim.note(self, "compacted" if value else "nothing to compact")
+
+    def failed(self, sim: Simulation, exc: BaseException) -> None:
+        # Documented: a commit landed first (ConflictError), the session is gone or
+        # expired, or the store kept failing.
+        if isinstance(exc, (StoreError, SessionNotFound, ConflictError)):
+            return
+        raise Violation("compactor", f"{self.what} raised {type(exc).__name__}: {exc}")
+
+
 class CreatorActor(Actor):
     """Takes over ids retention expired or deleted: ``Log.create(sid)`` (an empty head,
     over the tombstone or at the free id), or ``append_latest`` with ``create_meta``
@@ -1006,6 +1061,8 @@ class Simulation:
             self.actors.append(GcActor("gc"))
         if scenario.forker:
             self.actors.append(ForkerActor("fk"))
+        if scenario.compactor:
+            self.actors.append(CompactorActor("cp"))
         if scenario.retention:
             self.actors.append(RetentionActor("rt"))
             if scenario.creator:
@@ -1367,7 +1424,7 @@ class Simulation:
         """Whether the session of ``head`` (its session's life at the id, not a later
         one) was deleted by ``Log.delete`` since, or expired and its segment ``key``
         deleted by ``Log.delete`` of the id: no grace promised."""
-        ident = (head.created_at, head.creator)
+        ident = _ident(head)
         segs = frozenset(head.segments)
         for life in self.store.heads.get(head.session, []):
             lf = self.store.life_of(head.session, life)
@@ -1504,7 +1561,7 @@ class Simulation:
         except S3LogError as exc:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries
-        self.idents[sid] = (data.head.created_at, data.head.creator)
+        self.idents[sid] = _ident(data.head)
         if data.head.parent is not None:
             self.parent_of[sid] = data.head.parent.session
         else:
@@ -1528,7 +1585,7 @@ class Simulation:
         (of that session: one that took the id over after an expiry or a delete has a
         history of its own)."""
         self.history.read(reader.op, reader.name, data.session, positions(data.session, data.entries, _payload))
-        ident = (data.head.created_at, data.head.creator)
+        ident = _ident(data.head)
         for e in data.entries:
             at = self.acked.get(_payload(e))
             if at is not None and at[0] == data.session and self.ack_life.get(_payload(e)) == ident \

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 from .codec import FORK_KIND, Entry, decode_head
 from .errors import CorruptionError
 from .ops import Blob, ListPage
-from .protocol import is_expired
+from .protocol import compactions, is_expired
 from .results import CommitResult
 from .store.base import AsyncObjectStore, ObjectStore
 
@@ -122,6 +122,8 @@ class Ended:
     client: str
     session: str
     entries: tuple[Position, ...]
+    #: Ended by a compaction: the kept entries are stored again in the new chain, by design.
+    rewritten: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,8 @@ class HeadWrite:
     tomb: bool = False
     parent: tuple[str, int] | None = None
     sent: int = 0
+    #: How many times the session was compacted (a compaction rewrites the chain).
+    compactions: int = 0
 
 
 Event = Invoke | Ack | Fail | Read | Fork | Ended | HeadWrite
@@ -340,7 +344,7 @@ class AsyncRecordingStore:
 def _record(history: History, op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
             body: bytes | None, sent: int) -> None:
     """Record an applied write of ``key`` if it is a session's head."""
-    if not key.endswith("/head"):
+    if not key.endswith("/head") or "/_probe/" in key:  # the probe's object is no session
         return
     try:
         event = head_write(op, client, key, method, base, etag, body, sent)
@@ -356,7 +360,8 @@ def head_write(op: int, client: str, key: str, method: str, base: str | None, et
         return HeadWrite(op, client, key.rsplit("/", 2)[-2], method, base, etag, sent=sent)
     head = decode_head(body, key)
     parent = (head.parent.session, head.parent.seq) if head.parent is not None else None
-    return HeadWrite(op, client, head.session, method, base, etag, head.seq, is_expired(head), parent, sent)
+    return HeadWrite(op, client, head.session, method, base, etag, head.seq, is_expired(head), parent, sent,
+                     compactions(head))
 
 
 # ---------------------------------------------------------------------------- checking
@@ -367,12 +372,15 @@ def check(history: History | Sequence[Event]) -> list[Violation]:
     events = history.events if isinstance(history, History) else list(history)
     finals: dict[str, list[Position]] = {}
     ended: dict[str, list[tuple[Position, ...]]] = {}
+    rewritten: dict[str, list[tuple[Position, ...]]] = {}
     for ev in events:
         if isinstance(ev, Read) and ev.final:
             finals[ev.session] = list(ev.entries)
         elif isinstance(ev, Ended):
             ended.setdefault(ev.session, []).append(ev.entries)
-    out = _check_acks(events, finals, ended)
+            if ev.rewritten:
+                rewritten.setdefault(ev.session, []).append(ev.entries)
+    out = _check_acks(events, finals, ended, rewritten)
     out += _check_stored_once(finals)
     out += _check_reads(events, finals, ended)
     out += _check_forks(events)
@@ -381,7 +389,8 @@ def check(history: History | Sequence[Event]) -> list[Violation]:
 
 
 def _check_acks(events: Sequence[Event], finals: dict[str, list[Position]],
-                ended: dict[str, list[tuple[Position, ...]]]) -> list[Violation]:
+                ended: dict[str, list[tuple[Position, ...]]],
+                rewritten: dict[str, list[tuple[Position, ...]]]) -> list[Violation]:
     """Each acknowledged entry acknowledged once, and readable where its result said."""
     out: list[Violation] = []
     acked: dict[str, tuple[Position, int]] = {}
@@ -406,7 +415,8 @@ def _check_acks(events: Sequence[Event], finals: dict[str, list[Position]],
             if p.seq < len(chain) and chain[p.seq] == p:
                 continue
             if any(p.seq < len(c) and c[p.seq] == p for c in ended.get(p.session, [])):
-                if p.payload in where:
+                kept = any(p.seq < len(c) and c[p.seq] == p for c in rewritten.get(p.session, []))
+                if p.payload in where and not (kept and where[p.payload][0] == p.session):
                     s, q = where[p.payload]
                     out.append(Violation("duplicated", f"{p.payload}, acknowledged at {_at(p)} (since ended), is "
                                                        f"stored again at {s}@{q}", (i,)))
@@ -450,8 +460,15 @@ def _check_reads(events: Sequence[Event], finals: dict[str, list[Position]],
 
 def _check_forks(events: Sequence[Event]) -> list[Violation]:
     """Every fork is explicit or follows a lost race: before the child's first head was
-    applied, another operation moved the parent past the fork point, or ended it."""
+    applied, another operation moved the parent past the fork point, rewrote its chain
+    (a compaction) or ended it."""
     writes = [(i, ev) for i, ev in enumerate(events) if isinstance(ev, HeadWrite)]
+    seen: dict[str, int] = {}
+    rewrites: set[int] = set()  # the writes that compacted their session
+    for i, w in writes:
+        if w.compactions > seen.get(w.session, 0):
+            rewrites.add(i)
+        seen[w.session] = max(seen.get(w.session, 0), w.compactions)
     born: dict[str, tuple[int, HeadWrite]] = {}
     for i, w in writes:
         if w.parent is not None and w.etag is not None:
@@ -471,7 +488,7 @@ def _check_forks(events: Sequence[Event]) -> list[Violation]:
             continue
         bound = born[child][0] if child in born else i
         if any(w.session == parent and w.op != op and w.sent < bound
-               and (w.etag is None or w.tomb or w.seq > at_seq) for _, w in writes):
+               and (w.etag is None or w.tomb or w.seq > at_seq or j in rewrites) for j, w in writes):
             continue
         out.append(Violation("fork", f"{child} forked from {parent}@{at_seq} by operation {op}, which nobody asked "
                                      f"for and no other write to {parent} explains (no race was lost)", (i,)))

@@ -20,7 +20,10 @@ Starts the embedded local S3 once and, in one run, measures for each system:
 - the tail bound (``tail``): commit latency over a raw PUT, PUTs and head bytes per commit,
   and the round trips to restore a short session, per ``LogConfig.tail_max_bytes``.
 
-``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency,tail``):
+- OpenTelemetry (``otel``): a small commit with the API absent, present without an SDK,
+  and recording spans; the share of a commit the absent case's checks cost.
+
+``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency,tail,otel``):
 the peers are in ``append``, which takes longest.
 
 Peers (the ``bench`` extra): delta-rs (``write_deltalake`` append), SlateDB (``put`` +
@@ -737,7 +740,47 @@ def run_peer(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- main
 
 
-PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency", "tail")
+def otel_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
+    """Median per small commit on MemoryStore with OpenTelemetry absent, present without
+    an SDK, and recording (the SDK, exporting nowhere).
+
+    Absent (``s3log.otel.TRACER`` None, as when the API is not importable), a commit
+    pays one ``TRACER is None`` check for the verb and one per request: their share of
+    the commit is that check's own cost (timed apart) over the commit's, which a
+    difference of two noisy medians could not resolve. The writers take turns.
+    """
+    import timeit
+
+    from s3log import otel
+
+    api = otel.TRACER
+    modes: dict[str, Any] = {"absent": None}
+    if api is not None:
+        modes["api, no SDK"] = api
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        modes["SDK recording"] = TracerProvider().get_tracer("s3log")
+    except ImportError:
+        pass
+    writers = {name: s3log.Log(s3log.MemoryStore("bench")).create() for name in modes}
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    try:
+        for _ in range(rounds):
+            for name, w in writers.items():
+                otel.TRACER = modes[name]
+                samples[name] += timed(n // rounds, lambda i, w=w: (w.append("event", {"i": i}), w.commit()))
+    finally:
+        otel.TRACER = api
+    check_s = min(timeit.repeat("otel.TRACER is None", globals={"otel": otel}, number=200_000, repeat=5)) / 200_000
+    base = _ms(samples["absent"])
+    checks = 2  # the commit's and its one request's (a conditional PUT of the head)
+    return {"absent_ms_per_commit": base, "check_ns": check_s * 1e9, "checks_per_commit": checks,
+            "absent_share": checks * check_s * 1000 / base,
+            "modes": {name: {"ms_per_commit": _ms(v), "ratio": _ms(v) / base} for name, v in samples.items()}}
+
+
+PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency", "tail", "otel")
 
 
 def main() -> None:
@@ -833,6 +876,8 @@ def main() -> None:
                 results["concurrent"] = conc
                 results["concurrent_latency"] = run_peer("obstore", lambda: concurrent_at_latency(
                     server, args.appenders, 30.0))
+    if "otel" in parts:
+        results["otel"] = otel_overhead()
     if "signing" in parts:
         results["signing"] = signing_overhead()
         with LocalS3() as server:
@@ -981,6 +1026,13 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         add("Ed25519-signed vs unsigned small commit over the local S3 (boto3)", v,
             f"{v:.2f}x ({g['plain_ms_per_commit']:.2f} -> {g['signed_ms_per_commit']:.2f} ms; "
             f"+{m['added_us_per_commit']:.0f} us of CPU, {m['ratio']:.2f}x on MemoryStore)", "<= 1.10x", v <= 1.10)
+    if "otel" in r:
+        o = r["otel"]
+        v = o["absent_share"]
+        others = "; ".join(f"{name} {m['ratio']:.2f}x" for name, m in o["modes"].items() if name != "absent")
+        add("small commit with OpenTelemetry absent: its None checks' share of the commit's CPU (MemoryStore)", v,
+            f"{v:.3%} ({o['checks_per_commit']} x {o['check_ns']:.0f} ns of {o['absent_ms_per_commit'] * 1000:.0f} us; "
+            f"{others})", "<= 1%", v <= 0.01)
     if "startup" in r:
         st = r["startup"]
         add("import s3log (wall, fresh process, over a bare interpreter)", st["import_ms"],

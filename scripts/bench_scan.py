@@ -237,6 +237,91 @@ def report_latency(r: dict[str, Any]) -> None:
           f"the whole set as Arrow: {r['set_arrow_mib']:.1f} MiB")
 
 
+#: The DuckDB queries :func:`duckdb_memory` runs, one after the other over the same views.
+DUCKDB_QUERIES = (
+    "SELECT count(*), sum(length(data_json)) FROM entries",
+    "SELECT s.labels['tenant'] AS tenant, e.kind, count(*) FROM entries e JOIN sessions s USING (session) GROUP BY ALL",
+)
+
+
+def generate_kib(store: Any, sessions: int, entries: int) -> None:
+    """``sessions`` x ``entries`` entries of about 1 KiB each (agent messages), commits of 25."""
+    log = s3log.Log(store)
+    for s in range(sessions):
+        w = log.create(meta={"labels": {"tenant": f"t{s % 4}"}})
+        for i in range(entries):
+            w.append("message" if i % 4 else "tool_call", {"s": s, "i": i, "text": "lorem ipsum " * 83})
+            if i % 25 == 24:
+                w.commit()
+        w.commit()
+    log.close()
+
+
+def duckdb_memory(sessions: int = 150, entries: int = 100) -> dict[str, Any]:
+    """Peak memory (traced Python + Arrow pool growth) of :data:`DUCKDB_QUERIES` over the
+    lazy views, and the time of each query: lazy (every query reads the store) and over
+    ``snapshot=True`` (read once, into DuckDB tables), against an export to Parquet."""
+    import tempfile
+
+    import duckdb
+    import pyarrow as pa
+
+    out: dict[str, Any] = {"sessions": sessions, "entries": sessions * entries}
+    with LocalS3Process() as server:
+        os.environ.update(server.env())
+        bucket = server.create_bucket()
+        store = s3log.S3Store(bucket, endpoint_url=server.endpoint_url)
+        generate_kib(store, sessions, entries)
+        ids = s3log.Log(store).list_session_ids()
+        # Imports, client and DuckDB set-up are not the queries' (one session, both views).
+        warm = analytics.duckdb(duckdb.connect(), store, sessions=ids[:1])
+        for q in DUCKDB_QUERIES:
+            warm.execute(q).fetchall()
+        pool = pa.default_memory_pool()
+        base = pool.max_memory() or 0
+        tracemalloc.start()
+        con = analytics.duckdb(duckdb.connect(), store)
+        lazy = []
+        for q in DUCKDB_QUERIES:
+            t = time.perf_counter()
+            con.execute(q).fetchall()
+            lazy.append(time.perf_counter() - t)
+        _, py = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out.update(lazy_s=lazy, peak_python_mib=py / 2**20,
+                   peak_arrow_mib=max((pool.max_memory() or 0) - base, 0) / 2**20)
+        out["peak_mib"] = out["peak_python_mib"] + out["peak_arrow_mib"]
+        t = time.perf_counter()
+        snap = analytics.duckdb(duckdb.connect(), store, snapshot=True)
+        out["snapshot_s"] = time.perf_counter() - t
+        timed = []
+        for q in DUCKDB_QUERIES:
+            t = time.perf_counter()
+            snap.execute(q).fetchall()
+            timed.append(time.perf_counter() - t)
+        out["snapshot_query_s"] = timed
+        with tempfile.TemporaryDirectory() as tmp:
+            analytics.to_parquet(store, tmp + "/export")
+            pq = analytics.duckdb_parquet(duckdb.connect(), tmp + "/export")
+            timed = []
+            for q in DUCKDB_QUERIES:
+                t = time.perf_counter()
+                pq.execute(q).fetchall()
+                timed.append(time.perf_counter() - t)
+            out["parquet_query_s"] = timed
+    return out
+
+
+def report_duckdb(r: dict[str, Any]) -> None:
+    """Print what :func:`duckdb_memory` measured."""
+    print(f"{r['sessions']} sessions, {r['entries']:,} entries of ~1 KiB; two queries over the lazy views:")
+    print(f"  peak {r['peak_mib']:.1f} MiB ({r['peak_python_mib']:.1f} traced Python + {r['peak_arrow_mib']:.1f} "
+          f"Arrow pool); queries {', '.join(f'{s:.2f}s' for s in r['lazy_s'])}")
+    print(f"  snapshot=True: read once in {r['snapshot_s']:.2f}s, then queries "
+          f"{', '.join(f'{s:.3f}s' for s in r['snapshot_query_s'])}")
+    print(f"  exported Parquet (duckdb_parquet): queries {', '.join(f'{s:.3f}s' for s in r['parquet_query_s'])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=200)
@@ -245,7 +330,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=None,
                         help="read through a proxy adding this many ms per request (e.g. 30)")
     parser.add_argument("--runs", type=int, default=2, help="with --latency-ms: timed runs (best kept)")
+    parser.add_argument("--duckdb", action="store_true",
+                        help="the DuckDB views' peak memory over 150 sessions x 100 entries of ~1 KiB, and a snapshot")
     args = parser.parse_args()
+    if args.duckdb:
+        report_duckdb(duckdb_memory())
+        return
     if args.latency_ms is not None:
         # The scan is timed at --parallelism and at twice that.
         report_latency(scan_latency(args.latency_ms, args.sessions, args.entries, args.parallelism,

@@ -4,16 +4,13 @@ Configured by the environment (terraform/examples/lambda-worker sets it):
 
 - ``S3LOG_BUCKET`` (required), ``S3LOG_PREFIX`` (default ``s3log``);
 - ``S3LOG_IDLE_DAYS`` (default 30): sessions with no commit for this long are expired
-  (a tombstone replaces the head; gc deletes their objects after its grace period);
+  (their head is deleted with If-Match; gc deletes their segments);
 - ``S3LOG_GC_OLDER_THAN_MINUTES`` (default 60): gc's grace period;
 - ``S3LOG_DRY_RUN`` (``1`` to report without deleting).
 
 Needs the s3log-bucket module's sweep policy: LIST the session folders and the activity
-index, GET heads, PUT a head only with If-Match (the tombstone), delete under
-``{prefix}/sessions/`` and ``{prefix}/activity/``.
-Expire and gc run the precondition probe first (docs/decisions/0034); the sweep policy
-does not allow its PUTs, so it reports each property untested and the sweep goes on,
-with a warning: check the store once with ``s3log doctor`` under the writer policy.
+index, GET heads, delete under ``{prefix}/sessions/`` (a head only with If-Match) and
+``{prefix}/activity/``. It writes nothing.
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 import s3log
 from s3log.testing import LocalS3
+from tests.baseline import import_baseline
 
 
 class AsyncWriterFacade:
@@ -161,3 +163,9 @@ def env(s3log_server: LocalS3) -> dict[str, str]:
     (a log on it: :func:`tests.cli_env.log_of`)."""
     bucket = s3log_server.create_bucket()
     return {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
+
+
+@pytest.fixture(scope="session")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """The s3log package of an earlier build (tests/baseline.py), for differential tests."""
+    return import_baseline(tmp_path_factory)

@@ -19,7 +19,7 @@ from s3log.testing import LocalS3
 class Clock:
     """A settable clock in ms, for ``Env.deterministic``."""
 
-    def __init__(self, t: int) -> None:
+    def __init__(self, t: int = 1_800_000_000_000) -> None:
         self.t = t
 
     def __call__(self) -> int:

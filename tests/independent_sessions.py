@@ -201,6 +201,17 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
     w = s3log.Log(store, config=s3log.LogConfig(signer=Ed25519Signer(key))).create(meta={"who": "signed"})
     _commit_each(w, [("signed", {"i": i}) for i in range(12)], 5)
     out["signed"] = w.session_id
+    # Signed with a window of append keys (covered by the signature), inherited by a fork.
+    signed = s3log.Log(store, config=s3log.LogConfig(signer=Ed25519Signer(key)))
+    w = signed.create()
+    for i in range(3):
+        w.append("keyed", {"i": i}, key=f"req-{i}")
+        w.commit()
+    out["signed_keys_parent"] = w.session_id
+    w = signed.open(signed.fork(w.session_id, at_seq=1))
+    w.append("keyed", {"i": "child"}, key="req-child")
+    w.commit()
+    out["signed_keys"] = w.session_id
 
     lg.close()
     log.close()

@@ -181,6 +181,46 @@ def test_lazy_creation_stores_nothing_until_the_first_commit(log: s3log.Log) -> 
     assert [k for k in store.all_keys() if "/sessions/" in k] == sessions and log.head("agent-1").lease is None
 
 
+SEED = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "an answer"}]
+
+
+@pytest.mark.parametrize("end", ["flush", "close"])
+def test_a_session_seeded_with_history_is_stored_at_flush_or_close(log: s3log.Log, end: str) -> None:
+    s = AgentSession.create(log, session_id="seeded", system_prompt="sys", history=SEED, labels={"cwd": "/w"})
+    assert log.store.requests.total == 0  # write-behind: nothing sent yet
+    getattr(s, end)()
+    assert log.list_session_ids() == ["seeded"]
+    assert [e.kind for e in log.read("seeded").entries] == ["agent.session_start"]
+    assert AgentSession.restore(log, "seeded", labels={"cwd": "/w"}).state.history == SEED
+    sent = log.store.requests.total
+    s.close()  # nothing left to store
+    assert log.store.requests.total == sent and s.unsaved() == 0
+
+
+@pytest.mark.parametrize("labels", [{"cwd": "/w"}, {"cwd": "/elsewhere"}])
+def test_a_seeded_session_cannot_take_an_id_another_session_holds(log: s3log.Log, labels: dict[str, str]) -> None:
+    AgentSession.create(log, session_id="held", history=SEED, labels={"cwd": "/w"}).close()
+    store = log.store
+    assert isinstance(store, s3log.MemoryStore)
+    before = {k: store.get(k) for k in store.all_keys()}
+    other = AgentSession.create(log, session_id="held", history=[{"role": "user", "content": "mine"}], labels=labels)
+    assert other.unsaved() == 1  # the seed is worth keeping, so it is tried at exit too
+    with pytest.raises(s3log.SessionExists):
+        other.flush()
+    with pytest.raises(s3log.SessionExists):
+        other.close()
+    assert {k: store.get(k) for k in store.all_keys()} == before  # nothing written
+    assert AgentSession.restore(log, "held", labels={"cwd": "/w"}).state.history == SEED
+    assert other.discard() == 1
+
+
+def test_an_empty_start_stays_lazy_and_sends_nothing(log: s3log.Log) -> None:
+    s = AgentSession.create(log, session_id="empty", system_prompt="sys", config={"model": "m"}, history=[])
+    s.flush()
+    s.close()
+    assert log.store.requests.total == 0 and log.list_session_ids() == [] and s.unsaved() == 0
+
+
 def test_id_collision_is_rejected(log: s3log.Log) -> None:
     _turn(AgentSession.create(log, session_id="taken"), "x")
     s = AgentSession.create(log, session_id="taken")

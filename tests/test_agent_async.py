@@ -137,6 +137,60 @@ async def test_lazy_ids_scope_and_list(s3log_async_log: s3log.AsyncLog) -> None:
     assert await AsyncAgentSession.list(log, labels={"cwd": "/w"}) == []
 
 
+SEED = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "an answer"}]
+
+
+async def _keys(log: s3log.AsyncLog) -> list[tuple[str, str]]:
+    page = await log.store.list("")
+    assert page.next_token is None
+    return [(o.key, o.etag) for o in page.objects]
+
+
+@pytest.mark.parametrize("end", ["flush", "close"])
+async def test_a_session_seeded_with_history_is_stored_at_flush_or_close(
+    s3log_async_log: s3log.AsyncLog, end: str
+) -> None:
+    log = s3log_async_log
+    s = await AsyncAgentSession.create(log, session_id="seeded", system_prompt="sys", history=SEED,
+                                       labels={"cwd": "/w"})
+    assert log.store.requests.total == 0  # write-behind: nothing sent yet
+    await getattr(s, end)()
+    assert await log.list_session_ids() == ["seeded"]
+    assert await _kinds(log, "seeded") == ["agent.session_start"]
+    assert (await AsyncAgentSession.restore(log, "seeded", labels={"cwd": "/w"})).state.history == SEED
+    sent = log.store.requests.total
+    await s.close()  # nothing left to store
+    assert log.store.requests.total == sent and s.unsaved() == 0
+
+
+@pytest.mark.parametrize("labels", [{"cwd": "/w"}, {"cwd": "/elsewhere"}])
+async def test_a_seeded_session_cannot_take_an_id_another_session_holds(
+    s3log_async_log: s3log.AsyncLog, labels: dict[str, str]
+) -> None:
+    log = s3log_async_log
+    await (await AsyncAgentSession.create(log, session_id="held", history=SEED, labels={"cwd": "/w"})).close()
+    stored, keys = await log.head("held"), await _keys(log)
+    other = await AsyncAgentSession.create(log, session_id="held", history=[{"role": "user", "content": "mine"}],
+                                           labels=labels)
+    with pytest.raises(s3log.SessionExists):
+        await other.flush()
+    with pytest.raises(s3log.SessionExists):
+        await other.close()
+    assert await log.head("held") == stored and await _keys(log) == keys  # nothing written
+    restored = await AsyncAgentSession.restore(log, "held", labels={"cwd": "/w"})
+    assert restored.state.history == SEED and restored.meta["labels"] == {"cwd": "/w"}
+    assert other.discard() == 1
+
+
+async def test_an_empty_start_stays_lazy_and_sends_nothing(s3log_async_log: s3log.AsyncLog) -> None:
+    log = s3log_async_log
+    s = await AsyncAgentSession.create(log, session_id="empty", system_prompt="sys", config={"model": "m"})
+    await s.flush()
+    await s.close()
+    assert log.store.requests.total == 0 and s.unsaved() == 0
+    assert await log.list_session_ids() == []
+
+
 async def test_read_only_state_and_input_shapes(s3log_async_log: s3log.AsyncLog) -> None:
     s = await AsyncAgentSession.create(s3log_async_log)
     await s.user_input({"role": "user", "content": "one dict"})

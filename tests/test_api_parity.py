@@ -1,4 +1,4 @@
-"""The same verb means the same thing on both sides (issue 16).
+"""The same verb means the same thing on both sides.
 
 ``Log``/``AsyncLog`` and ``Writer``/``AsyncWriter`` expose the same public names with
 the same parameters; the async side awaits what does I/O. A name added to one side
@@ -8,7 +8,6 @@ only fails here.
 from __future__ import annotations
 
 import inspect
-import warnings
 
 import pytest
 
@@ -19,7 +18,7 @@ ONE_SIDED = {
     "Log": {"close"},            # AsyncLog.aclose
     "AsyncLog": {"aclose"},
     "Writer": set(),
-    "AsyncWriter": {"append_nowait"},  # deprecated alias kept for one release
+    "AsyncWriter": set(),
 }
 
 
@@ -63,19 +62,8 @@ def test_append_queues_on_both_sides() -> None:
         assert aw.pending == 0
         entry = await aw.append_durable("k", 2)
         assert entry.data == 2
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            old = await aw.append("k", 3)  # the 0.1 form: still durable, with a warning
-        assert old.data == 3 and any(issubclass(c.category, DeprecationWarning) for c in caught)
+        assert not inspect.isawaitable(aw.append("k", 3))  # a ticket, nothing else: it only queues
+        await aw.commit()
         assert [e.data for e in (await alog.read(aw.session_id)).entries] == [1, 2, 3]
 
     asyncio.run(run())
-
-
-def test_entry_hash_hex_is_deprecated() -> None:
-    log = s3log.Log(s3log.MemoryStore())
-    w = log.create()
-    w.append("k", 1)
-    entry = w.commit().acked[0]
-    with pytest.warns(DeprecationWarning, match="hash.hex"):
-        assert entry.hash_hex == entry.hash.hex()

@@ -9,6 +9,7 @@ is refused before anything is written; the head remembers a bounded window of ke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -318,3 +319,133 @@ def test_an_openai_add_items_retried_after_a_failure_is_stored_once_and_a_repeat
         assert [i["content"] for i in got] == ["hi", "hello", "hi"]
 
     asyncio.run(main())
+
+
+# ----------------------------------------------------------------- a tampered window
+
+
+def _signed() -> LogConfig:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    return LogConfig(signer=signer, verifier=PublicKeyVerifier([signer.public_key]))
+
+
+def _forge_key(store: s3log.MemoryStore, sid: str, key: str, seq: int, kind: str, data: Any) -> None:
+    """What someone who can write the bucket but holds no key can do: add an item to the
+    head's ``append_keys``, keeping the genuine signature of the rest."""
+    from dataclasses import replace
+
+    from s3log.codec import AppendKey, append_digest, decode_head, dumps, encode_head
+
+    hkey = s3log.Log(store).layout.head(sid)
+    got = store.get(hkey)
+    head = decode_head(got.body, hkey)
+    forged = replace(head, append_keys=(*head.append_keys, AppendKey(key, seq, append_digest(kind, dumps(data)))))
+    store.put_if_match(hkey, encode_head(forged), got.etag)
+
+
+@pytest.mark.parametrize("verb", ["append_durable", "append+commit", "append_latest"])
+def test_a_forged_append_key_in_a_signed_head_is_refused_not_answered(verb: str) -> None:
+    # Without the window in the signed payload, a restarted worker's second "ok" (key
+    # req-2) was answered with the first "ok" (seq 0, key req-1) and never stored, or,
+    # queued with append and committed, silently dropped.
+    store = s3log.MemoryStore()
+    cfg = _signed()
+    log = s3log.Log(store, config=cfg)
+    w = log.create(session_id="t")
+    w.append_durable("msg", "ok", key="req-1")
+    _forge_key(store, "t", "req-2", 0, "msg", "ok")
+    with pytest.raises(s3log.SignatureError):
+        if verb == "append_durable":
+            log.open("t").append_durable("msg", "ok", key="req-2")
+        elif verb == "append+commit":
+            again = log.open("t")
+            again.append("msg", "ok", key="req-2")
+            again.commit()
+        else:
+            log.append_latest("t", [("msg", "ok")], keys=["req-2"])
+    assert _data(s3log.Log(store), "t") == ["ok"]  # nothing written (read without verifying)
+    with pytest.raises(s3log.SignatureError):
+        log.read("t")
+
+
+# ------------------------------------------------------------------ a random campaign
+
+
+def _history(log: s3log.Log, sid: str, memo: dict[str, list[Any]]) -> list[Any]:
+    """Everything a reader of ``sid`` sees: its ancestors up to each fork point, then its own."""
+    if sid not in memo:
+        head, own = log.head(sid), log.read(sid).entries
+        parent = head.parent
+        memo[sid] = list(own) if parent is None else \
+            [e for e in _history(log, parent.session, memo) if e.seq <= parent.seq] + list(own[1:])
+    return memo[sid]
+
+
+def _retry_until_acked(rng: Any, log: s3log.Log, todo: dict[int, list[tuple[str, Any]]],
+                       zombies: list[s3log.Writer]) -> dict[str, s3log.AckedEntry]:
+    writers: dict[int, s3log.Writer | None] = dict.fromkeys(todo)
+    where = dict.fromkeys(todo, "s")
+    acks: dict[str, s3log.AckedEntry] = {}
+    for _ in range(2000):
+        if not any(todo.values()):
+            break
+        if zombies and rng.random() < 0.2:  # a writer given up on, still alive, commits
+            with contextlib.suppress(s3log.S3LogError):
+                zombies.pop(rng.randrange(len(zombies))).commit()
+            continue
+        w = rng.choice([x for x in todo if todo[x]])
+        key, data = todo[w][0]
+        try:
+            if rng.random() < 0.3:
+                e = log.append_latest(where[w], [("k", data)], keys=[key]).acked[0]
+            else:
+                writer = writers[w]
+                if writer is None or rng.random() < 0.1:  # (re)started
+                    writer = writers[w] = log.open(where[w])
+                e = writer.append_durable("k", data, key=key)
+                where[w] = writer.session_id
+        except s3log.S3LogError:
+            if rng.random() < 0.3:  # the worker dies (or leaves its writer behind) and restarts
+                if writers[w] is not None and rng.random() < 0.5:
+                    zombies.append(writers[w])  # type: ignore[arg-type]
+                writers[w] = None
+            continue
+        assert acks.setdefault(key, e).position == e.position  # a retry names the same entry
+        todo[w].pop(0)
+    return acks
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_keyed_appends_retried_under_faults_restarts_and_races_are_stored_once_where_acknowledged(seed: int) -> None:
+    import json
+    import random
+
+    rng = random.Random(seed)
+    inner = s3log.MemoryStore()
+    rate = [0.0]
+    faults = ["timeout-landed", "timeout-lost", "503", "409"]
+    store = FaultyStore(inner, lambda method, key: rng.choice(faults) if rng.random() < rate[0] else None)
+    # (24 keys in all: none leaves the window of 32.)
+    log = s3log.Log(store, config=_fast(tail_max_bytes=rng.choice([0, 300, 32768])))
+    log.create(session_id="s")
+    rate[0] = 0.15
+    # Three workers, eight records each; some records are equal ("ok"): stored once per key.
+    todo = {w: [(f"w{w}-{i}", "ok" if rng.random() < 0.2 else {"w": w, "i": i}) for i in range(8)] for w in range(3)}
+    zombies: list[s3log.Writer] = []
+    acks = _retry_until_acked(rng, log, todo, zombies)
+    rate[0] = 0.0
+    for z in zombies:
+        with contextlib.suppress(s3log.S3LogError):
+            z.commit()
+    clean, memo = s3log.Log(inner), {}
+    assert not any(todo.values())
+    for e in acks.values():  # every acknowledgement reads back where it says
+        assert clean.read(e.session_id).entries[e.seq] == e
+    for sid in clean.list_session_ids():  # and no history holds a record twice
+        seen = [json.dumps(x.data, sort_keys=True) for x in _history(clean, sid, memo) if x.kind == "k"]
+        unique = [d for d in seen if d != '"ok"']
+        assert len(unique) == len(set(unique)), (sid, seen)

@@ -1,7 +1,7 @@
 """Cancelled and timed-out async appends: withdrawn before their commit, the commit's fate after.
 
-Defect 6 of issue 11: a cancelled ``await append(...)`` was committed later anyway, so a
-caller who retried stored it twice.
+A cancelled ``await append(...)`` must not be committed later anyway: a caller who retried
+would store it twice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the command line prints, run as a real process: piped (plain) and on a terminal (a pty).
 
-Regression tests of issue 14: rich markup in user data, wrapped and truncated piped
+Covered: rich markup in user data, wrapped and truncated piped
 output, Python reprs instead of JSON, a missing ``--json``, ``rm`` without a
 confirmation, ``local-s3`` without a bucket, errors that named neither bucket nor
 endpoint, slow failures on a wrong endpoint, and help with ``<bool>`` and RST.

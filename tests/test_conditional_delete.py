@@ -32,6 +32,7 @@ from s3log.protocol import delete_session
 from s3log.testing import LocalS3
 from tests.delete_hooks import Clock, HookedMemory, PlainStore, hooked_store
 from tests.scripted import Script, Step
+from tests.tombstones import tombstone_idle, tombstone_idle_async
 
 T0 = 1_800_000_000_000
 DAY = 86_400_000
@@ -61,7 +62,7 @@ def test_delete_never_removes_a_session_that_took_over_the_tombstone_it_read(
         old.append("k", {"old": i, "pad": "x" * 400})
         old.commit()
     clock.t += 40 * DAY
-    assert log.expire(idle_for=timedelta(days=30)).expired == [SID]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == [SID]
     acked: list[s3log.Entry] = []
 
     def take_over() -> None:  # another worker starts the thread again over the tombstone
@@ -125,7 +126,7 @@ def test_async_delete_never_removes_a_session_that_took_over_the_tombstone_it_re
             old.append("k", {"old": i, "pad": "x" * 400})
             await old.commit()
         clock.t += 40 * DAY
-        assert (await log.expire(idle_for=timedelta(days=30))).expired == [SID]
+        assert (await tombstone_idle_async(log, idle_for=timedelta(days=30))).expired == [SID]
         acked: list[s3log.Entry] = []
 
         async def take_over() -> None:

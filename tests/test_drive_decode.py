@@ -4,12 +4,15 @@ The procedure names a pure function of the blob; both drivers apply it inside th
 Parallel (so decoding one segment overlaps the transfer of the others) and hand back
 what it returns, or the exception it raised for the procedure to raise in key order.
 A driver that does not decode (the simulator, a scripted test) returns the blob and
-the procedure decodes it itself: the results are the same either way.
+the procedure decodes it itself: the results are the same either way. An interrupt inside
+a decode is raised, not handed back as a result, and decoding from many pool threads leaves
+the garbage collector as it found it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import Any
 
@@ -17,7 +20,7 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import protocol
+from s3log import codec, protocol
 from s3log.codec import Segment
 from s3log.config import RetryPolicy
 from s3log.drive import AsyncDriver, SyncDriver
@@ -124,3 +127,69 @@ def test_a_read_ahead_segment_of_an_unknown_format_is_skipped_by_either_path() -
     except Exception as exc:  # what the drivers hand back in its place
         result = exc
     assert protocol._fetched_ahead([key], [result]) == {}
+
+
+def test_a_decode_raising_a_base_exception_is_not_handed_back_as_a_result() -> None:
+    """``decoded`` hands back Exceptions only: an interrupt inside a decode is raised by
+    the driver (and the procedure closed), not taken for a corrupt object."""
+    store = s3log.MemoryStore()
+    store.put_raw("a", b"x")
+
+    def interrupt(blob: Blob) -> Any:
+        raise KeyboardInterrupt
+
+    closed: list[bool] = []
+
+    def proc() -> Proc[Any]:
+        try:
+            return (yield Parallel((Get("a"), Get("a", interrupt))))
+        finally:
+            closed.append(True)
+
+    driver = SyncDriver(store, RetryPolicy(), 4)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            driver.run(proc())
+    finally:
+        driver.close()
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(AsyncDriver(AsyncMemoryStore(store), RetryPolicy(), 4).run(proc()))
+    assert closed == [True, True]
+    assert gc.isenabled()
+
+
+def test_segments_decoded_by_many_pool_threads_leave_the_collector_as_it_was() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300, max_parallel=16, fanout=64))
+    w = log.create()
+    for i in range(60):
+        w.append("k", {"i": i, "t": "x" * 200})
+        w.commit()
+    sid = w.session_id
+    assert len(log.head(sid).segments) >= 16
+    expected = log.read(sid).entries
+    for enabled in (True, False):
+        if not enabled:
+            gc.disable()
+        try:
+            errors: list[BaseException] = []
+
+            def reader() -> None:
+                try:
+                    for _ in range(5):
+                        assert log.read(sid).entries == expected
+                        log.read_runs(sid)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=reader) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors
+            assert gc.isenabled() is enabled
+            assert codec._gc_depth == 0
+        finally:
+            gc.enable()
+    log.close()

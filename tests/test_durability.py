@@ -1,7 +1,7 @@
 """Regression tests for every known way s3log lost, duplicated or hid acknowledged data.
 
-Each test failed on the release before the commit decision table (issue 11); the
-comment on each names the defect.
+Each test failed on the release before the commit decision table; the comment on each
+names the defect it guards against.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ new one in its place: a scan failing after its first batch (a store fault, a str
 scan's corrupt session) left the old export gone and the new one partial. Now the new
 export is written elsewhere (a hidden sibling directory locally, a hidden folder
 inside the target on S3) and swapped in at the end; a failure deletes only that.
-Each test here failed before.
+Each test here failed before. Every argument (and the bucket) is checked before anything
+is deleted.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from s3log import analytics
 from s3log.cli.app import app
 from s3log.testing import LocalS3
 from tests.cli_env import log_of
+from tests.helpers import store_with
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
@@ -147,3 +149,70 @@ def test_cli_export_overwrite_whose_scan_fails_part_way_keeps_the_old_export(
     result = runner.invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     assert _contents(out) != before and sorted(p.name for p in tmp_path.iterdir()) == [fmt]
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("bad", [
+    {"batch_size": 0}, {"sessions": ["bad id!"]}, {"kinds": "k"}, {"since": "garbage"}, {"bogus": 1},
+    {"parallelism": 0}, {"until": float("nan")}, {"prefix": "../x"},
+])
+def test_to_parquet_overwrite_checks_every_argument_before_deleting(tmp_path: Path, bad: dict[str, Any]) -> None:
+    store, _ = store_with(T0)
+    out = tmp_path / "export"
+    assert analytics.to_parquet(store, str(out)) == 1
+    before = _files(out)
+    with pytest.raises(s3log.S3LogError):
+        analytics.to_parquet(store, str(out), mode="overwrite", **bad)
+    assert _files(out) == before
+
+
+def test_to_parquet_overwrite_keeps_the_export_when_the_store_fails(tmp_path: Path) -> None:
+    store, _ = store_with(T0)
+    out = tmp_path / "export"
+    analytics.to_parquet(store, str(out))
+    before = _files(out)
+
+    class Gone(s3log.MemoryStore):
+        def list(self, *args: Any, **kwargs: Any) -> Any:
+            raise s3log.StoreError("no such bucket", key="s3log/", code="NoSuchBucket", status=404)
+
+    with pytest.raises(s3log.StoreError):
+        analytics.to_parquet(Gone(), str(out), mode="overwrite")
+    assert _files(out) == before
+
+
+def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, " ".join(result.output.split())
+
+
+def _populate_env(env: dict[str, str]) -> str:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", {"a": 1}, ts=T0)
+    w.commit()
+    log.close()
+    return w.session_id
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
+    env: dict[str, str], tmp_path: Path, fmt: str,
+) -> None:
+    _populate_env(env)
+    out = tmp_path / fmt
+    code, text = _invoke(env, "export", "--format", fmt, "--out", str(out), "-q")
+    assert code == 0, text
+    before = _files(out)
+    assert before
+    code, text = _invoke(env, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite",
+                         "--session", "bad id!")
+    assert code == 1 and "bad id!" in text and "Traceback" not in text
+    assert _files(out) == before
+    missing = {**env, "S3LOG_BUCKET": "no-such-bucket-here"}
+    code, text = _invoke(missing, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite")
+    assert code == 1 and "no-such-bucket-here" in text
+    assert _files(out) == before

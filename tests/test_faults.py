@@ -223,9 +223,8 @@ async def test_async_crash_propagates_and_leaves_the_session_intact() -> None:
     assert store.injected == [("put_if_match", f"s3log/sessions/{sid}/head", "crash")]
 
 
-def test_faulty_stores_carry_a_prefix_only_when_the_inner_store_has_one() -> None:
-    mem = s3log.MemoryStore()
+def test_faulty_stores_carry_no_prefix_and_the_inner_bucket() -> None:
+    mem = s3log.MemoryStore(bucket="b1")
     assert not hasattr(FaultyStore(mem, random_plan(0)), "prefix")
     assert not hasattr(AsyncFaultyStore(s3log.AsyncMemoryStore(mem), random_plan(0)), "prefix")
-    mem.prefix = "legacy"  # type: ignore[attr-defined]  # a store built with the deprecated prefix
-    assert FaultyStore(mem, random_plan(0)).prefix == "legacy"
+    assert FaultyStore(mem, random_plan(0)).bucket == "b1"

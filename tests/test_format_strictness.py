@@ -1,7 +1,9 @@
 """Readers refuse what docs/format.md says is corrupt, with a CorruptionError and never
 another exception: cases found by differential fuzzing of s3log against the
 independent reader (tests/independent/reader.mjs) that the shared tampering table of
-tests/test_independent_reader.py cannot express (the two readers may differ there).
+tests/test_independent_reader.py cannot express (the two readers may differ there). A
+malformed tombstone or a parent naming no session id makes the head corrupt, and ``verify``
+says so, naming the key.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import s3log
 from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
 from s3log.errors import CorruptionError
 from s3log.layout import Layout, parse_segment_key
+from s3log.testing import LocalS3
+from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json
+from tests.helpers import parent_and_fork
 
 
 def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
@@ -142,3 +147,68 @@ def test_tagged_values_that_read_back_are_kept(version: int) -> None:
         w.commit()
     assert log.head(w.session_id).segments
     assert [e.data for e in log.read(w.session_id).entries[: len(values)]] == values
+
+
+@pytest.mark.parametrize("bad", [5, "x", [1, 2], {}, {"at": "yesterday"}, True,
+                                 {"at": 1, "seq": 0, "hash": b"short", "idle_for_ms": 1},
+                                 {"at": -1, "seq": 0, "hash": None, "idle_for_ms": 1},
+                                 {"at": 1, "seq": 0, "hash": None, "idle_for_ms": "5"}])
+def test_a_malformed_expired_field_makes_the_head_corrupt(bad: Any) -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    key = edit_head_mem(store, w.session_id, {"expired": bad})
+    with pytest.raises(CorruptionError, match="expired") as info:
+        log.read(w.session_id)
+    assert info.value.key == key
+
+
+def test_a_well_formed_or_null_expired_field_reads_as_before() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    edit_head_mem(store, w.session_id, {"expired": None})
+    assert len(log.read(w.session_id)) == 1
+    edit_head_mem(store, w.session_id, {"expired": {"at": 1, "seq": 0, "hash": None, "idle_for_ms": 5}})
+    with pytest.raises(s3log.SessionExpired):
+        log.read(w.session_id)
+
+
+def test_verify_counts_a_malformed_tombstone_as_broken(env: dict[str, str], s3log_server: LocalS3) -> None:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    key = edit_head_s3(env, s3log_server, w.session_id, {"expired": {"at": "yesterday"}})
+    result = invoke(env, "verify", "--all", "--json")
+    report = strict_json(result.stdout)
+    assert result.exit_code == 1 and report["expired_or_deleted"] == []
+    assert [(b["session"], b["key"]) for b in report["broken"]] == [(w.session_id, key)]
+
+
+def test_a_parent_naming_no_session_id_is_corruption_naming_the_head() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    _parent, child = parent_and_fork(log)
+    head = cbor2.loads(store.get(f"s3log/sessions/{child}/head").body)
+    key = edit_head_mem(store, child, {"parent": {**head["parent"], "session": "../../x"}})
+    for call in (log.lineage, log.read):
+        with pytest.raises(CorruptionError, match="session id") as info:
+            call(child)
+        assert info.value.key == key
+
+
+def test_verify_json_names_the_key_of_a_format_version_error(env: dict[str, str], s3log_server: LocalS3) -> None:
+    log = log_of(env)
+    w = log.create()
+    w.append("k", 1)
+    w.commit()
+    key = edit_head_s3(env, s3log_server, w.session_id, {"v": 3})
+    result = invoke(env, "verify", w.session_id, "--json")
+    report = strict_json(result.stdout)
+    assert result.exit_code == 1 and report["broken"][0]["key"] == key
+    assert "format version" in report["broken"][0]["error"]

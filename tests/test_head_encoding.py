@@ -102,7 +102,7 @@ def _base() -> Head:
 
 
 def test_a_value_that_can_change_inside_is_never_taken_from_the_cache() -> None:
-    """Found by review: a tuple holding a list, or a ParentRef whose hash is a
+    """a tuple holding a list, or a ParentRef whose hash is a
     bytearray, changed in place after one encoding, was encoded from the cache."""
     inner = ["x"]
     head = replace(_base(), segments=(inner,))  # type: ignore[arg-type]
@@ -117,7 +117,7 @@ def test_a_value_that_can_change_inside_is_never_taken_from_the_cache() -> None:
 
 
 def test_odd_values_encode_as_the_stored_map_says() -> None:
-    """Found by review: a ParentRef subclass, segments or levels that are not a list
+    """a ParentRef subclass, segments or levels that are not a list
     or tuple, and a falsy parent are encoded as Head.to_map stores them."""
 
     class Parent(ParentRef):
@@ -136,7 +136,7 @@ def test_odd_values_encode_as_the_stored_map_says() -> None:
 
 
 def test_a_str_subclass_id_does_not_poison_the_head_key_cache() -> None:
-    """Found by review: Layout.head cached the key of a str subclass id (formatted its
+    """Layout.head cached the key of a str subclass id (formatted its
     own way) under the plain id, and raised TypeError for an unhashable one."""
     from s3log.layout import Layout
 
@@ -154,7 +154,7 @@ def test_a_str_subclass_id_does_not_poison_the_head_key_cache() -> None:
 
 
 def test_a_list_tail_changed_in_place_is_encoded_afresh() -> None:
-    """Found by review (older than the hand-made encoder): a tail given as a list and
+    """a tail given as a list and
     appended to in place was taken from the cache, its array one item short."""
     tail = list(_tail(2, -1, None))
     head = replace(_base(), seq=1, tail=tail)  # type: ignore[arg-type]

@@ -77,10 +77,11 @@ def test_the_independent_reader_reads_every_shape_as_s3log_does(dump: tuple[Path
 def test_signed_heads_verify_with_the_trusted_key_only(dump: tuple[Path, dict[str, str], Any]) -> None:
     root, names, expected = dump
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--bucket", BUCKET)
-    assert got[names["signed"]]["ok"] is True
-    assert _same(got[names["signed"]], expected[names["signed"]])
+    for name in ("signed", "signed_keys", "signed_keys_parent"):
+        assert got[names[name]]["ok"] is True, got[names[name]]
+        assert _same(got[names[name]], expected[names[name]])
     for name, sid in names.items():
-        if name != "signed":
+        if not name.startswith("signed"):
             assert got[sid]["ok"] is False and "sign" in got[sid]["error"], (name, got[sid])
 
 
@@ -214,7 +215,7 @@ TAMPERINGS: dict[str, tuple[str, Callable[[Path, str], None]]] = {
         _head(r, s), lambda o: _set(o, "zz", cbor2.CBORTag(256, ["a"])))),
     "a parent on a root session": ("v2_tail_only", lambda r, s: _edit(
         _head(r, s), lambda o: _set(o, "parent", {"session": "x", "seq": 0, "hash": bytes(32), "reason": "explicit"}))),
-    # Review of session 12: a malformed tombstone was ignored (not a map) or read as an
+    # A malformed tombstone was once ignored (not a map) or read as an
     # expired session (any map), and a parent naming no session id was not refused.
     **{f"malformed expired: {what}": ("v2_merged", lambda r, s, bad=bad: _edit(_head(r, s), lambda o: _set(
         o, "expired", bad(o)))) for what, bad in {
@@ -324,13 +325,13 @@ def test_both_readers_see_a_tombstone_as_an_expired_session(dump: tuple[Path, di
 
 
 def _tombstone(root: Path, sid: str, *, empty: bool = False, **change: Any) -> None:
-    """Replace the session's head by the tombstone s3log's retention writes for it
+    """Replace the session's head by its tombstone
     (``empty``: as for a session with no entries, whose tombstone has seq -1 and a
     hash all the same), with ``change`` applied to the stored map."""
     from dataclasses import replace
 
     from s3log.codec import decode_head, encode_head
-    from s3log.retention import tombstone
+    from tests.tombstones import tombstone
 
     path = _head(root, sid)
     head = decode_head(path.read_bytes(), f"{PREFIX}/sessions/{sid}/head")
@@ -381,6 +382,31 @@ def test_with_trusted_keys_both_readers_refuse_an_unsigned_tombstone(
     root, sid, _ = _changed_copy(dump, tmp_path, "signed", _tombstone)
     got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
     assert got[sid]["ok"] is False and "expired" not in got[sid] and "sign" in got[sid]["error"], got[sid]
+    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
+    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
+    with pytest.raises(SignatureError):
+        reader.read(sid)
+
+
+@pytest.mark.parametrize("change", ["an item's seq", "an item added", "the window dropped"])
+def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_append_keys_changed(
+        dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
+    # The window answers retries with stored entries: it is signed with the head.
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier, SignatureError
+
+    def edit(obj: Any) -> None:
+        if change == "an item's seq":
+            obj["append_keys"][-1][1] = 0
+        elif change == "an item added":
+            obj["append_keys"].append(["forged", 0, bytes(16)])
+        else:
+            del obj["append_keys"]
+
+    root, sid, _ = _changed_copy(dump, tmp_path, "signed_keys", lambda r, s: _edit(_head(r, s), edit))
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
+    assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
     key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
     reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
     with pytest.raises(SignatureError):

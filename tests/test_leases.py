@@ -1,4 +1,4 @@
-"""Leases on agent turns (issue 12, items 2 and 9): a live worker's open turn is not a crash.
+"""Leases on agent turns: a live worker's open turn is not a crash.
 
 Clocks are injected (``LogConfig.env``): expiry is tested by moving a clock, never by
 sleeping. Where a restore must be seen waiting, the shell's sleep is watched (and, with

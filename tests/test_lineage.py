@@ -12,13 +12,16 @@ from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.testing import LocalS3
+from tests.delete_hooks import Clock
+from tests.tombstones import tombstone_idle
 
-from .test_review_s8b import DAY, T0, Clock
+T0 = 1_800_000_000_000
+DAY = 86_400_000
 
 
 def test_a_parent_id_taken_over_ends_the_lineage_instead_of_naming_the_new_session() -> None:
-    # Left open in session 8: lineage named, as the fork's parent, whatever session
-    # took the expired parent's id over later.
+    # Lineage must not name, as the fork's parent, whatever session took the expired
+    # parent's id over later.
     clock = Clock(T0)
     log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(3, clock)))
     parent = log.create("parent")
@@ -35,7 +38,7 @@ def test_a_parent_id_taken_over_ends_the_lineage_instead_of_naming_the_new_sessi
     child.commit()  # the child stays young
     other.append("k", "young")
     other.commit()
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["parent"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["parent"]
     assert [s.expired for s in log.lineage("child")] == [False, True]  # an expired parent is still it
     # The id is taken over by a new session (a root chain over the tombstone).
     log.create("parent").append_durable("k", "new")
@@ -72,7 +75,7 @@ def test_the_cli_roots_a_family_below_a_replaced_parent(s3log_server: LocalS3) -
     log.open(log.fork("parent", child_id="child")).append_durable("k", 2)
     clock.t += 40 * DAY
     log.open("child").append_durable("k", 3)
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["parent"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["parent"]
     log.create("parent").append_durable("k", "new")
     log.close()
     result = CliRunner().invoke(app, ["lineage", "child", "--json"], env=env)

@@ -1,4 +1,4 @@
-"""The Log verbs upper layers use instead of running core procedures themselves (issue 16)."""
+"""The Log verbs upper layers use instead of running core procedures themselves."""
 
 from __future__ import annotations
 

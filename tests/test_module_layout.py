@@ -1,4 +1,4 @@
-"""Types live where their name says, old import paths keep working, and I/O is typed (issue 16).
+"""Types live where their name says, old import paths keep working, and I/O is typed.
 
 ``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
 ``s3log.core`` the commit queue and the log's procedures; the modules that used to

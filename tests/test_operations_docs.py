@@ -58,8 +58,31 @@ def test_active_sessions_snippet_runs_and_prints_what_it_says(capsys: Any) -> No
     assert ns["recent"].indexed is False
 
 
+def test_observability_snippet_routes_a_fork_record_by_its_attributes(capsys: Any) -> None:
+    import logging
+
+    (code,) = _snippets("Observability")
+    logger = logging.getLogger("s3log")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        exec(compile(code, "docs/operations.md", "exec"), {})
+        log = s3log.Log(s3log.MemoryStore())
+        a = log.create()
+        b = log.open(a.session_id)
+        a.append("k", 1)
+        a.commit()
+        b.append("k", 2)
+        fork = b.commit().fork
+        assert fork is not None
+        assert capsys.readouterr().out == f"{a.session_id} forked into {fork.child} (conflict)\n"
+    finally:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+
+
 def test_every_python_block_of_the_page_is_run_by_a_test() -> None:
-    # The two sections above, and the three of "Signed heads and checkpoints" that
+    # The sections above, and the three of "Signed heads and checkpoints" that
     # tests/test_signing.py::test_operations_doc_snippets_run runs: a new block needs a test.
-    run = len(_snippets("Many appenders on one writer")) + len(_snippets("Signed heads and checkpoints")) + 1
-    assert DOC.read_text().count("```python\n") == run == 5
+    run = (len(_snippets("Many appenders on one writer")) + len(_snippets("Signed heads and checkpoints")) + 1
+           + len(_snippets("Observability")))
+    assert DOC.read_text().count("```python\n") == run == 6

@@ -1,4 +1,4 @@
-"""Hostile tests of pending segments (one round trip per commit, ADR 0024).
+"""Pending segments under attack (one round trip per commit, docs/decisions/0024).
 
 A flushing commit writes its segment beside the head; the head keeps the entries
 inline and names the segment as ``pending`` until a writer that saw it stored moves
@@ -26,6 +26,7 @@ from s3log.codec import Pending, decode_head, decode_segment, encode_head, encod
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError, TransientStoreError
+from tests.tombstones import tombstone_idle
 
 TAIL = 1024
 #: Backoffs are real sleeps in the blocking driver: keep them negligible.
@@ -550,7 +551,7 @@ def test_expiring_a_session_whose_head_names_a_pending_segment_collects_it_and_f
     pending = _head(store).pending
     assert pending is not None
     clock.t += 10 * 86_400_000
-    log.expire(idle_for=86_400_000)
+    tombstone_idle(log, idle_for=86_400_000)
     assert _head(store).pending is None
     _fill(w, "late")
     result = w.commit()  # promotes nothing onto the tombstone: forks

@@ -357,7 +357,7 @@ WRITER_WRITES: dict[str, Callable[[Any], Any]] = {
     "wait": lambda w: w.wait(w.submit("k", 1)),
 }
 #: A writer's verbs that queue or change its own state: nothing is sent.
-WRITER_LOCAL = {"append", "append_nowait", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
+WRITER_LOCAL = {"append", "submit", "status", "withdraw", "hold_lease", "release_lease", "on_fork"}
 #: Commands that write or delete, on a bucket holding session "s1".
 CLI_WRITES = {"fork": ["fork", "s1"], "rm": ["rm", "s1", "--yes"], "gc": ["gc", "--older-than", "1s"],
               "expire": ["expire", "--idle", "1ms"]}
@@ -380,7 +380,7 @@ def test_every_verb_is_known_to_write_or_not() -> None:
     for cls in (s3log.Log, s3log.AsyncLog):
         assert _public(cls) == (set(LOG_WRITES) | LOG_READS | LOG_OTHER) - ({"close"} if cls is s3log.AsyncLog
                                                                               else {"aclose"}), cls
-    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL - {"append_nowait"}
+    assert _public(s3log.Writer) == set(WRITER_WRITES) | WRITER_LOCAL
     assert _public(s3log.AsyncWriter) == set(WRITER_WRITES) | WRITER_LOCAL
     assert set(get_command(app).commands) == set(CLI_WRITES) | CLI_OTHER  # type: ignore[attr-defined]
 

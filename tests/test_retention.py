@@ -1,4 +1,4 @@
-"""Retention: the activity marker hook, expire (tombstones), gc of expired sessions, the CLI."""
+"""Retention: the activity marker hook, expire (If-Match DELETEs), gc of expired sessions, the CLI."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 import s3log
+from s3log import protocol
 from s3log.activity import DAY_MS, day_of, marker_key
 from s3log.env import Env
-from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch
+from s3log.ops import DeleteIfMatch, Op, Parallel, PutIfAbsent, PutIfMatch
 from tests.scripted import recorded
+from tests.tombstones import tombstone_idle
 
 T0 = 1_800_000_000_000
 
@@ -114,16 +116,20 @@ def _world() -> tuple[s3log.MemoryStore, Clock, s3log.Log, dict[str, str]]:
     return store, clock, log, ids
 
 
-def test_expire_tombstones_idle_sessions_and_keeps_active_ones() -> None:
-    _store, _clock, log, ids = _world()
+def test_expire_deletes_idle_sessions_and_keeps_active_ones() -> None:
+    store, _clock, log, ids = _world()
     dry = log.expire(idle_for=timedelta(days=30), dry_run=True)
     assert sorted(dry.expired) == sorted([ids["idle1"], ids["idle2"]]) and dry.dry_run
     assert log.read(ids["idle1"]).entries  # a dry run changes nothing
     only_t2 = log.expire(idle_for=timedelta(days=30), labels={"tenant": "t2"})
     assert only_t2.expired == [ids["idle2"]] and only_t2.skipped_labels == 1
+    store.requests.reset()
     report = log.expire(idle_for=timedelta(days=30))
     assert report.expired == [ids["idle1"]] and report.examined == 3 and report.kept == 1 and not report.errors
-    with pytest.raises(s3log.SessionExpired):
+    # Three LISTs (sessions, the activity index, its day folders), the three heads, one
+    # If-Match DELETE of the idle head (the old day was pruned by the sweep above): no PUT.
+    assert store.requests.snapshot() == {"GET": 3, "PUT": 0, "LIST": 3, "DELETE": 1}
+    with pytest.raises(s3log.SessionNotFound):
         log.read(ids["idle1"])
     assert ids["idle1"] not in [i.session_id for i in log.list_sessions()]
     assert log.read(ids["busy"]).entries[-1].data == "recent"
@@ -135,58 +141,76 @@ def test_expire_tombstones_idle_sessions_and_keeps_active_ones() -> None:
     assert sweep._summary(report)["expired"] == 1
 
 
+def test_expire_and_gc_write_nothing_so_the_sweep_role_cannot_forge_history() -> None:
+    # What the sweep role may do is what expire and gc send: with no PUT among them, its
+    # policy grants none (tests/test_terraform.py), and no head it could write (a forged
+    # one, with an inline tail from seq 0, would verify) exists to be written.
+    _store, clock, log, ids = _world()
+    seen: list[Op] = []
+    core = log._core
+    log.run(recorded(core.expire(timedelta(days=30), None, False, None), seen))
+    clock.t += 2 * 3_600_000
+    log.run(recorded(protocol.gc(core.layout, older_than_ms=3_600_000, now=clock.t, dry_run=False), seen))
+    flat = [o for op in seen for o in (op.ops if isinstance(op, Parallel) else (op,))]
+    assert {type(o).__name__ for o in flat} == {"Get", "ListKeys", "DeleteIfMatch", "Delete"}, flat
+    assert sorted(o.key for o in flat if isinstance(o, DeleteIfMatch)) == sorted(
+        log.layout.head(ids[n]) for n in ("idle1", "idle2"))
+    assert not [k for k in _store.all_keys() if ids["idle1"] in k or ids["idle2"] in k]
+
+
 def test_a_session_committed_to_during_the_sweep_is_kept() -> None:
     store, _clock, log, ids = _world()
     writer = log.open(ids["idle1"])
 
-    real = store.put_if_match
+    real = store.delete_if_match
     fired: list[bool] = []
 
-    def racing(key: str, body: bytes, etag: str) -> str:
-        if b"expired" in body and not fired:
+    def racing(key: str, etag: str) -> None:
+        if not fired:
             fired.append(True)
             writer.append("k", "just in time")
-            writer.commit()  # lands between the sweep's read and its tombstone
-        return real(key, body, etag)
+            writer.commit()  # lands between the sweep's read and its DELETE
+        real(key, etag)
 
-    store.put_if_match = racing  # type: ignore[method-assign]
+    store.delete_if_match = racing  # type: ignore[method-assign]
     report = log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
     assert report.raced == [ids["idle1"]] and report.expired == []
     assert log.read(ids["idle1"]).entries[-1].data == "just in time"
 
 
-def test_a_writer_that_commits_after_the_tombstone_forks_and_loses_nothing() -> None:
-    _store, clock, log, ids = _world()
+def test_a_writer_that_commits_after_expiry_is_told_the_session_is_gone() -> None:
+    store, clock, log, ids = _world()
     writer = log.open(ids["idle1"])
     child = log.fork(ids["idle1"], meta={"labels": {"tenant": "x"}})
     clock.t += 40 * DAY_MS
     busy = log.open(child)
     busy.append("k", "child lives")
     busy.commit()
-    log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
+    assert ids["idle1"] in log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"}).expired
     writer.append("k", "late")
-    result = writer.commit()
-    assert result.fork is not None and result.session_id != ids["idle1"]
-    view = log.read(result.session_id)
-    assert view.entries[-1].data == "late" and len(view.seed) == 3  # self-contained
-    # Forks of the expired session stay readable; lineage says the parent expired.
+    with pytest.raises(s3log.SessionNotFound):
+        writer.commit()  # its If-Match PUT meets 404: nothing stored, nothing acknowledged
+    assert log.layout.head(ids["idle1"]) not in store.all_keys()
+    # Forks of the expired session stay readable; their lineage ends at the parent.
     steps = log.lineage(child)
-    assert [s.expired for s in steps] == [False, True] and steps[1].session == ids["idle1"]
+    assert [(s.session, s.parent) for s in steps][1] == (ids["idle1"], None)
     assert log.read(child).entries[-1].data == "child lives"
+    # The id is free: a new session may start there, and its leftovers go to gc.
+    again = log.create(ids["idle1"])
+    acked = again.append_durable("k", "new life")
+    clock.t += 2 * 3_600_000
+    log.gc(older_than_ms=3_600_000)
+    assert [e.hash for e in log.read(ids["idle1"]).entries] == [acked.hash]
 
 
-def test_gc_collects_an_expired_session_and_its_tombstone_after_the_grace_period() -> None:
-    store, clock, log, ids = _world()
+def test_gc_collects_an_expired_session() -> None:
+    store, _clock, log, ids = _world()
     sid = ids["idle1"]
     segments = log.head(sid).segments
     assert segments
     log.expire(idle_for=timedelta(days=30), labels={"tenant": "t1"})
-    early = log.gc(older_than_ms=3_600_000)
-    assert not [k for k in early.deleted if sid in k]  # a reader of the old head has the grace period
-    clock.t += 2 * 3_600_000
-    late = log.gc(older_than_ms=3_600_000)
-    # The tombstone goes too, with If-Match on the ETag gc read (a takeover is kept).
-    assert set(segments) | {log.layout.head(sid)} <= set(late.deleted)
+    # No head: its segments are unreferenced, and older than any grace.
+    assert set(segments) <= set(log.gc(older_than_ms=3_600_000).deleted)
     assert not [k for k in store.all_keys() if f"/sessions/{sid}/" in k]
     with pytest.raises(s3log.SessionNotFound):
         log.read(sid)
@@ -199,8 +223,7 @@ class _NoConditionalDelete(s3log.MemoryStore):
         raise s3log.errors.ConditionalDeleteUnsupported("no If-Match on DELETE here", key=key)
 
 
-def test_gc_keeps_a_tombstone_on_a_store_without_conditional_delete() -> None:
-    store = _NoConditionalDelete()
+def _idle_on(store: s3log.MemoryStore) -> tuple[Clock, s3log.Log]:
     clock = Clock(T0)
     log = _log(store, clock)
     w = log.create("idle")
@@ -209,7 +232,25 @@ def test_gc_keeps_a_tombstone_on_a_store_without_conditional_delete() -> None:
     w.append("k", 2)
     w.commit()
     clock.t += 40 * DAY_MS
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["idle"]
+    return clock, log
+
+
+def test_expire_refuses_a_store_without_conditional_delete_and_deletes_nothing() -> None:
+    # A DELETE by key would delete a commit acknowledged since the head was read.
+    store = _NoConditionalDelete()
+    _clock, log = _idle_on(store)
+    before = sorted(store.all_keys())
+    store.requests.reset()
+    with pytest.raises(s3log.errors.ConditionalDeleteUnsupported, match="expire needs"):
+        log.expire(idle_for=timedelta(days=30))
+    assert store.requests.snapshot()["DELETE"] == 0 and sorted(store.all_keys()) == before
+    assert log.read("idle").entries
+
+
+def test_gc_keeps_a_tombstone_on_a_store_without_conditional_delete() -> None:
+    store = _NoConditionalDelete()
+    clock, log = _idle_on(store)
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["idle"]
     clock.t += 2 * 3_600_000
     report = log.gc(older_than_ms=3_600_000)
     assert log.layout.head("idle") in report.unreferenced and log.layout.head("idle") not in report.deleted
@@ -233,12 +274,12 @@ class _TakeoverBeforeDelete(s3log.MemoryStore):
 
 
 def _expired_past_grace(store: s3log.MemoryStore) -> s3log.Log:
-    """A log over ``store`` whose session "thread-7" expired over an hour ago (gc's grace)."""
+    """A log over ``store`` whose session "thread-7" was tombstoned over an hour ago (gc's grace)."""
     clock = Clock(T0)
     log = _log(store, clock)
     log.create("thread-7").append_durable("k", "old")
     clock.t += 40 * DAY_MS
-    assert log.expire(idle_for=timedelta(days=30)).expired == ["thread-7"]
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["thread-7"]
     clock.t += 2 * 3_600_000
     return log
 

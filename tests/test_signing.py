@@ -1,4 +1,4 @@
-"""Signed heads (issue 13 item 3): a writer with bucket access cannot rewrite history
+"""Signed heads: a writer with bucket access cannot rewrite history
 undetected by a reader holding the verification key; checkpoints catch what a
 signature cannot (the key's holder rewriting, an old head put back)."""
 
@@ -239,7 +239,7 @@ async def test_async_log_signs_and_verifies(ed_key: Ed25519PrivateKey) -> None:
     alog = AsyncLog(store, config=s3log.LogConfig(signer=signer, tail_per_commit=0, tail_max_bytes=300))
     w = await alog.create()
     for i in range(6):
-        await w.append("m", {"i": i})
+        await w.append_durable("m", {"i": i})
     checked = AsyncLog(store, config=s3log.LogConfig(verifier=PublicKeyVerifier([signer.public_key])))
     assert len((await checked.read(w.session_id)).entries) == 6
     other = AsyncLog(store, config=s3log.LogConfig(verifier=PublicKeyVerifier([Ed25519PrivateKey.generate()
@@ -312,6 +312,26 @@ def test_bad_kms_keys_are_refused_up_front_and_kms_failures_write_nothing(s3log_
 
 
 # -------------------------------------------------------------------- payload spec
+
+
+def test_a_head_with_append_keys_signs_their_digest_too(ed_key: Ed25519PrivateKey) -> None:
+    signer = Ed25519Signer(ed_key)
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(signer=signer))
+    w = log.create()
+    w.append_durable("m", "hi", key="req-1")
+    head = log.head(w.session_id)
+    assert head.append_keys and head.sig is not None
+    # docs/format.md, "Signed heads": an eleventh key, after meta_digest (longer).
+    window = [[a.key, a.seq, a.digest] for a in head.append_keys]
+    expected = cbor2.dumps({
+        "purpose": "s3log/head", "v": head.v, "session": w.session_id, "seq": head.seq, "hash": head.hash,
+        "parent": None, "meta_digest": hashlib.sha256(cbor2.dumps({}, canonical=True)).digest(),
+        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log",
+        "append_keys_digest": hashlib.sha256(cbor2.dumps(window, canonical=True)).digest(),
+    }, canonical=True)
+    assert expected[:1] == b"\xab"  # eleven pairs
+    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
+    signer.public_key.verify(head.sig.value, expected)
 
 
 def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey) -> None:
@@ -588,7 +608,7 @@ def test_a_checkpoint_of_an_unknown_version_is_corrupt_naming_its_key(ed_key: Ed
 def test_every_cli_read_trusts_the_keys_given_to_s3log(s3log_server: LocalS3, bucket: str, cli_env: dict[str, str],
                                                        pem: str, ed_key: Ed25519PrivateKey, tmp_path: Path) -> None:
     # Only `verify` took keys: `show`, `tail`, `export` and `query` read a session its
-    # keys' holder never signed as any other (session 13's security review).
+    # keys' holder never signed as any other.
     import json
 
     from typer.testing import CliRunner

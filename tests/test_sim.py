@@ -447,7 +447,7 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
     ones S1 held too (invariant 2). Only the prefix goes to the parent now; the rest
     follows into the same child (protocol.commit, ``cut``).
 
-    Since a retried fork writes its marker again (session 12) the seed takes another
+    Since a retried fork writes its marker again the seed takes another
     course, through a second bug: the ``cut`` path folded the prefix into the writer's
     own state, not a copy, and when the fork after it was cancelled the next commit
     folded it again, so its fork entry's seed held the prefix twice, did not match the
@@ -455,3 +455,17 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
     o = run_seed(5308)
     assert o.violation is None, o.violation
     assert o.forks >= 1
+
+
+#: Seeds whose scenario, with a compactor (``Log.compact`` dropping the oldest entry now
+#: and then), had a writer's landed entries compacted before it settled its lost reply.
+COMPACTION_SEEDS = (275, 316, 376, 482, 484, 570)
+
+
+@pytest.mark.parametrize("seed", COMPACTION_SEEDS)
+def test_compaction_racing_a_lost_reply_stores_nothing_twice(seed: int) -> None:
+    # Before the compacted head named the chain it replaced, the writer found nothing by
+    # hash, forked, and its entries were stored in two sessions (invariant 2).
+    o = Simulation(replace(Scenario.from_seed(seed), compactor=True)).run()
+    assert o.violation is None, str(o.violation)
+    assert "compactor" in Scenario.describe(replace(Scenario.from_seed(seed), compactor=True))

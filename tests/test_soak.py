@@ -1,6 +1,6 @@
 """Soak over HTTP: processes racing with injected faults on every store kind.
 
-Issue 11's bar: on boto3, aioboto3 and obstore, >= 8 processes with faults lose no
+The bar: on boto3, aioboto3 and obstore, >= 8 processes with faults lose no
 acknowledged entry, duplicate none, break no chain, never fork a session nobody else
 writes, and surface no transient error. A size that fits ``make test`` runs here; a
 bigger one is marked ``slow``.

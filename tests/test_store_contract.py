@@ -846,7 +846,7 @@ def test_fault_wrappers_raise_what_real_stores_raise(
     assert stored == (expected_landed if landed else expected_unlanded)
 
 
-# ------------------------------------------------------------ issue 16: the log owns the prefix
+# ------------------------------------------------------------ the log owns the prefix
 
 
 def test_stores_need_no_prefix_and_the_log_supplies_it(s3log_server: LocalS3, bucket: str) -> None:
@@ -866,30 +866,14 @@ def test_stores_need_no_prefix_and_the_log_supplies_it(s3log_server: LocalS3, bu
     assert s3log.Log(fast, prefix=name).read(sid).session_id == sid
 
 
-@pytest.mark.parametrize("how", ["S3Store", "S3Store-positional", "S3Store.fast", "AsyncS3Store",
-                                 "AsyncS3Store.fast", "ObstoreStore"])
-def test_a_store_prefix_still_works_for_one_release_with_a_deprecation_warning(
-    how: str, s3log_server: LocalS3, bucket: str
-) -> None:
+def test_a_store_takes_no_prefix(s3log_server: LocalS3, bucket: str) -> None:
+    """The log owns the key prefix: a store given one is a TypeError, not a second place to look."""
     ep = s3log_server.endpoint_url
-    name = f"old{next(_names)}"
-    makers: dict[str, Callable[[], Any]] = {
-        "S3Store": lambda: s3log.S3Store(bucket, prefix=name, endpoint_url=ep),
-        "S3Store-positional": lambda: s3log.S3Store(bucket, name, endpoint_url=ep),
-        "S3Store.fast": lambda: s3log.S3Store.fast(bucket, name, endpoint_url=ep),
-        "AsyncS3Store": lambda: s3log.AsyncS3Store(bucket, prefix=name, endpoint_url=ep),
-        "AsyncS3Store.fast": lambda: s3log.AsyncS3Store.fast(bucket, prefix=name, endpoint_url=ep),
-        "ObstoreStore": lambda: s3log.ObstoreStore(bucket, prefix=name, endpoint_url=ep),
-    }
-    with pytest.warns(DeprecationWarning, match=r"Log\(store, prefix=") as record:
-        store = makers[how]()
-    # The warning points at the caller's line, not inside s3log.
-    assert record[0].filename == __file__
-    assert store.prefix == name
-    if how in ("S3Store", "S3Store-positional", "S3Store.fast", "ObstoreStore"):
-        log = s3log.Log(store)
-        sid = log.create().session_id
-        assert any(o.key.startswith(f"{name}/sessions/{sid}/") for o in store.list(f"{name}/").objects)
+    for make in (s3log.S3Store, s3log.S3Store.fast, s3log.AsyncS3Store, s3log.AsyncS3Store.fast, s3log.ObstoreStore):
+        with pytest.raises(TypeError):
+            make(bucket, prefix="p", endpoint_url=ep)  # type: ignore[operator]
+        with pytest.raises(TypeError):
+            make(bucket, "p", endpoint_url=ep)  # type: ignore[operator]
 
 
 def test_the_snippets_of_the_store_guide_run() -> None:

@@ -329,11 +329,10 @@ def _sweep_flows(log: s3log.Log, store: Recording, clock: Clock) -> None:
     clock.ms += 40 * DAY_MS  # every session idle; the index's first days past keeping
     expired = log.expire(idle_for=timedelta(days=30))
     assert expired.expired and expired.pruned_days, expired
-    log.gc(older_than_ms=3_600_000)  # the tombstones' segments stay for the grace period
-    clock.ms += DAY_MS
-    collected = log.gc(older_than_ms=3_600_000)  # the next run collects them, and the tombstones
-    assert collected.deleted and all("/seg/" in k or k.endswith("/head") for k in collected.deleted)
-    assert any(k.endswith("/head") for k in collected.deleted), collected.deleted
+    # expire deleted the heads (If-Match); gc collects what they listed.
+    assert all(("delete_if_match", log.layout.head(s)) in store.calls for s in expired.expired)
+    collected = log.gc(older_than_ms=3_600_000)
+    assert collected.deleted and all("/seg/" in k or "/forks/" in k for k in collected.deleted), collected.deleted
     # gc's If-Match DELETE of the dangling marker (S3: DeleteObject and GetObject on it).
     assert ("delete_if_match", dangling) in store.calls
 
@@ -584,7 +583,7 @@ def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
         assert _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/sessions/x/forks/y"))
         assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/s3log/other"))
         assert not _allowed(role, S3Call("s3:DeleteObject", f"{BUCKET_ARN}/elsewhere/sessions/x/head"))
-    # The sweep deletes a head (a tombstone past gc's grace) only with If-Match, so a
+    # The sweep deletes a head (an idle one, or a tombstone past gc's grace) only with If-Match, so a
     # session that took the id over is never deleted; gc also runs `s3log rm`, which
     # deletes by key on a store without conditional DELETE (obstore).
     head = f"{BUCKET_ARN}/s3log/sessions/x/head"
@@ -596,28 +595,52 @@ def test_gc_and_sweep_delete_sessions_and_activity_markers_only() -> None:
     assert _locals()["heads_arn"] == "${local.bucket_arn}/${var.prefix}/sessions/*/head"
 
 
-def test_sweep_puts_heads_only_with_if_match(recorded: dict[str, list[tuple[str, str]]]) -> None:
+def test_sweep_writes_nothing_and_deletes_heads_only_with_if_match(
+    recorded: dict[str, list[tuple[str, str]]]
+) -> None:
     stmts = _role_statements("sweep")
-    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "WriteTombstones", "DeleteGarbageAndMarkers",
-                          "DeleteTombstones", "ListPrefix", "UseKey"}
-    assert stmts["DeleteTombstones"]["resources"] == ["${local.heads_arn}"]
-    assert stmts["DeleteTombstones"]["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
+    assert set(stmts) == {"ReadHeads", "ReadForkMarkers", "DeleteGarbageAndMarkers", "DeleteHeadsIfMatch",
+                          "ListPrefix", "UseKey"}
+    assert stmts["DeleteHeadsIfMatch"]["resources"] == ["${local.heads_arn}"]
+    assert stmts["DeleteHeadsIfMatch"]["condition"] == [
+        {"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
     head_deletes = [m for m, k in recorded["sweep"] if k.endswith("/head") and m.startswith("delete")]
     assert head_deletes and set(head_deletes) == {"delete_if_match"}
-    tomb = stmts["WriteTombstones"]
-    assert tomb["actions"] == ["s3:PutObject"] and tomb["resources"] == ["${local.heads_arn}"]
-    assert tomb["condition"] == [{"test": "Null", "variable": "s3:if-match", "values": ["false"]}]
-    # The sweep's only writes are tombstones: If-Match PUTs of heads.
-    writes = {(m, k.rsplit("/", 1)[1]) for m, k in recorded["sweep"] if m in WRITE_HEADERS}
-    assert writes == {("put_if_match", "head")}
+    # expire and gc send no write at all, so the policy grants none.
+    assert not [(m, k) for m, k in recorded["sweep"] if m in WRITE_HEADERS]
+    assert "s3:PutObject" not in _policy_actions("sweep")
+    assert _expand(stmts["UseKey"]["actions"]) == ["kms:Decrypt"]  # nothing to encrypt
+
+
+#: Every PUT someone holding a role's credentials could try, on every kind of key.
+_KEYS = {"head": "s3log/sessions/x/head", "segment": "s3log/sessions/x/seg/1.cbor",
+         "fork marker": "s3log/sessions/x/forks/y", "activity marker": "s3log/activity/2025-01-01/x",
+         "probe": "s3log/sessions/_probe/head"}
+_CONDITIONS = [frozenset(), frozenset({"if-match"}), frozenset({"if-none-match"})]
+
+
+@pytest.mark.parametrize("role", ["reader", "gc", "sweep"])
+def test_only_the_writer_may_put_anything(role: str) -> None:
+    # IAM cannot constrain a PUT's body: a role allowed any PUT of a head could store a
+    # forged one (an inline tail from seq 0 verifies without signing keys). The reader,
+    # gc and the sweep may not PUT any object, with or without conditions.
+    for what, key in _KEYS.items():
+        for headers in _CONDITIONS:
+            assert not _allowed(role, S3Call("s3:PutObject", f"{BUCKET_ARN}/{key}", headers=headers)), (what, headers)
+    for headers in _CONDITIONS[1:]:
+        assert _allowed("writer", S3Call("s3:PutObject", f"{BUCKET_ARN}/{_KEYS['head']}", headers=headers))
+
+
+def test_what_the_sweep_can_and_cannot_delete() -> None:
+    # It deletes idle sessions (its job) and garbage; a head only if it is still the one
+    # read, so a session committed to meanwhile is kept; nothing outside the prefix.
     head = f"{BUCKET_ARN}/s3log/sessions/x/head"
-    assert _allowed("sweep", S3Call("s3:PutObject", head, headers=frozenset({"if-match"})))
-    assert not _allowed("sweep", S3Call("s3:PutObject", head))  # a blind overwrite
-    assert not _allowed("sweep", S3Call("s3:PutObject", head, headers=frozenset({"if-none-match"})))  # a new head
-    seg = f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"
-    assert not _allowed("sweep", S3Call("s3:PutObject", seg, headers=frozenset({"if-match"})))
-    marker = f"{BUCKET_ARN}/s3log/activity/2025-01-01/x"
-    assert not _allowed("sweep", S3Call("s3:PutObject", marker, headers=frozenset({"if-none-match"})))
+    assert _allowed("sweep", S3Call("s3:DeleteObject", head, headers=frozenset({"if-match"})))
+    assert not _allowed("sweep", S3Call("s3:DeleteObject", head))
+    assert _allowed("sweep", S3Call("s3:GetObject", head))
+    assert not _allowed("sweep", S3Call("s3:GetObject", f"{BUCKET_ARN}/s3log/sessions/x/seg/1.cbor"))
+    assert not _allowed("sweep", S3Call("s3:DeleteObject", f"{BUCKET_ARN}/elsewhere/sessions/x/head",
+                                        headers=frozenset({"if-match"})))
 
 
 def _saver_flows() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -90,7 +90,7 @@ def test_open_async_log_over_http(s3log_server: LocalS3, store: str) -> None:
         expected = s3log.AsyncS3Store if store == "boto3" else s3log.AsyncObstoreStore
         assert isinstance(alog.store, expected)
         w = await alog.create()
-        await w.append("k", 1)
+        await w.append_durable("k", 1)
         view = await alog.read(w.session_id)
         assert [e.data for e in view.entries] == [1]
         if hasattr(alog.store, "aclose"):
@@ -117,7 +117,7 @@ def test_memory_async_log() -> None:
         alog = s3log.open_async_log("memory://x")
         assert isinstance(alog.store, s3log.AsyncMemoryStore)
         w = await alog.create()
-        await w.append("k", 2)
+        await w.append_durable("k", 2)
         return [e.data for e in (await alog.read(w.session_id)).entries]
 
     assert asyncio.run(scenario()) == [2]

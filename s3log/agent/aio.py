@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .. import otel
 from ..aio import AsyncLog, AsyncWriter
 from ..errors import S3LogError
 from ..ids import validate_session_id
@@ -124,8 +125,13 @@ class AsyncAgentSession(SessionCore):
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
         core.options_arg(options)
-        writer = await run(log, core.restore_proc(
-            session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force))
+        proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
+        if otel.TRACER is None or not otel.recording():
+            writer = await run(log, proc)
+        else:
+            with otel.verb_span("restore", log._store_id(), session_id) as span:
+                writer = await run(log, proc)
+                otel.restored(span, writer.session_id)
         assert isinstance(writer, AsyncWriter)
         return cls(log, writer, **options)
 

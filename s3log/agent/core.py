@@ -2,7 +2,7 @@
 
 Every decision lives here: what a verb records, when the write-behind buffer commits,
 how a crashed turn is repaired, which fork ``follow_forks`` opens, whether a session
-is in scope, what must not be stored (a session holding only its start). Decisions
+is in scope, what must not be stored (a session holding only an empty start). Decisions
 are written as generator procedures that yield small operations (:class:`Open`,
 :class:`Commit`, ...) and receive their results; :class:`~s3log.agent.AgentSession`
 performs them against a :class:`~s3log.Log`, :class:`~s3log.agent.AsyncAgentSession`
@@ -435,8 +435,9 @@ def newest_leaf_proc(session_id: str, labels: Mapping[str, Any] | None) -> Proc[
     The tree is walked a level at a time: per session, one LIST of its fork markers and
     one parallel read of its forks' heads (one GET per fork). Forks whose head never
     landed, or cannot be read, and forks out of scope, are skipped.
-    An expired fork (a retention tombstone) is never chosen, since it cannot be opened,
-    but its own forks, which may still be live, are walked into.
+    A fork ``Log.expire`` deleted has no head: the walk ends there (its own forks are
+    restored by id). A tombstone head is never chosen, since it cannot be opened, but
+    its own forks, which may still be live, are walked into.
     """
     level = [session_id]
     seen = {session_id}
@@ -606,8 +607,9 @@ class SessionCore(ABC):
         self.last_error: BaseException | None = None
         self._pending_state: SessionState = self._durable_state()
         self._reducer = AgentReducer()
-        # True while the only record is the session start of a session not stored yet:
-        # such a session is abandoned if nothing follows, and must not take its id.
+        # True while the only record is an empty session start (no history) of a session
+        # not stored yet: such a session is abandoned if nothing follows, and must not
+        # take its id. A start seeded with history holds what the caller would lose.
         self._start_only = False
         self._discarded = False
         # The writer must not keep the session alive: a dropped session with nothing
@@ -705,7 +707,7 @@ class SessionCore(ABC):
                 self._writer.hold_lease(self.owner, self.lease_ttl_ms)
         elif self._writer.lease_owner is not None:
             self._writer.release_lease()
-        self._start_only = kind == SESSION_START and self._writer.head.version == 0
+        self._start_only = kind == SESSION_START and self._writer.head.version == 0 and not data.get("history")
         self._buffered_bytes += len(dumps(data))
         now = time.monotonic()
         if self._oldest is None:

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .. import otel
 from ..errors import S3LogError
 from ..ids import validate_session_id
 from ..log import Log, Writer
@@ -104,7 +105,8 @@ class AgentSession(SessionCore):
         **options: Any,
     ) -> AgentSession:
         """Start a session lazily: nothing is stored (and the id is not taken) until a
-        record after the session start is committed."""
+        record after the session start is committed, or, for a start seeded with
+        ``history``, until the next :meth:`flush` or :meth:`close`."""
         core.options_arg(options)
         head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         writer = run(log, core.create_proc(session_id, head))
@@ -136,8 +138,13 @@ class AgentSession(SessionCore):
         ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
         core.options_arg(options)
-        writer = run(log, core.restore_proc(
-            session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force))
+        proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
+        if otel.TRACER is None or not otel.recording():
+            writer = run(log, proc)
+        else:
+            with otel.verb_span("restore", log._store_id(), session_id) as span:
+                writer = run(log, proc)
+                otel.restored(span, writer.session_id)
         assert isinstance(writer, Writer)
         return cls(log, writer, **options)
 
@@ -234,7 +241,8 @@ class AgentSession(SessionCore):
     def flush(self) -> None:
         """Commit every buffered record. Raises if the commit fails (the batch is kept).
 
-        A session holding only its start is not stored: it stays free to be abandoned.
+        A session holding only an empty start (no history) is not stored: it stays free to
+        be abandoned. A start seeded with history is stored (SessionExists if the id is taken).
         """
         self._run(self._p_flush())
 

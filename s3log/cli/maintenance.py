@@ -200,11 +200,12 @@ def expire(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would expire."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Expire idle sessions: a tombstone head replaces each (gc collects the rest later).
+    """Expire idle sessions: each head is deleted with If-Match (gc collects the rest).
 
-    A session committed to during the sweep is kept; a writer that commits after its
-    session expired forks (nothing is lost). Readers of an expired session get
-    "expired". Run ``s3log gc`` afterwards (after its grace period) to free the space.
+    Writes nothing. A session committed to during the sweep is kept; a writer that
+    commits after its session expired is told it is gone (nothing of that commit is
+    stored). Readers of an expired session get "not found". Run ``s3log gc`` afterwards
+    to free the space. Needs a store that can make a DELETE conditional (not obstore).
     """
     idle_ms = parse_duration(idle, "--idle")
     if idle_ms <= 0:

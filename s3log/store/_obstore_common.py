@@ -30,8 +30,7 @@ def make_client(
     """
     rust_store = require("obstore.store", "fast").S3Store
 
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    endpoint, region = resolved(endpoint_url, region_name)
     kwargs: dict[str, Any] = {"region": region}
     client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": connect_timeout}
     if endpoint:
@@ -48,6 +47,33 @@ def make_client(
     retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=30)}
     options: Any = client_options
     return rust_store(bucket, client_options=options, retry_config=retry, **kwargs)
+
+
+def resolved(endpoint_url: str | None, region_name: str | None) -> tuple[str | None, str]:
+    """The endpoint (None: AWS's) and region a client built for these arguments uses."""
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return endpoint, region
+
+
+#: The process whose requests started obstore's runtime (None: none yet).
+_runtime_pid: int | None = None
+
+
+def runtime_started_in() -> int | None:
+    """The process obstore's runtime was started in, if not this one; call before each request.
+
+    obstore runs every request, blocking or awaited, on one Tokio runtime per process,
+    started by the first request. Its threads do not survive ``fork``: in a child of a
+    process that sent a request, every request (through any obstore client, even one
+    built in the child) waits for ever. So the first request here records the process,
+    and a process that finds another one recorded is such a child.
+    """
+    global _runtime_pid
+    pid = os.getpid()
+    if _runtime_pid is None:
+        _runtime_pid = pid
+    return None if _runtime_pid == pid else _runtime_pid
 
 
 _STATUS = re.compile(r"status code: (\d{3})")

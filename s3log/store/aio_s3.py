@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from .._loops import PerLoop
 from ..errors import StoreError, TransientStoreError
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
-from .base import RequestCounter, deprecated_prefix, precondition_scope
+from .base import ProcessClient, RequestCounter, precondition_scope
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
@@ -92,6 +93,11 @@ def open_client(session: Any, **kwargs: Any) -> Any:
     return session.client("s3", **kwargs)
 
 
+#: What stores opened in a parent process, kept in a forked child so that collecting
+#: it does not close the parent's connections or touch its loops.
+_INHERITED: list[object] = []
+
+
 class _LoopClient:
     """The client an :class:`AsyncS3Store` opened on one event loop, and the lock that opens it."""
 
@@ -113,17 +119,11 @@ class AsyncS3Store:
 
     The client is opened on first use and kept until :meth:`aclose` (or the end of an
     ``async with`` block), so a worker pays the connection set-up once.
-
-    ``prefix`` is deprecated: pass it to the log (``AsyncLog(store, prefix=...)``).
     """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         client: Any = None,
         session: Any = None,
@@ -134,7 +134,6 @@ class AsyncS3Store:
         if client is None:
             _lib()  # MissingExtraError now, naming the async extra, not at the first request
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         self.requests = RequestCounter()
         #: What the precondition probe's result is remembered for (None: this object).
         # A session or client of the caller's may be configured in any way: probed on its own.
@@ -143,6 +142,7 @@ class AsyncS3Store:
         #: A client passed in (its owner's to manage), else None: the store opens one per loop.
         self._client = client
         self._session = session
+        self._given = ProcessClient(client, None, f"the client passed to {self!r}")
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._max_pool = max_pool_connections
@@ -151,25 +151,27 @@ class AsyncS3Store:
         #: a single slot was taken over by each loop in turn, opening a client per switch
         #: and leaving the other loop's open; a loop's is dropped once it is closed.
         self._loops: PerLoop[_LoopClient] = PerLoop(_LoopClient)
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"AsyncS3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> AsyncObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request.
-
-        ``prefix`` is deprecated, as for the constructor.
-        """
+    def fast(bucket: str, **kwargs: Any) -> AsyncObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request."""
         from .fast import AsyncObstoreStore
 
-        store = AsyncObstoreStore(bucket, **kwargs)
-        deprecated_prefix(store, prefix)
-        return store
+        return AsyncObstoreStore(bucket, **kwargs)
 
     async def _c(self) -> Any:
         if self._client is not None:
-            return self._client  # one passed in: its owner's to manage
+            return self._given.get()  # one passed in: its owner's to manage
+        if self._pid != os.getpid():
+            # A forked child: the clients opened so far hold the parent's connections, on
+            # its loops. They are left as they are (closing them here would run the parent's
+            # loops); the child opens its own.
+            _INHERITED.append(self._loops)
+            self._loops, self._pid = PerLoop(_LoopClient), os.getpid()
         # A store outlives an event loop as a log does (``asyncio.run`` per request): a
         # client opened on another loop cannot send on this one (every request failed,
         # "Event loop is closed"), so each loop opens its own.
@@ -204,8 +206,8 @@ class AsyncS3Store:
 
     async def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""
-        self.requests.add("GET")
         client = await self._c()
+        self.requests.add("GET")
         try:
             resp = await client.get_object(Bucket=self.bucket, Key=key)
             # Read through aiobotocore's body, not the aiohttp response ``async with``
@@ -220,8 +222,8 @@ class AsyncS3Store:
 
     async def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
-        self.requests.add("PUT")
         client = await self._c()
+        self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
         except _caught() as exc:
@@ -230,8 +232,8 @@ class AsyncS3Store:
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
-        self.requests.add("PUT")
         client = await self._c()
+        self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
         except _caught() as exc:
@@ -243,8 +245,8 @@ class AsyncS3Store:
         start_after: str | None = None,
     ) -> ListPage:
         """One page of keys under ``prefix``, in key order, after ``start_after`` (ListObjectsV2)."""
-        self.requests.add("LIST")
         client = await self._c()
+        self.requests.add("LIST")
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
             resp = await client.list_objects_v2(**params)
@@ -254,8 +256,8 @@ class AsyncS3Store:
 
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
-        self.requests.add("DELETE")
         client = await self._c()
+        self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)
         except _caught() as exc:
@@ -264,8 +266,8 @@ class AsyncS3Store:
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
         PreconditionFailed if it differs, ObjectNotFound if the key is missing."""
-        self.requests.add("DELETE")
         client = await self._c()
+        self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
         except _caught() as exc:

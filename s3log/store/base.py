@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from collections import Counter
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..errors import (
     ConditionalRequestConflict,
     ObjectNotFound,
     PreconditionFailed,
     StoreError,
+    StoreForkedError,
     TransientStoreError,
 )
 from ..ops import Blob, ListPage
+
+C = TypeVar("C")
 
 #: The request kinds counted by every store.
 REQUEST_KINDS = ("GET", "PUT", "LIST", "DELETE")
@@ -75,23 +78,6 @@ def error_for_status(
         cls = StoreError
     return cls(message or code or f"HTTP {status}", key=key, code=code or None, status=status or None,
                request_id=request_id)
-
-
-def deprecated_prefix(store: object, prefix: str | None, *, stacklevel: int = 3) -> None:
-    """Accept the deprecated ``prefix`` store argument: warn, and keep it as ``store.prefix``.
-
-    The log owns the prefix (``Log(store, prefix=...)``); a store addresses a bucket.
-    Until the argument is removed, a log given no prefix still reads ``store.prefix``.
-    """
-    if prefix is None:
-        return
-    warnings.warn(
-        f"{type(store).__name__}(prefix=...) is deprecated and will be removed: stores address a "
-        f"bucket, the log owns the prefix. Pass it to the log instead: Log(store, prefix={prefix!r})",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
-    setattr(store, "prefix", prefix)  # noqa: B010 - only stores given one carry the attribute
 
 
 def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_name: str | None
@@ -180,6 +166,49 @@ class RequestCounter:
 
     def __repr__(self) -> str:
         return f"RequestCounter({self.snapshot()})"
+
+
+class ProcessClient(Generic[C]):
+    """A store's client, for the process that sends through it.
+
+    A client does not survive ``fork``: urllib3's pooled connections would be shared by
+    parent and child (each could read the other's reply on one socket) and aiohttp's
+    belong to the parent's event loop. :meth:`get`, asked before every request, notices
+    a fork by the process id: a client the store built (``build``) is built again in the
+    child; one passed in cannot be, so it is refused with StoreForkedError if it sent
+    anything before the fork (one that never sent has no connection to share).
+    """
+
+    def __init__(self, client: C, build: Callable[[], C] | None, what: str) -> None:
+        self._client = client
+        self._build = build
+        self._what = what
+        self._pid = os.getpid()
+        self._sent = False
+
+    def get(self, *, send: bool = True) -> C:
+        """The client to send the next request with, in this process (``send=False``: the
+        client to inspect, a passed-in one even in a forked child)."""
+        pid = os.getpid()
+        if pid != self._pid:
+            if self._build is not None:
+                self._client = self._build()
+            elif not send:
+                return self._client
+            elif self._sent:
+                raise forked_error(self._what, self._pid)
+            self._pid, self._sent = pid, False
+        self._sent = self._sent or send
+        return self._client
+
+
+def forked_error(what: str, used_in: int) -> StoreForkedError:
+    """The error of a request refused (nothing sent) because ``what``, used in process
+    ``used_in``, cannot send from this process, forked from it."""
+    return StoreForkedError(
+        f"{what} sent requests in process {used_in} before it forked this process ({os.getpid()}) and cannot "
+        "be rebuilt here: build the store after the fork, or start processes with 'spawn' or 'forkserver'",
+        code="ForkedProcess")
 
 
 @runtime_checkable

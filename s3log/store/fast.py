@@ -5,43 +5,72 @@ use obstore's ``mode="create"`` (If-None-Match: *) and ``mode={"e_tag": ...}`` (
 obstore 0.12 has no conditional DELETE: ``delete_if_match`` raises
 :class:`~s3log.errors.ConditionalDeleteUnsupported` and sends nothing.
 Needs the ``fast`` extra (``pip install "s3log[fast]"``).
+
+obstore cannot send from a process forked after it sent requests (its Rust runtime's
+threads stay in the parent): there a store that built its own client sends through
+boto3 instead, with the same bucket, endpoint, region, errors and counting; one given
+a client raises :class:`~s3log.errors.StoreForkedError` (docs/stores.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConditionalDeleteUnsupported
 from ..ops import Blob, ListPage
 from . import _obstore_common as common
-from .base import RequestCounter, deprecated_prefix, precondition_scope
+from .base import RequestCounter, forked_error, precondition_scope
+
+if TYPE_CHECKING:
+    from .s3 import S3Store
+
+log = logging.getLogger("s3log")
 
 
 class _ObstoreBase:
-    """The client and request counter both obstore stores hold.
-
-    ``prefix`` is deprecated: pass it to the log (``Log(store, prefix=...)``).
-    """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
+    """The client and request counter both obstore stores hold."""
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         #: What the precondition probe's result is remembered for (None: this object).
         self.precondition_scope = (precondition_scope("obstore", bucket, endpoint_url, region_name)
                                    if client is None else None)
         self.client = client if client is not None else common.make_client(bucket, endpoint_url, region_name)
         self.requests = RequestCounter()
+        #: The endpoint and region the client was built for (None: a client passed in).
+        self._resolved = common.resolved(endpoint_url, region_name) if client is None else None
+        self._boto: S3Store | None = None
+
+    def _stand_in(self) -> S3Store | None:
+        """None while obstore can send from this process; in a process forked after
+        obstore sent requests, the boto3 store that sends this store's requests instead
+        (same bucket, endpoint and region, counted in :attr:`requests`). A client passed
+        in cannot be matched: StoreForkedError, before anything is sent."""
+        started_in = common.runtime_started_in()
+        if started_in is None:
+            return None
+        if self._boto is None:
+            if self._resolved is None:
+                raise forked_error(f"obstore (the client given to {self!r})", started_in)
+            from .s3 import S3Store
+
+            endpoint, region = self._resolved
+            store = S3Store(self.bucket, endpoint_url=endpoint, region_name=region)
+            store.requests = self.requests
+            self._boto = store
+            log.warning("%r sends through boto3 in process %d: obstore's runtime, started in process %d "
+                        "before it forked this one, did not survive the fork", self, os.getpid(), started_in)
+        return self._boto
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r})"
@@ -63,6 +92,8 @@ class ObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return boto.get(key)
         self.requests.add("GET")
         try:
             result = obstore.get(self.client, key)
@@ -75,6 +106,8 @@ class ObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return boto.put_if_absent(key, body)
         self.requests.add("PUT")
         try:
             return common.etag_of(obstore.put(self.client, key, body, mode="create"), key, write=True)
@@ -86,6 +119,8 @@ class ObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return boto.put_if_match(key, body, etag)
         self.requests.add("PUT")
         try:
             return common.etag_of(obstore.put(self.client, key, body, mode={"e_tag": etag}), key, write=True)
@@ -100,6 +135,8 @@ class ObstoreStore(_ObstoreBase):
         import obstore
 
         folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys, start_after)
+        if (boto := self._stand_in()) is not None:
+            return boto.list(prefix, delimiter=delimiter, token=token, max_keys=max_keys, start_after=start_after)
         self.requests.add("LIST")
         try:
             if common.rolled_up(delimiter, token, start_after):
@@ -120,6 +157,9 @@ class ObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            boto.delete(key)
+            return
         self.requests.add("DELETE")
         try:
             obstore.delete(self.client, key)
@@ -139,6 +179,8 @@ class AsyncObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return await asyncio.to_thread(boto.get, key)
         self.requests.add("GET")
         try:
             result = await obstore.get_async(self.client, key)
@@ -151,6 +193,8 @@ class AsyncObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return await asyncio.to_thread(boto.put_if_absent, key, body)
         self.requests.add("PUT")
         try:
             return common.etag_of(await obstore.put_async(self.client, key, body, mode="create"), key, write=True)
@@ -162,6 +206,8 @@ class AsyncObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            return await asyncio.to_thread(boto.put_if_match, key, body, etag)
         self.requests.add("PUT")
         try:
             return common.etag_of(await obstore.put_async(self.client, key, body, mode={"e_tag": etag}), key,
@@ -177,6 +223,9 @@ class AsyncObstoreStore(_ObstoreBase):
         import obstore
 
         folder, offset, chunk = common.check_list(prefix, delimiter, token, max_keys, start_after)
+        if (boto := self._stand_in()) is not None:
+            return await asyncio.to_thread(boto.list, prefix, delimiter=delimiter, token=token, max_keys=max_keys,
+                                           start_after=start_after)
         self.requests.add("LIST")
         try:
             if common.rolled_up(delimiter, token, start_after):
@@ -198,6 +247,9 @@ class AsyncObstoreStore(_ObstoreBase):
         import obstore
 
         common.check_key(key)
+        if (boto := self._stand_in()) is not None:
+            await asyncio.to_thread(boto.delete, key)
+            return
         self.requests.add("DELETE")
         try:
             await obstore.delete_async(self.client, key)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import boto3
 
 from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
-from .base import RequestCounter, deprecated_prefix, resolved_scope
+from .base import ProcessClient, RequestCounter, resolved_scope
 
 if TYPE_CHECKING:
     from .fast import ObstoreStore
@@ -22,17 +23,12 @@ class S3Store:
     use a client you configured yourself.
 
     A store addresses a bucket; the key prefix belongs to the log
-    (``Log(store, prefix=...)``). ``prefix`` here is deprecated: it warns, and a log
-    given no prefix of its own still uses it, until it is removed.
+    (``Log(store, prefix=...)``).
     """
-
-    #: Only set when the deprecated ``prefix`` argument was given.
-    prefix: str
 
     def __init__(
         self,
         bucket: str,
-        prefix: str | None = None,
         *,
         client: Any = None,
         endpoint_url: str | None = None,
@@ -40,41 +36,49 @@ class S3Store:
         max_pool_connections: int = 64,
     ) -> None:
         self.bucket = bucket
-        deprecated_prefix(self, prefix)
         #: What the precondition probe's result is remembered for (None: this object):
         #: the endpoint and region the client this store built resolved.
         self.precondition_scope: tuple[str, ...] | None = None
+        build: Callable[[], Any] | None = None
         if client is None:
             kwargs: dict[str, Any] = {"config": client_config(max_pool_connections)}
             if endpoint_url:
                 kwargs["endpoint_url"] = endpoint_url
             if region_name:
                 kwargs["region_name"] = region_name
-            client = boto3.session.Session().client("s3", **kwargs)
+
+            def new_client() -> Any:
+                # A session of its own: one made in a parent is not carried into a child.
+                return boto3.session.Session().client("s3", **kwargs)
+
+            build = new_client
+            client = build()
             self.precondition_scope = resolved_scope("boto3", bucket, client)
-        self.client = client
+        # A forked child builds its own client (urllib3's pooled sockets are the parent's).
+        self._client = ProcessClient(client, build, f"the boto3 client passed to {self!r}")
         self.requests = RequestCounter()
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client (this process's: a forked child sends through its own)."""
+        return self._client.get(send=False)
 
     def __repr__(self) -> str:
         return f"S3Store(bucket={self.bucket!r})"
 
     @staticmethod
-    def fast(bucket: str, prefix: str | None = None, **kwargs: Any) -> ObstoreStore:
-        """The same store over obstore (Rust ``object_store``): lower latency per request.
-
-        ``prefix`` is deprecated, as for the constructor.
-        """
+    def fast(bucket: str, **kwargs: Any) -> ObstoreStore:
+        """The same store over obstore (Rust ``object_store``): lower latency per request."""
         from .fast import ObstoreStore
 
-        store = ObstoreStore(bucket, **kwargs)
-        deprecated_prefix(store, prefix)
-        return store
+        return ObstoreStore(bucket, **kwargs)
 
     def get(self, key: str) -> Blob:
         """Return the object's body and ETag."""
+        client = self._client.get()
         self.requests.add("GET")
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            resp = client.get_object(Bucket=self.bucket, Key=key)
             body = resp["Body"].read()
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
@@ -82,18 +86,20 @@ class S3Store:
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists (``If-None-Match: *``); return its ETag."""
+        client = self._client.get()
         self.requests.add("PUT")
         try:
-            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+            resp = client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag`` (``If-Match``); return the new ETag."""
+        client = self._client.get()
         self.requests.add("PUT")
         try:
-            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
+            resp = client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
@@ -103,27 +109,30 @@ class S3Store:
         start_after: str | None = None,
     ) -> ListPage:
         """One page of keys under ``prefix``, in key order, after ``start_after`` (ListObjectsV2)."""
+        client = self._client.get()
         self.requests.add("LIST")
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
-            resp = self.client.list_objects_v2(**params)
+            resp = client.list_objects_v2(**params)
         except CAUGHT as exc:
             raise map_error(exc, prefix) from exc
         return list_page(resp)
 
     def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
+        client = self._client.get()
         self.requests.add("DELETE")
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+            client.delete_object(Bucket=self.bucket, Key=key)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc
 
     def delete_if_match(self, key: str, etag: str) -> None:
         """Delete the object if its ETag is ``etag`` (DeleteObject with ``If-Match``):
         PreconditionFailed if it differs, ObjectNotFound if the key is missing."""
+        client = self._client.get()
         self.requests.add("DELETE")
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
+            client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
         except CAUGHT as exc:
             raise map_error(exc, key) from exc

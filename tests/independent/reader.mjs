@@ -477,7 +477,8 @@ function parseHead(h, sid, prefix, tombstone = false) {
   return { v, seq, hash, segs, tail, tailHashes, parent, meta, sig: sigNode.t === "null" ? undefined : sigNode, node: h };
 }
 
-// "Signed heads": the payload is the deterministic encoding of the ten-key map, whose `log`
+// "Signed heads": the payload is the deterministic encoding of the ten-key map (eleven with a
+// non-empty `append_keys`), whose `log`
 // is the identity of the log this reader reads (BUCKET/PREFIX unless named), never a value
 // taken from the head.
 function verifySig(head, trusted, logId) {
@@ -490,11 +491,15 @@ function verifySig(head, trusted, logId) {
   need(key, `\`sig.key_id\` ${JSON.stringify(keyId)} names no trusted key`);
   need(alg === key.alg, `\`sig.alg\` ${JSON.stringify(alg)} is not the scheme of key ${keyId}`);
   const h = head.node;
-  const payload = encode(N.map({
+  const fields = {
     purpose: N.text("s3log/head"), v: get.any(h, "v"), log: N.text(logId), session: get.any(h, "session"),
     seq: get.any(h, "seq"), hash: get.opt(h, "hash"), parent: get.opt(h, "parent"),
     meta_digest: N.bytes(sha256(encode(head.meta))), alg: N.text(alg), key_id: N.text(keyId),
-  }));
+  };
+  // A non-empty `append_keys` is signed too, as the digest of its deterministic encoding.
+  const keys = get.opt(h, "append_keys");
+  if (keys.t === "array" && keys.v.length > 0) fields.append_keys_digest = N.bytes(sha256(encode(keys)));
+  const payload = encode(N.map(fields));
   need(value.v.length === 64 && cryptoVerify(null, payload, key.key, value.v), "`sig` is not a valid signature of the head");
 }
 

@@ -1,7 +1,7 @@
 # An example serverless deployment: scripts/agent_worker.py as a Lambda function with
 # the writer policy only, and a scheduled retention sweep (scripts/sweep_lambda.py:
-# expire idle sessions, then gc) with the module's sweep policy: list, read heads,
-# delete, and replace a head only by a tombstone written with If-Match.
+# expire idle sessions, then gc) with the module's sweep policy: list, read heads and
+# delete (a head only with If-Match); it writes nothing.
 #
 # `terraform apply` builds the deployment package itself (python3 with pip on the
 # machine running Terraform): s3log with its core dependencies only, no extras, as
@@ -114,7 +114,7 @@ variable "sweep_schedule" {
 }
 
 variable "idle_days" {
-  description = "The sweep expires sessions with no commit for this many days (a tombstone replaces the head; gc deletes the data after its grace period)."
+  description = "The sweep expires sessions with no commit for this many days (their head is deleted with If-Match; gc deletes the rest)."
   type        = number
   default     = 30
   validation {

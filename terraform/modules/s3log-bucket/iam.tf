@@ -7,9 +7,10 @@
 #   PREFIX/activity/{YYYY-MM-DD}/{sid}                    the activity index
 #
 # gc (and rm) only list, read heads and delete: no PUT, so a leaked gc credential cannot
-# rewrite anything. The sweep (expire + gc) may PUT a head only with If-Match: it can
-# replace a head it has just read by a tombstone, never create or blindly overwrite one,
-# and delete a head (a tombstone past gc's grace) only with If-Match on the ETag read.
+# rewrite anything. Nor can the sweep's (expire + gc): expire deletes an idle session's
+# head with If-Match on the ETag just read, and writes nothing. IAM cannot constrain a
+# PUT's body, so a role allowed to PUT a head could forge any history; the sweep has no
+# PUT at all (docs/decisions/0036).
 #
 # S3 authorizes a DELETE with If-Match on an ETag as s3:DeleteObject *and* s3:GetObject
 # on the object ("Enforce conditional deletes" in the S3 user guide): every key a role
@@ -37,7 +38,7 @@ locals {
     reader = "Read s3log sessions under ${var.prefix}/ in ${var.bucket_name}."
     writer = "Append to s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no delete)."
     gc     = "Garbage-collect and delete s3log sessions under ${var.prefix}/ in ${var.bucket_name} (no write)."
-    sweep  = "Expire idle s3log sessions (tombstones by If-Match only) and garbage-collect under ${var.prefix}/ in ${var.bucket_name}."
+    sweep  = "Expire idle s3log sessions (If-Match deletes of heads, no write) and garbage-collect under ${var.prefix}/ in ${var.bucket_name}."
   }
   role_policies = {
     reader = data.aws_iam_policy_document.reader.json
@@ -152,8 +153,8 @@ data "aws_iam_policy_document" "gc" {
 }
 
 # The retention sweep (Log.expire, then gc; scripts/sweep_lambda.py, `s3log expire`):
-# what gc does, plus tombstones and the activity index (read for the idle window,
-# its old day folders deleted).
+# what gc does, except deleting a head by key, plus the activity index (read for the
+# idle window, its old day folders deleted). No PUT: it deletes, never writes.
 data "aws_iam_policy_document" "sweep" {
   statement {
     sid       = "ReadHeads"
@@ -167,27 +168,15 @@ data "aws_iam_policy_document" "sweep" {
     actions   = ["s3:GetObject"]
     resources = [local.forks_arn]
   }
-  # A tombstone replaces the head just read: the PUT must carry If-Match (its ETag),
-  # so a session committed to since then is kept and no head is ever created here.
-  statement {
-    sid       = "WriteTombstones"
-    actions   = ["s3:PutObject"]
-    resources = [local.heads_arn]
-    condition {
-      test     = "Null"
-      variable = "s3:if-match"
-      values   = ["false"]
-    }
-  }
   statement {
     sid       = "DeleteGarbageAndMarkers"
     actions   = ["s3:DeleteObject"]
     resources = [local.segments_arn, local.forks_arn, local.activity_arn]
   }
-  # gc deletes a tombstone past its grace only if it is still the head it read: a new
-  # session that took the id over meanwhile is kept (412).
+  # expire deletes an idle head, and gc a tombstone past its grace, only if it is still
+  # the head read: a session committed to (or created again at the id) meanwhile is kept (412).
   statement {
-    sid       = "DeleteTombstones"
+    sid       = "DeleteHeadsIfMatch"
     actions   = ["s3:DeleteObject"]
     resources = [local.heads_arn]
     condition {
@@ -210,7 +199,7 @@ data "aws_iam_policy_document" "sweep" {
     for_each = var.kms_key_arn == null ? [] : [1]
     content {
       sid       = "UseKey"
-      actions   = local.kms_write
+      actions   = local.kms_read
       resources = [var.kms_key_arn]
     }
   }

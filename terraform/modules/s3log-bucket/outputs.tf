@@ -39,6 +39,6 @@ output "gc_policy_arn" {
 }
 
 output "sweep_policy_arn" {
-  description = "Policy for the retention sweep, expire then gc (get heads, list, delete; put heads only with If-Match)."
+  description = "Policy for the retention sweep, expire then gc (get heads, list, delete; heads only with If-Match; no PUT)."
   value       = aws_iam_policy.role["sweep"].arn
 }
