@@ -72,6 +72,8 @@ ENTRY_POINTS: dict[str, str] = {
     "sign": _SIGN,
     "langgraph": _LANGGRAPH,
     "openai-agents": _OPENAI_AGENTS,
+    # Spans when opentelemetry-api is importable; without it the plain path, by design.
+    "otel": "import s3log; w = s3log.Log(s3log.MemoryStore()).create(); w.append('k', 1); w.commit()",
 }
 
 
