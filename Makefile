@@ -57,8 +57,8 @@ $(CHECKOV_VENV)/.installed:
 checkov: $(CHECKOV_VENV)/.installed
 	$(CHECKOV_VENV)/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
 
-# The core against the oldest and the newest releases its ranges allow, each in a
-# throwaway virtualenv (boto3 above all: applications pin their own).
+# The core, and s3log[async] (aiobotocore), against the oldest and the newest boto3 its
+# ranges allow, each in a throwaway virtualenv (applications pin their own boto3).
 compat:
 	PY=$(PY) bash scripts/check_boto3_range.sh
 

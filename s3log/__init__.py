@@ -9,59 +9,96 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .codec import Entry, Head, ParentRef
-from .config import LogConfig, RetryPolicy
-from .env import Env
-from .errors import (
-    AppendKeyReused,
-    ConflictError,
-    CorruptionError,
-    EntryNotFound,
-    FormatVersionError,
-    InvalidArgumentError,
-    InvalidEntryError,
-    InvalidPrefixError,
-    InvalidSessionIdError,
-    PreconditionsIgnoredError,
-    S3LogError,
-    SessionExists,
-    SessionExpired,
-    SessionNotFound,
-    SessionReplaced,
-    StoreError,
-    WriterBusyError,
-)
-from .reducer import EntriesReducer, NullReducer, Reducer
-from .results import (
-    AckedEntry,
-    CommitResult,
-    ExpireReport,
-    ForkInfo,
-    LineageStep,
-    SessionInfo,
-    SessionView,
-    VerifyReport,
-)
-from .store.memory import AsyncMemoryStore, MemoryStore
-
 # A library logs; the application decides where records go. Without a handler of its
 # own, Python's last-resort handler would print s3log's warnings (forks) to stderr.
 logging.getLogger("s3log").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from .aio import AsyncLog, AsyncWriter
+    from .codec import Entry, Head, ParentRef
+    from .config import LogConfig, RetryPolicy
+    from .env import Env
+    from .errors import (
+        AppendKeyReused,
+        ConflictError,
+        CorruptionError,
+        EntryNotFound,
+        FormatVersionError,
+        InvalidArgumentError,
+        InvalidEntryError,
+        InvalidPrefixError,
+        InvalidSessionIdError,
+        PreconditionsIgnoredError,
+        S3LogError,
+        SessionExists,
+        SessionExpired,
+        SessionNotFound,
+        SessionReplaced,
+        StoreError,
+        WriterBusyError,
+    )
     from .log import Log, Writer
+    from .reducer import EntriesReducer, NullReducer, Reducer
+    from .results import (
+        AckedEntry,
+        CommitResult,
+        ExpireReport,
+        ForkInfo,
+        LineageStep,
+        SessionInfo,
+        SessionView,
+        VerifyReport,
+    )
     from .store.aio_s3 import AsyncS3Store
     from .store.fast import AsyncObstoreStore, ObstoreStore
+    from .store.memory import AsyncMemoryStore, MemoryStore
     from .store.s3 import S3Store
     from .urls import open_async_log, open_log
 
 __version__ = "0.1.0"
 
-# boto3 and aioboto3 take a while to import: load them only when asked for. Log and
-# Writer too: their driver imports asyncio and concurrent.futures, which
-# would double the cost of `import s3log` for a process that only needs a name or two.
+# Every public name is loaded when first asked for: ``import s3log`` costs next to
+# nothing, so the pytest plugin (``s3log.testing``, loaded by every pytest run where
+# s3log is installed) and a CLI that only prints its help pay nothing for names they do
+# not use. The stores' clients (boto3, aiobotocore) and the drivers (asyncio,
+# concurrent.futures) are the slow ones; cbor2 and the codec follow with the first name.
 _LAZY = {
+    "Entry": ("s3log.codec", "Entry"),
+    "Head": ("s3log.codec", "Head"),
+    "ParentRef": ("s3log.codec", "ParentRef"),
+    "LogConfig": ("s3log.config", "LogConfig"),
+    "RetryPolicy": ("s3log.config", "RetryPolicy"),
+    "Env": ("s3log.env", "Env"),
+    "AppendKeyReused": ("s3log.errors", "AppendKeyReused"),
+    "ConflictError": ("s3log.errors", "ConflictError"),
+    "CorruptionError": ("s3log.errors", "CorruptionError"),
+    "EntryNotFound": ("s3log.errors", "EntryNotFound"),
+    "FormatVersionError": ("s3log.errors", "FormatVersionError"),
+    "InvalidArgumentError": ("s3log.errors", "InvalidArgumentError"),
+    "InvalidEntryError": ("s3log.errors", "InvalidEntryError"),
+    "InvalidPrefixError": ("s3log.errors", "InvalidPrefixError"),
+    "InvalidSessionIdError": ("s3log.errors", "InvalidSessionIdError"),
+    "PreconditionsIgnoredError": ("s3log.errors", "PreconditionsIgnoredError"),
+    "S3LogError": ("s3log.errors", "S3LogError"),
+    "SessionExists": ("s3log.errors", "SessionExists"),
+    "SessionExpired": ("s3log.errors", "SessionExpired"),
+    "SessionNotFound": ("s3log.errors", "SessionNotFound"),
+    "SessionReplaced": ("s3log.errors", "SessionReplaced"),
+    "StoreError": ("s3log.errors", "StoreError"),
+    "WriterBusyError": ("s3log.errors", "WriterBusyError"),
+    "EntriesReducer": ("s3log.reducer", "EntriesReducer"),
+    "NullReducer": ("s3log.reducer", "NullReducer"),
+    "Reducer": ("s3log.reducer", "Reducer"),
+    "AckedEntry": ("s3log.results", "AckedEntry"),
+    "CommitResult": ("s3log.results", "CommitResult"),
+    "ExpireReport": ("s3log.results", "ExpireReport"),
+    "ForkInfo": ("s3log.results", "ForkInfo"),
+    "LineageStep": ("s3log.results", "LineageStep"),
+    "SessionInfo": ("s3log.results", "SessionInfo"),
+    "SessionView": ("s3log.results", "SessionView"),
+    "VerifyReport": ("s3log.results", "VerifyReport"),
+    "AsyncMemoryStore": ("s3log.store.memory", "AsyncMemoryStore"),
+    "MemoryStore": ("s3log.store.memory", "MemoryStore"),
     "Log": ("s3log.log", "Log"),
     "Writer": ("s3log.log", "Writer"),
     "open_log": ("s3log.urls", "open_log"),
@@ -84,6 +121,14 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value  # later look-ups skip this function
         return value
+    if not name.startswith("_"):
+        # ``s3log.codec`` after a bare ``import s3log``, as when the package imported its
+        # submodules: a submodule that exists is loaded; another name is an AttributeError.
+        import importlib
+        import importlib.util
+
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 's3log' has no attribute {name!r}")
 
 

@@ -3,7 +3,7 @@
 s3log's core needs only boto3 and cbor2. Everything else comes with an
 extra (``async``, ``cli``, ``fast``, ``analytics``, ``dask``, ``langgraph``,
 ``openai-agents``, ``local``); an ``ImportError`` that only says "No module named
-'aioboto3'" leaves the user to guess which one. :func:`require` and :func:`extra`
+'aiobotocore'" leaves the user to guess which one. :func:`require` and :func:`extra`
 raise :class:`~s3log.errors.MissingExtraError` (an ``ImportError``) instead.
 """
 
@@ -28,7 +28,7 @@ def _check(extra_name: str) -> None:
 def require(module: str, extra: str) -> ModuleType:
     """Import ``module`` and return it, or raise :class:`MissingExtraError` naming ``extra``.
 
-    For modules used as a namespace (``aioboto3 = require("aioboto3", "async")``).
+    For modules used as a namespace (``obstore = require("obstore", "fast")``).
     """
     _check(extra)
     try:

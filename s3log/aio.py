@@ -1,4 +1,4 @@
-"""The asyncio API: :class:`AsyncLog` and :class:`AsyncWriter`, driven over aioboto3."""
+"""The asyncio API: :class:`AsyncLog` and :class:`AsyncWriter`, driven over aiobotocore."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -30,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import compress, islice
 from operator import attrgetter, ne
 from typing import Any, Literal, cast
@@ -53,6 +52,7 @@ from .log import Log
 from .protocol import Run, is_expired
 from .signing import Verifier
 from .store.base import ObjectStore
+from .times import to_ms
 
 with extra("analytics"):
     import pyarrow as pa
@@ -152,32 +152,8 @@ TS_RANGE = (0, MAX_TS)  # what append takes (s3log.codec.MAX_TS)
 
 def _ms(value: int | float | datetime | str | None, name: str = "time") -> int | None:
     """``value`` (ms since the epoch, a datetime, naive as UTC, or an ISO string) in ms,
-    checked: :class:`~s3log.InvalidArgumentError` naming ``name`` otherwise."""
-    if value is None:
-        return None
-    shown = repr(value)
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidArgumentError(name, f"not an ISO date or time: {shown}") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        try:
-            value = value.timestamp() * 1000
-        except (OverflowError, ValueError, OSError):
-            raise InvalidArgumentError(name, f"a time out of range: {shown}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentError(
-            name, f"a time must be ms since the epoch, a datetime or an ISO string, not {shown}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidArgumentError(name, f"a time must be finite, not {shown}")
-    if not TS_RANGE[0] <= value <= TS_RANGE[1] + 1:
-        raise InvalidArgumentError(
-            name, f"{shown} is out of range: ms since the epoch from {TS_RANGE[0]} to {TS_RANGE[1] + 1} "
-                  "(1970-01-01 to 294247-01-10 UTC)")
-    return int(value)
+    checked (:func:`s3log.times.to_ms`); None stays None."""
+    return None if value is None else to_ms(value, name)
 
 
 # One rule for JSON everywhere (data_json, the CLI's --json, query, the jsonl export).

@@ -26,7 +26,10 @@ def make_moto_atomic() -> None:
     with _atomic_lock:
         if _patched:
             return
-        from moto.s3.responses import S3Response
+        from ._extras import extra
+
+        with extra("local"):
+            from moto.s3.responses import S3Response
 
         for name in ("put_object", "delete_object", "copy_object"):
             original = getattr(S3Response, name)
@@ -65,7 +68,12 @@ class LocalS3:
 
     def start(self) -> LocalS3:
         """Start the server and wait until it listens."""
-        from moto.server import ThreadedMotoServer
+        from ._extras import extra
+
+        with extra("local"):
+            # moto's S3 server: flask and flask-cors are imported when it starts.
+            from moto.moto_server.werkzeug_app import create_backend_app  # noqa: F401
+            from moto.server import ThreadedMotoServer
 
         make_moto_atomic()
         # werkzeug logs every request to stderr; a test run or a demo does not want that.

@@ -32,7 +32,7 @@ would delete a commit acknowledged since the head was read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from . import activity, decide, ops
 from .codec import Head, decode_head
@@ -59,6 +59,7 @@ from .protocol import (
 from .results import ActiveSessions as ActiveSessions
 from .results import ExpireProgress as ExpireProgress
 from .results import ExpireReport as ExpireReport
+from .times import to_ms
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
@@ -89,16 +90,11 @@ def idle_ms(idle_for: object, name: str = "idle_for") -> int:
 
 
 def since_ms(since: object, now: int) -> int:
-    """``since`` as ms since the epoch: ms, an aware datetime, or a timedelta back from ``now``."""
+    """``since`` as ms since the epoch (:func:`s3log.times.to_ms`: ms, a datetime, an ISO
+    string, or a timedelta or duration back from ``now``, the log's clock)."""
     if isinstance(since, timedelta):
-        return now - idle_ms(since, "since")
-    if isinstance(since, datetime):
-        if since.tzinfo is None:
-            raise InvalidArgumentError("since", f"a datetime must carry a time zone, not {since!r}")
-        return int(since.timestamp() * 1000)
-    if isinstance(since, int) and not isinstance(since, bool) and since >= 0:
-        return since
-    raise InvalidArgumentError("since", f"must be ms since the epoch, an aware datetime or a timedelta, not {since!r}")
+        return now - idle_ms(since, "since")  # positive, at most 100 years
+    return to_ms(since, "since", now_ms=now)
 
 
 # ------------------------------------------------------------------------ active since

@@ -23,13 +23,24 @@ import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .localserver import LOCAL_ENV, LocalS3, make_moto_atomic
+if TYPE_CHECKING:
+    from .localserver import LOCAL_ENV, LocalS3, make_moto_atomic
 
 __all__ = ["LOCAL_ENV", "LocalS3", "make_moto_atomic", "sandbox_env"]
+
+
+def __getattr__(name: str) -> Any:
+    # pytest loads this module in every run where s3log is installed (``pytest11``):
+    # it imports nothing of s3log, moto or boto3 until a fixture or a name is used.
+    if name in __all__:
+        from . import localserver
+
+        return getattr(localserver, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Variables that could lead boto3 to other credentials or another endpoint: they are
 # removed while a fixture is active (the environment's credentials take precedence
@@ -55,6 +66,8 @@ def sandbox_env(server: LocalS3) -> dict[str, str | None]:
     """
     missing = os.path.join(tempfile.gettempdir(), "s3log-testing-no-such-dir", "none")
     env: dict[str, str | None] = {k: None for k in _UNSET}
+    from .localserver import LOCAL_ENV
+
     env.update(server.env())
     env.update(
         {
@@ -86,6 +99,8 @@ def _apply(mp: pytest.MonkeyPatch, env: Mapping[str, str | None]) -> None:
 @pytest.fixture(scope="session")
 def s3log_server() -> Iterator[LocalS3]:
     """A local S3 server for the whole test session; real AWS cannot be reached meanwhile."""
+    from .localserver import LocalS3
+
     server = LocalS3().start()
     try:
         with pytest.MonkeyPatch.context() as mp:

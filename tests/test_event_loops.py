@@ -95,15 +95,14 @@ def test_an_async_store_used_from_two_running_loops_keeps_one_client_per_loop(
     s3log_server: LocalS3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[Any] = []
-    real = aio_s3.aioboto3.Session
+    real = aio_s3.open_client
 
-    class Counting(real):  # type: ignore[misc, valid-type]
-        def client(self, *args: Any, **kwargs: Any) -> Any:
-            made = super().client(*args, **kwargs)
-            opened.append(made)
-            return made
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made = real(*args, **kwargs)
+        opened.append(made)
+        return made
 
-    monkeypatch.setattr(aio_s3.aioboto3, "Session", Counting)
+    monkeypatch.setattr(aio_s3, "open_client", counting)
     bucket = s3log_server.create_bucket()
     store = s3log.AsyncS3Store(bucket, endpoint_url=s3log_server.endpoint_url)
     loops = [asyncio.new_event_loop() for _ in range(2)]

@@ -133,50 +133,6 @@ def test_console_script_runs_the_cli() -> None:
     assert "Durable, hash-chained session logs on S3" in out.stdout
 
 
-# Each site that imports an optional library, the library blocked, and the extra named.
-SITES = [
-    ("import s3log.store.aio_s3", "aioboto3", "async"),
-    ("import s3log; s3log.S3Store.fast('b')", "obstore", "fast"),
-    ("import s3log.store._obstore_common as c; c.map_error(Exception(), 'k')", "obstore", "fast"),
-    ("import s3log.analytics", "pyarrow", "analytics"),
-    ("import s3log.dask", "pandas", "dask"),
-    ("import s3log.dask as d; d.read_entries('b', sessions=['x'])", "dask", "dask"),
-    ("import s3log.integrations.langgraph", "langgraph", "langgraph"),
-    ("import s3log.integrations.openai_agents", "agents", "openai-agents"),
-]
-
-
-def test_a_missing_optional_library_names_its_extra() -> None:
-    out = _run(f"""
-        import importlib, json, sys
-        results = []
-        for code, blocked, extra in {SITES!r}:
-            for name in list(sys.modules):
-                if name.startswith("s3log"):
-                    del sys.modules[name]
-            saved = {{k: v for k, v in sys.modules.items() if k == blocked or k.startswith(blocked + ".")}}
-            for k in saved:
-                del sys.modules[k]
-            sys.modules[blocked] = None
-            try:
-                exec(code)
-                results.append([code, "no error"])
-            except ImportError as exc:
-                from s3log.errors import MissingExtraError, S3LogError
-                results.append([code, type(exc).__name__, isinstance(exc, S3LogError), str(exc)])
-            finally:
-                del sys.modules[blocked]
-                sys.modules.update(saved)
-        print(json.dumps(results))
-    """)
-    assert out.returncode == 0, out.stderr
-    results = json.loads(out.stdout)
-    for (code, blocked, extra_name), got in zip(SITES, results, strict=True):
-        assert got[:3] == [code, "MissingExtraError", True], got
-        assert f"pip install 's3log[{extra_name}]'" in got[3], got
-        assert blocked in got[3], got
-
-
 def test_require_and_extra_helpers() -> None:
     assert require("json", "analytics") is json
     with pytest.raises(MissingExtraError) as info:

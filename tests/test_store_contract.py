@@ -160,13 +160,12 @@ def _make(kind: str, bucket: str, endpoint: str, timeout: float | None = None) -
         if timeout is None:
             b = Blocking(s3log.AsyncS3Store(bucket, endpoint_url=endpoint), loop)
             return b, [b.close]
-        import aioboto3
-
         from s3log.store.aio_s3 import client_config as aio_config
+        from s3log.store.aio_s3 import open_client
 
         stack = contextlib.AsyncExitStack()
-        client = loop.run_until_complete(stack.enter_async_context(aioboto3.Session().client(
-            "s3", endpoint_url=endpoint, config=aio_config(read_timeout=timeout, connect_timeout=timeout))))
+        client = loop.run_until_complete(stack.enter_async_context(open_client(
+            None, endpoint_url=endpoint, config=aio_config(read_timeout=timeout, connect_timeout=timeout))))
         b = Blocking(s3log.AsyncS3Store(bucket, client=client), loop)
         return b, [lambda: loop.run_until_complete(stack.aclose()), b.close]
     client = None

@@ -4,35 +4,33 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+from ..errors import InvalidArgumentError
+from ..times import to_ms
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
 from .common import cell, cell_text, jsonable, print_table, when
-from .maintenance import parse_duration
 
 
 def parse_time(text: str | None, param_hint: str | None = None) -> int | None:
-    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms.
+    """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms
+    (:func:`s3log.times.to_ms`, as the library's ``since``/``until``).
 
     ``param_hint`` names the option in the usage error a bad value is.
     """
     if not text:
         return None
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        now = datetime.now(UTC).timestamp() * 1000
-        return int(now - parse_duration(text, param_hint))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+        return to_ms(text, "time", now_ms=int(time.time() * 1000))
+    except InvalidArgumentError as exc:
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from None
 
 
 @contextlib.contextmanager
@@ -203,9 +201,11 @@ def query(
     (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
     text as it is and anything else as its JSON.
     """
-    import duckdb
+    from .. import analytics  # names the analytics extra when pyarrow is missing
+    from .._extras import extra
 
-    from .. import analytics
+    with extra("analytics"):
+        import duckdb
 
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal

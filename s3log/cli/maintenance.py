@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 import time
 from typing import Any
 
 import typer
 
+from ..errors import InvalidArgumentError
 from ..results import ExpireProgress
+from ..times import duration_ms
 from .app import app
 from .common import (
     command_log,
@@ -25,26 +26,14 @@ from .common import (
     styled,
 )
 
-_DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-#: The longest duration a command takes: 100 years (a time that long ago is still a date).
-MAX_DURATION_MS = 36_500 * _UNIT_MS["d"]
-
 
 def parse_duration(text: str, param_hint: str | None = None) -> int:
-    """``90s``, ``15m``, ``1h``, ``2d`` (or a sum like ``1h30m``) in milliseconds, at most 100 years.
-
-    ``param_hint`` names the option in the error (``--idle``).
-    """
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
-        raise typer.BadParameter(f"not a duration: {text!r} (try 90s, 15m, 1h, 2d)", param_hint=param_hint)
-    ms = sum(int(n) * _UNIT_MS[u] for n, u in parts)
-    if ms > MAX_DURATION_MS:
-        raise typer.BadParameter(f"too long: {text!r} (at most 36500d, 100 years)", param_hint=param_hint)
-    return ms
+    """``90s``, ``15m``, ``1h``, ``2d`` (or a sum like ``1h30m``) in milliseconds, at most
+    100 years (:func:`s3log.times.duration_ms`). ``param_hint`` names the option in the error."""
+    try:
+        return duration_ms(text)
+    except InvalidArgumentError as exc:
+        raise typer.BadParameter(str(exc).removeprefix("invalid argument duration: "), param_hint=param_hint) from None
 
 
 @app.command("local-s3")

@@ -1,4 +1,4 @@
-"""What the boto3 and aioboto3 stores share: error mapping and request shapes."""
+"""What the boto3 and aiobotocore stores share: error mapping and request shapes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .base import checked_etag, error_for_status
 
 
 def client_options(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> dict[str, Any]:
-    """botocore settings for s3log's clients (boto3 and aioboto3), as ``Config`` arguments.
+    """botocore settings for s3log's clients (boto3 and aiobotocore), as ``Config`` arguments.
 
     botocore's own retries are turned off: s3log retries idempotent requests itself,
     and must see every failure of a conditional head PUT to resolve its outcome.

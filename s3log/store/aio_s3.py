@@ -1,10 +1,19 @@
-"""The store over aioboto3 (asyncio)."""
+"""The store over aiobotocore (asyncio).
+
+The ``async`` extra depends on aiobotocore, not aioboto3: aioboto3 pins one exact
+aiobotocore (which pins a narrow botocore range), so beside an application's own boto3
+pin it often cannot be installed at all. aiobotocore alone takes a range, and an S3
+client is all this store needs. A caller who uses aioboto3 still passes its session
+(``session=aioboto3.Session(...)``) or a client it opened (``client=``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .._extras import extra
@@ -14,21 +23,47 @@ from ..ops import Blob, ListPage
 from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
 from .base import ProcessClient, RequestCounter, precondition_scope
 
-with extra("async"):
-    import aioboto3
-    import aiohttp
-    from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-    from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
-
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
 
-#: What the store catches: botocore's errors, and aiohttp's own where aiobotocore lets
-#: them through (a body cut short by a reset: ``ClientPayloadError``).
-_CAUGHT = (*CAUGHT, aiohttp.ClientError)
+
+@functools.cache
+def _lib() -> SimpleNamespace:
+    """aiobotocore and aiohttp, imported on first use: ``AsyncS3Store.fast`` (the ``fast``
+    extra) and a store given a client need neither at import; a store that opens its own
+    client names the ``async`` extra when they are missing."""
+    with extra("async"):
+        import aiohttp
+        from aiobotocore.config import AioConfig
+        from aiobotocore.httpsession import AIOHTTPSession
+        from aiobotocore.session import get_session
+
+    class NoResendSession(AIOHTTPSession):  # type: ignore[misc]
+        """aiobotocore's HTTP session, minus aiohttp's silent resend.
+
+        aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
+        the reply: the HTTP idempotency rule, false for a conditional PUT. A create-only
+        PUT that landed then came back as a 412, and no failure of a head PUT may go unseen.
+        """
+
+        async def _get_session(self, proxy_url: Any) -> Any:
+            session = await super()._get_session(proxy_url)
+            session._retry_connection = False
+            return session
+
+    # What the store catches: botocore's errors, and aiohttp's own where aiobotocore
+    # lets them through (a body cut short by a reset: ``ClientPayloadError``).
+    return SimpleNamespace(aiohttp=aiohttp, AioConfig=AioConfig, NoResendSession=NoResendSession,
+                           get_session=get_session, caught=(*CAUGHT, aiohttp.ClientError))
+
+
+def _caught() -> tuple[type[BaseException], ...]:
+    caught: tuple[type[BaseException], ...] = _lib().caught
+    return caught
 
 
 def _map_error(exc: BaseException, key: str) -> StoreError:
+    aiohttp = _lib().aiohttp
     if isinstance(exc, aiohttp.ClientError) and not isinstance(exc, CAUGHT):
         if isinstance(exc, ValueError):  # InvalidURL: no retry changes that
             return StoreError(f"{type(exc).__name__}: {exc}", key=key)
@@ -37,24 +72,25 @@ def _map_error(exc: BaseException, key: str) -> StoreError:
     return map_error(exc, key)
 
 
-class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
-    """aiobotocore's HTTP session, minus aiohttp's silent resend.
-
-    aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
-    the reply: the HTTP idempotency rule, false for a conditional PUT. A create-only PUT
-    that landed then came back as a 412, and no failure of a head PUT may go unseen.
-    """
-
-    async def _get_session(self, proxy_url: Any) -> Any:
-        session = await super()._get_session(proxy_url)
-        session._retry_connection = False
-        return session
-
-
 def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> Any:
-    """The aioboto3 client settings: those of the boto3 client, and no resend by aiohttp."""
-    return AioConfig(http_session_cls=_NoResendSession,
-                     **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
+    """The aiobotocore client settings: those of the boto3 client, and no resend by aiohttp."""
+    lib = _lib()
+    return lib.AioConfig(http_session_cls=lib.NoResendSession,
+                         **client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
+
+
+def open_client(session: Any, **kwargs: Any) -> Any:
+    """The async context manager that opens an S3 client of ``session``.
+
+    ``session``: an aiobotocore ``AioSession`` (``create_client``), an
+    ``aioboto3.Session`` (``client``), or None for a new aiobotocore session, which
+    reads the environment and the AWS config files as boto3 does.
+    """
+    if session is None:
+        session = _lib().get_session()
+    if hasattr(session, "create_client"):
+        return session.create_client("s3", **kwargs)
+    return session.client("s3", **kwargs)
 
 
 #: What stores opened in a parent process, kept in a forked child so that collecting
@@ -74,7 +110,12 @@ class _LoopClient:
 
 
 class AsyncS3Store:
-    """Amazon S3 (or any S3-compatible store) through aioboto3.
+    """Amazon S3 (or any S3-compatible store) through aiobotocore.
+
+    ``session`` (optional): the aiobotocore ``AioSession`` or ``aioboto3.Session`` the
+    store opens its clients from (credentials, profile, region); ``client``: one client
+    the caller opened and closes (either library's). Neither: a new aiobotocore session
+    reading the environment, as boto3 does.
 
     The client is opened on first use and kept until :meth:`aclose` (or the end of an
     ``async with`` block), so a worker pays the connection set-up once.
@@ -85,18 +126,23 @@ class AsyncS3Store:
         bucket: str,
         *,
         client: Any = None,
+        session: Any = None,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         max_pool_connections: int = 64,
     ) -> None:
+        if client is None:
+            _lib()  # MissingExtraError now, naming the async extra, not at the first request
         self.bucket = bucket
         self.requests = RequestCounter()
         #: What the precondition probe's result is remembered for (None: this object).
-        self.precondition_scope = (precondition_scope("aioboto3", bucket, endpoint_url, region_name)
-                                   if client is None else None)
+        # A session or client of the caller's may be configured in any way: probed on its own.
+        self.precondition_scope = (precondition_scope("aiobotocore", bucket, endpoint_url, region_name)
+                                   if client is None and session is None else None)
         #: A client passed in (its owner's to manage), else None: the store opens one per loop.
         self._client = client
-        self._given = ProcessClient(client, None, f"the aioboto3 client passed to {self!r}")
+        self._session = session
+        self._given = ProcessClient(client, None, f"the client passed to {self!r}")
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._max_pool = max_pool_connections
@@ -139,7 +185,7 @@ class AsyncS3Store:
                     if self._region_name:
                         kwargs["region_name"] = self._region_name
                     stack = contextlib.AsyncExitStack()
-                    client = await stack.enter_async_context(aioboto3.Session().client("s3", **kwargs))
+                    client = await stack.enter_async_context(open_client(self._session, **kwargs))
                     slot.client, slot.stack = client, stack
         return slot.client
 
@@ -170,7 +216,7 @@ class AsyncS3Store:
             stream = resp["Body"]
             async with stream:
                 body = await stream.read()
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return Blob(body, etag_of(resp, key, write=False))
 
@@ -180,7 +226,7 @@ class AsyncS3Store:
         self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
 
@@ -190,7 +236,7 @@ class AsyncS3Store:
         self.requests.add("PUT")
         try:
             resp = await client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=etag)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
         return etag_of(resp, key, write=True)
 
@@ -204,7 +250,7 @@ class AsyncS3Store:
         try:
             params = list_params(self.bucket, prefix, delimiter, token, max_keys, start_after)
             resp = await client.list_objects_v2(**params)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, prefix) from exc
         return list_page(resp)
 
@@ -214,7 +260,7 @@ class AsyncS3Store:
         self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc
 
     async def delete_if_match(self, key: str, etag: str) -> None:
@@ -224,5 +270,5 @@ class AsyncS3Store:
         self.requests.add("DELETE")
         try:
             await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
-        except _CAUGHT as exc:
+        except _caught() as exc:
             raise _map_error(exc, key) from exc

@@ -95,7 +95,7 @@ def precondition_scope(kind: str, bucket: str, endpoint_url: str | None, region_
     env = os.environ.get
     endpoint = endpoint_url or env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL") or ""
     region = region_name or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or ""
-    # boto3 and aioboto3 also take the endpoint and region from the profile in the AWS
+    # boto3 and aiobotocore also take the endpoint and region from the profile in the AWS
     # config file (``endpoint_url``, ``region``): the profile and the file are part of
     # what the answer holds for (a store of the same bucket name on another endpoint,
     # chosen by profile, escaped the probe).
