@@ -74,7 +74,7 @@ def test_async_concurrent_appenders_share_commits() -> None:
     async def main() -> list[s3log.Entry]:
         w = await alog.create()
         store.requests.reset()
-        return list(await asyncio.gather(*(w.append("k", i) for i in range(100))))
+        return list(await asyncio.gather(*(w.append_durable("k", i) for i in range(100))))
 
     entries = asyncio.run(main())
     assert sorted(e.data for e in entries) == list(range(100))
