@@ -2,7 +2,9 @@
 
 They only move bytes: perform the op a procedure yields, retry it on a transient
 error when the op says it is safe to, and send back the result (or throw in the
-store's error). Every decision belongs to :mod:`s3log.protocol`.
+store's error). Every decision belongs to :mod:`s3log.protocol`. They also call the
+log's keys (:class:`~s3log.ops.Sign`, :class:`~s3log.ops.Verify`): the async driver
+runs a key that may block (KMS) in a thread, so its event loop keeps running.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .ops import (
     Delete,
     DeleteIfMatch,
     Get,
+    KeyOp,
     ListKeys,
     ListPage,
     Op,
@@ -33,7 +36,9 @@ from .ops import (
     PutIfMatch,
     Sleep,
     StoreOp,
+    blocks,
     call_delete_if_match,
+    call_key,
     call_store,
     decoded,
     is_retryable,
@@ -54,6 +59,14 @@ def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, s
     delay = policy.backoff(attempt, env.rng)
     log.debug("retrying after %s (attempt %d, waiting %.3fs)", exc, attempt, delay)
     return delay
+
+
+def _thrown_in(op: Op, exc: Exception) -> Exception:
+    """``exc`` if the procedure decides what it means (a store's error, or any error of a
+    signer or verifier, raised where the procedure signs); else raised on."""
+    if isinstance(exc, StoreError) or isinstance(op, KeyOp):
+        return exc
+    raise exc
 
 
 def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
@@ -102,8 +115,8 @@ class SyncDriver:
                 value, error = None, None
                 try:
                     value = self._perform(op)
-                except StoreError as exc:
-                    error = exc
+                except Exception as exc:
+                    error = _thrown_in(op, exc)
         finally:
             # Abandoned mid-way (an interrupt): let the procedure's cleanup run now.
             proc.close()
@@ -120,6 +133,8 @@ class SyncDriver:
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
+        if isinstance(op, KeyOp):
+            return call_key(op)
         if not is_retryable(op):
             return self._call(op)
         started, attempt = self.env.now_ms(), 0
@@ -171,8 +186,8 @@ class AsyncDriver:
                 value, error = None, None
                 try:
                     value = await self._perform(op)
-                except StoreError as exc:
-                    error = exc
+                except Exception as exc:
+                    error = _thrown_in(op, exc)
         finally:
             # Abandoned mid-way (a cancellation): let the procedure's cleanup run now.
             proc.close()
@@ -188,6 +203,10 @@ class AsyncDriver:
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
+        if isinstance(op, KeyOp):
+            # A KMS call blocks for a round trip: off the loop, so other sessions' commits
+            # (and their own KMS calls) go on meanwhile. A local key is cheaper inline.
+            return await asyncio.to_thread(call_key, op) if blocks(op) else call_key(op)
         if not is_retryable(op):
             return await self._call(op)
         started, attempt = self.env.now_ms(), 0
