@@ -173,6 +173,23 @@ class AsyncDriver:
         self._max_parallel = max_parallel
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: asyncio.AbstractEventLoop | None = None
+        self._keys: ThreadPoolExecutor | None = None
+        self._keys_pid = 0
+
+    def close(self) -> None:
+        """Stop the threads that call blocking keys (none were started without one)."""
+        if self._keys is not None:
+            self._keys.shutdown(wait=False)
+            self._keys = None
+
+    def _key_pool(self) -> ThreadPoolExecutor:
+        # Threads of its own (max_parallel): the loop's default executor has min(32, cores + 4)
+        # threads, shared with the application, so on a small machine ten sessions signing at
+        # once waited for each other. Made again in a forked child (threads do not survive fork).
+        if self._keys is None or self._keys_pid != os.getpid():
+            self._keys = ThreadPoolExecutor(max_workers=self._max_parallel, thread_name_prefix="s3log-key")
+            self._keys_pid = os.getpid()
+        return self._keys
 
     async def run(self, proc: Proc[T]) -> T:
         """Drive ``proc`` to completion and return its value."""
@@ -206,7 +223,10 @@ class AsyncDriver:
         if isinstance(op, KeyOp):
             # A KMS call blocks for a round trip: off the loop, so other sessions' commits
             # (and their own KMS calls) go on meanwhile. A local key is cheaper inline.
-            return await asyncio.to_thread(call_key, op) if blocks(op) else call_key(op)
+            if not blocks(op):
+                return call_key(op)
+            call = contextvars.copy_context().run  # the caller's span is the key call's parent
+            return await asyncio.get_running_loop().run_in_executor(self._key_pool(), call, call_key, op)
         if not is_retryable(op):
             return await self._call(op)
         started, attempt = self.env.now_ms(), 0
