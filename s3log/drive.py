@@ -4,7 +4,8 @@ They only move bytes: perform the op a procedure yields, retry it on a transient
 error when the op says it is safe to, and send back the result (or throw in the
 store's error). Every decision belongs to :mod:`s3log.protocol`. They also call the
 log's keys (:class:`~s3log.ops.Sign`, :class:`~s3log.ops.Verify`): the async driver
-runs a key that may block (KMS) in a thread, so its event loop keeps running.
+runs a key that may block (KMS) in a thread, so its event loop keeps running. They
+pause the garbage collector while a procedure decodes (:mod:`s3log._gcpause`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import decide, otel
+from ._gcpause import paused
 from .config import RetryPolicy
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
@@ -109,7 +111,8 @@ class SyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = step(proc, value, error)
+                with paused():  # the procedure decodes what the last request brought
+                    op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None
@@ -156,9 +159,11 @@ class SyncDriver:
 
     def _capture(self, op: Op) -> Any:
         try:
-            return decoded(op, self._perform(op))
+            result = self._perform(op)
         except StoreError as exc:
             return exc
+        with paused():
+            return decoded(op, result)
 
 
 class AsyncDriver:
@@ -197,7 +202,8 @@ class AsyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = step(proc, value, error)
+                with paused():  # the procedure decodes what the last request brought
+                    op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None
@@ -268,6 +274,8 @@ class AsyncDriver:
         assert self._sem is not None
         async with self._sem:
             try:
-                return decoded(op, await self._perform(op))
+                result = await self._perform(op)
             except StoreError as exc:
                 return exc
+            with paused():
+                return decoded(op, result)
