@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -630,8 +630,10 @@ def _one_item(chunk: bytes) -> str | None:
 
 #: The delimiter that ends each chunk :func:`_decode_items` decodes, and each object
 #: :func:`_decode` decodes: a 16-byte string (head ``0x50``) of random bytes drawn when
-#: this module is loaded, so that no stored byte was written knowing it.
-_DELIMITER = b"\x50" + os.urandom(16)
+#: this module is loaded, so that no stored byte was written knowing it. Its value
+#: changes no result (only that no chunk can hold it), so it is no input a caller must
+#: inject: ``secrets``, not the log's ``env``, whose seeded generator would be predictable.
+_DELIMITER = b"\x50" + secrets.token_bytes(16)
 
 
 def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False, nest: int = 0) -> list[Any]:
