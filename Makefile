@@ -36,9 +36,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 sim-nightly: $(STAMP)
 	$(BIN)/python scripts/sim.py --seeds 100000 --jobs $(JOBS)
 
+# lint-imports checks the layers (pyproject.toml's [tool.importlinter]): the core pure,
+# the layers above it off protocol procedures.
 lint: $(STAMP)
 	$(BIN)/ruff check s3log tests scripts
 	$(BIN)/mypy --strict s3log
+	$(BIN)/lint-imports
 
 demo: $(STAMP)
 	$(BIN)/s3log demo

@@ -279,6 +279,7 @@ class AsyncLog(LogVerbs):
                     await result
             except Exception as exc:  # every hook must get its chance
                 first = first or exc
+        self._driver.close()
         closer = getattr(self.store, "aclose", None)
         if closer is not None:
             await closer()

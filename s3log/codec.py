@@ -13,12 +13,10 @@ encoding is used for whole objects so the same content always gives the same byt
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import io
-import os
 import reprlib
-import threading
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -548,49 +546,6 @@ def _entry_from_map(obj: Any, key: str) -> Entry:
     raise _entry_error(obj, key)
 
 
-_gc_lock = threading.Lock()
-_gc_depth = 0
-_gc_resume = False
-
-
-class _GcPause:
-    """Pause the cyclic garbage collector while a whole object is decoded.
-
-    Decoding a segment allocates a few containers per entry, none of them in a cycle,
-    so every collection those allocations trigger finds nothing to free; in a process
-    with a large heap each one still walks it (measured: restores 1.5x faster with a
-    large heap). Nested and concurrent pauses share one pause; the collector is turned
-    back on when the last ends, and only if it was on when the first began.
-    """
-
-    __slots__ = ()
-
-    # A class, not a generator-based context manager: entered once per object decoded,
-    # where contextlib's machinery cost as much as decoding a small head's tail.
-    def __enter__(self) -> None:
-        global _gc_depth, _gc_resume
-        with _gc_lock:
-            if _gc_depth == 0:
-                _gc_resume = gc.isenabled()
-                gc.disable()
-            _gc_depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        global _gc_depth
-        with _gc_lock:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_resume:
-                gc.enable()
-
-
-_GC_PAUSE = _GcPause()
-
-
-def _gc_paused() -> _GcPause:
-    """The pause of :class:`_GcPause` (one object: it holds no state of its own)."""
-    return _GC_PAUSE
-
-
 @dataclass(frozen=True, slots=True)
 class RunColumns:
     """A v2 segment's entries as the columns it stores, verified as its entries would be.
@@ -634,15 +589,13 @@ class LinkedRun(tuple[Entry, ...]):
 
 
 def _entries_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...]:
-    with _gc_paused():
-        return cast(tuple[Entry, ...], _decode_records(records, hashes, key))
+    return cast(tuple[Entry, ...], _decode_records(records, hashes, key))
 
 
 def _tail_from_records(records: Any, hashes: Any, key: str) -> tuple[Entry, ...] | _LazyTail:
     """A v2 head's tail: its entries, or when read off the layout s3log writes, a
     :class:`_LazyTail` (the same checks made, the entries made when first asked for)."""
-    with _gc_paused():
-        return _decode_records(records, hashes, key, lazy=True)
+    return _decode_records(records, hashes, key, lazy=True)
 
 
 def _refuse_shared(value: Any, immutable: bool) -> Any:
@@ -710,8 +663,10 @@ def _one_item(chunk: bytes) -> str | None:
 
 #: The delimiter that ends each chunk :func:`_decode_items` decodes, and each object
 #: :func:`_decode` decodes: a 16-byte string (head ``0x50``) of random bytes drawn when
-#: this module is loaded, so that no stored byte was written knowing it.
-_DELIMITER = b"\x50" + os.urandom(16)
+#: this module is loaded, so that no stored byte was written knowing it. Its value
+#: changes no result (only that no chunk can hold it), so it is no input a caller must
+#: inject: ``secrets``, not the log's ``env``, whose seeded generator would be predictable.
+_DELIMITER = b"\x50" + secrets.token_bytes(16)
 
 
 def _decode_items(chunks: list[bytes], key: str, what: str, *, records: bool = False, nest: int = 0) -> list[Any]:
@@ -1215,8 +1170,7 @@ def decode_segment(body: bytes, key: str) -> Segment:
     """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
     session, obj = _segment_map(body, key)
     if obj["v"] == 2:
-        with _gc_paused():
-            return Segment(session, _decode_columns(obj, key))
+        return Segment(session, _decode_columns(obj, key))
     return Segment(session, _v1_entries(obj, key))
 
 
@@ -1227,8 +1181,7 @@ def decode_segment_columns(body: bytes, key: str) -> tuple[str, RunColumns | tup
     are checked by :meth:`s3log.chain.ChainVerifier.feed_columns` / ``feed_segment``."""
     session, obj = _segment_map(body, key)
     if obj["v"] == 2:
-        with _gc_paused():
-            return session, _verified_columns(obj, key)[0]
+        return session, _verified_columns(obj, key)[0]
     return session, _v1_entries(obj, key)
 
 

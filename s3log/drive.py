@@ -2,7 +2,10 @@
 
 They only move bytes: perform the op a procedure yields, retry it on a transient
 error when the op says it is safe to, and send back the result (or throw in the
-store's error). Every decision belongs to :mod:`s3log.protocol`.
+store's error). Every decision belongs to :mod:`s3log.protocol`. They also call the
+log's keys (:class:`~s3log.ops.Sign`, :class:`~s3log.ops.Verify`): the async driver
+runs a key that may block (KMS) in a thread, so its event loop keeps running. They
+pause the garbage collector while a procedure decodes (:mod:`s3log._gcpause`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import decide, otel
+from ._gcpause import paused
 from .config import RetryPolicy
 from .env import DEFAULT_ENV, Env
 from .errors import StoreError
@@ -24,6 +28,7 @@ from .ops import (
     Delete,
     DeleteIfMatch,
     Get,
+    KeyOp,
     ListKeys,
     ListPage,
     Op,
@@ -33,7 +38,9 @@ from .ops import (
     PutIfMatch,
     Sleep,
     StoreOp,
+    blocks,
     call_delete_if_match,
+    call_key,
     call_store,
     decoded,
     is_retryable,
@@ -54,6 +61,14 @@ def _retry_delay(policy: RetryPolicy, env: Env, exc: StoreError, attempt: int, s
     delay = policy.backoff(attempt, env.rng)
     log.debug("retrying after %s (attempt %d, waiting %.3fs)", exc, attempt, delay)
     return delay
+
+
+def _thrown_in(op: Op, exc: Exception) -> Exception:
+    """``exc`` if the procedure decides what it means (a store's error, or any error of a
+    signer or verifier, raised where the procedure signs); else raised on."""
+    if isinstance(exc, StoreError) or isinstance(op, KeyOp):
+        return exc
+    raise exc
 
 
 def step(proc: Proc[T], value: Any, error: BaseException | None) -> tuple[Op | None, T | None]:
@@ -96,14 +111,15 @@ class SyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = step(proc, value, error)
+                with paused():  # the procedure decodes what the last request brought
+                    op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None
                 try:
                     value = self._perform(op)
-                except StoreError as exc:
-                    error = exc
+                except Exception as exc:
+                    error = _thrown_in(op, exc)
         finally:
             # Abandoned mid-way (an interrupt): let the procedure's cleanup run now.
             proc.close()
@@ -120,6 +136,8 @@ class SyncDriver:
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
+        if isinstance(op, KeyOp):
+            return call_key(op)
         if not is_retryable(op):
             return self._call(op)
         started, attempt = self.env.now_ms(), 0
@@ -141,9 +159,11 @@ class SyncDriver:
 
     def _capture(self, op: Op) -> Any:
         try:
-            return decoded(op, self._perform(op))
+            result = self._perform(op)
         except StoreError as exc:
             return exc
+        with paused():
+            return decoded(op, result)
 
 
 class AsyncDriver:
@@ -158,6 +178,23 @@ class AsyncDriver:
         self._max_parallel = max_parallel
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: asyncio.AbstractEventLoop | None = None
+        self._keys: ThreadPoolExecutor | None = None
+        self._keys_pid = 0
+
+    def close(self) -> None:
+        """Stop the threads that call blocking keys (none were started without one)."""
+        if self._keys is not None:
+            self._keys.shutdown(wait=False)
+            self._keys = None
+
+    def _key_pool(self) -> ThreadPoolExecutor:
+        # Threads of its own (max_parallel): the loop's default executor has min(32, cores + 4)
+        # threads, shared with the application, so on a small machine ten sessions signing at
+        # once waited for each other. Made again in a forked child (threads do not survive fork).
+        if self._keys is None or self._keys_pid != os.getpid():
+            self._keys = ThreadPoolExecutor(max_workers=self._max_parallel, thread_name_prefix="s3log-key")
+            self._keys_pid = os.getpid()
+        return self._keys
 
     async def run(self, proc: Proc[T]) -> T:
         """Drive ``proc`` to completion and return its value."""
@@ -165,14 +202,15 @@ class AsyncDriver:
         error: BaseException | None = None
         try:
             while True:
-                op, result = step(proc, value, error)
+                with paused():  # the procedure decodes what the last request brought
+                    op, result = step(proc, value, error)
                 if op is None:
                     return result  # type: ignore[return-value]
                 value, error = None, None
                 try:
                     value = await self._perform(op)
-                except StoreError as exc:
-                    error = exc
+                except Exception as exc:
+                    error = _thrown_in(op, exc)
         finally:
             # Abandoned mid-way (a cancellation): let the procedure's cleanup run now.
             proc.close()
@@ -188,6 +226,13 @@ class AsyncDriver:
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
+        if isinstance(op, KeyOp):
+            # A KMS call blocks for a round trip: off the loop, so other sessions' commits
+            # (and their own KMS calls) go on meanwhile. A local key is cheaper inline.
+            if not blocks(op):
+                return call_key(op)
+            call = contextvars.copy_context().run  # the caller's span is the key call's parent
+            return await asyncio.get_running_loop().run_in_executor(self._key_pool(), call, call_key, op)
         if not is_retryable(op):
             return await self._call(op)
         started, attempt = self.env.now_ms(), 0
@@ -229,6 +274,8 @@ class AsyncDriver:
         assert self._sem is not None
         async with self._sem:
             try:
-                return decoded(op, await self._perform(op))
+                result = await self._perform(op)
             except StoreError as exc:
                 return exc
+            with paused():
+                return decoded(op, result)

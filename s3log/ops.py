@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .errors import ConditionalDeleteUnsupported, StoreError
+
+if TYPE_CHECKING:
+    from .codec import Signature
 
 T = TypeVar("T")
 
@@ -129,6 +132,29 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Sign:
+    """Sign ``payload`` with ``signer`` (a :class:`s3log.signing.Signer`). Result: its
+    :class:`~s3log.codec.Signature`; the signer's error (SigningError) is thrown in.
+
+    A driver performs it: a signer that may block (a KMS call, ``blocking`` true or
+    absent) runs off an async driver's event loop, a local one (Ed25519) inline.
+    """
+
+    signer: Any = field(compare=False)
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """Check ``sig`` over ``payload`` with ``verifier`` (a :class:`s3log.signing.Verifier`).
+    Result: None; the verifier's SignatureRejected is thrown in. Performed as :class:`Sign`."""
+
+    verifier: Any = field(compare=False)
+    payload: bytes
+    sig: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Parallel:
     """Run ops concurrently. Result: a list, per op, of its result or its StoreError."""
 
@@ -137,7 +163,9 @@ class Parallel:
 
 #: The ops a store performs (the drivers match on them, one store method each).
 StoreOp = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete | DeleteIfMatch
-Op = StoreOp | Sleep | Parallel
+#: The ops a key performs (a signer or a verifier): no store request.
+KeyOp = Sign | Verify
+Op = StoreOp | KeyOp | Sleep | Parallel
 #: A protocol procedure returning ``T``.
 Proc = Generator[Op, Any, T]
 
@@ -147,6 +175,21 @@ def is_retryable(op: Op) -> bool:
     listings and unconditional deletes, which are idempotent. Writes (conditional
     DELETEs too) are decided by the procedure."""
     return isinstance(op, (Get, ListKeys, Delete))
+
+
+def call_key(op: KeyOp) -> Any:
+    """Perform ``op`` with its key: the one place a signer or verifier is called."""
+    if isinstance(op, Sign):
+        return op.signer.sign(op.payload)
+    op.verifier.verify(op.payload, op.sig)
+    return None
+
+
+def blocks(op: KeyOp) -> bool:
+    """Whether ``op``'s key may block (a network call: KMS), so an async driver runs it in a
+    thread. A key says so with a ``blocking`` attribute; one that does not is assumed to."""
+    key = op.signer if isinstance(op, Sign) else op.verifier
+    return bool(getattr(key, "blocking", True))
 
 
 def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
@@ -254,6 +297,18 @@ def delete_if_match(key: str, etag: str) -> Proc[None]:
     """DELETE ``key`` if its ETag is ``etag``. Raises PreconditionFailed if it differs,
     ObjectNotFound if it is missing, ConditionalDeleteUnsupported on a store without it."""
     yield DeleteIfMatch(key, etag)
+
+
+def sign(signer: Any, payload: bytes) -> Proc[Signature]:
+    """The signature of ``payload`` by ``signer``, made by the driver (see :class:`Sign`)."""
+    sig: Signature = yield Sign(signer, payload)
+    return sig
+
+
+def verify(verifier: Any, payload: bytes, sig: Signature) -> Proc[None]:
+    """Check ``sig`` over ``payload`` with ``verifier``, in the driver (see :class:`Verify`);
+    raises the verifier's SignatureRejected."""
+    yield Verify(verifier, payload, sig)
 
 
 def sleep(seconds: float) -> Proc[None]:

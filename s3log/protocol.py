@@ -54,7 +54,6 @@ from .codec import (
 )
 from .config import LogConfig as LogConfig
 from .config import RetryPolicy as RetryPolicy
-from .env import wall_clock_ms
 from .errors import (
     AppendKeyReused,
     ConditionalDeleteUnsupported,
@@ -87,18 +86,13 @@ from .results import GcReport as GcReport
 from .results import HeadRow as HeadRow
 from .results import LineageStep as LineageStep
 from .results import ProbeReport as ProbeReport
-from .signing import SignatureError, sign_head, verify_head
+from .signing import SignatureError, signed_head, verified_head
 
 log = logging.getLogger("s3log")
 
 OnConflict = Literal["fork", "raise"]
 #: An ETag no object has: a writer holding it meets a 412 on its next commit.
 STALE_ETAG = '"s3log-stale"'
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch (procedures use their config's ``env``)."""
-    return wall_clock_ms()
 
 
 # ------------------------------------------------------------------------- internal state
@@ -267,7 +261,7 @@ def read_head(layout: Layout, session: str, *, expired_ok: bool = False) -> Proc
     except ObjectNotFound:
         raise SessionNotFound(session) from None
     head = decode_head(blob.body, key)
-    check_head(layout, head, session, key)
+    yield from check_head(layout, head, session, key)
     if is_expired(head) and not expired_ok:
         raise _expired(head)
     return head, blob.etag
@@ -279,11 +273,13 @@ def _expired(head: Head) -> SessionExpired:
     return SessionExpired(head.session, at if isinstance(at, int) else None)
 
 
-def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
-    """Refuse a head that names another session or segments outside its own folder.
+def check_head(layout: Layout, head: Head, session: str, key: str) -> Proc[None]:
+    """Refuse a head that names another session or segments outside its own folder, or
+    (with trusted keys, ``layout.verifier``) whose signature does not verify.
 
     Runs before any segment is fetched, so a hostile head cannot make a reader GET
-    an arbitrary key (or thousands of them).
+    an arbitrary key (or thousands of them). The signature is checked by a
+    :class:`~s3log.ops.Verify` op the driver performs.
     """
     if head.session != session:
         raise CorruptionError(key, f"head belongs to session {head.session}, expected {session}")
@@ -295,7 +291,8 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> None:
     if head.pending is not None and not layout.is_segment_of(session, head.pending.key):
         raise CorruptionError(key, f"head names {head.pending.key!r} as pending, which is not a segment key of "
                                    f"session {session}")
-    verify_head(layout.verifier, head, key, layout.log_id)  # signed heads: every read path comes through here
+    # Signed heads: every read path comes through here.
+    yield from verified_head(layout.verifier, head, key, layout.log_id)
     if layout.verifier is not None and is_expired(head):
         # ``expired`` is outside the signed payload: it is what it says only if the signed
         # seq and hash are the tombstone's of the chain it names (else a signed live
@@ -746,7 +743,7 @@ def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow
             continue
         try:
             head = decode_head(res.body, key)
-            check_head(layout, head, sid, key)
+            yield from check_head(layout, head, sid, key)
         except (CorruptionError, FormatVersionError) as exc:
             log.warning("session %s has an unreadable head: %s", sid, exc)
             out.append(HeadRow(sid, None, str(exc)))
@@ -823,15 +820,14 @@ def _still_holds(layout: Layout, head: Head, ref: ParentRef | None) -> Proc[bool
 
 
 def empty_head(
-    session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None, now: int | None = None,
-    creator: str | None = None,
+    session: str, meta: Mapping[str, Any] | None, parent: ParentRef | None, now: int, creator: str | None = None,
 ) -> Head:
-    """The head of a session before its first write (version 0: not stored).
+    """The head of a session before its first write (version 0: not stored), created at ``now`` (ms).
 
     ``creator``: a nonce of the writer creating it, stored in the head, so that writer
     recognises its own create when the response was lost (see :func:`commit`).
     """
-    t = now_ms() if now is None else now
+    t = now
     return Head(
         session=session, version=0, seq=-1, hash=None, segments=(), levels=(), tail=(),
         parent=parent, meta=dict(meta or {}), created_at=t, updated_at=t, writer="", creator=creator,
@@ -843,10 +839,11 @@ def new_writer_state(
     reducer: Reducer[S],
     meta: Mapping[str, Any] | None = None,
     parent: ParentRef | None = None,
-    now: int | None = None,
+    *,
+    now: int,
     creator: str | None = None,
 ) -> ChainPosition[S]:
-    """The chain position of a writer of a session that is not stored yet."""
+    """The chain position of a writer of a session that is not stored yet, created at ``now`` (ms)."""
     return ChainPosition(session, empty_head(session, meta, parent, now, creator), None, reducer.initial(), {})
 
 
@@ -993,7 +990,7 @@ def _plan_head(
     )
     # The signed payload does not cover the tail or pending (it is the same whether or
     # not this commit flushes), so the heads derived below keep the signature.
-    inline = sign_head(cfg.signer, inline, layout.log_id)
+    inline = yield from signed_head(cfg.signer, inline, layout.log_id)
     body = encode_head(inline)
     # A big commit (a group of many appenders) may carry more of the tail inline.
     own = sum(map(len, map(entry_record, entries)))
@@ -1753,7 +1750,7 @@ def create_fork(
             sid, creator = doubt.child, doubt.creator
         else:
             sid, creator = child or cfg.env.new_id(), cfg.env.nonce()
-        ws = new_writer_state(sid, reducer, meta, parent, now, creator)
+        ws = new_writer_state(sid, reducer, meta, parent, now=now, creator=creator)
         if inherit:
             ws = replace(ws, head=replace(ws.head, append_keys=inherit))
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
@@ -2506,7 +2503,8 @@ def append_latest(
             ws = None
             if pending:
                 continue
-            return CommitResult(new_writer_state(session, reducer), durable, [acked[i] for i in sorted(acked)])
+            return CommitResult(new_writer_state(session, reducer, now=cfg.env.now_ms()), durable,
+                                [acked[i] for i in sorted(acked)])
         except SessionExists:
             ws = None  # created by someone else meanwhile: append on top of theirs
             continue

@@ -256,7 +256,7 @@ def expire(
             key = layout.head(sid)
             try:
                 head = decode_head(blob.body, key)
-                check_head(layout, head, sid, key)
+                yield from check_head(layout, head, sid, key)
             except (CorruptionError, FormatVersionError) as exc:
                 errors.append(f"{sid}: {exc}")  # never expired on a guess
                 continue

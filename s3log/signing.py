@@ -27,9 +27,11 @@ signed ``(log, session, seq, hash)`` checkpoints to another store (a bucket that
 Object Lock) and :func:`check_checkpoints` compares sessions with them; see
 docs/operations.md ("Signed heads and checkpoints") for what each mode protects against.
 
-Signing and verifying run inside the protocol's procedures, synchronously: Ed25519 is
-pure CPU (tens of microseconds); the KMS classes make one blocking HTTPS call per
-signature (see docs/design.md, "Signing inside a sans-IO procedure").
+The protocol's procedures do not sign or verify themselves: they yield a
+:class:`~s3log.ops.Sign` or :class:`~s3log.ops.Verify` op that the driver performs. Ed25519
+is pure CPU (tens of microseconds) and runs inline; the KMS classes make one blocking
+HTTPS call per signature, which an async driver makes in a thread, off its event loop
+(docs/decisions/0044-signing-is-an-op-the-drivers-perform.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from . import ops
 from ._extras import require
 from .codec import COMPACTED_FIELD, HASH_LEN, Head, Signature, dumps, loads
 from .errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
+    from .ops import Proc
     from .store.base import ObjectStore
 
     PublicKey = Ed25519PublicKey | EllipticCurvePublicKey | RSAPublicKey
@@ -60,7 +64,7 @@ __all__ = [
     "CheckpointReport", "Checkpointer", "Ed25519Signer", "KmsSigner", "KmsVerifier", "PublicKeyVerifier",
     "Signature", "SignatureError", "SignatureRejected", "Signer", "SigningError", "Verifier", "check_checkpoints",
     "append_keys_digest", "check_log_id", "compacted_digest", "default_log_id", "head_payload", "key_id_for",
-    "sign_head", "verify_head",
+    "sign_head", "signed_head", "verified_head", "verify_head",
 ]
 
 #: Ed25519 (RFC 8032) over the payload bytes.
@@ -129,7 +133,13 @@ class SignatureRejected(S3LogError):
 
 @runtime_checkable
 class Signer(Protocol):
-    """Signs payloads with one key: ``alg`` and ``key_id`` go into the payload it signs."""
+    """Signs payloads with one key: ``alg`` and ``key_id`` go into the payload it signs.
+
+    An optional ``blocking`` attribute says whether :meth:`sign` may block (a network
+    call): an async log runs such a signer in a thread, off its event loop, and a
+    non-blocking one (``blocking = False``: local CPU work) inline. A signer without the
+    attribute is taken to block.
+    """
 
     @property
     def alg(self) -> str:
@@ -148,7 +158,10 @@ class Signer(Protocol):
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Checks signatures made by the keys it trusts."""
+    """Checks signatures made by the keys it trusts.
+
+    ``blocking``, optional, as for :class:`Signer`: a verifier without it is taken to block.
+    """
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -260,15 +273,32 @@ def _need_log_id(log_id: str | None) -> str:
 
 def sign_head(signer: Signer | None, head: Head, log_id: str | None) -> Head:
     """``head`` with its signature by ``signer`` for the log ``log_id``; with no signer,
-    ``head`` without any.
+    ``head`` without any. Signs here, blocking: the protocol yields the signing to its
+    driver instead (:func:`signed_head`).
 
     A head built from a stored one carries the stored signature along (``replace``);
     it is always replaced or dropped here, never left to vouch for different content.
     """
     if signer is None:
         return head if head.sig is None else replace(head, sig=None)
+    return _with_signature(signer, head, signer.sign(_payload_to_sign(signer, head, log_id)))
+
+
+def signed_head(signer: Signer | None, head: Head, log_id: str | None) -> Proc[Head]:
+    """:func:`sign_head` as a procedure: the signature is an :class:`~s3log.ops.Sign` op the
+    driver performs (off the event loop for a KMS key, in an async driver)."""
+    if signer is None:
+        return head if head.sig is None else replace(head, sig=None)
+    sig = yield from ops.sign(signer, _payload_to_sign(signer, head, log_id))
+    return _with_signature(signer, head, sig)
+
+
+def _payload_to_sign(signer: Signer, head: Head, log_id: str | None) -> bytes:
+    return head_payload(head, signer.alg, signer.key_id, _need_log_id(log_id))
+
+
+def _with_signature(signer: Signer, head: Head, sig: Signature) -> Head:
     alg, key_id = signer.alg, signer.key_id
-    sig = signer.sign(head_payload(head, alg, key_id, _need_log_id(log_id)))
     if sig.alg != alg or sig.key_id != key_id:
         raise SigningError(f"signer {key_id} ({alg}) returned a signature for {sig.key_id} ({sig.alg})")
     return replace(head, sig=sig)
@@ -276,24 +306,45 @@ def sign_head(signer: Signer | None, head: Head, log_id: str | None) -> Head:
 
 def verify_head(verifier: Verifier | None, head: Head, key: str, log_id: str | None) -> None:
     """Raise :class:`SignatureError` unless ``head`` is validly signed, as a head of the
-    log ``log_id``, by a key ``verifier`` trusts.
+    log ``log_id``, by a key ``verifier`` trusts. Verifies here, blocking: the protocol
+    yields the check to its driver instead (:func:`verified_head`).
 
     With no verifier nothing is checked. ``key`` is the head's object key (for the error).
     """
     if verifier is None:
         return
+    payload, sig = _payload_to_verify(verifier, head, key, log_id)
+    try:
+        verifier.verify(payload, sig)
+    except SignatureRejected as exc:
+        raise _rejected(head, key, sig, log_id, exc) from None
+
+
+def verified_head(verifier: Verifier | None, head: Head, key: str, log_id: str | None) -> Proc[None]:
+    """:func:`verify_head` as a procedure: the check is an :class:`~s3log.ops.Verify` op the
+    driver performs (off the event loop for a KMS key, in an async driver)."""
+    if verifier is None:
+        return
+    payload, sig = _payload_to_verify(verifier, head, key, log_id)
+    try:
+        yield from ops.verify(verifier, payload, sig)
+    except SignatureRejected as exc:
+        raise _rejected(head, key, sig, log_id, exc) from None
+
+
+def _payload_to_verify(verifier: Verifier, head: Head, key: str, log_id: str | None) -> tuple[bytes, Signature]:
     sig = head.sig
     if sig is None:
         raise SignatureError(key, head.session, None,
                              f"the head is unsigned; this reader trusts {_trusted(verifier)}", seq=head.seq)
-    log_id = _need_log_id(log_id)
-    try:
-        verifier.verify(head_payload(head, sig.alg, sig.key_id, log_id), sig)
-    except SignatureRejected as exc:
-        # The usual cause besides tampering: a head copied here from another log (or a
-        # copy of a whole log read without naming its identity).
-        raise SignatureError(key, head.session, sig.key_id, f"{exc.reason} (checked as a head of log {log_id!r})",
-                             seq=head.seq) from None
+    return head_payload(head, sig.alg, sig.key_id, _need_log_id(log_id)), sig
+
+
+def _rejected(head: Head, key: str, sig: Signature, log_id: str | None, exc: SignatureRejected) -> SignatureError:
+    # The usual cause besides tampering: a head copied here from another log (or a
+    # copy of a whole log read without naming its identity).
+    return SignatureError(key, head.session, sig.key_id, f"{exc.reason} (checked as a head of log {log_id!r})",
+                          seq=head.seq)
 
 
 def _trusted(verifier: Verifier) -> str:
@@ -338,6 +389,8 @@ class Ed25519Signer:
     """Signs with an Ed25519 private key held in this process (pure CPU, no I/O)."""
 
     alg = ED25519
+    #: Local CPU work (tens of microseconds): an async log signs inline.
+    blocking = False
 
     def __init__(self, private_key: Ed25519PrivateKey, *, key_id: str | None = None) -> None:
         _require_crypto()
@@ -383,6 +436,9 @@ class PublicKeyVerifier:
     to public key (for instance a KMS key's ARN to the public key exported with
     ``GetPublicKey``: KMS signatures then verify with no call to KMS).
     """
+
+    #: Local CPU work: an async log verifies inline.
+    blocking = False
 
     def __init__(self, keys: Mapping[str, PublicKey] | Iterable[PublicKey]) -> None:
         _require_crypto()
@@ -516,8 +572,11 @@ class KmsSigner:
     described once here (``kms:DescribeKey``): heads record its ARN, and the scheme
     follows the key spec (ECC_NIST_P256: ECDSA_SHA_256; RSA: RSASSA_PSS_SHA_256).
     Each signature is one blocking call to KMS, made while the commit is planned,
-    before anything is written.
+    before anything is written; an async log makes it in a thread.
     """
+
+    #: Each signature is an HTTPS call: an async log makes it off its event loop.
+    blocking = True
 
     def __init__(self, client: Any, key_id: str) -> None:
         meta = _describe_kms_key(client, key_id)
@@ -552,6 +611,9 @@ class KmsVerifier:
     signature found valid is remembered (up to ``cache_size``), so reading the same
     head again makes no call.
     """
+
+    #: A check may be an HTTPS call: an async log makes it off its event loop.
+    blocking = True
 
     def __init__(self, client: Any, key_ids: str | Iterable[str], *, cache_size: int = 4096) -> None:
         ids = [key_ids] if isinstance(key_ids, str) else list(key_ids)
@@ -637,6 +699,11 @@ class AnyVerifier:
     def key_ids(self) -> tuple[str, ...]:
         """Every trusted key id."""
         return tuple(self._by_id)
+
+    @property
+    def blocking(self) -> bool:
+        """Whether any of the verifiers may block (see :class:`Verifier`)."""
+        return any(getattr(v, "blocking", True) for v in self._verifiers)
 
     def __reduce__(self) -> tuple[Any, tuple[Verifier, ...]]:
         """Pickles as the verifiers it combines, in order (so it pickles if each of them does)."""

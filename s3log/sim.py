@@ -97,6 +97,7 @@ from .ops import (
     Delete,
     DeleteIfMatch,
     Get,
+    KeyOp,
     ListKeys,
     Op,
     Parallel,
@@ -105,6 +106,7 @@ from .ops import (
     PutIfMatch,
     Sleep,
     StoreOp,
+    call_key,
     call_store,
     decoded,
     is_retryable,
@@ -509,9 +511,12 @@ class SimStore(MemoryStore):
 
 
 def perform(store: ObjectStore, op: Op) -> Any:
-    """Perform one store request (not a Parallel or Sleep) with no fault."""
+    """Perform one store request (not a Parallel or Sleep) with no fault, or call a key
+    (a :class:`~s3log.ops.Sign` or :class:`~s3log.ops.Verify`: no store request)."""
     if isinstance(op, (Parallel, Sleep)):
         raise TypeError(f"not a store request: {op!r}")
+    if isinstance(op, KeyOp):
+        return call_key(op)
     request: StoreOp = op
     return call_store(store, request)
 
@@ -539,7 +544,9 @@ def run_direct(store: ObjectStore, proc: Proc[Any]) -> Any:
         else:
             try:
                 value = perform(store, op)
-            except StoreError as exc:
+            except Exception as exc:
+                if not isinstance(exc, StoreError) and not isinstance(op, KeyOp):
+                    raise
                 error = exc
 
 
@@ -1461,6 +1468,15 @@ class Simulation:
             self.history.fail(actor.op, actor.name, type(exc).__name__)
             self.note(actor, f"{actor.what} raised {type(exc).__name__}: {exc}")
             actor.failed(self, exc)
+            return
+        if isinstance(op, KeyOp):
+            # A signature takes no virtual time and meets no store fault: made at once.
+            try:
+                signed = call_key(op)
+            except Exception as exc:
+                self._advance(actor, None, exc)
+            else:
+                self._advance(actor, signed, None)
             return
         if isinstance(op, Sleep):
             actor.sleeping = True

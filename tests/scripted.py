@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from s3log.drive import step
-from s3log.ops import Op, Parallel, Proc, Sleep
+from s3log.ops import KeyOp, Op, Parallel, Proc, Sleep, call_key
 
 
 @dataclass
@@ -46,6 +46,12 @@ class Script:
             value, error = None, None
             if isinstance(op, Sleep):
                 continue  # backoffs are not scripted
+            if isinstance(op, KeyOp):
+                try:  # nor are signatures: no store request
+                    value = call_key(op)
+                except Exception as exc:
+                    error = exc
+                continue
             assert self.steps, f"unexpected op {op!r}: the script is exhausted"
             want = self.steps.pop(0)
             assert type(op).__name__ == want.kind, f"expected {want.kind}, procedure yielded {op!r}"
@@ -63,7 +69,7 @@ class Script:
 
 def recorded(proc: Proc[Any], seen: list[Op]) -> Generator[Op, Any, Any]:
     """Run ``proc`` under a real driver, appending each op it yields to ``seen``
-    (backoff sleeps left out): one op is one round trip, so request counts and round
+    (backoff sleeps and signatures left out): one op is one round trip, so request counts and round
     trips can be asserted exactly."""
     value: Any = None
     error: BaseException | None = None
@@ -71,7 +77,7 @@ def recorded(proc: Proc[Any], seen: list[Op]) -> Generator[Op, Any, Any]:
         op, result = step(proc, value, error)
         if op is None:
             return result
-        if not isinstance(op, Sleep):
+        if not isinstance(op, (Sleep, KeyOp)):
             seen.append(op)
         try:
             value, error = (yield op), None

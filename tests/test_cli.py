@@ -135,7 +135,7 @@ def test_gc_deletes_orphans_but_never_a_referenced_segment(env: dict[str, str], 
     assert code == 0 and json.loads(out)["deleted"] == [] and json.loads(out)["kept_young"] == 1
     # Two hours later (the log's clock moved on), the orphan goes and nothing else does.
     later = s3log.Log(log.store, config=s3log.LogConfig(
-        env=s3log.env.Env(clock_ms=lambda: s3log.protocol.now_ms() + 2 * 3_600_000)))
+        env=s3log.env.Env(clock_ms=lambda: s3log.env.wall_clock_ms() + 2 * 3_600_000)))
     assert later.gc(older_than_ms=3_600_000, dry_run=True).unreferenced == orphans
     assert later.gc(older_than_ms=3_600_000).deleted == orphans
     for sid in log.list_session_ids():

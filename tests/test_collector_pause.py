@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from s3log import codec
+import s3log
+from s3log import _gcpause
 from tests.baseline import baseline_module
 
 
@@ -70,11 +71,11 @@ def test_pause_nested_and_raising_as_the_generator_based_pause(baseline: ModuleT
             steps.append(step)
         start = rng.random() < 0.7
         (gc.enable if start else gc.disable)()
-        new = _script(codec._gc_paused, lambda: codec._gc_depth, steps)
+        new = _script(_gcpause.paused, _gcpause.depth, steps)
         (gc.enable if start else gc.disable)()
         was = _script(oc._gc_paused, lambda: oc._gc_depth, steps)
         assert new == was, steps
-        assert codec._gc_depth == 0
+        assert _gcpause.depth() == 0
 
 
 def test_pause_lets_exceptions_through(gc_state: None) -> None:
@@ -82,20 +83,20 @@ def test_pause_lets_exceptions_through(gc_state: None) -> None:
     StopIteration inside a generator's block too, as with contextlib's."""
     gc.enable()
     for exc in (ValueError("x"), KeyboardInterrupt(), GeneratorExit(), StopIteration(3)):
-        with pytest.raises(type(exc)), codec._gc_paused():
+        with pytest.raises(type(exc)), _gcpause.paused():
             assert not gc.isenabled()
             raise exc
-        assert gc.isenabled() and codec._gc_depth == 0
+        assert gc.isenabled() and _gcpause.depth() == 0
 
     def gen() -> Generator[int, None, None]:
-        with codec._gc_paused():
+        with _gcpause.paused():
             yield 1
             yield 2
 
     g = gen()
     assert next(g) == 1 and not gc.isenabled()
     g.close()  # GeneratorExit inside the block
-    assert gc.isenabled() and codec._gc_depth == 0
+    assert gc.isenabled() and _gcpause.depth() == 0
 
 
 def _conducted(pause: Callable[[], Any], depth_of: Callable[[], int], rng: random.Random) -> list[Any]:
@@ -153,11 +154,11 @@ def test_pause_across_threads_as_the_generator_based_pause(baseline: ModuleType,
     oc = baseline_module("codec")
     for seed in range(6):
         gc.enable()
-        new = _conducted(codec._gc_paused, lambda: codec._gc_depth, random.Random(seed))
+        new = _conducted(_gcpause.paused, _gcpause.depth, random.Random(seed))
         gc.enable()
         was = _conducted(oc._gc_paused, lambda: oc._gc_depth, random.Random(seed))
         assert new == was
-        assert codec._gc_depth == 0 and new[-1][3] == 0
+        assert _gcpause.depth() == 0 and new[-1][3] == 0
 
 
 def test_pause_free_running_threads(gc_state: None) -> None:
@@ -169,11 +170,11 @@ def test_pause_free_running_threads(gc_state: None) -> None:
     def worker(i: int) -> None:
         rng = random.Random(i)
         for _ in range(2000):
-            with codec._gc_paused():
+            with _gcpause.paused():
                 if gc.isenabled():
                     bad.append(i)
                 if rng.random() < 0.3:
-                    with codec._gc_paused():
+                    with _gcpause.paused():
                         if gc.isenabled():
                             bad.append(i)
 
@@ -183,4 +184,45 @@ def test_pause_free_running_threads(gc_state: None) -> None:
     for t in threads:
         t.join()
     assert bad == []
-    assert gc.isenabled() and codec._gc_depth == 0
+    assert gc.isenabled() and _gcpause.depth() == 0
+
+
+def test_the_codec_leaves_the_collector_alone_and_the_drivers_pause_it(
+        gc_state: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding is a pure function: it never turns the process-wide collector off. A
+    driver does, while a procedure decodes what a request brought back, and turns it
+    back on after."""
+    from s3log import ops
+    from s3log.codec import decode_head, decode_segment, encode_segment, make_entry
+    from s3log.config import RetryPolicy
+    from s3log.drive import SyncDriver
+    from s3log.store.memory import MemoryStore
+
+    gc.enable()
+    entries, prev = [], None
+    for i in range(50):
+        entries.append(make_entry(i, prev, "m", i, {"i": i}))
+        prev = entries[-1].hash
+    body = encode_segment("s", entries)
+    log = s3log.Log(MemoryStore())
+    w = log.create()
+    w.append("m", 1)
+    w.commit()
+    head_body = log.store.get(log.layout.head(w.session_id)).body
+    toggled: list[str] = []
+    monkeypatch.setattr(gc, "disable", lambda: toggled.append("disable"))
+    assert len(decode_segment(body, "k").entries) == 50
+    assert decode_head(head_body, "h").seq == 0
+    assert toggled == []
+    monkeypatch.undo()
+
+    def proc() -> ops.Proc[bool]:
+        yield from ops.get("k")
+        return gc.isenabled()
+
+    store = MemoryStore()
+    store.put_if_absent("k", body)
+    driver = SyncDriver(store, RetryPolicy(), 4)
+    assert driver.run(proc()) is False
+    assert gc.isenabled() and _gcpause.depth() == 0
+    driver.close()

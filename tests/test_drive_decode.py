@@ -20,7 +20,7 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import codec, protocol
+from s3log import _gcpause, protocol
 from s3log.codec import Segment
 from s3log.config import RetryPolicy
 from s3log.drive import AsyncDriver, SyncDriver
@@ -189,7 +189,7 @@ def test_segments_decoded_by_many_pool_threads_leave_the_collector_as_it_was() -
                 t.join()
             assert not errors
             assert gc.isenabled() is enabled
-            assert codec._gc_depth == 0
+            assert _gcpause.depth() == 0
         finally:
             gc.enable()
     log.close()

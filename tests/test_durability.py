@@ -140,7 +140,7 @@ def test_lone_surrogates_are_refused_at_append_and_never_block_others(kind: str,
 
 def _age_everything(store: s3log.MemoryStore, by_ms: int) -> None:
     for key in store.all_keys():
-        store.put_raw(key, store.get(key).body, mtime_ms=s3log.protocol.now_ms() - by_ms)
+        store.put_raw(key, store.get(key).body, mtime_ms=s3log.env.wall_clock_ms() - by_ms)
 
 
 def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:

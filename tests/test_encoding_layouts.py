@@ -26,7 +26,7 @@ T0 = 1_767_225_600_000  # 2026-01-01
 
 def _head(extra: dict[Any, Any], *, with_tail: bool = True) -> Head:
     entries = build_chain([PendingEntry("k", 5, {"i": i}) for i in range(3)], after_seq=-1, after_hash=None)
-    return dataclasses.replace(empty_head("s", {}, None), extra=extra, tail=tuple(entries) if with_tail else ())
+    return dataclasses.replace(empty_head("s", {}, None, 0), extra=extra, tail=tuple(entries) if with_tail else ())
 
 
 def _canonical(head: Head) -> bytes:

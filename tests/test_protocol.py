@@ -227,7 +227,7 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     assert list(decode_segment(seg2, "k").entries) == entries
     parent = ParentRef("p", 3, b"\1" * 32, "conflict") if fork else None
     for v in (1, 2):
-        head = empty_head("s", {"labels": {"a": 1}}, parent)
+        head = empty_head("s", {"labels": {"a": 1}}, parent, 0)
         head = type(head)(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "tail": tuple(entries),
                              "v": v})
         assert encode_head(head) == cbor2.dumps(head.to_map(), canonical=True)
@@ -255,7 +255,7 @@ def test_head_encoding_is_the_canonical_map_whatever_its_fields(
     # by decode_head although it is kept among the extra fields).
     extra = {k: x for k, x in extra.items() if k not in _HEAD_FIELDS and k != "expired"}
     entries = build_chain([PendingEntry("k", 5, {"i": i}) for i in range(3)], after_seq=-1, after_hash=None)
-    head = dataclasses.replace(empty_head("s", {"m": [1, 2]}, None), extra=extra, v=v,
+    head = dataclasses.replace(empty_head("s", {"m": [1, 2]}, None, 0), extra=extra, v=v,
                                tail=tuple(entries) if with_tail else ())
     if optional:
         head = dataclasses.replace(head, retired_at=7, creator="c", lease=Lease("w", 9), sig=Signature("a", "k", b"x"),

@@ -9,7 +9,7 @@ import gc
 import pytest
 
 import s3log
-from s3log import codec
+from s3log import _gcpause
 from s3log.codec import RunColumns
 from s3log.ops import Blob
 from s3log.store.memory import AsyncMemoryStore
@@ -53,7 +53,7 @@ def test_a_read_cancelled_mid_parallel_leaves_no_pause_and_reads_again() -> None
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert gc.isenabled() and codec._gc_depth == 0
+            assert gc.isenabled() and _gcpause.depth() == 0
         slow.release.set()
         assert (await alog.read(sid)).entries == expected
 

@@ -4,10 +4,13 @@ signature cannot (the key's holder rewriting, an old head put back)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +46,7 @@ from s3log.signing import (
     key_id_for,
     sign_head,
 )
+from s3log.sim import run_direct
 from s3log.store.memory import MemoryStore
 from s3log.testing import LocalS3
 
@@ -388,7 +392,7 @@ def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey)
     relabelled = replace(head, sig=Signature(head.sig.alg, "ed25519:other", head.sig.value))
     layout = Layout(verifier=PublicKeyVerifier({"ed25519:other": signer.public_key}), log_id="memory/s3log")
     with pytest.raises(SignatureError, match="bad signature"):
-        protocol.check_head(layout, relabelled, child, layout.head(child))
+        run_direct(MemoryStore(), protocol.check_head(layout, relabelled, child, layout.head(child)))
 
 
 # ------------------------------------------------------------------------ checkpoints
@@ -724,3 +728,65 @@ def test_a_kms_verifier_still_copies(s3log_server: LocalS3) -> None:
 
     v = KmsVerifier(_kms(s3log_server), _kms_key(s3log_server))
     assert copy.copy(v) is v and copy.deepcopy({"v": v})["v"] is v
+
+
+# ------------------------------------------------------------------ keys off the event loop
+
+
+class _SlowKey:
+    """A KMS-like key: each call blocks for ``seconds`` (a network round trip) and is
+    recorded: the thread it ran on, and how many calls were in flight at once."""
+
+    blocking = True
+
+    def __init__(self, signer: Ed25519Signer, seconds: float = 0.2) -> None:
+        self._signer = signer
+        self._verifier = PublicKeyVerifier([signer.public_key])
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self.alg, self.key_id, self.key_ids = signer.alg, signer.key_id, (signer.key_id,)
+        self.threads: list[int] = []
+        self.in_flight = self.max_in_flight = 0
+
+    def _call(self) -> None:
+        with self._lock:
+            self.threads.append(threading.get_ident())
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        time.sleep(self._seconds)  # the blocking HTTPS call
+        with self._lock:
+            self.in_flight -= 1
+
+    def sign(self, payload: bytes) -> Signature:
+        self._call()
+        return self._signer.sign(payload)
+
+    def verify(self, payload: bytes, sig: Signature) -> None:
+        self._call()
+        self._verifier.verify(payload, sig)
+
+
+async def test_an_async_log_signs_and_verifies_with_a_blocking_key_off_its_event_loop(
+        ed_key: Ed25519PrivateKey) -> None:
+    from s3log.aio import AsyncLog
+
+    store = s3log.AsyncMemoryStore()
+    key = _SlowKey(Ed25519Signer(ed_key))
+    alog = AsyncLog(store, config=s3log.LogConfig(signer=key, verifier=key))
+    writers = [await alog.create() for _ in range(10)]
+    key.threads.clear()
+    key.max_in_flight = 0
+    for i, w in enumerate(writers):
+        w.append("m", {"i": i})
+    # Ten sessions commit at once: each commit signs its head.
+    await asyncio.gather(*(w.commit() for w in writers))
+    loop_thread = threading.get_ident()
+    assert len(key.threads) == 10 and loop_thread not in key.threads
+    assert key.max_in_flight > 1  # the calls overlapped: none held up the others
+    key.threads.clear()
+    key.max_in_flight = 0
+    # Ten reads at once: each verifies its head's signature.
+    views = await asyncio.gather(*(alog.read(w.session_id) for w in writers))
+    assert [len(v.entries) for v in views] == [1] * 10
+    assert len(key.threads) == 10 and loop_thread not in key.threads
+    assert key.max_in_flight > 1
