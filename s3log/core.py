@@ -633,11 +633,16 @@ class LogCore:
         """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
         return protocol.list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
 
-    def find_session_ids(self, id_prefix: str) -> Proc[list[str]]:
-        """The session ids starting with ``id_prefix``, sorted."""
-        if not isinstance(id_prefix, str):
-            raise InvalidArgumentError("id_prefix", f"must be a string, not {id_prefix!r}")
-        return protocol.list_session_ids_with_prefix(self.layout, id_prefix)
+    def session_ids(self, prefix: object, since: object) -> Proc[list[str]]:
+        """Session ids, newest first: those starting with ``prefix`` (if given) and, if
+        ``since`` is given, those that may have been committed to since then
+        (:func:`s3log.retention.session_ids_since`). Arguments checked before any request."""
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidArgumentError("prefix", f"must be a string (a session id prefix), not {prefix!r}")
+        start = prefix or ""
+        if since is None:
+            return protocol.list_session_ids(self.layout, start)
+        return retention.session_ids_since(self.layout, retention.since_ms(since, self.config.env.now_ms()), start)
 
     def object_keys(self, session_id: str) -> Proc[list[str]]:
         """Every key stored under a session's folder (head, segments, fork markers)."""
@@ -671,10 +676,6 @@ class LogCore:
         proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
-
-    def indexed_session_ids(self, since: object) -> Proc[list[str] | None]:
-        """Ids in the activity index from ``since``'s day on, or None if the index does not cover it."""
-        return retention.window_ids(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 
     def compact(self, session_id: str, select: protocol.Selector) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see

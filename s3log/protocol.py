@@ -712,16 +712,11 @@ def _valid_ids(names: Sequence[str], base: str) -> list[str]:
     return out
 
 
-def list_session_ids(layout: Layout) -> Proc[list[str]]:
-    """Every session id under the layout's prefix, newest first (UUIDv7 ids sort by time)."""
-    _, prefixes = yield from list_all(layout.sessions_prefix, delimiter="/")
+def list_session_ids(layout: Layout, prefix: str = "") -> Proc[list[str]]:
+    """The session ids under the layout's prefix that start with ``prefix`` (every one by
+    default), newest first (UUIDv7 ids sort by time); one LIST per 1,000."""
+    _, prefixes = yield from list_all(layout.sessions_prefix + prefix, delimiter="/")
     return sorted(_session_ids(layout, prefixes), reverse=True)
-
-
-def list_session_ids_with_prefix(layout: Layout, id_prefix: str) -> Proc[list[str]]:
-    """The session ids starting with ``id_prefix`` (one LIST per 1,000), sorted."""
-    _, prefixes = yield from list_all(layout.sessions_prefix + id_prefix, delimiter="/")
-    return sorted(_session_ids(layout, prefixes))
 
 
 def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow]]:

@@ -106,7 +106,7 @@ def _create_meta(thread_id: str, ns: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class FindIds:
-    """The session ids starting with ``prefix`` (``Log.find_session_ids``); result: a sorted list."""
+    """The session ids starting with ``prefix`` (``Log.list_session_ids(prefix=...)``); result: a list, newest first."""
 
     prefix: str
 
