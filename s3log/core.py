@@ -385,7 +385,7 @@ class CommitQueue(Generic[S]):
             raise
         with self._lock:
             self._fork_doubts = {}
-        self._settle(batch, result.acked, result.ws)
+        self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
             self.lease = None  # released: later commits leave the head's lease alone
@@ -602,7 +602,7 @@ class LogCore:
         if keys is not None:
             pending = _keyed(sid, entries, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
-        hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
+        hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
         return self.writing(protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(),
                                                    create_meta=meta, hint=hint))
 

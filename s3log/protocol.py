@@ -2457,7 +2457,7 @@ def append_latest(
             ws = None
             continue
         acked.update(zip(order, result.acked, strict=True))
-        return CommitResult(result.ws, durable + result.entries, [acked[i] for i in sorted(acked)])
+        return CommitResult(result._ws, durable + result.entries, [acked[i] for i in sorted(acked)])
     raise StoreError(f"could not append to session {session}: the head kept changing")
 
 

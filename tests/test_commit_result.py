@@ -104,3 +104,14 @@ def test_an_acked_entry_equals_the_entry_as_read() -> None:
     assert e.session_id == w.session_id
     assert log.read(w.session_id).entries[e.seq] == e == log.read(w.session_id).entries[e.seq]
     assert e != log.read(w.session_id).entries[0] or e.seq == 0
+
+
+def test_a_commit_result_exposes_its_outcome_and_no_writer_internals() -> None:
+    """The writer's chain position stays private: what a caller reads is the outcome and
+    where the writer now stands (its session, head and ETag)."""
+    w = s3log.Log(s3log.MemoryStore()).create("s1")
+    w.append("k", 1)
+    result = w.commit()
+    public = {n for n in dir(result) if not n.startswith("_")}
+    assert public == {"acked", "entries", "etag", "fork", "forks", "head", "session_id"}
+    assert result.session_id == "s1" and result.head.seq == 0 and result.etag is not None

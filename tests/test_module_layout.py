@@ -123,7 +123,7 @@ def test_a_writer_carries_its_reducers_state() -> None:
     w.append("k", 1)
     result = w.commit()
     assert w.state == [e.to_map() for e in log.read("typed").entries]
-    assert result.ws.state is w.state  # the queue's position is the commit's
+    assert result._ws.state is w.state  # the queue's position is the commit's
 
 
 TYPED = '''

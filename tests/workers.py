@@ -24,7 +24,7 @@ def serverless_turns(endpoint: str, bucket: str, session: str, worker: int, turn
         w.append("assistant", {"w": worker, "turn": turn, "part": 1})
         result = w.commit()
         for e in result.acked:
-            acked.append({"session": result.session_id, "version": result.ws.head.version,
+            acked.append({"session": result.session_id, "version": result.head.version,
                           "seq": e.seq, "data": e.data})
     log.close()
     return acked
