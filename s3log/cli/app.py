@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from .. import __version__
+from ..layout import DEFAULT_PREFIX
 from .common import (
     Settings,
     command_log,
@@ -97,7 +98,7 @@ def _main(
         None, "--bucket", envvar="S3LOG_BUCKET", metavar="NAME", help="Bucket holding the sessions."
     ),
     prefix: str = typer.Option(
-        "s3log", "--prefix", envvar="S3LOG_PREFIX", metavar="PREFIX", help="Key prefix of the sessions."
+        DEFAULT_PREFIX, "--prefix", envvar="S3LOG_PREFIX", metavar="PREFIX", help="Key prefix of the sessions."
     ),
     endpoint_url: str = typer.Option(
         None, "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",

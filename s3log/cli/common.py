@@ -28,6 +28,7 @@ from rich.text import Text
 
 from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
+from ..layout import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from ..signing import Verifier
@@ -57,7 +58,7 @@ class Settings:
     """
 
     bucket: str | None = None
-    prefix: str = "s3log"
+    prefix: str = DEFAULT_PREFIX
     endpoint_url: str | None = None
     profile: str | None = None
     region: str | None = None
