@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import decide, otel
 from .config import RetryPolicy
@@ -98,7 +98,7 @@ class SyncDriver:
             while True:
                 op, result = step(proc, value, error)
                 if op is None:
-                    return result  # type: ignore[return-value]
+                    return cast(T, result)  # the procedure returned: result is its value
                 value, error = None, None
                 try:
                     value = self._perform(op)
@@ -167,7 +167,7 @@ class AsyncDriver:
             while True:
                 op, result = step(proc, value, error)
                 if op is None:
-                    return result  # type: ignore[return-value]
+                    return cast(T, result)  # the procedure returned: result is its value
                 value, error = None, None
                 try:
                     value = await self._perform(op)

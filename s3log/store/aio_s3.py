@@ -17,8 +17,8 @@ from .base import ProcessClient, RequestCounter, precondition_scope
 with extra("async"):
     import aioboto3
     import aiohttp
-    from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-    from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
+    from aiobotocore.config import AioConfig
+    from aiobotocore.httpsession import AIOHTTPSession
 
 if TYPE_CHECKING:
     from .fast import AsyncObstoreStore
@@ -37,7 +37,7 @@ def _map_error(exc: BaseException, key: str) -> StoreError:
     return map_error(exc, key)
 
 
-class _NoResendSession(AIOHTTPSession):  # type: ignore[misc]
+class _NoResendSession(AIOHTTPSession):
     """aiobotocore's HTTP session, minus aiohttp's silent resend.
 
     aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
