@@ -363,4 +363,4 @@ def handle_errors(fn: F) -> F:
                 raise
             fail(explain(exc, s))
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps: the same signature as fn

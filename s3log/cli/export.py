@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -17,6 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
 from .common import print_table
 from .maintenance import parse_duration
+
+if TYPE_CHECKING:
+    from ..analytics import ExportMode
 
 
 def parse_time(text: str | None) -> int | None:
@@ -141,8 +144,10 @@ def export(
 
     if fmt not in ("parquet", "jsonl", "csv"):
         fail(f"unknown format {fmt!r}: use parquet, jsonl or csv")
-    if mode not in ("error", "overwrite", "append"):
+    modes: dict[str, ExportMode] = {"error": "error", "overwrite": "overwrite", "append": "append"}
+    if mode not in modes:
         fail(f"unknown mode {mode!r}: use error, overwrite or append")
+    export_mode = modes[mode]
     options: dict[str, Any] = {
         "since": parse_time(since), "until": parse_time(until), "kinds": kind or None, "sessions": session or None,
     }
@@ -157,14 +162,14 @@ def export(
             options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier,
                            log_id=log.config.log_id)
             if fmt == "parquet":
-                rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
+                rows = analytics.to_parquet(log.store, str(out), mode=export_mode, **options)
             else:
                 from pyarrow import fs
 
                 local, target = fs.LocalFileSystem(), str(out.absolute())
                 batches = analytics.checked_scan(log.store, **options)
                 try:
-                    clear = analytics.check_output(local, target, mode)  # type: ignore[arg-type]
+                    clear = analytics.check_output(local, target, export_mode)
                     batches = analytics.first_then(batches)
                 except BaseException:
                     batches.close()
