@@ -56,6 +56,12 @@ from .store.base import ObjectStore
 with extra("analytics"):
     import pyarrow as pa
 
+__all__ = [
+    "SCHEMA", "SESSIONS_SCHEMA", "TS_RANGE", "VIEW_BATCH_BYTES", "VIEW_BATCH_SIZE", "CorruptSessionWarning",
+    "ExportMode", "OutputExistsError", "ProgressCallback", "ScanProgress", "duckdb", "duckdb_parquet", "scan",
+    "sessions", "sessions_table", "stream_error", "to_arrow", "to_parquet",
+]
+
 _orjson: Any
 try:  # optional: several times faster than the json module for data_json
     import orjson as _orjson

@@ -1,8 +1,8 @@
 """Types live where their name says, old import paths keep working, and I/O is typed.
 
 ``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
-``s3log.core`` the commit queue and the log's procedures; the modules that used to
-define them re-export them under their old names. The typed request helpers of
+``s3log.core`` the commit queue and the log's procedures; the protocol and retention
+modules still re-export their result types. The typed request helpers of
 ``s3log.ops`` return what both drivers send back.
 """
 
@@ -33,16 +33,6 @@ MOVED = [
     ("s3log.protocol", "ProbeReport", results.ProbeReport),
     ("s3log.protocol", "HeadRow", results.HeadRow),
     ("s3log.protocol", "WriterState", importlib.import_module("s3log.protocol").ChainPosition),
-    ("s3log.writer", "SessionView", results.SessionView),
-    ("s3log.writer", "SessionInfo", results.SessionInfo),
-    ("s3log.writer", "VerifyReport", results.VerifyReport),
-    ("s3log.writer", "TicketStatus", results.TicketStatus),
-    ("s3log.writer", "WriterCore", core.CommitQueue),
-    ("s3log.writer", "LogCore", core.LogCore),
-    ("s3log.writer", "LogBase", core.LogVerbs),
-    ("s3log.writer", "WriterBase", importlib.import_module("s3log.writer").WriterVerbs),
-    ("s3log.writer", "check_meta", core.check_meta),
-    ("s3log.writer", "head_outside", core.head_outside),
     ("s3log.retention", "ExpireReport", results.ExpireReport),
     ("s3log.retention", "ExpireProgress", results.ExpireProgress),
     ("s3log.retention", "ActiveSessions", results.ActiveSessions),

@@ -33,6 +33,8 @@ from ..ids import validate_session_id
 from ..log import Log, Writer
 from . import IntegrationError, _log_from_url
 
+__all__ = ["S3LogSession"]
+
 # What an append step decides: (kind, data) to append, or kind None for nothing; and
 # the value to return once it is durable.
 _Step = tuple[str | None, Any, Any]

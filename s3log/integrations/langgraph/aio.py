@@ -12,7 +12,7 @@ from ..._loops import PerLoop
 from ...aio import AsyncLog, AsyncWriter
 from ...errors import S3LogError, SessionNotFound
 from ...log import Log
-from ...writer import SessionView
+from ...results import SessionView
 from .. import IntegrationError, _log_from_url
 from . import core
 from .core import Op, Proc, SaverCore, Stepper, T

@@ -12,7 +12,7 @@ from ..._extras import extra
 from ...aio import AsyncLog
 from ...errors import SessionNotFound
 from ...log import Log, Writer
-from ...writer import SessionView
+from ...results import SessionView
 from .. import IntegrationError, _log_from_url
 from . import core
 from .core import Op, Proc, SaverCore, Stepper, T
