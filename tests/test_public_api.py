@@ -43,7 +43,7 @@ HOMES = {
     "ReadOnlyDict": "s3log.agent.state", "ReadOnlyList": "s3log.agent.state",
     "S3LogSaver": "s3log.integrations.langgraph.sync", "AsyncS3LogSaver": "s3log.integrations.langgraph.aio",
     "S3LogSession": "s3log.integrations.openai_agents",
-    "ObstoreStore": "s3log.store.fast", "AsyncObstoreStore": "s3log.store.fast",
+    "ObstoreStore": "s3log.store.obstore", "AsyncObstoreStore": "s3log.store.obstore",
     "AsyncS3Store": "s3log.store.aio_s3", "AsyncMemoryStore": "s3log.store.memory",
     "ObjectStore": "s3log.store.base", "AsyncObjectStore": "s3log.store.base", "RequestCounter": "s3log.store.base",
     "LocalS3": "s3log.localserver", "LogURL": "s3log.urls",

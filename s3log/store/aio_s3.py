@@ -21,7 +21,7 @@ with extra("async"):
     from aiobotocore.httpsession import AIOHTTPSession
 
 if TYPE_CHECKING:
-    from .fast import AsyncObstoreStore
+    from .obstore import AsyncObstoreStore
 
 #: What the store catches: botocore's errors, and aiohttp's own where aiobotocore lets
 #: them through (a body cut short by a reset: ``ClientPayloadError``).
@@ -113,7 +113,7 @@ class AsyncS3Store:
     @staticmethod
     def fast(bucket: str, **kwargs: Any) -> AsyncObstoreStore:
         """The same store over obstore (Rust ``object_store``): lower latency per request."""
-        from .fast import AsyncObstoreStore
+        from .obstore import AsyncObstoreStore
 
         return AsyncObstoreStore(bucket, **kwargs)
 
