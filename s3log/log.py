@@ -446,7 +446,7 @@ class Log(LogVerbs):
         (:mod:`s3log.retention`). Raises ConditionalDeleteUnsupported on a store that
         cannot make a DELETE conditional (obstore), before deleting anything.
         ``labels``: only sessions with these labels. ``progress`` is called after
-        each batch with an :class:`~s3log.retention.ExpireProgress`.
+        each batch with an :class:`~s3log.results.ExpireProgress`.
         """
         if otel.TRACER is None or not otel.recording():
             return self.run(self._core.expire(idle_for, labels, dry_run, progress))

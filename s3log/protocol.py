@@ -51,8 +51,7 @@ from .codec import (
     normalize_data,
     tail_run,
 )
-from .config import LogConfig as LogConfig
-from .config import RetryPolicy as RetryPolicy
+from .config import LogConfig
 from .env import wall_clock_ms
 from .errors import (
     AppendKeyReused,
@@ -78,13 +77,17 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
-from .results import AckedEntry, ProbeSeen, acked_in
-from .results import CommitResult as CommitResult
-from .results import ForkInfo as ForkInfo
-from .results import GcReport as GcReport
-from .results import HeadRow as HeadRow
-from .results import LineageStep as LineageStep
-from .results import ProbeReport as ProbeReport
+from .results import (
+    AckedEntry,
+    CommitResult,
+    ForkInfo,
+    GcReport,
+    HeadRow,
+    LineageStep,
+    ProbeReport,
+    ProbeSeen,
+    acked_in,
+)
 from .signing import SignatureError, sign_head, verify_head
 
 log = logging.getLogger("s3log")
@@ -136,10 +139,6 @@ class ChainPosition(Generic[S]):
     #: (its own create-only PUT, or a GET verified against the chain): only then may
     #: its next commit move it into the manifest (see :func:`s3log.decide.pending_step`).
     confirmed: str | None = None
-
-
-#: The former name of :class:`ChainPosition`.
-WriterState = ChainPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -2548,7 +2547,7 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
                     ts_min=None, ts_max=None, retired_at=now, pending=None, append_keys=(),
                     extra={**data.head.extra, COMPACTED_FIELD: mark})
-    ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
+    ws = ChainPosition(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely
     # starts with the same entries for ours. Any other head is a conflict here.

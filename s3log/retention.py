@@ -56,9 +56,7 @@ from .protocol import (
     list_head_rows,
     list_session_ids,
 )
-from .results import ActiveSessions as ActiveSessions
-from .results import ExpireProgress as ExpireProgress
-from .results import ExpireReport as ExpireReport
+from .results import ActiveSessions, ExpireProgress, ExpireReport
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35

@@ -16,6 +16,7 @@ import pytest
 from s3log import decide
 from s3log.chain import PendingEntry, build_chain
 from s3log.codec import decode_head, dumps, encode_head, encode_segment
+from s3log.config import LogConfig, RetryPolicy
 from s3log.decide import Confirmed, CreateStep, Reply
 from s3log.env import Env
 from s3log.errors import (
@@ -30,9 +31,7 @@ from s3log.errors import (
 from s3log.layout import Layout
 from s3log.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
 from s3log.protocol import (
-    LogConfig,
-    RetryPolicy,
-    WriterState,
+    ChainPosition,
     _is_marker_of,
     commit,
     new_writer_state,
@@ -169,14 +168,14 @@ CFG = LogConfig(
 R = EntriesReducer()
 
 
-def stored_ws(n: int = 0) -> WriterState:
+def stored_ws(n: int = 0) -> ChainPosition:
     """A writer at a stored session holding ``n`` small entries, head ETag '"e0"'."""
     ws = new_writer_state(SID, R, now=0)
     entries = build_chain([PendingEntry("k", i, i) for i in range(n)], after_seq=-1, after_hash=None)
     from dataclasses import replace
 
     head = replace(ws.head, version=1, tail=tuple(entries), seq=n - 1, hash=entries[-1].hash if entries else None)
-    return WriterState(SID, head, '"e0"', [], {})
+    return ChainPosition(SID, head, '"e0"', [], {})
 
 
 def pending(*data: Any) -> list[PendingEntry]:

@@ -19,9 +19,9 @@ from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 import s3log
+from s3log.config import LogConfig
 from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession
-from s3log.protocol import LogConfig
 from s3log.testing import LocalS3
 
 set_tracing_disabled(True)

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import s3log
+from s3log.config import LogConfig
 from s3log.manifest import max_manifest_length, plan_merge
-from s3log.protocol import LogConfig
 
 
 def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
@@ -74,7 +74,7 @@ def test_async_concurrent_appenders_share_commits() -> None:
     async def main() -> list[s3log.Entry]:
         w = await alog.create()
         store.requests.reset()
-        return list(await asyncio.gather(*(w.append("k", i) for i in range(100))))
+        return list(await asyncio.gather(*(w.append_durable("k", i) for i in range(100))))
 
     entries = asyncio.run(main())
     assert sorted(e.data for e in entries) == list(range(100))

@@ -28,9 +28,9 @@ from ...codec import Head, dumps
 from ...core import LogVerbs
 from ...errors import ConflictError, SessionExists, SessionNotFound
 from ...log import Log
-from ...protocol import CommitResult, Selector
+from ...protocol import Selector
 from ...reducer import EntriesReducer
-from ...results import SessionView
+from ...results import CommitResult, SessionView
 from ...writer import WriterVerbs
 from .. import IntegrationError
 from .serde import AllowedType, UnsafePayloadError, refuse_permissive, strict_serializer, tag_allowed
