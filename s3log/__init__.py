@@ -50,8 +50,8 @@ if TYPE_CHECKING:
         VerifyReport,
     )
     from .store.aio_s3 import AsyncS3Store
-    from .store.fast import AsyncObstoreStore, ObstoreStore
     from .store.memory import AsyncMemoryStore, MemoryStore
+    from .store.obstore import AsyncObstoreStore, ObstoreStore
     from .store.s3 import S3Store
     from .urls import open_async_log, open_log
 
@@ -107,9 +107,9 @@ _LAZY = {
     "AsyncS3Store": ("s3log.store.aio_s3", "AsyncS3Store"),
     "AsyncLog": ("s3log.aio", "AsyncLog"),
     "AsyncWriter": ("s3log.aio", "AsyncWriter"),
-    "ObstoreStore": ("s3log.store.fast", "ObstoreStore"),
+    "ObstoreStore": ("s3log.store.obstore", "ObstoreStore"),
     "SignatureError": ("s3log.signing", "SignatureError"),
-    "AsyncObstoreStore": ("s3log.store.fast", "AsyncObstoreStore"),
+    "AsyncObstoreStore": ("s3log.store.obstore", "AsyncObstoreStore"),
 }
 
 

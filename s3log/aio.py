@@ -19,7 +19,7 @@ from .drive import AsyncDriver
 from .errors import InvalidArgumentError
 from .listing import check_after, check_labels, check_limit
 from .ops import Proc
-from .protocol import OnConflict, Run, Selector, list_session_ids
+from .protocol import OnConflict, Run, Selector
 from .reducer import Reducer, S
 from .results import (
     AckedEntry,
@@ -378,11 +378,6 @@ class AsyncLog(LogVerbs):
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return await self.run(self._core.read_runs(session_id, since, until))
 
-    async def indexed_session_ids(self, *, since: datetime | timedelta | int) -> list[str] | None:
-        """Session ids the activity index holds from ``since``'s day on (no head read), or
-        None when the index does not cover that window (then list or scan instead)."""
-        return await self.run(self._core.indexed_session_ids(since))
-
     async def compact(self, session_id: str, select: Selector) -> bool:
         """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
 
@@ -402,10 +397,6 @@ class AsyncLog(LogVerbs):
     async def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
         """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
         return await self.run(self._core.heads(session_ids))
-
-    async def find_session_ids(self, id_prefix: str) -> list[str]:
-        """The session ids starting with ``id_prefix``, sorted (one LIST per 1,000)."""
-        return await self.run(self._core.find_session_ids(id_prefix))
 
     async def object_keys(self, session_id: str) -> list[str]:
         """Every key stored under a session's folder."""
@@ -441,9 +432,23 @@ class AsyncLog(LogVerbs):
         """The sessions forked from this one that have a head (see :func:`s3log.protocol.children`)."""
         return await self.run(self._core.children(session_id))
 
-    async def list_session_ids(self) -> list[str]:
-        """Every session id, newest first."""
-        return await self.run(list_session_ids(self._core.layout))
+    async def list_session_ids(
+        self, *, prefix: str | None = None, since: datetime | timedelta | int | None = None
+    ) -> list[str]:
+        """Session ids, newest first (UUIDv7 ids sort by time); no head is read.
+
+        ``prefix``: only the ids starting with it (one LIST per 1,000 of them).
+        ``since`` (an aware datetime, ms since the epoch, or a timedelta ago): only the
+        sessions that may have been committed to since then, a superset, never missing
+        one that was. When the activity index covers the window it answers (one LIST to
+        check it, then one per 1,000 markers of those days): sessions committed to on
+        since's first day, even before ``since``, and sessions deleted since may appear.
+        When it does not (the index is younger than the window, or
+        ``LogConfig.activity_index`` is off), every id is listed, as without ``since``.
+        For exactly the sessions active since then, read their heads
+        (:meth:`active_sessions`). Both arguments combine.
+        """
+        return await self.run(self._core.session_ids(prefix, since))
 
     async def list_sessions(
         self,

@@ -57,6 +57,12 @@ from .times import to_ms
 with extra("analytics"):
     import pyarrow as pa
 
+__all__ = [
+    "SCHEMA", "SESSIONS_SCHEMA", "TS_RANGE", "VIEW_BATCH_BYTES", "VIEW_BATCH_SIZE", "CorruptSessionWarning",
+    "ExportMode", "OutputExistsError", "ProgressCallback", "ScanProgress", "duckdb", "duckdb_parquet", "scan",
+    "sessions", "sessions_table", "stream_error", "to_arrow", "to_parquet",
+]
+
 _orjson: Any
 try:  # optional: several times faster than the json module for data_json
     import orjson as _orjson
@@ -723,12 +729,9 @@ def _session_list(sessions: object) -> list[str] | None:
 
 def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = None) -> list[str]:
     if sessions is None:
-        if since is not None:
-            # Only the sessions committed to since then, from the activity index (s3log.retention).
-            active = lg.indexed_session_ids(since=since)
-            if active is not None:
-                return active
-        return lg.list_session_ids()
+        # With since: only the sessions that may have been committed to since then, from the
+        # activity index when it covers the window (s3log.retention); every one otherwise.
+        return lg.list_session_ids(since=since)
     if isinstance(sessions, str):
         raise ValueError("sessions must be a list of session ids, not one string")
     return list(dict.fromkeys(validate_session_id(s) for s in sessions))

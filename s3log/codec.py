@@ -140,36 +140,42 @@ _BYTES32 = b"\x58\x20"  # the head of a 32-byte string
 _PREV_HASH = dumps("prev") + b"\x58\x20"  # a 32-byte string follows
 
 
-class _NewEntry:
-    """Makes an :class:`Entry` in one plain ``__init__`` (hot paths only).
+if TYPE_CHECKING:
+    # What the type checker sees: calling _NewEntry gives an Entry (its __init__ turns
+    # the object into one), with Entry's fields in the same order.
+    _NewEntry = Entry
+else:
 
-    A frozen dataclass sets each field through ``object.__setattr__``, which costs
-    more than hashing a small entry. This class has the same slots; its ``__init__``
-    assigns them directly and then turns the object into an ``Entry`` (CPython allows
-    ``__class__`` assignment between classes with the same slot layout and raises
-    TypeError otherwise, so a change to Entry's fields cannot go unnoticed). The result is
-    an ordinary frozen Entry.
-    """
+    class _NewEntry:
+        """Makes an :class:`Entry` in one plain ``__init__`` (hot paths only).
 
-    __slots__ = ("seq", "prev", "kind", "ts", "data", "hash", "raw")  # noqa: RUF023 - Entry's order
+        A frozen dataclass sets each field through ``object.__setattr__``, which costs
+        more than hashing a small entry. This class has the same slots; its ``__init__``
+        assigns them directly and then turns the object into an ``Entry`` (CPython allows
+        ``__class__`` assignment between classes with the same slot layout and raises
+        TypeError otherwise, so a change to Entry's fields cannot go unnoticed). The result is
+        an ordinary frozen Entry.
+        """
 
-    def __init__(self, seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> None:
-        self.seq = seq
-        self.prev = prev
-        self.kind = kind
-        self.ts = ts
-        self.data = data
-        self.hash = h
-        self.raw = raw
-        self.__class__ = Entry  # type: ignore[assignment]
+        __slots__ = ("seq", "prev", "kind", "ts", "data", "hash", "raw")  # noqa: RUF023 - Entry's order
+
+        def __init__(self, seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> None:
+            self.seq = seq
+            self.prev = prev
+            self.kind = kind
+            self.ts = ts
+            self.data = data
+            self.hash = h
+            self.raw = raw
+            self.__class__ = Entry
 
 
-#: :class:`_NewEntry` typed as what it returns (an Entry), for ``map``.
-_NEW_ENTRY: Callable[..., Entry] = _NewEntry  # type: ignore[assignment]
+#: :class:`_NewEntry`, for ``map``.
+_NEW_ENTRY: Callable[..., Entry] = _NewEntry
 
 
 def _new_entry(seq: int, prev: bytes | None, kind: str, ts: int, data: Any, h: bytes, raw: bytes) -> Entry:
-    return _NewEntry(seq, prev, kind, ts, data, h, raw)  # type: ignore[return-value]
+    return _NewEntry(seq, prev, kind, ts, data, h, raw)
 
 
 #: For the protocol: an :class:`Entry` of fields already checked, made without the

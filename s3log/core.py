@@ -386,7 +386,7 @@ class CommitQueue(Generic[S]):
             raise
         with self._lock:
             self._fork_doubts = {}
-        self._settle(batch, result.acked, result.ws)
+        self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
             self.lease = None  # released: later commits leave the head's lease alone
@@ -607,7 +607,7 @@ class LogCore:
         if keys is not None:
             pending = _keyed(sid, entries, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
-        hint = after.ws if after is not None and after.session_id == sid and after.ws.etag is not None else None
+        hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
         return self.writing(protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(),
                                                    create_meta=meta, hint=hint))
 
@@ -638,11 +638,16 @@ class LogCore:
         """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
         return protocol.list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
 
-    def find_session_ids(self, id_prefix: str) -> Proc[list[str]]:
-        """The session ids starting with ``id_prefix``, sorted."""
-        if not isinstance(id_prefix, str):
-            raise InvalidArgumentError("id_prefix", f"must be a string, not {id_prefix!r}")
-        return protocol.list_session_ids_with_prefix(self.layout, id_prefix)
+    def session_ids(self, prefix: object, since: object) -> Proc[list[str]]:
+        """Session ids, newest first: those starting with ``prefix`` (if given) and, if
+        ``since`` is given, those that may have been committed to since then
+        (:func:`s3log.retention.session_ids_since`). Arguments checked before any request."""
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidArgumentError("prefix", f"must be a string (a session id prefix), not {prefix!r}")
+        start = prefix or ""
+        if since is None:
+            return protocol.list_session_ids(self.layout, start)
+        return retention.session_ids_since(self.layout, retention.since_ms(since, self.config.env.now_ms()), start)
 
     def object_keys(self, session_id: str) -> Proc[list[str]]:
         """Every key stored under a session's folder (head, segments, fork markers)."""
@@ -676,10 +681,6 @@ class LogCore:
         proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
-
-    def indexed_session_ids(self, since: object) -> Proc[list[str] | None]:
-        """Ids in the activity index from ``since``'s day on, or None if the index does not cover it."""
-        return retention.window_ids(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 
     def compact(self, session_id: str, select: protocol.Selector) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import decide, otel
 from ._gcpause import paused
@@ -114,7 +114,7 @@ class SyncDriver:
                 with paused():  # the procedure decodes what the last request brought
                     op, result = step(proc, value, error)
                 if op is None:
-                    return result  # type: ignore[return-value]
+                    return cast(T, result)  # the procedure returned: result is its value
                 value, error = None, None
                 try:
                     value = self._perform(op)
@@ -205,7 +205,7 @@ class AsyncDriver:
                 with paused():  # the procedure decodes what the last request brought
                     op, result = step(proc, value, error)
                 if op is None:
-                    return result  # type: ignore[return-value]
+                    return cast(T, result)  # the procedure returned: result is its value
                 value, error = None, None
                 try:
                     value = await self._perform(op)

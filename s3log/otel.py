@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 
 try:
     from opentelemetry import trace as _trace
+
+    _HAVE_OTEL = True
 except ImportError:  # the otel extra is not installed: every call site takes its plain path
-    _trace = None  # type: ignore[assignment]
+    _HAVE_OTEL = False
 
 __all__ = ["OPERATIONS", "TRACER", "committed", "expired", "fork_event", "forked", "recording", "request_span",
            "restored", "store_id", "verb_span"]
@@ -42,7 +44,7 @@ __all__ = ["OPERATIONS", "TRACER", "committed", "expired", "fork_event", "forked
 #: The tracer s3log's spans come from (instrumentation scope ``s3log``), or None
 #: without ``opentelemetry-api``.
 TRACER: Any = None
-if _trace is not None:
+if _HAVE_OTEL:
     TRACER = _trace.get_tracer("s3log")
 
 def recording() -> bool:
@@ -146,7 +148,7 @@ def _request_attributes(store: object, op: StoreOp) -> tuple[str, dict[str, Any]
 def request_span(store: object, op: StoreOp) -> Iterator[Any]:
     """The ``CLIENT`` span of one request (one attempt: a retried request is one span
     per attempt). A store error ends it with the error, its code and request id."""
-    assert _trace is not None
+    assert _HAVE_OTEL
     name, attrs = _request_attributes(store, op)
     with TRACER.start_as_current_span(name, kind=_trace.SpanKind.CLIENT, attributes=attrs) as span:
         try:

@@ -52,8 +52,7 @@ from .codec import (
     normalize_data,
     tail_run,
 )
-from .config import LogConfig as LogConfig
-from .config import RetryPolicy as RetryPolicy
+from .config import LogConfig
 from .errors import (
     AppendKeyReused,
     ConditionalDeleteUnsupported,
@@ -78,14 +77,18 @@ from .layout import MAX_SEGMENTS, Layout, parse_segment_key
 from .manifest import plan_merge, segment_ranges, segments_for_range
 from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from .reducer import Reducer, S, fold, replay
-from .results import AckedEntry, ProbeSeen, acked_in
-from .results import CommitResult as CommitResult
-from .results import DeletePlan as DeletePlan
-from .results import ForkInfo as ForkInfo
-from .results import GcReport as GcReport
-from .results import HeadRow as HeadRow
-from .results import LineageStep as LineageStep
-from .results import ProbeReport as ProbeReport
+from .results import (
+    AckedEntry,
+    CommitResult,
+    DeletePlan,
+    ForkInfo,
+    GcReport,
+    HeadRow,
+    LineageStep,
+    ProbeReport,
+    ProbeSeen,
+    acked_in,
+)
 from .signing import SignatureError, signed_head, verified_head
 
 log = logging.getLogger("s3log")
@@ -132,10 +135,6 @@ class ChainPosition(Generic[S]):
     #: (its own create-only PUT, or a GET verified against the chain): only then may
     #: its next commit move it into the manifest (see :func:`s3log.decide.pending_step`).
     confirmed: str | None = None
-
-
-#: The former name of :class:`ChainPosition`.
-WriterState = ChainPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -711,16 +710,11 @@ def _valid_ids(names: Sequence[str], base: str) -> list[str]:
     return out
 
 
-def list_session_ids(layout: Layout) -> Proc[list[str]]:
-    """Every session id under the layout's prefix, newest first (UUIDv7 ids sort by time)."""
-    _, prefixes = yield from list_all(layout.sessions_prefix, delimiter="/")
+def list_session_ids(layout: Layout, prefix: str = "") -> Proc[list[str]]:
+    """The session ids under the layout's prefix that start with ``prefix`` (every one by
+    default), newest first (UUIDv7 ids sort by time); one LIST per 1,000."""
+    _, prefixes = yield from list_all(layout.sessions_prefix + prefix, delimiter="/")
     return sorted(_session_ids(layout, prefixes), reverse=True)
-
-
-def list_session_ids_with_prefix(layout: Layout, id_prefix: str) -> Proc[list[str]]:
-    """The session ids starting with ``id_prefix`` (one LIST per 1,000), sorted."""
-    _, prefixes = yield from list_all(layout.sessions_prefix + id_prefix, delimiter="/")
-    return sorted(_session_ids(layout, prefixes))
 
 
 def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow]]:
@@ -2519,7 +2513,7 @@ def append_latest(
             ws = None
             continue
         acked.update(zip(order, result.acked, strict=True))
-        return CommitResult(result.ws, durable + result.entries, [acked[i] for i in sorted(acked)])
+        return CommitResult(result._ws, durable + result.entries, [acked[i] for i in sorted(acked)])
     raise StoreError(f"could not append to session {session}: the head kept changing")
 
 
@@ -2610,7 +2604,7 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     fresh = replace(data.head, seq=-1, hash=None, segments=(), levels=(), tail=(), parent=None,
                     ts_min=None, ts_max=None, retired_at=now, pending=None, append_keys=(),
                     extra={**data.head.extra, COMPACTED_FIELD: mark})
-    ws = WriterState(session, fresh, data.etag, reducer.initial(), {})
+    ws = ChainPosition(session, fresh, data.etag, reducer.initial(), {})
     entries = build_chain(pending, after_seq=-1, after_hash=None)
     # Not commit(): its landed-prefix check would take a concurrent chain that merely
     # starts with the same entries for ours. Any other head is a conflict here.

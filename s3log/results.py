@@ -89,9 +89,9 @@ class CommitResult(Generic[S]):
     holds entries of both.
     """
 
-    #: Internal: the writer's chain position after the commit (use ``session_id``,
-    #: ``head`` and ``etag``); passed back by ``append_latest(after=...)``.
-    ws: ChainPosition[S] = field(repr=False)
+    # The writer's chain position after the commit: private (read ``session_id``, ``head``
+    # and ``etag``); ``append_latest(after=...)`` starts from it.
+    _ws: ChainPosition[S] = field(repr=False)
     entries: list[AckedEntry]
     acked: list[AckedEntry]
     fork: ForkInfo | None = None
@@ -103,23 +103,23 @@ class CommitResult(Generic[S]):
     def session_id(self) -> str:
         """The session the writer continues in after this commit (where its last entry
         is; each entry says its own: :attr:`AckedEntry.session_id`)."""
-        return self.ws.session
+        return self._ws.session
 
     @property
     def head(self) -> Head:
         """The head this commit wrote (or found its entries under)."""
-        return self.ws.head
+        return self._ws.head
 
     @property
     def etag(self) -> str | None:
         """The ETag of that head."""
-        return self.ws.etag
+        return self._ws.etag
 
     def __repr__(self) -> str:
         seqs = f"{self.acked[0].seq}..{self.acked[-1].seq}" if self.acked else "none"
         last = short_hash(self.acked[-1].hash) if self.acked else "-"
         return (f"CommitResult(session={self.session_id!r}, acked={len(self.acked)} (seq {seqs}, last {last}), "
-                f"version={self.ws.head.version}, fork={self.fork!r})")
+                f"version={self._ws.head.version}, fork={self.fork!r})")
 
 
 #: Where an appended entry stands: queued and withdrawable (``pending``), carried by

@@ -56,9 +56,7 @@ from .protocol import (
     list_head_rows,
     list_session_ids,
 )
-from .results import ActiveSessions as ActiveSessions
-from .results import ExpireProgress as ExpireProgress
-from .results import ExpireReport as ExpireReport
+from .results import ActiveSessions, ExpireProgress, ExpireReport
 from .times import to_ms
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
@@ -131,16 +129,19 @@ def indexed_ids(layout: Layout, since_ms: int) -> Proc[list[str]]:
             return sorted(found, reverse=True)
 
 
-def window_ids(layout: Layout, since_ms: int) -> Proc[list[str] | None]:
-    """The ids the activity index holds from the day of ``since_ms`` on, or None if it does not cover it.
+def session_ids_since(layout: Layout, since_ms: int, prefix: str = "") -> Proc[list[str]]:
+    """Session ids starting with ``prefix`` that may have been committed to since ``since_ms``,
+    newest first: never one fewer than were, possibly more (no head is read).
 
-    What ``scan(since=...)`` reads instead of every session: a session with an entry
-    at or after ``since_ms`` was committed to on that day or later (an entry's ``ts``
-    is at most its commit time unless the caller stamped it in the future).
+    From the activity index when it covers the window (one LIST to check, then one per
+    1,000 markers): a session committed to at or after ``since_ms`` has a marker on that
+    day or later, and so does one committed to earlier that day (or deleted since).
+    Otherwise every id with the prefix (one LIST per 1,000 sessions): still a superset.
+    What ``scan(since=...)`` reads instead of every session.
     """
-    if not (yield from index_covers(layout, since_ms)):
-        return None
-    return (yield from indexed_ids(layout, since_ms))
+    if (yield from index_covers(layout, since_ms)):
+        return [s for s in (yield from indexed_ids(layout, since_ms)) if s.startswith(prefix)]
+    return (yield from list_session_ids(layout, prefix))
 
 
 def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH) -> Proc[ActiveSessions]:

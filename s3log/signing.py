@@ -412,12 +412,15 @@ class Ed25519Signer:
         """A signer from a PEM (PKCS#8) private key: the bytes, or a file path."""
         _require_crypto()
         from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         try:
             key = serialization.load_pem_private_key(_read_pem(source), password=password)
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError("private key", f"not a PEM private key: {exc}") from None
-        return cls(key, key_id=key_id)  # type: ignore[arg-type]  # checked in __init__
+        if not isinstance(key, Ed25519PrivateKey):
+            raise InvalidArgumentError("private key", f"must be an Ed25519 key, not {type(key).__name__}")
+        return cls(key, key_id=key_id)
 
     @property
     def public_key(self) -> Ed25519PublicKey:
@@ -475,7 +478,8 @@ class PublicKeyVerifier:
             except (ValueError, TypeError) as exc:
                 raise InvalidArgumentError("public key", f"{pem if isinstance(pem, (str, Path)) else 'PEM'} "
                                            f"is not a PEM public key: {exc}") from None
-            keys[key_id or key_id_for(key)] = key  # type: ignore[arg-type]  # checked in __init__
+            checked = _verifiable(key, "public key")
+            keys[key_id or key_id_for(checked)] = checked
         return cls(keys)
 
     @property
@@ -530,7 +534,22 @@ def _public_key_verifier(keys: tuple[tuple[str, bytes], ...]) -> PublicKeyVerifi
     _require_crypto()
     from cryptography.hazmat.primitives import serialization
 
-    return PublicKeyVerifier({kid: serialization.load_der_public_key(der) for kid, der in keys})  # type: ignore[arg-type]
+    return PublicKeyVerifier({kid: _verifiable(serialization.load_der_public_key(der), f"key {kid}")
+                              for kid, der in keys})
+
+
+def _verifiable(key: object, name: str) -> PublicKey:
+    """``key`` when :class:`PublicKeyVerifier` can verify with it (Ed25519, ECDSA P-256,
+    RSA), else an InvalidArgumentError naming ``name``."""
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+
+    if isinstance(key, Ed25519PublicKey | RSAPublicKey):
+        return key
+    if isinstance(key, EllipticCurvePublicKey) and key.curve.name == "secp256r1":
+        return key
+    raise InvalidArgumentError(name, f"unsupported public key type {type(key).__name__}")
 
 
 # ---------------------------------------------------------------------------------- KMS

@@ -167,7 +167,7 @@ def open_log(url: str, *, log_config: LogConfig | None = None, reducer: Reducer[
 
         store = MemoryStore()
     elif spec.store == "obstore":
-        from .store.fast import ObstoreStore
+        from .store.obstore import ObstoreStore
 
         store = ObstoreStore(str(spec.bucket), **_store_kwargs(spec))
     else:
@@ -195,7 +195,7 @@ def open_async_log(
 
         store = AsyncMemoryStore()
     elif spec.store == "obstore":
-        from .store.fast import AsyncObstoreStore
+        from .store.obstore import AsyncObstoreStore
 
         store = AsyncObstoreStore(str(spec.bucket), **_store_kwargs(spec))
     else:

@@ -1,28 +1,14 @@
-"""What :class:`~s3log.Writer` and :class:`~s3log.AsyncWriter` expose alike: :class:`WriterVerbs`.
-
-The rest of what this module used to hold moved to where its name says: the commit
-queue and the log's procedures to :mod:`s3log.core`, the result types to
-:mod:`s3log.results`. They are re-exported here under their old names.
-"""
+"""What :class:`~s3log.Writer` and :class:`~s3log.AsyncWriter` expose alike: :class:`WriterVerbs`."""
 
 from __future__ import annotations
 
 from typing import Generic
 
 from .codec import Head
-from .core import CommitQueue as CommitQueue
-from .core import ForkListener as ForkListener
-from .core import LogCore as LogCore
-from .core import LogVerbs as LogVerbs
-from .core import check_meta as check_meta
-from .core import head_outside as head_outside
+from .core import CommitQueue, ForkListener
 from .protocol import OnConflict
 from .reducer import S
 from .results import ForkInfo
-from .results import SessionInfo as SessionInfo
-from .results import SessionView as SessionView
-from .results import TicketStatus as TicketStatus
-from .results import VerifyReport as VerifyReport
 
 
 class WriterVerbs(Generic[S]):
@@ -90,10 +76,3 @@ class WriterVerbs(Generic[S]):
     def on_fork(self, listener: ForkListener) -> None:
         """Call ``listener`` with a :class:`ForkInfo` whenever a conflict makes this writer fork."""
         self._core.add_fork_listener(listener)
-
-
-
-#: Former names, kept for code that imported them from here.
-WriterCore = CommitQueue
-WriterBase = WriterVerbs
-LogBase = LogVerbs

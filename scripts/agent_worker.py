@@ -19,6 +19,7 @@ from typing import Any
 
 import s3log
 from s3log.agent import AgentSession
+from s3log.layout import DEFAULT_PREFIX
 
 
 def fake_model(history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -94,7 +95,8 @@ def _container_log() -> s3log.Log:
     a client costs hundreds of milliseconds to build, and warm invocations reuse it."""
     global _LOG
     if _LOG is None:
-        _LOG = s3log.Log(s3log.S3Store(os.environ["S3LOG_BUCKET"]), prefix=os.environ.get("S3LOG_PREFIX", "s3log"))
+        prefix = os.environ.get("S3LOG_PREFIX", DEFAULT_PREFIX)
+        _LOG = s3log.Log(s3log.S3Store(os.environ["S3LOG_BUCKET"]), prefix=prefix)
     return _LOG
 
 
@@ -107,7 +109,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bucket", default=os.environ.get("S3LOG_BUCKET"))
-    parser.add_argument("--prefix", default=os.environ.get("S3LOG_PREFIX", "s3log"))
+    parser.add_argument("--prefix", default=os.environ.get("S3LOG_PREFIX", DEFAULT_PREFIX))
     parser.add_argument("--session")
     parser.add_argument("--prompt", default="hello")
     parser.add_argument("--wait", type=float, default=WAIT_FOR_BUSY_SECONDS,

@@ -22,6 +22,7 @@ from agent_worker import WAIT_FOR_BUSY_SECONDS, fake_model, run_tool
 
 import s3log
 from s3log.agent import AsyncAgentSession
+from s3log.layout import DEFAULT_PREFIX
 
 
 async def run_tool_async(call: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +70,7 @@ async def amain(bucket: str, prefix: str, session_id: str | None, prompt: str, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bucket", default=os.environ.get("S3LOG_BUCKET"))
-    parser.add_argument("--prefix", default=os.environ.get("S3LOG_PREFIX", "s3log"))
+    parser.add_argument("--prefix", default=os.environ.get("S3LOG_PREFIX", DEFAULT_PREFIX))
     parser.add_argument("--session")
     parser.add_argument("--follow-forks", action="store_true", help="continue the session's newest fork")
     parser.add_argument("--prompt", default="hello")

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import s3log
+from s3log.layout import DEFAULT_PREFIX
 from s3log.localserver import LocalS3
 
 #: The worker: what a serverless handler does on a cold start. argv: t0 URL SID PROBE(0/1).
@@ -182,7 +183,7 @@ def coldstart(server: LocalS3, runs: int = 7, entries: int = 200, per_commit: in
     url = f"s3://{bucket}/s3log?endpoint={server.endpoint_url}"
     fast_url = url + "&store=obstore"
     store = s3log.S3Store(bucket, endpoint_url=server.endpoint_url)
-    log = s3log.Log(store, prefix="s3log")
+    log = s3log.Log(store, prefix=DEFAULT_PREFIX)
     try:
         import obstore  # noqa: F401  (the fast extra)
 
@@ -261,7 +262,7 @@ def profile(server: LocalS3, entries: int = 200, per_commit: int = 10, top: int 
     os.environ.update(server.env())
     bucket = server.create_bucket()
     url = f"s3://{bucket}/s3log?endpoint={server.endpoint_url}"
-    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url), prefix="s3log")
+    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url), prefix=DEFAULT_PREFIX)
     with tempfile.TemporaryDirectory(prefix="s3log-pyc-") as pycache:
         env = child_env(server, pycache)
         spawn(WORKER_S3LOG, [url, _fill(log, entries, per_commit), "1"], env)

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 import s3log
+from s3log.layout import DEFAULT_PREFIX
 
 # One Log (one boto3 client and connection pool) per container: warm invocations reuse it.
 _LOG: s3log.Log | None = None
@@ -33,7 +34,7 @@ def _log() -> s3log.Log:
     global _LOG
     if _LOG is None:
         store = s3log.S3Store(bucket=os.environ["S3LOG_BUCKET"])
-        _LOG = s3log.Log(store, prefix=os.environ.get("S3LOG_PREFIX", "s3log"))
+        _LOG = s3log.Log(store, prefix=os.environ.get("S3LOG_PREFIX", DEFAULT_PREFIX))
     return _LOG
 
 

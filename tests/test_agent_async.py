@@ -129,7 +129,7 @@ async def test_lazy_ids_scope_and_list(s3log_async_log: s3log.AsyncLog) -> None:
     assert await log.list_session_ids() == []
     s = await AsyncAgentSession.create(log, session_id="agent-a", labels={"cwd": "/other"})
     await s.user_input("hi")
-    await s.close()
+    await s.aclose()
     with pytest.raises(SessionScopeError, match="label 'cwd' expected '/w', found '/other'"):
         await AsyncAgentSession.restore(later(log), "agent-a", labels={"cwd": "/w"})  # lease expired
     assert (await log.head("agent-a")).version == 1  # the open turn was not repaired
@@ -146,7 +146,7 @@ async def _keys(log: s3log.AsyncLog) -> list[tuple[str, str]]:
     return [(o.key, o.etag) for o in page.objects]
 
 
-@pytest.mark.parametrize("end", ["flush", "close"])
+@pytest.mark.parametrize("end", ["flush", "aclose"])
 async def test_a_session_seeded_with_history_is_stored_at_flush_or_close(
     s3log_async_log: s3log.AsyncLog, end: str
 ) -> None:
@@ -159,7 +159,7 @@ async def test_a_session_seeded_with_history_is_stored_at_flush_or_close(
     assert await _kinds(log, "seeded") == ["agent.session_start"]
     assert (await AsyncAgentSession.restore(log, "seeded", labels={"cwd": "/w"})).state.history == SEED
     sent = log.store.requests.total
-    await s.close()  # nothing left to store
+    await s.aclose()  # nothing left to store
     assert log.store.requests.total == sent and s.unsaved() == 0
 
 
@@ -168,14 +168,14 @@ async def test_a_seeded_session_cannot_take_an_id_another_session_holds(
     s3log_async_log: s3log.AsyncLog, labels: dict[str, str]
 ) -> None:
     log = s3log_async_log
-    await (await AsyncAgentSession.create(log, session_id="held", history=SEED, labels={"cwd": "/w"})).close()
+    await (await AsyncAgentSession.create(log, session_id="held", history=SEED, labels={"cwd": "/w"})).aclose()
     stored, keys = await log.head("held"), await _keys(log)
     other = await AsyncAgentSession.create(log, session_id="held", history=[{"role": "user", "content": "mine"}],
                                            labels=labels)
     with pytest.raises(s3log.SessionExists):
         await other.flush()
     with pytest.raises(s3log.SessionExists):
-        await other.close()
+        await other.aclose()
     assert await log.head("held") == stored and await _keys(log) == keys  # nothing written
     restored = await AsyncAgentSession.restore(log, "held", labels={"cwd": "/w"})
     assert restored.state.history == SEED and restored.meta["labels"] == {"cwd": "/w"}
@@ -186,7 +186,7 @@ async def test_an_empty_start_stays_lazy_and_sends_nothing(s3log_async_log: s3lo
     log = s3log_async_log
     s = await AsyncAgentSession.create(log, session_id="empty", system_prompt="sys", config={"model": "m"})
     await s.flush()
-    await s.close()
+    await s.aclose()
     assert log.store.requests.total == 0 and s.unsaved() == 0
     assert await log.list_session_ids() == []
 
@@ -199,18 +199,30 @@ async def test_read_only_state_and_input_shapes(s3log_async_log: s3log.AsyncLog)
     with pytest.raises(s3log.InvalidEntryError, match="argument 'items'"):
         await s.user_input(7)  # type: ignore[arg-type]
     assert s.buffered == 0 and len(s.state.history) == 1  # the refused input left nothing behind
-    await s.close()
+    await s.aclose()
 
 
-async def test_aclose_drains_every_session_of_the_log(s3log_async_log: s3log.AsyncLog) -> None:
+async def test_adrain_drains_every_session_of_the_log(s3log_async_log: s3log.AsyncLog) -> None:
     log = s3log_async_log
     a = await AsyncAgentSession.create(log)
     await a.user_input("a")
     b = await AsyncAgentSession.create(log)
     await b.user_input("b")
-    await s3log.agent.aclose(log)
+    await s3log.agent.adrain(log)
     assert a.buffered == 0 and b.buffered == 0
     assert await _kinds(log, b.session_id) == ["agent.session_start", "agent.user_input"]
+
+
+async def test_aclose_drains_every_session_then_closes_the_log_as_close_does() -> None:
+    store = s3log.AsyncMemoryStore()
+    log = s3log.AsyncLog(store)
+    closed: list[str] = []
+    a = await AsyncAgentSession.create(log)
+    await a.user_input("a")
+    log.add_close_hook(lambda: closed.append("log"))
+    await s3log.agent.aclose(log)
+    assert a.buffered == 0 and closed == ["log"]
+    assert await _kinds(s3log.AsyncLog(store), a.session_id) == ["agent.session_start", "agent.user_input"]
 
 
 async def test_sync_and_async_sessions_read_each_other(s3log_server: LocalS3, s3log_async_log: s3log.AsyncLog) -> None:

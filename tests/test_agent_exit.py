@@ -98,7 +98,7 @@ def test_an_asyncio_session_left_open_at_exit_is_reported() -> None:
     sid = out.stdout.strip()
     # The start and the user input were committed when the turn opened: only the reply is lost.
     assert f"session {sid}: 1 buffered record(s) lost at exit" in out.stderr
-    assert "await session.close()" in out.stderr
+    assert "await session.aclose()" in out.stderr
 
 
 def test_a_closed_session_says_nothing_at_exit(s3log_server: LocalS3) -> None:

@@ -99,6 +99,6 @@ def test_async_sessions_refuse_them_alike() -> None:
         with pytest.raises(AgentItemError, match="'call_id'"):
             await s.record_turn([{"role": "user", "content": "q"}, {"type": "function_call", "call_id": 7}])
         assert s.buffered == 1 and len(s.state.history) == 0
-        await s.close()
+        await s.aclose()
 
     asyncio.run(main())

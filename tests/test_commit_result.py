@@ -139,3 +139,14 @@ def test_reprs_show_short_hex_hashes_bounded_data_and_no_caches() -> None:
     assert f"prev={forked.entries[0].hash.hex()[:16]}" in repr(forked.acked[0])
     assert forked.fork is not None and forked.fork.parent.hash is not None
     assert forked.fork.parent.hash.hex()[:16] in repr(forked.fork)
+
+
+def test_a_commit_result_exposes_its_outcome_and_no_writer_internals() -> None:
+    """The writer's chain position stays private: what a caller reads is the outcome and
+    where the writer now stands (its session, head and ETag)."""
+    w = s3log.Log(s3log.MemoryStore()).create("s1")
+    w.append("k", 1)
+    result = w.commit()
+    public = {n for n in dir(result) if not n.startswith("_")}
+    assert public == {"acked", "entries", "etag", "fork", "forks", "head", "session_id"}
+    assert result.session_id == "s1" and result.head.seq == 0 and result.etag is not None

@@ -64,7 +64,7 @@ def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> No
             r = w.commit()
             with lock:
                 acked.extend(e.data for e in r.acked)
-                versions.append((r.session_id, r.ws.head.version))
+                versions.append((r.session_id, r.head.version))
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
     for t in threads:

@@ -16,6 +16,7 @@ import pytest
 from s3log import decide
 from s3log.chain import PendingEntry, build_chain
 from s3log.codec import decode_head, dumps, encode_head, encode_segment
+from s3log.config import LogConfig, RetryPolicy
 from s3log.decide import Confirmed, CreateStep, Reply
 from s3log.env import Env
 from s3log.errors import (
@@ -30,9 +31,7 @@ from s3log.errors import (
 from s3log.layout import Layout
 from s3log.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
 from s3log.protocol import (
-    LogConfig,
-    RetryPolicy,
-    WriterState,
+    ChainPosition,
     _is_marker_of,
     commit,
     new_writer_state,
@@ -169,14 +168,14 @@ CFG = LogConfig(
 R = EntriesReducer()
 
 
-def stored_ws(n: int = 0) -> WriterState:
+def stored_ws(n: int = 0) -> ChainPosition:
     """A writer at a stored session holding ``n`` small entries, head ETag '"e0"'."""
     ws = new_writer_state(SID, R, now=0)
     entries = build_chain([PendingEntry("k", i, i) for i in range(n)], after_seq=-1, after_hash=None)
     from dataclasses import replace
 
     head = replace(ws.head, version=1, tail=tuple(entries), seq=n - 1, hash=entries[-1].hash if entries else None)
-    return WriterState(SID, head, '"e0"', [], {})
+    return ChainPosition(SID, head, '"e0"', [], {})
 
 
 def pending(*data: Any) -> list[PendingEntry]:
@@ -198,7 +197,7 @@ def test_lost_but_landed_is_acknowledged_once() -> None:
     ])
     result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
     assert [e.data for e in result.acked] == ["a"] and result.fork is None
-    assert result.ws.etag == '"e1"'
+    assert result.etag == '"e1"'
 
 
 def test_landed_then_built_on_is_acknowledged_not_forked() -> None:
@@ -225,7 +224,7 @@ def test_a_409_storm_on_the_head_retries_then_commits() -> None:
         Step("PutIfMatch", '"e1"'),
     ])
     result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
-    assert [e.data for e in result.acked] == ["a"] and result.ws.etag == '"e1"'
+    assert [e.data for e in result.acked] == ["a"] and result.etag == '"e1"'
 
 
 def test_a_409_storm_that_never_ends_raises_and_acknowledges_nothing() -> None:
@@ -281,7 +280,7 @@ def test_already_exists_on_a_segment_is_confirmed_before_the_head_references_it(
         Step("PutIfMatch", '"e1"', key="/head"),
     ])
     result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
-    assert len(result.acked) == 2 and result.ws.etag == '"e1"'
+    assert len(result.acked) == 2 and result.etag == '"e1"'
 
 
 def test_already_exists_with_our_bytes_is_trusted() -> None:
@@ -331,7 +330,7 @@ def test_own_landed_prefix_is_adopted_without_a_fork() -> None:
     result = script.run(commit(LAYOUT, CFG, ws, pending("a", "b"), R))
     assert [e.data for e in result.acked] == ["a", "b"] and result.fork is None
     final = decode_head(head_put_body(script.seen), "k")
-    assert [e.data for e in final.tail] == ["a", "b"] and result.ws.etag == '"e3"'
+    assert [e.data for e in final.tail] == ["a", "b"] and result.etag == '"e3"'
 
 
 # ------------------------------------------------- planning: pending segments, flushes
@@ -420,20 +419,20 @@ def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_an
         Step("Parallel", ['"e1"', E412], check=lambda op: _pair(op)),
     ])
     result = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
-    assert len(result.acked) == 2 and result.ws.etag == '"e1"'
-    assert result.ws.confirmed is None and result.ws.head.pending is not None
-    assert not result.ws.head.segments and len(result.ws.head.tail) == 2
+    assert len(result.acked) == 2 and result.etag == '"e1"'
+    assert result._ws.confirmed is None and result._ws.head.pending is not None
+    assert not result._ws.head.segments and len(result._ws.head.tail) == 2
 
 
 def test_a_segment_beside_the_head_confirmed_by_a_2xx_is_promoted_by_the_next_commit() -> None:
     script = Script([Step("Parallel", ['"e1"', '"s"'], check=lambda op: _pair(op))])
     first = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
-    assert first.ws.confirmed == first.ws.head.pending.key  # type: ignore[union-attr]
+    assert first._ws.confirmed == first._ws.head.pending.key  # type: ignore[union-attr]
     script = Script([Step("PutIfMatch", '"e2"', key="/head")])
     roomy = replace(CFG, tail_max_bytes=700)  # the promoted head plus "o" fits: no new flush
-    second = script.run(commit(LAYOUT, roomy, first.ws, pending("o"), R))
-    assert second.ws.head.segments == (first.ws.confirmed,) and second.ws.head.pending is None
-    assert [e.data for e in second.ws.head.tail] == ["o"]
+    second = script.run(commit(LAYOUT, roomy, first._ws, pending("o"), R))
+    assert second._ws.head.segments == (first._ws.confirmed,) and second._ws.head.pending is None
+    assert [e.data for e in second._ws.head.tail] == ["o"]
 
 
 def test_a_head_put_beside_a_segment_that_loses_the_race_forks_as_usual() -> None:

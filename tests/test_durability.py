@@ -12,6 +12,7 @@ import pytest
 
 import s3log
 from s3log.codec import Head, decode_head, encode_head
+from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import (
     ConditionalRequestConflict,
     CorruptionError,
@@ -25,7 +26,7 @@ from s3log.errors import (
 )
 from s3log.faults import Fault, FaultyStore
 from s3log.ops import Blob
-from s3log.protocol import LogConfig, RetryPolicy, load_from_head
+from s3log.protocol import load_from_head
 
 FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005),
                  tail_per_commit=0, tail_max_bytes=1024)

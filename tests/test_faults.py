@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import s3log
+from s3log.config import LogConfig, RetryPolicy
 from s3log.faults import AsyncFaultyStore, Crash, Fault, FaultyStore, random_plan
-from s3log.protocol import LogConfig, RetryPolicy
 from s3log.testing import LocalS3
 from tests.invariants import check_no_loss_no_duplicates
 

@@ -45,7 +45,7 @@ def test_read_suffix_heads_find_and_keys() -> None:
     head, entries = log.read_suffix("conv-1", lambda es: len(es) >= 3)
     assert head.seq == 19 and entries[-1].data.endswith("19") and len(entries) >= 3
     log.create("conv-2")
-    assert log.find_session_ids("conv-") == ["conv-1", "conv-2"]
+    assert log.list_session_ids(prefix="conv-") == ["conv-2", "conv-1"]
     rows = log.heads(["conv-1", "conv-2", "missing"])
     assert [r.session for r in rows] == ["conv-1", "conv-2"] and rows[0].head is not None
     keys = log.object_keys("conv-1")
@@ -59,7 +59,7 @@ async def test_async_verbs_match() -> None:
     await alog.append_latest("t", [("k", 2)], after=r)
     _, entries = await alog.read_suffix("t", lambda es: True)
     assert [e.data for e in entries] == [1, 2]
-    assert await alog.find_session_ids("t") == ["t"]
+    assert await alog.list_session_ids(prefix="t") == ["t"]
 
 
 def test_compact_rewrites_a_session_at_its_id_and_conflicts_with_a_concurrent_commit() -> None:
@@ -88,18 +88,51 @@ def test_compact_rewrites_a_session_at_its_id_and_conflicts_with_a_concurrent_co
         log.read("c1")
 
 
-def test_indexed_session_ids_come_from_the_activity_index() -> None:
+def _ids_log() -> tuple[s3log.MemoryStore, s3log.Log, int]:
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    w = log.create("a1")
-    w.append("k", 1)
-    w.commit()
-    # The index's first day may be partial: it covers only the days after it.
-    assert log.indexed_session_ids(since=s3log.env.wall_clock_ms() - 1000) is None
-    store.put_raw("s3log/activity/2020-01-01/old-1", b"")
+    for sid in ("a1", "a2", "b1"):
+        log.create(sid).append_durable("k", 1)
+    return store, log, s3log.env.wall_clock_ms() - 1000
+
+
+def test_list_session_ids_by_prefix_and_activity_newest_first_without_reading_a_head() -> None:
+    store, log, since = _ids_log()
     store.requests.reset()
-    assert log.indexed_session_ids(since=s3log.env.wall_clock_ms() - 1000) == ["a1"]
-    assert store.requests["GET"] == 0  # no head read
+    assert log.list_session_ids() == ["b1", "a2", "a1"]
+    assert log.list_session_ids(prefix="a") == ["a2", "a1"]
+    assert log.list_session_ids(prefix="zz") == []
+    assert store.requests["LIST"] == 3 and store.requests["GET"] == 0
+    # The index's first day may be partial: it covers only the days after it, so every
+    # id is listed (a superset of those active since then), never None nor fewer.
+    store.requests.reset()
+    assert log.list_session_ids(since=since) == ["b1", "a2", "a1"]
+    assert store.requests["LIST"] == 2 and store.requests["GET"] == 0  # the index checked, then the ids
+    store.put_raw("s3log/activity/2020-01-01/old-1", b"")  # an older day: the index covers today
+    log.delete("a2")
+    store.requests.reset()
+    assert log.list_session_ids(since=since) == ["b1", "a2", "a1"]  # a2 deleted today: still a candidate
+    assert log.list_session_ids(since=since, prefix="b") == ["b1"]
+    assert store.requests["LIST"] == 4 and store.requests["GET"] == 0  # per call: the index checked, its days read
+    assert "old-1" not in log.list_session_ids(since=since)  # a marker of a day before the window
+
+
+async def test_list_session_ids_is_the_same_verb_on_the_async_log() -> None:
+    alog = s3log.AsyncLog(s3log.AsyncMemoryStore())
+    for sid in ("a1", "a2", "b1"):
+        await alog.append_latest(sid, [("k", 1)], create_meta={})
+    since = s3log.env.wall_clock_ms() - 1000
+    assert await alog.list_session_ids() == ["b1", "a2", "a1"]
+    assert await alog.list_session_ids(prefix="a", since=since) == ["a2", "a1"]
+
+
+@pytest.mark.parametrize("bad", [{"prefix": 7}, {"prefix": b"a"}, {"since": "yesterday"}, {"since": -1}])
+def test_list_session_ids_refuses_bad_arguments_before_any_request(bad: dict[str, object]) -> None:
+    store, log, _ = _ids_log()
+    store.requests.reset()
+    with pytest.raises(s3log.InvalidArgumentError):
+        log.list_session_ids(**bad)  # type: ignore[arg-type]
+    assert store.requests.total == 0
 
 
 def test_read_runs_gives_the_verified_chain_as_stored_runs_sync_and_async() -> None:

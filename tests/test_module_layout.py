@@ -1,15 +1,13 @@
-"""Types live where their name says, old import paths keep working, and I/O is typed.
+"""Types live where their name says, and I/O is typed.
 
 ``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
-``s3log.core`` the commit queue and the log's procedures; the modules that used to
-define them re-export them under their old names. The typed request helpers of
+``s3log.core`` the commit queue and the log's procedures. The typed request helpers of
 ``s3log.ops`` return what both drivers send back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import subprocess
 import sys
@@ -21,37 +19,6 @@ import pytest
 import s3log
 from s3log import config, core, ops, results
 from s3log.errors import ObjectNotFound, PreconditionFailed
-
-#: (old module, old name, new object): every former home still answers.
-MOVED = [
-    ("s3log.protocol", "LogConfig", config.LogConfig),
-    ("s3log.protocol", "RetryPolicy", config.RetryPolicy),
-    ("s3log.protocol", "CommitResult", results.CommitResult),
-    ("s3log.protocol", "ForkInfo", results.ForkInfo),
-    ("s3log.protocol", "LineageStep", results.LineageStep),
-    ("s3log.protocol", "GcReport", results.GcReport),
-    ("s3log.protocol", "ProbeReport", results.ProbeReport),
-    ("s3log.protocol", "HeadRow", results.HeadRow),
-    ("s3log.protocol", "WriterState", importlib.import_module("s3log.protocol").ChainPosition),
-    ("s3log.writer", "SessionView", results.SessionView),
-    ("s3log.writer", "SessionInfo", results.SessionInfo),
-    ("s3log.writer", "VerifyReport", results.VerifyReport),
-    ("s3log.writer", "TicketStatus", results.TicketStatus),
-    ("s3log.writer", "WriterCore", core.CommitQueue),
-    ("s3log.writer", "LogCore", core.LogCore),
-    ("s3log.writer", "LogBase", core.LogVerbs),
-    ("s3log.writer", "WriterBase", importlib.import_module("s3log.writer").WriterVerbs),
-    ("s3log.writer", "check_meta", core.check_meta),
-    ("s3log.writer", "head_outside", core.head_outside),
-    ("s3log.retention", "ExpireReport", results.ExpireReport),
-    ("s3log.retention", "ExpireProgress", results.ExpireProgress),
-    ("s3log.retention", "ActiveSessions", results.ActiveSessions),
-]
-
-
-@pytest.mark.parametrize(("module", "name", "obj"), MOVED, ids=[f"{m}.{n}" for m, n, _ in MOVED])
-def test_old_import_paths_name_the_moved_objects(module: str, name: str, obj: object) -> None:
-    assert getattr(importlib.import_module(module), name) is obj
 
 
 def test_public_names_come_from_the_new_homes() -> None:
@@ -123,7 +90,7 @@ def test_a_writer_carries_its_reducers_state() -> None:
     w.append("k", 1)
     result = w.commit()
     assert w.state == [e.to_map() for e in log.read("typed").entries]
-    assert result.ws.state is w.state  # the queue's position is the commit's
+    assert result._ws.state is w.state  # the queue's position is the commit's
 
 
 TYPED = '''

@@ -19,9 +19,9 @@ from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 import s3log
+from s3log.config import LogConfig
 from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession
-from s3log.protocol import LogConfig
 from s3log.testing import LocalS3
 
 set_tracing_disabled(True)
@@ -202,7 +202,7 @@ def test_from_url_runner_turns_then_a_new_session_reads_them(s3log_server: Local
             fork = await session.afork(session_id="conversation-1-branch")
             await fork.add_items([_msg("user", "only in the branch")])
         finally:
-            await session.close()
+            await session.aclose()
         assert session.log.store._client is None  # type: ignore[attr-defined]  # closed
         # The endpoint from the environment instead of the URL.
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3log_server.endpoint_url)
@@ -211,7 +211,7 @@ def test_from_url_runner_turns_then_a_new_session_reads_them(s3log_server: Local
             items = await again.get_items()
             branch = await S3LogSession("conversation-1-branch", again.log).get_items()
         finally:
-            await again.close()
+            await again.aclose()
         assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
         assert items[0]["content"] == "hi" and len(branch) == 5
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import s3log
+from s3log.config import LogConfig
 from s3log.manifest import max_manifest_length, plan_merge
-from s3log.protocol import LogConfig
 
 
 def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:

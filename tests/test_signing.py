@@ -790,3 +790,19 @@ async def test_an_async_log_signs_and_verifies_with_a_blocking_key_off_its_event
     assert [len(v.entries) for v in views] == [1] * 10
     assert len(key.threads) == 10 and loop_thread not in key.threads
     assert key.max_in_flight > 1
+
+
+def test_pem_keys_of_an_unsupported_type_are_refused_by_name() -> None:
+    """A PEM that parses but holds a key s3log cannot sign or verify with is an
+    InvalidArgumentError naming the key, raised while loading it."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    p384 = ec.generate_private_key(ec.SECP384R1())
+    private_pem = p384.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+    public_pem = p384.public_key().public_bytes(serialization.Encoding.PEM,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo)
+    with pytest.raises(s3log.InvalidArgumentError, match=r"private key.*Ed25519"):
+        Ed25519Signer.from_pem(private_pem)
+    with pytest.raises(s3log.InvalidArgumentError, match=r"public key.*unsupported public key type"):
+        PublicKeyVerifier.from_pem(public_pem)

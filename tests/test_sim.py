@@ -20,12 +20,12 @@ import s3log
 from s3log import protocol
 from s3log import testing_history as history
 from s3log.chain import PendingEntry
+from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import ObjectNotFound
 from s3log.faults import Fault, FaultyStore
 from s3log.layout import Layout
 from s3log.ops import Get, Op, Parallel, PutIfMatch, Sleep
-from s3log.protocol import LogConfig, RetryPolicy
 from s3log.reducer import EntriesReducer
 from s3log.sim import Scenario, SimStore, Simulation, run_direct, run_seed
 from s3log.testing_history import check as check_history

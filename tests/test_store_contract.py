@@ -409,15 +409,13 @@ def test_list_prefix_is_a_string_prefix_not_a_folder(subject: Subject) -> None:
 
 def test_sessions_are_found_by_id_prefix_on_every_store(subject: Subject) -> None:
     """What the LangGraph saver does to find a thread's sessions (found nothing on obstore)."""
-    from s3log.protocol import list_session_ids_with_prefix
-
     if isinstance(subject.store, Blocking):
         pytest.skip("the listing itself is covered above; this drives the blocking Log")
     log = s3log.Log(subject.store, prefix=subject.base.rstrip("/"))
     for sid in ("lg-a-1", "lg-a-2", "lg-b-1", "other"):
         log.create(session_id=sid)
-    assert log.run(list_session_ids_with_prefix(log.layout, "lg-a-")) == ["lg-a-1", "lg-a-2"]
-    assert log.run(list_session_ids_with_prefix(log.layout, "lg-")) == ["lg-a-1", "lg-a-2", "lg-b-1"]
+    assert log.list_session_ids(prefix="lg-a-") == ["lg-a-2", "lg-a-1"]
+    assert log.list_session_ids(prefix="lg-") == ["lg-b-1", "lg-a-2", "lg-a-1"]
     log.close()
 
 

@@ -202,3 +202,17 @@ def test_a_non_string_url_is_refused() -> None:
 def test_percent_escapes_in_the_prefix_are_decoded() -> None:
     spec = parse_url("s3://b/a%20b/c?region=eu-west-1")
     assert (spec.bucket, spec.prefix, spec.region, spec.store) == ("b", "a b/c", "eu-west-1", "boto3")
+
+
+def test_every_default_prefix_is_the_one_constant() -> None:
+    """The logs, the command line and the key layout default to one prefix, ``DEFAULT_PREFIX``."""
+    import inspect
+
+    from s3log.cli.app import _main as cli_main
+    from s3log.cli.common import Settings
+    from s3log.layout import DEFAULT_PREFIX, Layout
+
+    assert s3log.Log(s3log.MemoryStore()).layout.prefix == DEFAULT_PREFIX
+    assert s3log.AsyncLog(s3log.AsyncMemoryStore()).layout.prefix == DEFAULT_PREFIX
+    assert Layout().prefix == DEFAULT_PREFIX and Settings().prefix == DEFAULT_PREFIX
+    assert inspect.signature(cli_main).parameters["prefix"].default.default == DEFAULT_PREFIX

@@ -24,7 +24,7 @@ def serverless_turns(endpoint: str, bucket: str, session: str, worker: int, turn
         w.append("assistant", {"w": worker, "turn": turn, "part": 1})
         result = w.commit()
         for e in result.acked:
-            acked.append({"session": result.session_id, "version": result.ws.head.version,
+            acked.append({"session": result.session_id, "version": result.head.version,
                           "seq": e.seq, "data": e.data})
     log.close()
     return acked
@@ -41,8 +41,8 @@ def soak(endpoint: str, bucket: str, kind: str, shared: str, own: str, worker: i
     """
     import asyncio
 
+    from s3log.config import LogConfig, RetryPolicy
     from s3log.faults import AsyncFaultyStore, FaultyStore, random_plan
-    from s3log.protocol import LogConfig, RetryPolicy
 
     os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"})

@@ -20,7 +20,7 @@ The package: :mod:`~s3log.agent.state` (kinds, state, fold), :mod:`~s3log.agent.
 
 from __future__ import annotations
 
-from .aio import AsyncAgentSession, aclose
+from .aio import AsyncAgentSession, aclose, adrain
 from .core import AgentArgumentError, AgentItemError, ForkCallback, RecordsLostWarning, SessionBusy, SessionScopeError
 from .state import (
     ASSISTANT_ITEMS,
@@ -58,6 +58,6 @@ __all__ = [
     "OUTCOME", "REPAIRED", "SESSION_START", "STATUSES", "TOOL_RESULTS", "TOOL_STARTED", "TURN_END",
     "UNKNOWN_OUTCOME", "USER_INPUT", "AgentArgumentError", "AgentItemError", "AgentReducer", "AgentSession",
     "AsyncAgentSession", "ForkCallback", "ReadOnlyDict", "ReadOnlyList", "RecordsLostWarning", "SessionBusy",
-    "SessionScopeError", "SessionState", "Status", "aclose", "close", "collect_state", "drain", "freeze",
+    "SessionScopeError", "SessionState", "Status", "aclose", "adrain", "close", "collect_state", "drain", "freeze",
     "group_items", "repair_items", "repair_records", "thaw",
 ]

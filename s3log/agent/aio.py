@@ -7,7 +7,7 @@ import builtins
 import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .. import otel
 from ..aio import AsyncLog, AsyncWriter
@@ -59,7 +59,7 @@ async def run(log: AsyncLog, proc: Proc[T]) -> T:
     while True:
         op, result = core.step(proc, value, error)
         if op is None:
-            return result  # type: ignore[return-value]
+            return cast(T, result)  # the procedure returned: result is its value
         value, error = None, None
         try:
             value = await _perform(log, op)
@@ -71,7 +71,7 @@ class AsyncAgentSession(SessionCore):
     """:class:`~s3log.agent.AgentSession` for asyncio code, over an :class:`~s3log.AsyncLog`.
 
     The same verbs, awaited, with the same semantics: the decisions are the shared
-    core's, only the I/O is awaited. Drain it with ``await session.close()``,
+    core's, only the I/O is awaited. Drain it with ``await session.aclose()``,
     ``async with session`` or ``await s3log.agent.aclose(log)``: at interpreter exit
     there is no event loop left to commit on, so what is still buffered then is
     reported (a :class:`RecordsLostWarning` naming the session and the count), not saved.
@@ -224,8 +224,8 @@ class AsyncAgentSession(SessionCore):
         """Commit every buffered record. Raises if the commit fails (the batch is kept)."""
         await self._run(self._p_flush())
 
-    async def close(self) -> None:
-        """Drain the buffer."""
+    async def aclose(self) -> None:
+        """Drain the buffer (:meth:`AgentSession.close`, awaited)."""
         await self.flush()
 
     async def __aenter__(self) -> AsyncAgentSession:
@@ -233,7 +233,7 @@ class AsyncAgentSession(SessionCore):
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            await self.close()
+            await self.aclose()
             return
         # The original error matters more; a failed commit leaves the batch in the writer.
         with contextlib.suppress(S3LogError):
@@ -249,22 +249,22 @@ class AsyncAgentSession(SessionCore):
         async def drain_on_close() -> None:
             log = ref()
             if log is not None:
-                await aclose(log)
+                await adrain(log)
 
         add(drain_on_close)
 
     def _flush_at_exit(self) -> None:
         # Its store's connections belong to an event loop that has ended by now.
         raise S3LogError("an asyncio session cannot commit after its event loop ended; "
-                         "await session.close() or s3log.agent.aclose(log) before exiting")
+                         "await session.aclose() or s3log.agent.aclose(log) before exiting")
 
 
-async def aclose(log: AsyncLog) -> None:
-    """Commit what every live :class:`AsyncAgentSession` opened on ``log`` buffers.
+async def adrain(log: AsyncLog) -> None:
+    """Commit what every live :class:`AsyncAgentSession` opened on ``log`` buffers
+    (:func:`drain`, awaited).
 
     Every session is tried; the first failure is raised (noting the others), and the
-    failed sessions keep their records for another try. The log's store is the
-    caller's to close.
+    failed sessions keep their records for another try.
     """
     errors: builtins.list[tuple[str, BaseException]] = []
     for session in core.live_sessions(log):
@@ -274,3 +274,13 @@ async def aclose(log: AsyncLog) -> None:
             except S3LogError as exc:
                 errors.append((session.session_id, exc))
     core.raise_first(errors)
+
+
+async def aclose(log: AsyncLog) -> None:
+    """Drain every agent session opened on ``log``, then close the log (:func:`close`, awaited).
+
+    If a session cannot be drained, the error is raised and the log is left open, so
+    the caller can retry.
+    """
+    await adrain(log)
+    await log.aclose()

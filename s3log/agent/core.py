@@ -44,6 +44,7 @@ from .state import (
     TOOL_STARTED,
     TURN_END,
     AgentReducer,
+    ReadOnlyDict,
     SessionState,
     freeze,
     group_items,
@@ -655,7 +656,9 @@ class SessionCore(ABC):
     @property
     def meta(self) -> Mapping[str, Any]:
         """The session header (a read-only copy: the stored header changes only through records)."""
-        return freeze(self._writer.head.meta)  # type: ignore[no-any-return]
+        meta = freeze(self._writer.head.meta)
+        assert isinstance(meta, ReadOnlyDict)  # a mapping freezes to one
+        return meta
 
     @property
     def forks(self) -> list[ForkInfo]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, overload
 
 from ..codec import Entry, ParentRef
 
@@ -73,7 +73,7 @@ class ReadOnlyDict(dict[str, Any]):
         return dict(self)
 
     def __deepcopy__(self, memo: Any) -> dict[str, Any]:
-        return thaw(self)  # type: ignore[no-any-return]
+        return thaw(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles (and unpickles) as a plain dict: the read-only view is for in-process readers.
@@ -105,7 +105,7 @@ class ReadOnlyList(list[Any]):
         return list(self)
 
     def __deepcopy__(self, memo: Any) -> list[Any]:
-        return thaw(self)  # type: ignore[no-any-return]
+        return thaw(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))
@@ -120,6 +120,14 @@ def freeze(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return ReadOnlyList(freeze(v) for v in obj)
     return obj
+
+
+@overload
+def thaw(obj: Mapping[str, Any]) -> dict[str, Any]: ...
+@overload
+def thaw(obj: list[Any] | tuple[Any, ...]) -> list[Any]: ...
+@overload
+def thaw(obj: Any) -> Any: ...
 
 
 def thaw(obj: Any) -> Any:

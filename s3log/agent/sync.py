@@ -7,7 +7,7 @@ import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .. import otel
 from ..errors import S3LogError
@@ -59,7 +59,7 @@ def run(log: Log, proc: Proc[T]) -> T:
     while True:
         op, result = core.step(proc, value, error)
         if op is None:
-            return result  # type: ignore[return-value]
+            return cast(T, result)  # the procedure returned: result is its value
         value, error = None, None
         try:
             value = _perform(log, op)

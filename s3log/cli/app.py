@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from .. import __version__
+from ..layout import DEFAULT_PREFIX
 from .common import (
     Settings,
     command_log,
@@ -60,18 +62,23 @@ def _tidy(cmd: Any, ctx: Any) -> None:
         cmd.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
+#: The commands whose help is already tidied (get_command runs once per lookup).
+_TIDIED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 class S3logGroup(TyperGroup):
     """The root group: commands in panels, in panel order, with tidy help."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         """The command, placed in its help panel."""
         cmd = super().get_command(ctx, cmd_name)
-        if cmd is not None and not getattr(cmd, "_s3log_tidy", False):
+        if cmd is not None and cmd not in _TIDIED:
             # An unset panel is typer's falsy DefaultPlaceholder, not None.
-            if not isinstance(getattr(cmd, "rich_help_panel", None), str) and cmd_name in _PANEL_OF:
-                cmd.rich_help_panel = _PANEL_OF[cmd_name]  # type: ignore[attr-defined]
+            if (isinstance(cmd, TyperCommand | TyperGroup) and not isinstance(cmd.rich_help_panel, str)
+                    and cmd_name in _PANEL_OF):
+                cmd.rich_help_panel = _PANEL_OF[cmd_name]
             _tidy(cmd, ctx)
-            cmd._s3log_tidy = True  # type: ignore[attr-defined]
+            _TIDIED.add(cmd)
         return cmd
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -110,7 +117,7 @@ def _main(
         None, "--bucket", envvar="S3LOG_BUCKET", metavar="NAME", help="Bucket holding the sessions."
     ),
     prefix: str = typer.Option(
-        "s3log", "--prefix", envvar="S3LOG_PREFIX", metavar="PREFIX", help="Key prefix of the sessions."
+        DEFAULT_PREFIX, "--prefix", envvar="S3LOG_PREFIX", metavar="PREFIX", help="Key prefix of the sessions."
     ),
     endpoint_url: str = typer.Option(
         None, "--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",

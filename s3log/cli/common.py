@@ -30,6 +30,7 @@ from rich.text import Text
 from .. import jsonform
 from ..config import LogConfig, RetryPolicy
 from ..errors import S3LogError, StoreError
+from ..layout import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from ..signing import Verifier
@@ -59,7 +60,7 @@ class Settings:
     """
 
     bucket: str | None = None
-    prefix: str = "s3log"
+    prefix: str = DEFAULT_PREFIX
     endpoint_url: str | None = None
     profile: str | None = None
     region: str | None = None
@@ -428,4 +429,4 @@ def handle_errors(fn: F) -> F:
                 raise
             fail(explain(exc, s))
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps: the same signature as fn

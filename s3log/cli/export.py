@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -17,6 +17,9 @@ from ..errors import InvalidArgumentError
 from ..times import to_ms
 from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
 from .common import cell, cell_text, jsonable, print_table, when
+
+if TYPE_CHECKING:
+    from ..analytics import ExportMode
 
 
 def parse_time(text: str | None, param_hint: str | None = None) -> int | None:
@@ -138,8 +141,10 @@ def export(
 
     if fmt not in ("parquet", "jsonl", "csv"):
         raise typer.BadParameter(f"unknown format {fmt!r}: use parquet, jsonl or csv", param_hint="--format")
-    if mode not in ("error", "overwrite", "append"):
+    modes: dict[str, ExportMode] = {"error": "error", "overwrite": "overwrite", "append": "append"}
+    if mode not in modes:
         raise typer.BadParameter(f"unknown mode {mode!r}: use error, overwrite or append", param_hint="--mode")
+    export_mode = modes[mode]
     options: dict[str, Any] = {
         "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
         "sessions": session or None,
@@ -155,14 +160,14 @@ def export(
             options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier,
                            log_id=log.config.log_id)
             if fmt == "parquet":
-                rows = analytics.to_parquet(log.store, str(out), mode=mode, **options)  # type: ignore[arg-type]
+                rows = analytics.to_parquet(log.store, str(out), mode=export_mode, **options)
             else:
                 from pyarrow import fs
 
                 local, target = fs.LocalFileSystem(), str(out.absolute())
                 batches = analytics.checked_scan(log.store, **options)
                 try:
-                    clear = analytics.check_output(local, target, mode)  # type: ignore[arg-type]
+                    clear = analytics.check_output(local, target, export_mode)
                     batches = analytics.first_then(batches)
                 except BaseException:
                     batches.close()

@@ -33,6 +33,8 @@ from ..ids import validate_session_id
 from ..log import Log, Writer
 from . import IntegrationError, _log_from_url
 
+__all__ = ["S3LogSession"]
+
 # What an append step decides: (kind, data) to append, or kind None for nothing; and
 # the value to return once it is durable.
 _Step = tuple[str | None, Any, Any]
@@ -159,12 +161,12 @@ class S3LogSession(SessionABC):
         cls, session_id: str, *, url: str, session_settings: SessionSettings | None = None
     ) -> S3LogSession:
         """A session on ``s3://bucket/prefix?endpoint=...&region=...`` over an
-        :class:`~s3log.AsyncLog` it owns (release it with :meth:`close`)."""
+        :class:`~s3log.AsyncLog` it owns (release it with :meth:`aclose`)."""
         session = cls(session_id, _log_from_url(url, async_=True), session_settings=session_settings)
         session._owns_log = True
         return session
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Close the S3 client of a log this session opened (:meth:`from_url`); a log
         passed in is left to its owner."""
         if self._owns_log:
@@ -359,7 +361,7 @@ class S3LogSession(SessionABC):
         self, *, at_seq: int | None = None, at_hash: bytes | str | None = None, session_id: str | None = None
     ) -> S3LogSession:
         """Async :meth:`fork_at` (over either kind of log). The new session shares this
-        one's log; :meth:`close` of the new session leaves it open."""
+        one's log; :meth:`aclose` of the new session leaves it open."""
         child_id = store_id(session_id) if session_id else None
         if isinstance(self.log, AsyncLog):
             child = await self.log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id)

@@ -24,7 +24,7 @@ from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, 
 from .base import ProcessClient, RequestCounter, precondition_scope
 
 if TYPE_CHECKING:
-    from .fast import AsyncObstoreStore
+    from .obstore import AsyncObstoreStore
 
 
 @functools.cache
@@ -38,7 +38,7 @@ def _lib() -> SimpleNamespace:
         from aiobotocore.httpsession import AIOHTTPSession
         from aiobotocore.session import get_session
 
-    class NoResendSession(AIOHTTPSession):  # type: ignore[misc]
+    class NoResendSession(AIOHTTPSession):
         """aiobotocore's HTTP session, minus aiohttp's silent resend.
 
         aiohttp sends a PUT or DELETE again, once, when a reused connection drops before
@@ -159,7 +159,7 @@ class AsyncS3Store:
     @staticmethod
     def fast(bucket: str, **kwargs: Any) -> AsyncObstoreStore:
         """The same store over obstore (Rust ``object_store``): lower latency per request."""
-        from .fast import AsyncObstoreStore
+        from .obstore import AsyncObstoreStore
 
         return AsyncObstoreStore(bucket, **kwargs)
 

@@ -12,7 +12,7 @@ from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, m
 from .base import ProcessClient, RequestCounter, resolved_scope
 
 if TYPE_CHECKING:
-    from .fast import ObstoreStore
+    from .obstore import ObstoreStore
 
 
 class S3Store:
@@ -69,7 +69,7 @@ class S3Store:
     @staticmethod
     def fast(bucket: str, **kwargs: Any) -> ObstoreStore:
         """The same store over obstore (Rust ``object_store``): lower latency per request."""
-        from .fast import ObstoreStore
+        from .obstore import ObstoreStore
 
         return ObstoreStore(bucket, **kwargs)
 

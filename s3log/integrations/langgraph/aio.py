@@ -12,7 +12,7 @@ from ..._loops import PerLoop
 from ...aio import AsyncLog, AsyncWriter
 from ...errors import S3LogError, SessionNotFound
 from ...log import Log
-from ...writer import SessionView
+from ...results import SessionView
 from .. import IntegrationError, _log_from_url
 from . import core
 from .core import Op, Proc, SaverCore, Stepper, T
@@ -132,7 +132,7 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
             return await log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
                                      keys=op.keys)
         if isinstance(op, core.FindIds):
-            return await log.find_session_ids(op.prefix)
+            return await log.list_session_ids(prefix=op.prefix)
         if isinstance(op, core.ReadHead):
             return await log.head(op.session_id)
         if isinstance(op, core.Open):

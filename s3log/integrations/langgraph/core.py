@@ -25,11 +25,13 @@ from typing import Any, Generic, TypeVar, cast
 from ..._extras import extra
 from ...aio import AsyncLog
 from ...codec import Head, dumps
+from ...core import LogVerbs
 from ...errors import ConflictError, SessionExists, SessionNotFound
 from ...log import Log
-from ...protocol import CommitResult, Selector
+from ...protocol import Selector
 from ...reducer import EntriesReducer
-from ...writer import LogBase, SessionView, WriterBase
+from ...results import CommitResult, SessionView
+from ...writer import WriterVerbs
 from .. import IntegrationError
 from .serde import AllowedType, UnsafePayloadError, refuse_permissive, strict_serializer, tag_allowed
 
@@ -52,7 +54,7 @@ CHECKPOINT = "lg.checkpoint"
 WRITES = "lg.writes"
 
 T = TypeVar("T")
-L = TypeVar("L", bound=LogBase)
+L = TypeVar("L", bound=LogVerbs)
 
 
 def _digest(text: str, n: int) -> str:
@@ -106,7 +108,7 @@ def _create_meta(thread_id: str, ns: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class FindIds:
-    """The session ids starting with ``prefix`` (``Log.find_session_ids``); result: a sorted list."""
+    """The session ids starting with ``prefix`` (``Log.list_session_ids(prefix=...)``); result: a list, newest first."""
 
     prefix: str
 
@@ -158,7 +160,7 @@ class Create:
 class Commit:
     """Queue one entry on a writer and commit it (``append`` + ``commit``); result: the CommitResult."""
 
-    writer: WriterBase
+    writer: WriterVerbs[Any]
     kind: str
     data: Any
     #: Its append key (:func:`entry_key`).
@@ -382,7 +384,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         # first: the last append's result, or (strict) the writer it opened. Shared with
         # the clones LangGraph makes (with_allowlist copies the saver shallowly).
         self._after: dict[str, CommitResult] = {}
-        self._writers: dict[str, WriterBase] = {}
+        self._writers: dict[str, WriterVerbs[Any]] = {}
         # strict: the head this saver last read of a session it holds no writer for
         # (the next append's writer must open at it), and the checkpoints it refused
         # (their pending writes are refused too; a bounded, insertion-ordered set).

@@ -12,7 +12,7 @@ from ..._extras import extra
 from ...aio import AsyncLog
 from ...errors import SessionNotFound
 from ...log import Log, Writer
-from ...writer import SessionView
+from ...results import SessionView
 from .. import IntegrationError, _log_from_url
 from . import core
 from .core import Op, Proc, SaverCore, Stepper, T
@@ -97,7 +97,7 @@ class S3LogSaver(SaverCore[Log]):
             return log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
                                      keys=op.keys)
         if isinstance(op, core.FindIds):
-            return log.find_session_ids(op.prefix)
+            return log.list_session_ids(prefix=op.prefix)
         if isinstance(op, core.ReadHead):
             return log.head(op.session_id)
         if isinstance(op, core.Open):
