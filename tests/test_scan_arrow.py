@@ -281,8 +281,11 @@ def test_json_text_that_holds_the_row_separator_is_made_value_by_value() -> None
     values: list[Any] = [{"a": i} for i in range(_MANY)]
     values[5] = orjson.Fragment(b'"a",\x00,"b"')
     got = analytics._json_array(values)
-    assert got.equals(_ref_json(values))
-    assert got[5].as_py() == '"a",\x00,"b"'
+    # The fragment is text orjson writes verbatim (no data read from CBOR is one); the
+    # other rows are the reference's.
+    expected = _ref_json(values).to_pylist()
+    expected[5] = '"a",\x00,"b"'
+    assert got.to_pylist() == expected
 
 
 def _refused(value: Any) -> bool:
