@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 import s3log
@@ -226,6 +227,28 @@ def test_local_s3_serves_until_interrupted() -> None:
         client.create_bucket(Bucket="from-cli")
         assert [b["Name"] for b in client.list_buckets()["Buckets"]] == ["from-cli"]
         proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+
+
+@pytest.mark.parametrize("how", ["sigint-inherited-ignored", "sigterm"])
+def test_local_s3_stops_on_ctrl_c_even_started_in_the_background_and_on_sigterm(how: str) -> None:
+    """A shell without job control starts background commands with SIGINT ignored, and a
+    supervisor stops with SIGTERM: the server stops either way, exit 0."""
+    import signal
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3log.cli", "local-s3"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env={**os.environ, "COLUMNS": "200"}, preexec_fn=ignore_sigint,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("local S3 listening on http://127.0.0.1:")
+        proc.send_signal(signal.SIGINT if how.startswith("sigint") else signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 import time
 from typing import Any
@@ -46,10 +47,14 @@ def local_s3(
         help="Create this bucket and print S3LOG_BUCKET for it (default: the global --bucket / S3LOG_BUCKET).",
     ),
 ) -> None:
-    """Run the embedded local S3 (moto, with atomic conditional PUTs) until Ctrl-C."""
+    """Run the embedded local S3 (moto, with atomic conditional PUTs) until Ctrl-C or SIGTERM."""
     from ..localserver import LocalS3
 
     bucket = bucket or settings(ctx).bucket
+    # Ctrl-C stops it even where SIGINT was inherited ignored (a command started in the
+    # background by a shell without job control), and so does a supervisor's SIGTERM.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     server = LocalS3(port=port).start()
     try:
         echo(f"local S3 listening on {server.endpoint_url}")
@@ -66,6 +71,10 @@ def local_s3(
         echo("stopping", err=True)
     finally:
         server.stop()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @app.command()
