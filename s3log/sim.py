@@ -822,8 +822,9 @@ class WriterActor(Actor):
             self.drop(sim, "session taken; reopening")
             return
         if isinstance(exc, EntryNotFound) and self.what == "lookup":
-            # The entry a retry's key named is gone: only retention may have ended it.
-            if not sim.disturbed_since(self.sid, self.opened_at):
+            # The entry a retry's key named is gone: only retention may have ended it, in
+            # this session or in the one the key names (a fork's parent, expired since).
+            if not any(sim.disturbed_since(sid, self.opened_at) for sid in (self.sid, exc.session)):
                 raise Violation("1", f"{self.name}: a retry's key names an entry that is gone: {exc}")
             self.followers.pop(self.looking, None)
             return

@@ -511,6 +511,14 @@ def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyP
         assert o.violation is not None and o.violation.invariant == "2", (seed, o.violation)
 
 
+def test_a_retry_whose_key_names_an_expired_parents_entry_is_told_it_is_gone() -> None:
+    # Seed 3744: a writer forked from its session after the id was expired and taken
+    # over; its window (the parent's keys) names an entry of the expired chain, so the
+    # retry's lookup finds it gone (EntryNotFound), which retention explains.
+    o = Simulation(Scenario.from_seed(3744)).run()
+    assert o.violation is None, str(o.violation)
+
+
 def test_a_retry_cannot_find_a_fork_its_crashed_commit_made() -> None:
     # A documented limitation (decision 0037): the crashed commit forked and its child's
     # head landed unacknowledged; a retry in the parent would store the entry again, so
