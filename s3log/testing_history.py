@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 from .codec import FORK_KIND, Entry, decode_head
 from .errors import CorruptionError
 from .ops import Blob, ListPage
-from .protocol import compactions, is_expired
+from .protocol import PROBE_DIR, compactions, is_expired
 from .results import CommitResult
 from .store.base import AsyncObjectStore, ObjectStore
 
@@ -349,7 +349,7 @@ class AsyncRecordingStore:
 def _record(history: History, op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
             body: bytes | None, sent: int) -> None:
     """Record an applied write of ``key`` if it is a session's head."""
-    if not key.endswith("/head") or "/_probe/" in key:  # the probe's object is no session
+    if not key.endswith("/head") or "/" + PROBE_DIR in key:  # the probe's object is no session
         return
     try:
         event = head_write(op, client, key, method, base, etag, body, sent)
