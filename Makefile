@@ -23,7 +23,7 @@ soak: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -m slow
 
 # The deterministic simulator over thousands of seeds (make test runs a few hundred);
-# every seed's history is checked against the model of the promise (s3log.testing_history).
+# every seed's history is checked against the model of the promise (s3log.testing.history).
 sim: $(STAMP)
 	$(BIN)/python scripts/sim.py --seeds 5000
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 logging.getLogger("s3log").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
-    from .aio import AsyncLog, AsyncWriter
-    from .codec import Entry, Head, ParentRef
-    from .config import LogConfig, RetryPolicy
-    from .env import Env
-    from .errors import (
+    from s3log._format.codec import Entry, Head, ParentRef
+    from s3log.aio import AsyncLog, AsyncWriter
+    from s3log.config import LogConfig, RetryPolicy
+    from s3log.env import Env
+    from s3log.errors import (
         AppendKeyReused,
         ConflictError,
         CorruptionError,
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
         StoreError,
         WriterBusyError,
     )
-    from .log import Log, Writer
-    from .reducer import EntriesReducer, NullReducer, Reducer
-    from .results import (
+    from s3log.log import Log, Writer
+    from s3log.reducer import EntriesReducer, NullReducer, Reducer
+    from s3log.results import (
         AckedEntry,
         CommitResult,
         ExpireReport,
@@ -49,23 +49,23 @@ if TYPE_CHECKING:
         SessionView,
         VerifyReport,
     )
-    from .store.aio_s3 import AsyncS3Store
-    from .store.memory import AsyncMemoryStore, MemoryStore
-    from .store.obstore import AsyncObstoreStore, ObstoreStore
-    from .store.s3 import S3Store
-    from .urls import open_async_log, open_log
+    from s3log.store.aio_s3 import AsyncS3Store
+    from s3log.store.memory import AsyncMemoryStore, MemoryStore
+    from s3log.store.obstore import AsyncObstoreStore, ObstoreStore
+    from s3log.store.s3 import S3Store
+    from s3log.urls import open_async_log, open_log
 
 __version__ = "0.1.0"
 
 # Every public name is loaded when first asked for: ``import s3log`` costs next to
-# nothing, so the pytest plugin (``s3log.testing``, loaded by every pytest run where
+# nothing, so the pytest plugin (``s3log.testing.plugin``, loaded by every pytest run where
 # s3log is installed) and a CLI that only prints its help pay nothing for names they do
 # not use. The stores' clients (boto3, aiobotocore) and the drivers (asyncio,
 # concurrent.futures) are the slow ones; cbor2 and the codec follow with the first name.
 _LAZY = {
-    "Entry": ("s3log.codec", "Entry"),
-    "Head": ("s3log.codec", "Head"),
-    "ParentRef": ("s3log.codec", "ParentRef"),
+    "Entry": ("s3log._format.codec", "Entry"),
+    "Head": ("s3log._format.codec", "Head"),
+    "ParentRef": ("s3log._format.codec", "ParentRef"),
     "LogConfig": ("s3log.config", "LogConfig"),
     "RetryPolicy": ("s3log.config", "RetryPolicy"),
     "Env": ("s3log.env", "Env"),
@@ -122,7 +122,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value  # later look-ups skip this function
         return value
     if not name.startswith("_"):
-        # ``s3log.codec`` after a bare ``import s3log``, as when the package imported its
+        # ``s3log._format.codec`` after a bare ``import s3log``, as when the package imported its
         # submodules: a submodule that exists is loaded; another name is an AttributeError.
         import importlib
         import importlib.util

@@ -1,5 +1,5 @@
 """``python -m s3log``: the ``s3log`` command (the ``cli`` extra), as ``python -m s3log.cli``."""
 
-from ._console import main
+from s3log._console import main
 
 main()

@@ -24,7 +24,7 @@ _CLI_MODULES = ("typer", "rich", "click")
 def main() -> None:
     """Run the ``s3log`` command, or say which extra to install when typer/rich are missing."""
     try:
-        from .cli.app import app
+        from s3log.cli.app import app
     except ImportError as exc:
         # Only a missing CLI library is the user's install to fix; anything else is a bug.
         if (exc.name or "").split(".")[0] not in _CLI_MODULES:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-from .errors import MissingExtraError
+from s3log.errors import MissingExtraError
 
 #: Every extra of the distribution, so a typo at an import site fails loudly in tests.
 EXTRAS = frozenset({"async", "cli", "local", "fast", "analytics", "dask", "langgraph", "openai-agents", "sign", "otel"})

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .errors import WriterBusyError
+from s3log.errors import WriterBusyError
 
 T = TypeVar("T")
 

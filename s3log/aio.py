@@ -10,18 +10,19 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-from . import otel
-from ._loops import PerLoop
-from .codec import Entry, Head
-from .config import LogConfig
-from .core import CommitQueue, ForkListener, LogCore, LogVerbs
-from .drive import AsyncDriver
-from .errors import InvalidArgumentError
-from .listing import check_after, check_labels, check_limit
-from .ops import Proc
-from .protocol import OnConflict, Run, Selector
-from .reducer import Reducer, S
-from .results import (
+from s3log import otel
+from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
+from s3log._api.writer import WriterVerbs
+from s3log._drive.drivers import AsyncDriver
+from s3log._format.codec import Entry, Head
+from s3log._loops import PerLoop
+from s3log._protocol.listing import check_after, check_labels, check_limit
+from s3log._protocol.ops import Proc
+from s3log._protocol.protocol import OnConflict, Run, Selector
+from s3log.config import LogConfig
+from s3log.errors import InvalidArgumentError
+from s3log.reducer import Reducer, S
+from s3log.results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
@@ -37,8 +38,7 @@ from .results import (
     TicketStatus,
     VerifyReport,
 )
-from .store.base import AsyncObjectStore
-from .writer import WriterVerbs
+from s3log.store.base import AsyncObjectStore
 
 T = TypeVar("T")
 LIST_PAGE = 100
@@ -373,7 +373,7 @@ class AsyncLog(LogVerbs):
     ) -> tuple[Head, list[Run]] | None:
         """The verified entries of a session as the runs they are stored in, for bulk
         readers (s3log.analytics): each segment's, then the head's tail; a format v2
-        segment as its columns (:class:`s3log.codec.RunColumns`, no Entry made), and
+        segment as its columns (:class:`s3log._format.codec.RunColumns`, no Entry made), and
         the tail too when its decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return await self.run(self._core.read_runs(session_id, since, until))
@@ -429,7 +429,7 @@ class AsyncLog(LogVerbs):
         return await self.run(self._core.lineage(session_id))
 
     async def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one that have a head (see :func:`s3log.protocol.children`)."""
+        """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
         return await self.run(self._core.children(session_id))
 
     async def list_session_ids(
@@ -486,7 +486,7 @@ class AsyncLog(LogVerbs):
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
-        first time in a bucket): :func:`s3log.protocol.probe_preconditions`.
+        first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
         """
         return await self.run(self._core.probe())
 

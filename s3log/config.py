@@ -1,7 +1,7 @@
 """Configuration of a log: its tunables (:class:`LogConfig`) and retry policy (:class:`RetryPolicy`).
 
 Plain values, no I/O: the drivers read the retry policy, the protocol procedures
-the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log.protocol`).
+the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log._protocol.protocol`).
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .codec import FORMAT_VERSION, check_format_version
-from .env import DEFAULT_ENV, Env
-from .errors import InvalidArgumentError
-from .layout import MAX_SEGMENTS
-from .manifest import max_manifest_length
-from .signing import Signer, Verifier, check_log_id
+from s3log._format.codec import FORMAT_VERSION, check_format_version
+from s3log._format.layout import MAX_SEGMENTS
+from s3log._format.manifest import max_manifest_length
+from s3log.env import DEFAULT_ENV, Env
+from s3log.errors import InvalidArgumentError
+from s3log.signing import Signer, Verifier, check_log_id
 
 #: The largest merge fan-out whose manifest stays within the MAX_SEGMENTS a reader
 #: accepts, however many segments a session writes (2**64 bounds any count): a level
@@ -56,7 +56,7 @@ class LogConfig:
     the next commit references the segment; a bigger head is written after its
     segment instead (two round trips), and 0 always does that. Up to 256 KiB,
     uploading the entries twice costs less than a round trip.
-    ``fanout`` is the merge fan-out, 2 to :data:`MAX_FANOUT` (see :mod:`s3log.manifest`). ``max_parallel``
+    ``fanout`` is the merge fan-out, 2 to :data:`MAX_FANOUT` (see :mod:`s3log._format.manifest`). ``max_parallel``
     bounds concurrent requests of one operation. ``cache_levels``: a writer keeps the
     entries of segments below this level in memory, so the merges it will do soon
     need no GET. ``commit_deadline_ms``: a commit whose head PUT is still undecided
@@ -66,8 +66,9 @@ class LogConfig:
     as garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     ``verify_preconditions``: probe, before the first write or delete of any verb to a
     store, that it honours ``If-None-Match`` and ``If-Match``, stale ETags and racing
-    conditional PUTs included (see :func:`s3log.protocol.probe_preconditions`). ``activity_index``: a session's first
-    commit of each UTC day also writes a tiny marker (:mod:`s3log.activity`), so
+    conditional PUTs included (see :func:`s3log._protocol.protocol.probe_preconditions`).
+    ``activity_index``: a session's first
+    commit of each UTC day also writes a tiny marker (:mod:`s3log._protocol.activity`), so
     "sessions active since T" need not read every head. ``format_version``: the
     format heads and segments are written in (2, the default, or 1 so that s3log 0.1
     readers can read what is written; both are read, see docs/format.md).

@@ -12,11 +12,49 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .ids import uuid7
+from s3log._format.ids import assemble_uuid7
+
+_lock = threading.Lock()
+#: How far back the clock may step with ids still ordered after the ones before.
+_MAX_STEP_BACK_MS = 60_000
+_last_ms = 0
+_counter = 0
+
+
+def uuid7(now_ms: int | None = None, rng: random.Random | None = None) -> str:
+    """Return a new UUIDv7 (RFC 9562) as a string.
+
+    Ids made in the same millisecond by this process stay ordered: the 12-bit
+    ``rand_a`` field is a counter seeded randomly each millisecond, so sorting ids
+    sorts sessions by creation time, which is what "newest first" listing relies on.
+    ``now_ms`` and ``rng`` let a caller (the deterministic simulator, through
+    :class:`Env`) fix the clock and the random bits.
+    """
+    if rng is not None:
+        # Deterministic ids: no process-wide counter, everything from the given source.
+        ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        return assemble_uuid7(ms, rng.getrandbits(12), rng.getrandbits(62))
+    global _last_ms, _counter
+    with _lock:
+        ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        # Ordered across a small step back of the clock; a large one is another clock
+        # (a test's virtual one), not to be carried into every later id of the process.
+        if _last_ms - _MAX_STEP_BACK_MS <= ms <= _last_ms:
+            ms = _last_ms
+            _counter += 1
+            if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                ms += 1
+                _counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
+        else:
+            _counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
+        _last_ms = ms
+        rand_a = _counter
+    return assemble_uuid7(ms, rand_a, int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1))
 
 
 def wall_clock_ms() -> int:

@@ -7,17 +7,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from . import otel
-from .codec import Entry, Head
-from .config import LogConfig
-from .core import CommitQueue, ForkListener, LogCore, LogVerbs
-from .drive import SyncDriver
-from .errors import InvalidArgumentError
-from .listing import check_after, check_labels, check_limit
-from .ops import Proc
-from .protocol import OnConflict, Run, Selector
-from .reducer import Reducer, S
-from .results import (
+from s3log import otel
+from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
+from s3log._api.writer import WriterVerbs
+from s3log._drive.drivers import SyncDriver
+from s3log._format.codec import Entry, Head
+from s3log._protocol.listing import check_after, check_labels, check_limit
+from s3log._protocol.ops import Proc
+from s3log._protocol.protocol import OnConflict, Run, Selector
+from s3log.config import LogConfig
+from s3log.errors import InvalidArgumentError
+from s3log.reducer import Reducer, S
+from s3log.results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
@@ -33,8 +34,7 @@ from .results import (
     TicketStatus,
     VerifyReport,
 )
-from .store.base import ObjectStore
-from .writer import WriterVerbs
+from s3log.store.base import ObjectStore
 
 T = TypeVar("T")
 
@@ -303,7 +303,7 @@ class Log(LogVerbs):
     ) -> tuple[Head, list[Run]] | None:
         """The verified entries of a session as the runs they are stored in, for bulk
         readers (s3log.analytics): each segment's, then the head's tail; a format v2
-        segment as its columns (:class:`s3log.codec.RunColumns`, no Entry made), and
+        segment as its columns (:class:`s3log._format.codec.RunColumns`, no Entry made), and
         the tail too when its decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return self.run(self._core.read_runs(session_id, since, until))
@@ -359,7 +359,7 @@ class Log(LogVerbs):
         return self.run(self._core.lineage(session_id))
 
     def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one that have a head (see :func:`s3log.protocol.children`)."""
+        """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
         return self.run(self._core.children(session_id))
 
     def list_session_ids(
@@ -390,7 +390,7 @@ class Log(LogVerbs):
         """Sessions, newest first, their heads fetched a page at a time in parallel.
 
         ``limit``: at most this many, found without listing every session (a few LISTs,
-        see :mod:`s3log.listing`). ``labels``: only sessions whose ``meta["labels"]``
+        see :mod:`s3log._protocol.listing`). ``labels``: only sessions whose ``meta["labels"]``
         hold these pairs (heads must be read: at most ``LogConfig.max_parallel`` at
         once). ``after``: continue after this id (the last one of a previous page).
         """
@@ -420,7 +420,7 @@ class Log(LogVerbs):
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
-        first time in a bucket): :func:`s3log.protocol.probe_preconditions`.
+        first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
         """
         return self.run(self._core.probe())
 
@@ -453,7 +453,7 @@ class Log(LogVerbs):
         a session committed to during the sweep is kept; a writer that commits after
         raises :class:`~s3log.SessionNotFound` (nothing of that commit is stored);
         readers get SessionNotFound; ``gc`` collects the segments
-        (:mod:`s3log.retention`). Raises ConditionalDeleteUnsupported on a store that
+        (:mod:`s3log._protocol.retention`). Raises ConditionalDeleteUnsupported on a store that
         cannot make a DELETE conditional (obstore), before deleting anything.
         ``labels``: only sessions with these labels. ``progress`` is called after
         each batch with an :class:`~s3log.results.ExpireProgress`.
@@ -469,6 +469,6 @@ class Log(LogVerbs):
         """Sessions committed to since ``since`` (an aware datetime, ms, or a timedelta ago).
 
         From the activity index when it covers the window (no head read), else from
-        every head (:func:`s3log.retention.active_sessions`).
+        every head (:func:`s3log._protocol.retention.active_sessions`).
         """
         return self.run(self._core.active_sessions(since))

@@ -25,11 +25,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .errors import StoreError
-from .ops import Delete, DeleteIfMatch, Get, ListKeys, PutIfAbsent, PutIfMatch, StoreOp
+from s3log._protocol.ops import Delete, DeleteIfMatch, Get, ListKeys, PutIfAbsent, PutIfMatch, StoreOp
+from s3log.errors import StoreError
 
 if TYPE_CHECKING:
-    from .results import CommitResult, ExpireReport, ForkInfo
+    from s3log.results import CommitResult, ExpireReport, ForkInfo
 
 try:
     from opentelemetry import trace as _trace

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from .codec import FORK_KIND, Entry, Head, ParentRef, short_hash
-from .reducer import EntriesReducer, Reducer, S, replay
+from s3log._format.codec import FORK_KIND, Entry, Head, ParentRef, short_hash
+from s3log.reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
-    from .protocol import ChainPosition
+    from s3log._protocol.protocol import ChainPosition
 
 # ------------------------------------------------------------------------------ commits
 
@@ -30,7 +30,7 @@ class AckedEntry(Entry):
 
     One commit can store its entries in more than one session (a prefix found landed
     in the parent after an undecided PUT, the rest in a fork), so the session is said
-    per entry, not only per result. Equal to the same :class:`~s3log.codec.Entry` as read.
+    per entry, not only per result. Equal to the same :class:`~s3log._format.codec.Entry` as read.
     """
 
     session_id: str = ""
@@ -301,7 +301,7 @@ class DeletePlan:
 class ProbeReport:
     """What the precondition probe saw: whether the store honours each property of
     conditional requests that commits and deletes rely on
-    (:func:`s3log.protocol.probe_preconditions`).
+    (:func:`s3log._protocol.protocol.probe_preconditions`).
 
     ``if_none_match``: a create-only PUT of an existing object is refused.
     ``if_match``: an ``If-Match`` PUT of a missing object is refused (404 or 412).

@@ -28,7 +28,7 @@ Object Lock) and :func:`check_checkpoints` compares sessions with them; see
 docs/operations.md ("Signed heads and checkpoints") for what each mode protects against.
 
 The protocol's procedures do not sign or verify themselves: they yield a
-:class:`~s3log.ops.Sign` or :class:`~s3log.ops.Verify` op that the driver performs. Ed25519
+:class:`~s3log._protocol.ops.Sign` or :class:`~s3log._protocol.ops.Verify` op that the driver performs. Ed25519
 is pure CPU (tens of microseconds) and runs inline; the KMS classes make one blocking
 HTTPS call per signature, which an async driver makes in a thread, off its event loop
 (docs/decisions/0044-signing-is-an-op-the-drivers-perform.md).
@@ -44,18 +44,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from . import ops
-from ._extras import require
-from .codec import COMPACTED_FIELD, HASH_LEN, Head, Signature, dumps, loads
-from .errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
+from s3log._extras import require
+from s3log._format.codec import COMPACTED_FIELD, HASH_LEN, Head, Signature, dumps, loads
+from s3log._protocol import ops
+from s3log.errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-    from .ops import Proc
-    from .store.base import ObjectStore
+    from s3log._protocol.ops import Proc
+    from s3log.store.base import ObjectStore
 
     PublicKey = Ed25519PublicKey | EllipticCurvePublicKey | RSAPublicKey
 
@@ -222,7 +222,7 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
     """
     # Runs on every commit: the pairs in canonical key order (shorter keys first, then
     # bytewise) encoded as one array whose header is swapped for the map's, as in
-    # s3log.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
+    # s3log._format.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
     items: list[Any] = [
         "v", head.v,
         "alg", alg,
@@ -285,7 +285,7 @@ def sign_head(signer: Signer | None, head: Head, log_id: str | None) -> Head:
 
 
 def signed_head(signer: Signer | None, head: Head, log_id: str | None) -> Proc[Head]:
-    """:func:`sign_head` as a procedure: the signature is an :class:`~s3log.ops.Sign` op the
+    """:func:`sign_head` as a procedure: the signature is an :class:`~s3log._protocol.ops.Sign` op the
     driver performs (off the event loop for a KMS key, in an async driver)."""
     if signer is None:
         return head if head.sig is None else replace(head, sig=None)
@@ -321,7 +321,7 @@ def verify_head(verifier: Verifier | None, head: Head, key: str, log_id: str | N
 
 
 def verified_head(verifier: Verifier | None, head: Head, key: str, log_id: str | None) -> Proc[None]:
-    """:func:`verify_head` as a procedure: the check is an :class:`~s3log.ops.Verify` op the
+    """:func:`verify_head` as a procedure: the check is an :class:`~s3log._protocol.ops.Verify` op the
     driver performs (off the event loop for a KMS key, in an async driver)."""
     if verifier is None:
         return
@@ -491,7 +491,7 @@ class PublicKeyVerifier:
         """Pickles as its key ids and public keys (DER SubjectPublicKeyInfo bytes).
 
         ``cryptography``'s key objects do not pickle; this lets a verifier travel to
-        other processes (Dask workers: :func:`s3log.dask.read_entries`), where the same
+        other processes (Dask workers: :func:`s3log.analytics.dask.read_entries`), where the same
         keys under the same ids are loaded again. Nothing secret is in it.
         """
         from cryptography.hazmat.primitives import serialization

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .errors import S3LogError
+from s3log.errors import S3LogError
 
 if TYPE_CHECKING:
-    from .aio import AsyncLog
-    from .config import LogConfig
-    from .log import Log
-    from .reducer import Reducer
+    from s3log.aio import AsyncLog
+    from s3log.config import LogConfig
+    from s3log.log import Log
+    from s3log.reducer import Reducer
 
 __all__ = ["InvalidURLError", "LogURL", "open_async_log", "open_log", "parse_url"]
 
@@ -159,19 +159,19 @@ def open_log(url: str, *, log_config: LogConfig | None = None, reducer: Reducer[
     :class:`InvalidURLError` for a URL that cannot be used.
     """
     spec = parse_url(url)
-    from .log import Log
+    from s3log.log import Log
 
     store: Any
     if spec.scheme == "memory":
-        from .store.memory import MemoryStore
+        from s3log.store.memory import MemoryStore
 
         store = MemoryStore()
     elif spec.store == "obstore":
-        from .store.obstore import ObstoreStore
+        from s3log.store.obstore import ObstoreStore
 
         store = ObstoreStore(str(spec.bucket), **_store_kwargs(spec))
     else:
-        from .store.s3 import S3Store
+        from s3log.store.s3 import S3Store
 
         store = S3Store(str(spec.bucket), **_store_kwargs(spec))
     # The prefix belongs to the Log, not to the store.
@@ -187,19 +187,19 @@ def open_async_log(
     with ``await log.store.aclose()``.
     """
     spec = parse_url(url)
-    from .aio import AsyncLog
+    from s3log.aio import AsyncLog
 
     store: Any
     if spec.scheme == "memory":
-        from .store.memory import AsyncMemoryStore
+        from s3log.store.memory import AsyncMemoryStore
 
         store = AsyncMemoryStore()
     elif spec.store == "obstore":
-        from .store.obstore import AsyncObstoreStore
+        from s3log.store.obstore import AsyncObstoreStore
 
         store = AsyncObstoreStore(str(spec.bucket), **_store_kwargs(spec))
     else:
-        from .store.aio_s3 import AsyncS3Store
+        from s3log.store.aio_s3 import AsyncS3Store
 
         store = AsyncS3Store(str(spec.bucket), **_store_kwargs(spec))
     return AsyncLog(store, prefix=spec.prefix, config=log_config, reducer=reducer)

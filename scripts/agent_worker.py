@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import s3log
+from s3log._format.layout import DEFAULT_PREFIX
 from s3log.agent import AgentSession
-from s3log.layout import DEFAULT_PREFIX
 
 
 def fake_model(history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

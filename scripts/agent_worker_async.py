@@ -21,8 +21,8 @@ from typing import Any
 from agent_worker import WAIT_FOR_BUSY_SECONDS, fake_model, run_tool
 
 import s3log
+from s3log._format.layout import DEFAULT_PREFIX
 from s3log.agent import AsyncAgentSession
-from s3log.layout import DEFAULT_PREFIX
 
 
 async def run_tool_async(call: dict[str, Any]) -> dict[str, Any]:

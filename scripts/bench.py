@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import s3log
-from s3log.localserver import LocalS3
+from s3log.testing.localserver import LocalS3
 
 PAYLOAD = {"role": "assistant", "content": "x" * 950}
 
@@ -291,8 +291,8 @@ def round_trips(n: int = 2000) -> dict[str, Any]:
     Every op a commit procedure yields is one round trip (a Parallel batch is one);
     counted by wrapping the procedure, so the figure is exact, not timed.
     """
-    from s3log.drive import step
-    from s3log.ops import Parallel, PutIfAbsent, PutIfMatch, Sleep
+    from s3log._drive.drivers import step
+    from s3log._protocol.ops import Parallel, PutIfAbsent, PutIfMatch, Sleep
 
     log = s3log.Log(s3log.MemoryStore())
     w = log.create()
@@ -342,7 +342,7 @@ async def _s3log_async(store: Any, n: int) -> dict[str, Any]:
 
 
 async def _concurrent(store: Any, appenders: int, per: int, config: Any = None) -> dict[str, Any]:
-    from s3log.codec import decode_head
+    from s3log._format.codec import decode_head
 
     alog = s3log.AsyncLog(store, config=config)
     w = await alog.create()
@@ -457,7 +457,7 @@ def restore_floor(log: s3log.Log, store: Any, sid: str, head: Any) -> dict[str, 
             list(pool.map(store.get, head.segments))
 
         gets_s = timed(5, gets)
-    from s3log.codec import entry_record
+    from s3log._format.codec import entry_record
 
     records = [entry_record(e) for e in log.read(sid).entries]
     sha = hashlib.sha256
@@ -562,7 +562,7 @@ def scan_memory(sessions: int = 20, per: int = 1_000) -> dict[str, Any]:
 
 
 def cpu(n: int = 100_000) -> dict[str, Any]:
-    from s3log.chain import PendingEntry, build_chain
+    from s3log._format.chain import PendingEntry, build_chain
 
     pending = [PendingEntry("event", 1_700_000_000_000, {"i": i, "text": "hello"}) for i in range(n)]
     best = _best(3, lambda: build_chain(pending, after_seq=-1, after_hash=None))

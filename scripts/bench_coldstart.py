@@ -48,8 +48,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import s3log
-from s3log.layout import DEFAULT_PREFIX
-from s3log.localserver import LocalS3
+from s3log._format.layout import DEFAULT_PREFIX
+from s3log.testing.localserver import LocalS3
 
 #: The worker: what a serverless handler does on a cold start. argv: t0 URL SID PROBE(0/1).
 WORKER_S3LOG = r"""

@@ -1,7 +1,7 @@
 """Benchmark of the analytics scan against a plain sequential boto3 loop.
 
 Generates N sessions x M entries on the embedded local S3, then in the same run times
-``s3log.analytics.scan`` (bounded parallelism, chains verified) and a sequential loop
+``s3log.analytics.reading`` (bounded parallelism, chains verified) and a sequential loop
 that LISTs, GETs every head and segment with boto3 and decodes them (no verification),
 and prints entries/s, sessions/s and the scan's peak traced memory.
 
@@ -28,7 +28,7 @@ import cbor2
 
 import s3log
 from s3log import analytics
-from s3log.localserver import LocalS3
+from s3log.testing.localserver import LocalS3
 
 
 class LocalS3Process(LocalS3):

@@ -1,4 +1,4 @@
-"""Run the deterministic simulator (s3log.sim) over many seeds, or replay one with its trace.
+"""Run the deterministic simulator (s3log.testing.sim) over many seeds, or replay one with its trace.
 
     python scripts/sim.py --seeds 5000            # seeds 0..4999, report seeds/s and steps/s
     python scripts/sim.py --start 10000 --seeds 1000
@@ -7,7 +7,7 @@
 
 Every seed that keeps the invariants also has its whole history (invocations,
 acknowledgements with their positions, reads, forks, head writes) checked against the
-model of the promise (s3log.testing_history); the totals say how many events it checked.
+model of the promise (s3log.testing.history); the totals say how many events it checked.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from s3log.sim import KNOWN_BUGS, campaign, run_seed
+from s3log.testing.sim import KNOWN_BUGS, campaign, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 import s3log
-from s3log.layout import DEFAULT_PREFIX
+from s3log._format.layout import DEFAULT_PREFIX
 
 # One Log (one boto3 client and connection pool) per container: warm invocations reuse it.
 _LOG: s3log.Log | None = None

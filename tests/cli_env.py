@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import s3log
 from s3log.cli.app import app
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 
 def log_of(env: dict[str, str], config: s3log.LogConfig | None = None) -> s3log.Log:

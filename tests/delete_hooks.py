@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 
 class Clock:

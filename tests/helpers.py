@@ -11,8 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 import s3log
+from s3log._format.codec import decode_head
 from s3log.agent import AgentSession
-from s3log.codec import decode_head
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.errors import ObjectNotFound, PreconditionFailed

@@ -11,8 +11,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log.drive import step
-from s3log.ops import KeyOp, Op, Parallel, Proc, Sleep, call_key
+from s3log._drive.drivers import step
+from s3log._protocol.ops import KeyOp, Op, Parallel, Proc, Sleep, call_key
 
 
 @dataclass

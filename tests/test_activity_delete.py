@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.activity import DAY_MS, day_of, marker_key
+from s3log._protocol.activity import DAY_MS, day_of, marker_key
 from s3log.config import LogConfig
 from s3log.env import Env
 from tests.delete_hooks import Clock, hooked_store
@@ -102,7 +102,7 @@ def test_a_marker_left_by_a_delete_names_no_session_to_the_readers_of_the_index(
     """The marker left names a session with no head, as a failed commit's does: the index
     is a superset, and a scan over it skips the missing session."""
     pytest.importorskip("pyarrow")
-    from s3log import analytics
+    from s3log.analytics import reading as analytics
 
     store = s3log.MemoryStore()
     clock = Clock(T0)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import s3log
-from s3log import activity
+from s3log._protocol import activity
 
 T0 = 1_767_225_600_000  # 2026-01-01
 

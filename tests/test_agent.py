@@ -24,8 +24,8 @@ from s3log.agent import (
     collect_state,
     group_items,
 )
-from s3log.faults import FaultyStore
-from s3log.testing import LocalS3
+from s3log.testing.faults import FaultyStore
+from s3log.testing.plugin import LocalS3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 L = TypeVar("L", s3log.Log, s3log.AsyncLog)

@@ -25,7 +25,7 @@ from s3log.agent import (
     SessionScopeError,
     collect_state,
 )
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ import pytest
 
 import s3log
 from s3log.agent import AgentSession
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

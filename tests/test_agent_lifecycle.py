@@ -102,7 +102,7 @@ def test_closing_the_log_drains_its_sessions(s3log_store: Any) -> None:
 
 
 def test_a_failed_drain_names_every_failed_session_and_keeps_the_records() -> None:
-    from s3log.faults import FaultyStore
+    from s3log.testing.faults import FaultyStore
 
     mem = s3log.MemoryStore()
     failing = {"on": True}

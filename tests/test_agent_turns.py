@@ -13,7 +13,7 @@ import pytest
 import s3log
 import s3log.errors
 from s3log.agent import AgentSession, AsyncAgentSession, SessionBusy
-from s3log.faults import FaultyStore
+from s3log.testing.faults import FaultyStore
 from tests.helpers import kinds
 
 logging.getLogger("s3log").setLevel(logging.ERROR)  # forks and repairs are expected here

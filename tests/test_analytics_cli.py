@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import s3log
 from s3log.cli import export as export_cli
 from s3log.cli.app import app
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import log_of
 
 runner = CliRunner()
@@ -81,7 +81,7 @@ def test_query_filters_cut_requests_and_sessions_view_joins(
     assert stores[-1].requests.snapshot() == {"GET": 1, "PUT": 0, "LIST": 0, "DELETE": 0}
     code, text = _invoke(env, "query", "SELECT count(*) AS n FROM entries", "--json", "--since", "2027-01-01")
     assert code == 0 and json.loads(text) == [{"n": 0}]
-    # No session was committed to since then: the activity index says so (s3log.retention).
+    # No session was committed to since then: the activity index says so (s3log._protocol.retention).
     assert stores[-1].requests.snapshot() == {"GET": 0, "PUT": 0, "LIST": 2, "DELETE": 0}
     code, text = _invoke(env, "query", "SELECT s.labels['tenant'] AS t, count(*) AS n FROM entries e "
                          "JOIN sessions s USING (session) GROUP BY t ORDER BY t", "--json")

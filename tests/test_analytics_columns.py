@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyarrow")
 
 import s3log
-from s3log import analytics
+from s3log.analytics import reading as analytics
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "analytics.md"
 

@@ -10,7 +10,7 @@ import pyarrow.dataset as ds
 import pytest
 
 import s3log
-from s3log import analytics
+from s3log.analytics import reading as analytics
 
 DAY = 86_400_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -78,7 +78,7 @@ def test_time_window_outside_every_session_reads_heads_only(
     store, heads = populated
     con = analytics.duckdb(duckdb.connect(), store, since="2027-01-01", sessions_view=None)
     assert con.execute("SELECT count(*) FROM entries").fetchone() == (0,)
-    # The activity index (s3log.retention) lists no session committed to since then.
+    # The activity index (s3log._protocol.retention) lists no session committed to since then.
     assert store.requests.snapshot() == {"GET": 0, "PUT": 0, "LIST": 2, "DELETE": 0}
     store.requests.reset()
     con = analytics.duckdb(duckdb.connect(), store, sessions=sorted(heads), since="2027-01-01", sessions_view=None)

@@ -16,8 +16,8 @@ import pytest
 from cbor2 import CBORTag
 
 import s3log
-import s3log.codec as codec
-from s3log import analytics
+import s3log._format.codec as codec
+from s3log.analytics import reading as analytics
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
 from s3log.env import Env
@@ -149,7 +149,7 @@ def test_time_arguments_are_checked_eagerly_naming_the_argument(since: Any) -> N
 
 def test_dask_read_entries_checks_prefix_and_times_when_planning() -> None:
     pytest.importorskip("dask.dataframe")
-    from s3log.dask import read_entries
+    from s3log.analytics.dask import read_entries
 
     with pytest.raises(s3log.InvalidPrefixError):
         read_entries("bucket", prefix="../x", sessions=["a"], endpoint_url="http://127.0.0.1:9")

@@ -13,8 +13,8 @@ pytest.importorskip("duckdb")
 import duckdb
 
 import s3log
-from s3log import analytics
-from s3log.localserver import LocalS3
+from s3log.analytics import reading as analytics
+from s3log.testing.localserver import LocalS3
 
 #: Entries of about 1 KiB, as agent transcripts hold.
 TEXT = "x" * 1000
@@ -139,7 +139,7 @@ def test_dask_takes_storage_options_as_plain_values(s3log_server: LocalS3) -> No
     pytest.importorskip("dask")
     import dask
 
-    from s3log.dask import read_entries, read_sessions
+    from s3log.analytics.dask import read_entries, read_sessions
 
     bucket = s3log_server.create_bucket()
     log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))

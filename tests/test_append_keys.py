@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log._protocol.ops import ListPage
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import AppendKeyReused, InvalidArgumentError, StoreError
-from s3log.faults import FaultyStore
-from s3log.ops import ListPage
+from s3log.testing.faults import FaultyStore
 
 
 def _fast(**kw: Any) -> LogConfig:
@@ -338,7 +338,7 @@ def _forge_key(store: s3log.MemoryStore, sid: str, key: str, seq: int, kind: str
     head's ``append_keys``, keeping the genuine signature of the rest."""
     from dataclasses import replace
 
-    from s3log.codec import AppendKey, append_digest, decode_head, dumps, encode_head
+    from s3log._format.codec import AppendKey, append_digest, decode_head, dumps, encode_head
 
     hkey = s3log.Log(store).layout.head(sid)
     got = store.get(hkey)

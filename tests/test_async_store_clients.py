@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.localserver import LocalS3
 from s3log.store.aio_s3 import client_config
+from s3log.testing.localserver import LocalS3
 
 
 async def _round_trip(store: s3log.AsyncS3Store) -> list[Any]:

@@ -9,7 +9,7 @@ import cbor2
 import pytest
 
 import s3log
-from s3log.codec import FORK_KIND, decode_head, encode_head
+from s3log._format.codec import FORK_KIND, decode_head, encode_head
 from tests.conftest import Backend
 
 
@@ -279,7 +279,7 @@ def test_lazy_session_is_stored_on_first_commit(backend: Backend) -> None:
     w.append("k", 1)
     backend.requests.reset()
     w.commit()
-    # The head, and the session's activity marker for today (s3log.activity).
+    # The head, and the session's activity marker for today (s3log._protocol.activity).
     assert backend.requests.snapshot()["PUT"] == 2
     assert [e.data for e in backend.log.read("lazy-one").entries] == [1]
     w2 = backend.log.create("lazy-one", lazy=True)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 
 import s3log
-from s3log.ops import ListPage
+from s3log._protocol.ops import ListPage
 
 
 class SlowHeads(s3log.AsyncMemoryStore):

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 import s3log
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import invoke, log_of, no_python_error
 from tests.helpers import parent_and_fork, sessions_log
 

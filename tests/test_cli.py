@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import s3log
 from s3log.cli.app import app
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import log_of
 
 runner = CliRunner()
@@ -159,7 +159,7 @@ def test_cli_end_to_end_in_a_subprocess(env: dict[str, str]) -> None:
 
 
 def test_demo_finishes_and_reports_zero_loss(env: dict[str, str]) -> None:
-    from s3log.demo import run_demo
+    from s3log.cli.demo import run_demo
 
     report = run_demo(bucket=env["S3LOG_BUCKET"], endpoint=env["AWS_ENDPOINT_URL"], workers=3, turns=4, sessions=2)
     assert report.ok, (report.missing, report.duplicated, report.corrupt)
@@ -170,7 +170,7 @@ def test_demo_finishes_and_reports_zero_loss(env: dict[str, str]) -> None:
 
 def test_the_demo_shows_the_race_on_its_first_run(env: dict[str, str]) -> None:
     """Every worker's first commit is on the head they all read: all but one fork, cold or not."""
-    from s3log.demo import run_demo
+    from s3log.cli.demo import run_demo
 
     report = run_demo(bucket=env["S3LOG_BUCKET"], endpoint=env["AWS_ENDPOINT_URL"], workers=3, turns=1, sessions=1)
     assert report.ok and report.commits == 3

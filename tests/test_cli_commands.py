@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from s3log.cli.common import dumps, jsonable, when
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import edit_head_s3, invoke, log_of, no_python_error, strict_json
 
 HUGE = 2**70
@@ -59,7 +59,7 @@ def test_jsonable_maps_non_finite_floats_to_null() -> None:
 
 ODD = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "b": b"\x01\xab", "k": {b"\xff": 1, 2: [3]},
        "big": 10**5000}
-#: ODD by the one JSON rule (s3log.jsonform): null for non-finite floats, hex for bytes and huge ints.
+#: ODD by the one JSON rule (s3log._format.jsonform): null for non-finite floats, hex for bytes and huge ints.
 ODD_JSON = {"nan": None, "inf": None, "ninf": None, "b": "01ab", "k": {"ff": 1, "2": [3]}, "big": hex(10**5000)}
 
 

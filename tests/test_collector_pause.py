@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import _gcpause
+from s3log._drive import gcpause as _gcpause
 from tests.baseline import baseline_module
 
 
@@ -192,10 +192,10 @@ def test_the_codec_leaves_the_collector_alone_and_the_drivers_pause_it(
     """Decoding is a pure function: it never turns the process-wide collector off. A
     driver does, while a procedure decodes what a request brought back, and turns it
     back on after."""
-    from s3log import ops
-    from s3log.codec import decode_head, decode_segment, encode_segment, make_entry
+    from s3log._drive.drivers import SyncDriver
+    from s3log._format.codec import decode_head, decode_segment, encode_segment, make_entry
+    from s3log._protocol import ops
     from s3log.config import RetryPolicy
-    from s3log.drive import SyncDriver
     from s3log.store.memory import MemoryStore
 
     gc.enable()

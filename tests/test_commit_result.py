@@ -17,7 +17,7 @@ import pytest
 import s3log
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import StoreError
-from s3log.faults import AsyncFaultyStore, FaultyStore
+from s3log.testing.faults import AsyncFaultyStore, FaultyStore
 
 
 def _fast() -> LogConfig:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import protocol
+from s3log._protocol import protocol
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.errors import InvalidArgumentError, InvalidEntryError, TransientStoreError
@@ -265,7 +265,7 @@ def _tamper(store: s3log.MemoryStore, layout: Any, what: str) -> None:
     head, keeping its genuine signature."""
     from dataclasses import replace
 
-    from s3log.codec import decode_head, encode_head
+    from s3log._format.codec import decode_head, encode_head
 
     key = layout.head(SID)
     got = store.get(key)

@@ -9,7 +9,7 @@ from typing import Any
 
 import s3log
 from s3log.errors import PreconditionFailed
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.invariants import check_no_loss_no_duplicates
 from tests.workers import serverless_turns
 

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log._protocol.ops import Blob, DeleteIfMatch, ListPage, Parallel, call_delete_if_match
+from s3log._protocol.protocol import delete_session
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import (
@@ -26,10 +28,8 @@ from s3log.errors import (
     SessionReplaced,
     TransientStoreError,
 )
-from s3log.faults import Fault, FaultyStore
-from s3log.ops import Blob, DeleteIfMatch, ListPage, Parallel, call_delete_if_match
-from s3log.protocol import delete_session
-from s3log.testing import LocalS3
+from s3log.testing.faults import Fault, FaultyStore
+from s3log.testing.plugin import LocalS3
 from tests.delete_hooks import Clock, HookedMemory, PlainStore, hooked_store
 from tests.scripted import Script, Step
 from tests.tombstones import tombstone_idle, tombstone_idle_async

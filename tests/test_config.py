@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import s3log
+from s3log._format.layout import MAX_SEGMENTS
+from s3log._format.manifest import max_manifest_length
 from s3log.config import MAX_FANOUT
 from s3log.errors import InvalidArgumentError
-from s3log.layout import MAX_SEGMENTS
-from s3log.manifest import max_manifest_length
 
 
 def test_the_fanout_is_bounded_so_no_head_lists_more_segments_than_readers_accept() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import analytics
-from s3log.testing import LocalS3
+from s3log.analytics import reading as analytics
+from s3log.testing.plugin import LocalS3
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -24,7 +24,7 @@ def _populate(log: s3log.Log, sessions: int, entries: int) -> None:
 
 
 def _worker_state() -> tuple[int, int]:
-    from s3log import dask as s3dask
+    from s3log.analytics import dask as s3dask
 
     return s3dask.stores_opened, threading.active_count()
 
@@ -38,7 +38,7 @@ def _plain(value: Any) -> bool:
 
 
 def test_the_task_graph_carries_plain_values_only(s3log_server: LocalS3) -> None:
-    from s3log.dask import read_entries
+    from s3log.analytics.dask import read_entries
 
     bucket = s3log_server.create_bucket()
     _populate(s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)), 3, 2)
@@ -63,7 +63,7 @@ def test_two_consecutive_computes_on_a_process_cluster(s3log_server: LocalS3) ->
 
     from distributed import Client, LocalCluster
 
-    from s3log.dask import read_entries, read_sessions
+    from s3log.analytics.dask import read_entries, read_sessions
 
     bucket = s3log_server.create_bucket()
     store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
@@ -155,7 +155,7 @@ def _thread_locals_made(threshold: tuple[int, int, int]) -> tuple[int, int, int]
 def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
     from distributed import Client, LocalCluster
 
-    from s3log.dask import read_entries
+    from s3log.analytics.dask import read_entries
 
     bucket = s3log_server.create_bucket()
     store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
@@ -210,7 +210,7 @@ def test_a_verifier_travels_to_a_process_cluster(s3log_server: LocalS3) -> None:
 
     from distributed import Client, LocalCluster
 
-    from s3log.dask import read_entries, read_sessions
+    from s3log.analytics.dask import read_entries, read_sessions
     from s3log.signing import SignatureError
 
     bucket, verifier, signed, unsigned = _signed_and_unsigned(s3log_server)
@@ -245,7 +245,7 @@ def test_a_verifier_travels_to_a_process_cluster(s3log_server: LocalS3) -> None:
 def test_a_verifier_that_cannot_travel_is_refused_at_the_call(s3log_server: LocalS3) -> None:
     import boto3
 
-    from s3log.dask import read_entries, read_sessions
+    from s3log.analytics.dask import read_entries, read_sessions
     from s3log.signing import AnyVerifier, KmsVerifier
 
     bucket, verifier, _, _ = _signed_and_unsigned(s3log_server)

@@ -1,6 +1,6 @@
 """The commit decision table, row by row, and procedures under scripted replies.
 
-The table tests call :mod:`s3log.decide` directly. The scripted tests run the real
+The table tests call :mod:`s3log._protocol.decide` directly. The scripted tests run the real
 commit procedure against an exact sequence of replies (tests/scripted.py, no store):
 lost-but-landed, landed-then-built-on, a 409 storm, a conflict during a lazy create,
 and "already exists" on a create-only PUT.
@@ -13,11 +13,20 @@ from typing import Any
 
 import pytest
 
-from s3log import decide
-from s3log.chain import PendingEntry, build_chain
-from s3log.codec import decode_head, dumps, encode_head, encode_segment
+from s3log._format.chain import PendingEntry, build_chain
+from s3log._format.codec import decode_head, dumps, encode_head, encode_segment
+from s3log._format.layout import Layout
+from s3log._protocol import decide
+from s3log._protocol.decide import Confirmed, CreateStep, Reply
+from s3log._protocol.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
+from s3log._protocol.protocol import (
+    ChainPosition,
+    _is_marker_of,
+    commit,
+    new_writer_state,
+    rewrite_marker,
+)
 from s3log.config import LogConfig, RetryPolicy
-from s3log.decide import Confirmed, CreateStep, Reply
 from s3log.env import Env
 from s3log.errors import (
     ConditionalRequestConflict,
@@ -27,15 +36,6 @@ from s3log.errors import (
     SessionExists,
     StoreError,
     TransientStoreError,
-)
-from s3log.layout import Layout
-from s3log.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
-from s3log.protocol import (
-    ChainPosition,
-    _is_marker_of,
-    commit,
-    new_writer_state,
-    rewrite_marker,
 )
 from s3log.reducer import EntriesReducer
 from tests.scripted import Script, Step

@@ -18,7 +18,7 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import codec
+from s3log._format import codec
 from s3log.env import Env
 from tests.baseline import baseline_module
 

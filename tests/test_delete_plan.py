@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.activity import DAY_MS
+from s3log._protocol.activity import DAY_MS
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.store.memory import AsyncMemoryStore, MemoryStore

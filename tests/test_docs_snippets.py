@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -20,12 +20,13 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import _gcpause, protocol
-from s3log.codec import Segment
+from s3log._drive import gcpause as _gcpause
+from s3log._drive.drivers import AsyncDriver, SyncDriver
+from s3log._format.codec import Segment
+from s3log._protocol import protocol
+from s3log._protocol.ops import Blob, Get, Parallel, Proc
 from s3log.config import RetryPolicy
-from s3log.drive import AsyncDriver, SyncDriver
 from s3log.errors import CorruptionError, ObjectNotFound
-from s3log.ops import Blob, Get, Parallel, Proc
 from s3log.store.memory import AsyncMemoryStore
 
 

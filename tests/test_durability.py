@@ -11,7 +11,9 @@ from dataclasses import replace
 import pytest
 
 import s3log
-from s3log.codec import Head, decode_head, encode_head
+from s3log._format.codec import Head, decode_head, encode_head
+from s3log._protocol.ops import Blob
+from s3log._protocol.protocol import load_from_head
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import (
     ConditionalRequestConflict,
@@ -24,9 +26,7 @@ from s3log.errors import (
     StoreError,
     TransientStoreError,
 )
-from s3log.faults import Fault, FaultyStore
-from s3log.ops import Blob
-from s3log.protocol import load_from_head
+from s3log.testing.faults import Fault, FaultyStore
 
 FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005),
                  tail_per_commit=0, tail_max_bytes=1024)
@@ -111,7 +111,7 @@ def test_deep_data_within_the_bound_reads_back_and_forks() -> None:
     log = s3log.Log(s3log.MemoryStore())
     w = log.create()
     value: object = "leaf"
-    for _ in range(s3log.codec.MAX_DATA_DEPTH - 1):
+    for _ in range(s3log._format.codec.MAX_DATA_DEPTH - 1):
         value = {"k": value}
     w.append("k", value)
     w.commit()
@@ -156,7 +156,7 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
         w.commit()
     _age_everything(store, 2 * HOUR)
     before = log.head(w.session_id)
-    held = log.run(s3log.protocol.read_head(log.layout, w.session_id))
+    held = log.run(s3log._protocol.protocol.read_head(log.layout, w.session_id))
     w.append("k", "z" * 500 + "merge")
     w.commit()
     after = log.head(w.session_id)
@@ -233,7 +233,7 @@ def _plant_head(store: s3log.MemoryStore, log: s3log.Log, sid: str, mutate: dict
     head = decode_head(store.get(key).body, key)
     fields = head.to_map()
     fields.update(mutate)
-    store.put_raw(key, s3log.codec.dumps(fields))
+    store.put_raw(key, s3log._format.codec.dumps(fields))
 
 
 def test_one_bad_head_or_stray_folder_does_not_break_the_bucket() -> None:

@@ -13,7 +13,7 @@ import pytest
 import s3log
 from s3log.store import aio_s3
 from s3log.store.memory import AsyncMemoryStore
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 
 class Slow(AsyncMemoryStore):

@@ -18,7 +18,7 @@ from s3log.errors import (
     InvalidArgumentError,
     SessionExists,
 )
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.delete_hooks import Clock
 from tests.helpers import expired_world
 from tests.test_pending_hostile import ClockStore

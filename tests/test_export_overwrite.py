@@ -24,9 +24,9 @@ pytest.importorskip("pyarrow")
 from typer.testing import CliRunner
 
 import s3log
-from s3log import analytics
+from s3log.analytics import reading as analytics
 from s3log.cli.app import app
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import log_of
 from tests.helpers import store_with
 

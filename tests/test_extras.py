@@ -65,10 +65,10 @@ ENTRY_POINTS: dict[str, str] = {
     "async": "import s3log; s3log.AsyncS3Store('b'); s3log.open_async_log('s3://b/p')",
     "cli": "import sys; sys.argv = ['s3log', '--help']\nfrom s3log._console import main\n"
            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code",
-    "local": "from s3log.localserver import LocalS3\nLocalS3().start().stop()",
+    "local": "from s3log.testing.localserver import LocalS3\nLocalS3().start().stop()",
     "fast": "import s3log; s3log.S3Store.fast('b'); s3log.AsyncS3Store.fast('b')",
     "analytics": _ANALYTICS,
-    "dask": "import s3log.dask as d; d.read_entries('b', sessions=['x'])",
+    "dask": "import s3log.analytics.dask as d; d.read_entries('b', sessions=['x'])",
     "sign": _SIGN,
     "langgraph": _LANGGRAPH,
     "openai-agents": _OPENAI_AGENTS,
@@ -174,11 +174,11 @@ MISSING = [
     ("import s3log; s3log.S3Store.fast('b')", "obstore", "fast"),
     ("import s3log.store._obstore_common as c; c.map_error(Exception(), 'k')", "obstore", "fast"),
     ("import s3log.analytics", "pyarrow", "analytics"),
-    ("import s3log.dask", "pandas", "dask"),
-    ("import s3log.dask as d; d.read_entries('b', sessions=['x'])", "dask", "dask"),
-    ("from s3log.localserver import LocalS3; LocalS3().start()", "moto", "local"),
-    ("from s3log.localserver import make_moto_atomic; make_moto_atomic()", "moto", "local"),
-    ("from s3log.localserver import LocalS3; LocalS3().start()", "flask_cors", "local"),
+    ("import s3log.analytics.dask", "pandas", "dask"),
+    ("import s3log.analytics.dask as d; d.read_entries('b', sessions=['x'])", "dask", "dask"),
+    ("from s3log.testing.localserver import LocalS3; LocalS3().start()", "moto", "local"),
+    ("from s3log.testing.localserver import make_moto_atomic; make_moto_atomic()", "moto", "local"),
+    ("from s3log.testing.localserver import LocalS3; LocalS3().start()", "flask_cors", "local"),
     ("import s3log.signing as s; s.Ed25519Signer.from_pem(b'')", "cryptography", "sign"),
     ("import s3log.integrations.langgraph", "langgraph", "langgraph"),
     ("from s3log.integrations.langgraph import AsyncS3LogSaver", "langchain_core", "langgraph"),
@@ -251,11 +251,11 @@ def test_loading_the_pytest_plugin_imports_nothing_heavy() -> None:
         import json, sys
         import pytest
         before = set(sys.modules)
-        import s3log.testing
+        import s3log.testing.plugin
         new = sorted(set(sys.modules) - before)
         print(json.dumps([m for m in new if m.split(".")[0] in
               ("moto", "boto3", "botocore", "cbor2", "flask", "werkzeug", "aiobotocore")
-              or m in ("s3log.codec", "s3log.localserver", "s3log.log")]))
+              or m in ("s3log._format.codec", "s3log.testing.localserver", "s3log.log")]))
     """)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []

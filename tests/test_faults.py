@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import s3log
 from s3log.config import LogConfig, RetryPolicy
-from s3log.faults import AsyncFaultyStore, Crash, Fault, FaultyStore, random_plan
-from s3log.testing import LocalS3
+from s3log.testing.faults import AsyncFaultyStore, Crash, Fault, FaultyStore, random_plan
+from s3log.testing.plugin import LocalS3
 from tests.invariants import check_no_loss_no_duplicates
 
 FAST = LogConfig(retry=RetryPolicy(attempts=12, initial=0.0005, max_backoff=0.002))
@@ -61,7 +61,7 @@ def test_landed_write_built_on_by_another_writer_is_acknowledged_not_forked() ->
     faulty = FaultyStore(mem, plan)
     real_get = faulty.get
 
-    def get_after_interloper(key: str) -> s3log.ops.Blob:
+    def get_after_interloper(key: str) -> s3log._protocol.ops.Blob:
         # Another writer commits on top of the landed head before ours re-reads it.
         if state["armed"] and not state["done"]:
             state["done"] = True

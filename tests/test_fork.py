@@ -15,7 +15,7 @@ import s3log
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import SessionExists, StoreError, TransientStoreError
-from s3log.faults import AsyncFaultyStore, FaultyStore
+from s3log.testing.faults import AsyncFaultyStore, FaultyStore
 from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle, tombstone_proc
 
@@ -84,8 +84,8 @@ def test_an_explicit_child_id_freed_by_log_delete_can_be_forked_into_again() -> 
 def test_a_key_holding_something_else_than_a_marker_of_that_fork_still_refuses_the_child_id() -> None:
     store = s3log.MemoryStore()
     log = _parent(store)
-    for planted in (b"not cbor", s3log.codec.dumps({"v": 1, "child": "c2", "parent": {"session": "p1"}}),
-                    s3log.codec.dumps({"v": 1, "child": "c1", "parent": {"session": "p0"}})):
+    for planted in (b"not cbor", s3log._format.codec.dumps({"v": 1, "child": "c2", "parent": {"session": "p1"}}),
+                    s3log._format.codec.dumps({"v": 1, "child": "c1", "parent": {"session": "p0"}})):
         key = "s3log/sessions/p1/forks/c1"
         store.delete(key)
         store.put_if_absent(key, planted)
@@ -551,7 +551,7 @@ SID = "thread-1"
 def _drive(store: s3log.MemoryStore, proc: Any, stop: Any = None) -> Any:
     """Run a procedure on ``store``; ``stop(op)`` true after performing ``op`` abandons
     it there (an async commit cancelled once that request landed). Returns the result."""
-    from s3log.ops import Parallel, Sleep, call_store
+    from s3log._protocol.ops import Parallel, Sleep, call_store
 
     value: Any = None
     error: BaseException | None = None
@@ -590,10 +590,10 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     position, into a new child, and the rest of the batch was stored twice (the first
     child holds it too). Found by simulator seeds 40358 (expire) and 40848 (delete, then
     the creator took the id over)."""
-    from s3log import protocol
-    from s3log.core import LogCore
+    from s3log._api.core import LogCore
+    from s3log._protocol import protocol
+    from s3log._protocol.ops import PutIfAbsent, PutIfMatch
     from s3log.env import Env
-    from s3log.ops import PutIfAbsent, PutIfMatch
 
     clock = [1_700_000_000_000]
     cfg = LogConfig(env=Env.deterministic(5, lambda: clock[0]))

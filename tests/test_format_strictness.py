@@ -14,10 +14,10 @@ import cbor2
 import pytest
 
 import s3log
-from s3log.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
+from s3log._format.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
+from s3log._format.layout import Layout, parse_segment_key
 from s3log.errors import CorruptionError
-from s3log.layout import Layout, parse_segment_key
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json
 from tests.helpers import parent_and_fork
 
@@ -85,7 +85,7 @@ def test_segment_keys_are_read_as_written() -> None:
 
 @pytest.mark.parametrize("extra", [b"\x00", b"\xf6\xf6", b"\x50" + b"z" * 16])
 def test_bytes_after_a_segment_are_corrupt(extra: bytes) -> None:
-    from s3log.codec import encode_segment
+    from s3log._format.codec import encode_segment
 
     body = encode_segment("s", [make_entry(0, None, "k", 1, {"a": 1})])
     assert decode_segment(body, "seg").entries[0].data == {"a": 1}

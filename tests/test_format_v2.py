@@ -13,9 +13,9 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import analytics, codec, protocol
-from s3log.chain import PendingEntry, build_chain
-from s3log.codec import (
+from s3log._format import codec
+from s3log._format.chain import PendingEntry, build_chain
+from s3log._format.codec import (
     Entry,
     decode_head,
     decode_segment,
@@ -24,6 +24,8 @@ from s3log.codec import (
     entry_record,
     make_entry,
 )
+from s3log._protocol import protocol
+from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError
 
 SMALL = 600  # a small tail bound, so a few commits flush segments
@@ -100,7 +102,7 @@ def test_a_session_written_in_one_format_and_continued_in_the_other_reads_back(f
 def test_hashes_and_entries_are_identical_in_both_formats() -> None:
     chain = build_chain([PendingEntry(f"k{i}", 5 + i, {"i": i, "b": b"\0\1", "f": 1.5, "n": None, "l": [i] * i})
                          for i in range(20)], after_seq=-1, after_hash=None)
-    from s3log.codec import encode_segment
+    from s3log._format.codec import encode_segment
 
     v1 = decode_segment(encode_segment("s", chain, 1), "k1").entries
     v2 = decode_segment(encode_segment("s", chain, 2), "k2").entries
@@ -464,8 +466,8 @@ def test_empty_and_nested_data_read_back_in_both_formats_and_mixed(data: Any) ->
 
 
 def test_a_linked_run_is_checked_where_it_joins_the_chain() -> None:
-    from s3log.chain import ChainVerifier
-    from s3log.codec import LinkedRun, encode_segment
+    from s3log._format.chain import ChainVerifier
+    from s3log._format.codec import LinkedRun, encode_segment
 
     entries = build_chain([PendingEntry("k", 1, {"i": i}) for i in range(5)], after_seq=-1, after_hash=None)
     seg = decode_segment(encode_segment("s", entries[2:]), _KEY)
@@ -494,7 +496,7 @@ def test_tail_records_that_are_not_linked_are_left_to_the_verifier() -> None:
 
 
 def test_a_segment_is_written_only_for_a_linked_run() -> None:
-    from s3log.codec import encode_segment
+    from s3log._format.codec import encode_segment
 
     entries = build_chain([PendingEntry("k", 1, {"i": i}) for i in range(4)], after_seq=-1, after_hash=None)
     with pytest.raises(ValueError, match="consecutive and linked"):
@@ -527,7 +529,7 @@ def test_data_cbor_is_each_datas_deterministic_encoding(first: int, count: int, 
 def test_a_record_spliced_from_the_appended_data_bytes_equals_the_encoded_record(data: Any, seq: int, ts: int) -> None:
     """A commit splices the data bytes encoded at append into the record: the record
     (and so the hash) must be the one encoding the whole map gives."""
-    from s3log.codec import dumps, make_entry, normalize_data_cbor
+    from s3log._format.codec import dumps, make_entry, normalize_data_cbor
 
     value, encoded = normalize_data_cbor("k", data)
     prev = None if seq == 0 else bytes(range(32))

@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 import pytest
 
 import s3log
+from s3log._protocol.ops import Blob, ListPage
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import ConflictError, InvalidArgumentError, S3LogError, StoreError
-from s3log.faults import AsyncFaultyStore, Fault
-from s3log.ops import Blob, ListPage
 from s3log.store.memory import AsyncMemoryStore
+from s3log.testing.faults import AsyncFaultyStore, Fault
 
 
 class _SlowStore(AsyncMemoryStore):

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s3log.codec import Head, Lease, ParentRef, Pending, Signature, dumps, encode_head, make_entry
+from s3log._format.codec import Head, Lease, ParentRef, Pending, Signature, dumps, encode_head, make_entry
 
 HASH = st.binary(min_size=32, max_size=32)
 TEXT = st.text(max_size=40)
@@ -138,7 +138,7 @@ def test_odd_values_encode_as_the_stored_map_says() -> None:
 def test_a_str_subclass_id_does_not_poison_the_head_key_cache() -> None:
     """Layout.head cached the key of a str subclass id (formatted its
     own way) under the plain id, and raised TypeError for an unhashable one."""
-    from s3log.layout import Layout
+    from s3log._format.layout import Layout
 
     class Formatted(str):
         def __format__(self, spec: str) -> str:

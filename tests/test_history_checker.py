@@ -1,4 +1,4 @@
-"""The history checker (s3log.testing_history): hand-made histories with each breach
+"""The history checker (s3log.testing.history): hand-made histories with each breach
 of the promise are reported, clean ones are not, and racing writers over the local
 HTTP server under injected faults leave a clean history."""
 
@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.faults import AsyncFaultyStore, FaultyStore, random_plan
-from s3log.testing import LocalS3
-from s3log.testing_history import (
+from s3log.testing.faults import AsyncFaultyStore, FaultyStore, random_plan
+from s3log.testing.history import (
     Ack,
     AsyncRecordingStore,
     Ended,
@@ -33,6 +32,7 @@ from s3log.testing_history import (
     check,
     positions,
 )
+from s3log.testing.plugin import LocalS3
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,7 +196,7 @@ def test_two_creates_of_one_head_are_reported_unless_deleted_between() -> None:
 
 
 def test_the_checker_imports_no_client_library() -> None:
-    code = ("import json, sys; import s3log.testing_history, s3log.sim; "
+    code = ("import json, sys; import s3log.testing.history, s3log.testing.sim; "
             "print(json.dumps([m for m in ('boto3', 'botocore', 'aioboto3', 'obstore', 'moto', 'pytest') "
             "if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -330,7 +330,7 @@ def _tombstone(root: Path, sid: str, *, empty: bool = False, **change: Any) -> N
     hash all the same), with ``change`` applied to the stored map."""
     from dataclasses import replace
 
-    from s3log.codec import decode_head, encode_head
+    from s3log._format.codec import decode_head, encode_head
     from tests.tombstones import tombstone
 
     path = _head(root, sid)

@@ -15,7 +15,7 @@ from langgraph.graph import END, START, StateGraph
 import s3log
 from s3log.integrations import IntegrationError, _log_from_url
 from s3log.integrations.langgraph import AsyncS3LogSaver, S3LogSaver, SyncCallError
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 
 async def _sync_saver(server: LocalS3) -> AsyncGenerator[Any, None]:

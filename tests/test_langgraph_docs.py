@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from agents import set_tracing_disabled
 
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
 

@@ -12,7 +12,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 import s3log
 from s3log.env import Env
 from s3log.integrations.langgraph import AsyncS3LogSaver, S3LogSaver, session_for
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 
 async def _sync_memory() -> AsyncGenerator[Any, None]:

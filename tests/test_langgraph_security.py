@@ -24,7 +24,7 @@ from langgraph.graph import END, START, StateGraph
 
 import s3log
 from s3log.integrations.langgraph import S3LogSaver, session_for
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 # msgpack ext codes LangGraph's JsonPlusSerializer reads as "import module.name, call it".
 EXT_CALL_ONE_ARG = 0

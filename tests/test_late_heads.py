@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import protocol
-from s3log.codec import decode_head
+from s3log._format.codec import decode_head
+from s3log._protocol import protocol
 from s3log.env import Env
 from s3log.errors import TransientStoreError
 from tests.delete_hooks import Clock

@@ -31,11 +31,12 @@ import cbor2
 import pytest
 
 import s3log
-from s3log import analytics, codec
-from s3log.chain import ChainVerifier, PendingEntry, build_chain
-from s3log.codec import Entry, Head, LinkedRun, RunColumns
+from s3log._format import codec
+from s3log._format.chain import ChainVerifier, PendingEntry, build_chain
+from s3log._format.codec import Entry, Head, LinkedRun, RunColumns
+from s3log._format.layout import Layout
+from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
-from s3log.layout import Layout
 
 _L = Layout()
 
@@ -455,7 +456,8 @@ def _old_tree(tmp: Path) -> Path | None:
 _RUNNER = r'''
 import json, pickle, sys, warnings
 import s3log
-from s3log import analytics, codec
+from s3log.analytics import reading as analytics
+from s3log._format import codec
 from s3log.store.memory import MemoryStore
 
 def ent(e):

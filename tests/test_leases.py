@@ -25,6 +25,7 @@ import pytest
 import s3log
 import s3log.agent.aio
 import s3log.agent.sync
+from s3log._format.codec import Lease
 from s3log.agent import (
     OUTCOME,
     TOOL_RESULTS,
@@ -34,8 +35,7 @@ from s3log.agent import (
     AsyncAgentSession,
     SessionBusy,
 )
-from s3log.codec import Lease
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -599,7 +599,7 @@ def test_writer_hold_lease_refuses_bad_arguments(owner: Any, ttl: Any) -> None:
 
 
 def test_a_lease_survives_the_head_codec() -> None:
-    from s3log.codec import decode_head, dumps, encode_head, loads
+    from s3log._format.codec import decode_head, dumps, encode_head, loads
 
     log = clocked(s3log.MemoryStore(), Clock())
     w = log.create()

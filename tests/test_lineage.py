@@ -11,7 +11,7 @@ import s3log
 from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
 

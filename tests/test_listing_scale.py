@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.activity import DAY_MS, day_of, marker_key
-from s3log.codec import encode_head
+from s3log._format.codec import encode_head
+from s3log._format.ids import assemble_uuid7 as _assemble
+from s3log._format.layout import Layout
+from s3log._protocol.activity import DAY_MS, day_of, marker_key
+from s3log._protocol.ops import Blob, ListPage, ObjectInfo
+from s3log._protocol.protocol import empty_head
 from s3log.env import Env
 from s3log.errors import ObjectNotFound
-from s3log.ids import _assemble
-from s3log.layout import Layout
-from s3log.ops import Blob, ListPage, ObjectInfo
-from s3log.protocol import empty_head
 from s3log.store.base import RequestCounter
 
 NOW = 1_800_000_000_000
@@ -204,8 +204,8 @@ def test_newest_first_over_http_costs_a_few_lists(s3log_server: Any, kind: str) 
 def test_same_day_by_division_agrees_with_the_calendar() -> None:
     """A commit tells "same day as the head it replaces" by integer division (no date
     formatting per commit): it must agree with the UTC dates, around midnights too."""
-    from s3log.activity import marker_for
-    from s3log.layout import Layout
+    from s3log._format.layout import Layout
+    from s3log._protocol.activity import marker_for
 
     rng = random.Random(5)
     layout = Layout("p")

@@ -25,12 +25,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log import analytics
-from s3log.codec import decode_head, encode_head
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.layout import Layout
+from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError, InvalidArgumentError
-from s3log.layout import Layout
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 SID = "thread-1"  # the same id in both tenants, as a framework's thread id would be
 
@@ -256,7 +256,7 @@ def test_the_default_identity_is_bucket_slash_prefix() -> None:
 
 def test_dask_reads_a_copied_log_under_the_identity_it_names(s3log_server: LocalS3) -> None:
     pytest.importorskip("dask")
-    from s3log.dask import read_entries, read_sessions
+    from s3log.analytics.dask import read_entries, read_sessions
 
     signer, verifier = _keys()
     orig, copy = s3log_server.create_bucket(), s3log_server.create_bucket()

@@ -10,7 +10,7 @@ import pytest
 
 import s3log
 from s3log.config import LogConfig, RetryPolicy
-from s3log.faults import FaultyStore
+from s3log.testing.faults import FaultyStore
 
 FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005))
 

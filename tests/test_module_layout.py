@@ -1,8 +1,8 @@
 """Types live where their name says, and I/O is typed.
 
 ``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
-``s3log.core`` the commit queue and the log's procedures. The typed request helpers of
-``s3log.ops`` return what both drivers send back.
+``s3log._api.core`` the commit queue and the log's procedures. The typed request helpers of
+``s3log._protocol.ops`` return what both drivers send back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 import s3log
-from s3log import config, core, ops, results
+from s3log import config, results
+from s3log._api import core
+from s3log._protocol import ops
 from s3log.errors import ObjectNotFound, PreconditionFailed
 
 
@@ -30,7 +32,7 @@ def test_public_names_come_from_the_new_homes() -> None:
 
 
 def test_writers_are_built_on_the_shared_verbs() -> None:
-    from s3log.writer import WriterVerbs
+    from s3log._api.writer import WriterVerbs
 
     assert issubclass(s3log.Writer, WriterVerbs) and issubclass(s3log.AsyncWriter, WriterVerbs)
     assert issubclass(s3log.Log, core.LogVerbs) and issubclass(s3log.AsyncLog, core.LogVerbs)

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import protocol
-from s3log.codec import Pending, decode_head, encode_head
+from s3log._format.codec import Pending, decode_head, encode_head
+from s3log._protocol import protocol
+from s3log._protocol.ops import Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError
-from s3log.ops import Op, Parallel, PutIfAbsent, PutIfMatch
 from tests.scripted import recorded
 
 TAIL = 1024
@@ -302,14 +302,14 @@ def test_a_pending_segment_that_does_not_match_the_chain_is_never_referenced() -
     _fill(wo, 3)
     wo.commit()
     store.delete(pending.key)
-    store.put_if_absent(pending.key, s3log.codec.encode_segment("s1", list(other.read("s1").entries), 2))
+    store.put_if_absent(pending.key, s3log._format.codec.encode_segment("s1", list(other.read("s1").entries), 2))
     w2 = log.open("s1")
     assert w2._core.ws.confirmed is None
     _fill(w2)
     w2.commit()
     assert pending.key not in _head(store, log, "s1").segments
     assert len(log.read("s1").entries) == len(w2._core.ws.head.tail) + sum(
-        len(s3log.codec.decode_segment(store.get(k).body, k).entries) for k in _head(store, log, "s1").segments)
+        len(s3log._format.codec.decode_segment(store.get(k).body, k).entries) for k in _head(store, log, "s1").segments)
 
 
 def test_a_head_naming_a_pending_key_outside_its_session_is_refused() -> None:

@@ -22,7 +22,7 @@ import s3log
 from s3log.config import LogConfig
 from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 set_tracing_disabled(True)
 

@@ -15,9 +15,9 @@ import pytest
 import s3log
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
-from s3log.faults import AsyncFaultyStore, Fault, FaultyStore
 from s3log.integrations import IntegrationError
 from s3log.integrations.openai_agents import S3LogSession, store_id
+from s3log.testing.faults import AsyncFaultyStore, Fault, FaultyStore
 from tests.delete_hooks import Clock
 
 # Two attempts per request, no real waiting: a refused write fails fast.

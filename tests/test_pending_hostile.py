@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import protocol
-from s3log.codec import Pending, decode_head, decode_segment, encode_head, encode_segment
+from s3log._format.codec import Pending, decode_head, decode_segment, encode_head, encode_segment
+from s3log._protocol import protocol
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError, TransientStoreError

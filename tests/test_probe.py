@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.drive import SyncDriver
+from s3log._drive.drivers import SyncDriver
+from s3log._format.layout import Layout
+from s3log._protocol.ops import Op, Parallel
+from s3log._protocol.protocol import PROBE_RACERS, probe_preconditions
 from s3log.errors import (
     ConditionalDeleteUnsupported,
     ObjectNotFound,
@@ -22,14 +25,11 @@ from s3log.errors import (
     PreconditionsIgnoredError,
     StoreError,
 )
-from s3log.faults import Fault, FaultyStore
-from s3log.layout import Layout
-from s3log.localserver import LocalS3
-from s3log.ops import Op, Parallel
-from s3log.protocol import PROBE_RACERS, probe_preconditions
 from s3log.results import ProbeReport
-from s3log.sim import SimStore
 from s3log.store.memory import _etag
+from s3log.testing.faults import Fault, FaultyStore
+from s3log.testing.localserver import LocalS3
+from s3log.testing.sim import SimStore
 
 
 class HonestStore(s3log.MemoryStore):

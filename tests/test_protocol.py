@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import s3log
+from s3log._format.manifest import max_manifest_length, plan_merge
 from s3log.config import LogConfig
-from s3log.manifest import max_manifest_length, plan_merge
 
 
 def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
@@ -151,7 +151,8 @@ def test_threads_appending_durably_share_commits() -> None:
 
 
 def test_uuid7_ids_sort_by_creation() -> None:
-    from s3log.ids import uuid7, uuid7_time_ms
+    from s3log._format.ids import uuid7_time_ms
+    from s3log.env import uuid7
 
     ids = [uuid7() for _ in range(2000)]
     assert ids == sorted(ids) and len(set(ids)) == 2000
@@ -180,7 +181,7 @@ def test_spliced_hash_equals_the_canonical_map(seq: int, prev: bytes | None, kin
 
     import cbor2
 
-    from s3log.codec import entry_hash
+    from s3log._format.codec import entry_hash
 
     body = cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
     assert entry_hash(seq, prev, kind, ts, data) == hashlib.sha256(body).digest()
@@ -197,7 +198,7 @@ def test_record_laid_out_around_appended_bytes_equals_the_canonical_map(
     (no encoder call per entry): the record must be the deterministic map all the same."""
     import cbor2
 
-    from s3log.codec import dumps, make_entry
+    from s3log._format.codec import dumps, make_entry
 
     e = make_entry(seq, prev, kind, ts, data, dumps(data))
     assert e.raw == cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
@@ -210,9 +211,9 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
 ) -> None:
     import cbor2
 
-    from s3log.chain import PendingEntry, build_chain
-    from s3log.codec import ParentRef, decode_segment, encode_head, encode_segment
-    from s3log.protocol import empty_head
+    from s3log._format.chain import PendingEntry, build_chain
+    from s3log._format.codec import ParentRef, decode_segment, encode_head, encode_segment
+    from s3log._protocol.protocol import empty_head
 
     entries = build_chain([PendingEntry(k, 5, d) for k, d in items], after_seq=-1, after_hash=None)
     seg = encode_segment("s", entries, 1)
@@ -247,9 +248,9 @@ def test_head_encoding_is_the_canonical_map_whatever_its_fields(
 
     import cbor2
 
-    from s3log.chain import PendingEntry, build_chain
-    from s3log.codec import _HEAD_FIELDS, Lease, Pending, Signature, decode_head, encode_head
-    from s3log.protocol import empty_head
+    from s3log._format.chain import PendingEntry, build_chain
+    from s3log._format.codec import _HEAD_FIELDS, Lease, Pending, Signature, decode_head, encode_head
+    from s3log._protocol.protocol import empty_head
 
     # Not the fields a head types: its own, and ``expired`` (a tombstone's map, checked
     # by decode_head although it is kept among the extra fields).
@@ -272,7 +273,7 @@ def test_heads_encoded_from_the_previous_tail_equal_the_canonical_map() -> None:
     promoted, and heads of two writers interleaved, must still be the canonical map."""
     import cbor2
 
-    from s3log.codec import decode_head, encode_head
+    from s3log._format.codec import decode_head, encode_head
 
     store = s3log.MemoryStore()
     log = s3log.Log(store, config=LogConfig(tail_per_commit=0, tail_max_bytes=2048))
@@ -299,7 +300,7 @@ def test_heads_encoded_from_the_previous_tail_equal_the_canonical_map() -> None:
 def test_malformed_entries_are_corruption_naming_what_is_wrong(change: dict[str, object], reason: str) -> None:
     import cbor2
 
-    from s3log.codec import decode_segment
+    from s3log._format.codec import decode_segment
 
     entry: dict[str, object] = {"seq": 0, "prev": None, "kind": "k", "ts": 1, "data": 1, "hash": bytes(32)}
     drop = change.pop("__drop__", None)

@@ -13,11 +13,11 @@ import cbor2
 import pytest
 
 import s3log
-from s3log.codec import RunColumns, dumps
+from s3log._format.codec import RunColumns, dumps
+from s3log._protocol.ops import Proc
 from s3log.errors import CorruptionError
-from s3log.ops import Proc
-from s3log.sim import run_direct
 from s3log.store.memory import AsyncMemoryStore
+from s3log.testing.sim import run_direct
 
 T0 = 1_767_225_600_000  # 2026-01-01
 

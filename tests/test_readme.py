@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import s3log
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -9,9 +9,9 @@ import gc
 import pytest
 
 import s3log
-from s3log import _gcpause
-from s3log.codec import RunColumns
-from s3log.ops import Blob
+from s3log._drive import gcpause as _gcpause
+from s3log._format.codec import RunColumns
+from s3log._protocol.ops import Blob
 from s3log.store.memory import AsyncMemoryStore
 
 

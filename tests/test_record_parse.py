@@ -13,8 +13,8 @@ from typing import Any
 import cbor2
 import pytest
 
-from s3log import codec
-from s3log.codec import Entry, LinkedRun, make_entry
+from s3log._format import codec
+from s3log._format.codec import Entry, LinkedRun, make_entry
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"
@@ -191,7 +191,7 @@ def test_a_tail_read_off_its_records_carries_columns_equal_to_its_entries() -> N
 
 def test_read_runs_hands_a_tail_read_off_its_records_as_columns() -> None:
     import s3log
-    from s3log.codec import RunColumns
+    from s3log._format.codec import RunColumns
 
     log = s3log.Log(s3log.MemoryStore())
     w = log.create()

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 import s3log
-from s3log import protocol
-from s3log.activity import DAY_MS, day_of, marker_key
+from s3log._protocol import protocol
+from s3log._protocol.activity import DAY_MS, day_of, marker_key
+from s3log._protocol.ops import DeleteIfMatch, Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env
-from s3log.ops import DeleteIfMatch, Op, Parallel, PutIfAbsent, PutIfMatch
 from tests.scripted import recorded
 from tests.tombstones import tombstone_idle
 

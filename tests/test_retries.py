@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import drive
+from s3log._drive import drivers as drive
+from s3log._protocol.ops import Get, PutIfMatch
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import TransientStoreError
-from s3log.ops import Get, PutIfMatch
 
 
 class Flaky(s3log.MemoryStore):

@@ -19,8 +19,8 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 import s3log
-from s3log import analytics
-from s3log.codec import dumps
+from s3log._format.codec import dumps
+from s3log.analytics import reading as analytics
 from s3log.env import Env
 
 DAY = 86_400_000
@@ -426,7 +426,7 @@ def test_owner_columns_equal_one_value_per_row() -> None:
     value per session) equal the columns of one value per row."""
     import random
 
-    from s3log.analytics import _owner_columns
+    from s3log.analytics.reading import _owner_columns
 
     rng = random.Random(6)
     for _ in range(200):

@@ -16,8 +16,9 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 import s3log
-from s3log import analytics, codec
-from s3log.codec import LinkedRun, RunColumns, decode_segment, decode_segment_columns, dumps
+from s3log._format import codec
+from s3log._format.codec import LinkedRun, RunColumns, decode_segment, decode_segment_columns, dumps
+from s3log.analytics import reading as analytics
 from s3log.env import Env
 from s3log.errors import CorruptionError
 
@@ -339,7 +340,7 @@ def test_parallelism_one_reads_in_the_calling_thread_and_stops_when_closed() -> 
     to hand each session over from), in order; closing the scan reads nothing more."""
     import threading
 
-    from s3log import analytics
+    from s3log.analytics import reading as analytics
 
     class Recording(s3log.MemoryStore):
         def __init__(self) -> None:

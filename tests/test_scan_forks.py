@@ -15,7 +15,9 @@ import pyarrow as pa
 import pytest
 
 import s3log
-from s3log import analytics, codec, protocol
+from s3log._format import codec
+from s3log._protocol import protocol
+from s3log.analytics import reading as analytics
 from s3log.env import Env
 from tests.baseline import baseline_module
 

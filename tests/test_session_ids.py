@@ -9,7 +9,7 @@ DAY = 86_400_000
 def test_an_id_on_a_far_future_clock_does_not_date_later_ids() -> None:
     import time
 
-    from s3log.ids import uuid7
+    from s3log.env import uuid7
 
     uuid7(int(time.time() * 1000) + 40 * DAY)
     now = int(time.time() * 1000)

@@ -18,11 +18,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log import protocol
-from s3log.codec import Head, decode_head, encode_head, encode_segment, make_entry
+from s3log._format.codec import Head, decode_head, encode_head, encode_segment, make_entry
+from s3log._protocol import protocol
+from s3log._protocol.ops import KeyOp
 from s3log.env import Env
 from s3log.errors import TransientStoreError
-from s3log.ops import KeyOp
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
 from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
@@ -354,7 +354,7 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
 
 def test_a_scan_given_trusted_keys_skips_what_they_did_not_sign(signer: Ed25519Signer) -> None:
     pytest.importorskip("pyarrow")
-    from s3log import analytics
+    from s3log.analytics import reading as analytics
 
     store = s3log.MemoryStore()
     writer, _ = _logs(store, signer)

@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log import protocol
-from s3log.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
+from s3log._format.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
+from s3log._format.layout import Layout
+from s3log._protocol import protocol
 from s3log.errors import CorruptionError
-from s3log.layout import Layout
 from s3log.signing import (
     ED25519,
     AnyVerifier,
@@ -46,9 +46,9 @@ from s3log.signing import (
     key_id_for,
     sign_head,
 )
-from s3log.sim import run_direct
 from s3log.store.memory import MemoryStore
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
+from s3log.testing.sim import run_direct
 
 # --------------------------------------------------------------------------- helpers
 

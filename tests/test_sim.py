@@ -1,4 +1,4 @@
-"""The deterministic simulator (s3log.sim): a few hundred seeds, replay, and the bugs it found.
+"""The deterministic simulator (s3log.testing.sim): a few hundred seeds, replay, and the bugs it found.
 
 Each known protocol bug has two regressions, both ``xfail(strict=True)`` until it is
 fixed (then they pass, strict xfail fails, and the marker comes off): the simulator
@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import protocol
-from s3log import testing_history as history
-from s3log.chain import PendingEntry
+from s3log._format.chain import PendingEntry
+from s3log._format.layout import Layout
+from s3log._protocol import protocol
+from s3log._protocol.ops import Get, Op, Parallel, PutIfMatch, Sleep
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import ObjectNotFound
-from s3log.faults import Fault, FaultyStore
-from s3log.layout import Layout
-from s3log.ops import Get, Op, Parallel, PutIfMatch, Sleep
 from s3log.reducer import EntriesReducer
-from s3log.sim import Scenario, SimStore, Simulation, run_direct, run_seed
-from s3log.testing_history import check as check_history
+from s3log.testing import history as history
+from s3log.testing.faults import Fault, FaultyStore
+from s3log.testing.history import check as check_history
+from s3log.testing.sim import Scenario, SimStore, Simulation, run_direct, run_seed
 
 #: Seeds run by `make test` (scripts/sim.py runs thousands).
 SEEDS = 300
@@ -215,7 +215,7 @@ class BlindSimulation(Simulation):
 
     def check_read(self, reader: Any, data: Any) -> None:
         self.history.read(reader.op, reader.name, data.session, history.positions(data.session, data.entries,
-                                                                                   s3log.sim._payload))
+                                                                                   s3log.testing.sim._payload))
 
 
 def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> None:
@@ -233,7 +233,7 @@ def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> No
                 entries = run_direct(sim.store, protocol.load(sim.layout, sid)).entries
             except s3log.S3LogError:
                 entries = []
-            h.read(0, "end", sid, history.positions(sid, entries, s3log.sim._payload), final=True)
+            h.read(0, "end", sid, history.positions(sid, entries, s3log.testing.sim._payload), final=True)
         rules |= {v.rule for v in check_history(h)}
     assert {"lost", "read"} <= rules  # overwritten acknowledged entries; reads of chains no longer there
 
@@ -243,7 +243,7 @@ def test_a_forking_solo_writer_is_caught() -> None:
     # (Without retention: a session it expired or deleted excuses a fork, by design.)
     sc = replace(Scenario.from_seed(next(s for s in range(100) if Scenario.from_seed(s).solo)), retention="")
     sim = Simulation(sc)
-    twin = s3log.sim.WriterActor("twin", sim.actors[0].sid, "sync", "fork")  # type: ignore[attr-defined]
+    twin = s3log.testing.sim.WriterActor("twin", sim.actors[0].sid, "sync", "fork")  # type: ignore[attr-defined]
     sim.actors.append(twin)
     o = sim.run()
     assert o.violation is not None and o.violation.invariant == "4"
@@ -301,7 +301,7 @@ def run_procedure(store: s3log.MemoryStore, proc: Any, before: Any = None) -> An
         results = []
         for o in ops:
             try:
-                results.append(s3log.ops.call_store(store, o))  # type: ignore[arg-type]
+                results.append(s3log._protocol.ops.call_store(store, o))  # type: ignore[arg-type]
             except s3log.StoreError as exc:
                 results.append(exc)
         if isinstance(op, Parallel):
@@ -503,7 +503,7 @@ def test_keyed_retries_are_stored_once_and_acknowledged_where_they_were(seed: in
 
 def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every key taken for new: each retry is queued again and stored a second time.
-    from s3log.core import CommitQueue
+    from s3log._api.core import CommitQueue
 
     monkeypatch.setattr(CommitQueue, "_known_key", lambda self, key, digest, wait: None)
     for seed in KEYED_SEEDS:
@@ -555,7 +555,7 @@ class _CountingSigner:
 def test_seeds_with_signed_heads_keep_every_invariant(quiet: None) -> None:
     """The simulator performs the Sign and Verify ops the procedures yield: with a key
     signing every head and checking every head read, seeds keep the promise."""
-    from s3log.core import LogCore
+    from s3log._api.core import LogCore
 
     key = _CountingSigner()
     for seed in range(12):

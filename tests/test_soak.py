@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.invariants import check_no_loss_no_duplicates
 from tests.workers import soak
 

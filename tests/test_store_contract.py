@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.decide import etags_equal
+from s3log._protocol.decide import etags_equal
+from s3log._protocol.ops import Blob, ListPage
 from s3log.errors import (
     ConditionalDeleteUnsupported,
     ConditionalRequestConflict,
@@ -35,9 +36,8 @@ from s3log.errors import (
     StoreError,
     TransientStoreError,
 )
-from s3log.faults import AsyncFaultyStore, Fault, FaultyStore
-from s3log.ops import Blob, ListPage
-from s3log.testing import LocalS3
+from s3log.testing.faults import AsyncFaultyStore, Fault, FaultyStore
+from s3log.testing.plugin import LocalS3
 from tests.fault_proxy import Action, FaultProxy, LandedThenLost, Reset, Stall, Status
 
 STORES = ["memory", "async-memory", "s3", "async-s3", "obstore", "async-obstore"]
@@ -372,7 +372,7 @@ def test_list_with_delimiter_pages_without_repeats(subject: Subject) -> None:
 def test_list_starts_after_a_key_with_and_without_delimiter(subject: Subject) -> None:
     """``start_after`` (S3's StartAfter): only keys after it, paging on from the token.
 
-    What newest-first session listing relies on (s3log.listing): a delimited listing of
+    What newest-first session listing relies on (s3log._protocol.listing): a delimited listing of
     session folders that starts at a time bound costs a page, not the whole prefix.
     """
     s, b = subject.store, subject.base
@@ -447,7 +447,7 @@ def test_more_than_one_s3_page_is_listed_and_counted(subject: Subject) -> None:
 
 def test_keys_with_unusual_characters_round_trip(subject: Subject) -> None:
     s = subject.store
-    # Characters a log prefix may hold (s3log.layout), plus non-ASCII.
+    # Characters a log prefix may hold (s3log._format.layout), plus non-ASCII.
     names = ["sp ace", "plus+sign", "eq=,;:@!*'()", "ünïcödé", "tilde~dash-dot."]
     for n in names:
         s.put_if_absent(subject.base + n, n.encode())
@@ -533,7 +533,7 @@ def test_a_listings_etag_is_the_one_conditional_requests_take(subject: Subject) 
 
 def test_a_conditional_delete_and_a_conditional_put_have_one_winner(subject: Subject) -> None:
     """A DELETE and a PUT, both If-Match on one version, race: exactly one wins (the check
-    and the write are one step on S3, and on moto through s3log.localserver's patch)."""
+    and the write are one step on S3, and on moto through s3log.testing.localserver's patch)."""
     if subject.kind in NO_CONDITIONAL_DELETE:
         pytest.skip("obstore cannot make a DELETE conditional")
     s = subject.store

@@ -14,7 +14,7 @@ import pytest
 
 import s3log
 from s3log.errors import StoreError, TransientStoreError
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 from tests.fault_proxy import CutShort, FaultProxy, NoETag, Stall
 from tests.test_store_contract import HTTP_STORES, _make
 

@@ -25,7 +25,7 @@ import pytest
 
 import s3log
 from s3log.errors import StoreForkedError
-from s3log.testing import LocalS3
+from s3log.testing.plugin import LocalS3
 
 KINDS = ["obstore", "async-obstore", "boto3", "aioboto3"]
 #: Seconds a child may take; far more than committing three entries needs.

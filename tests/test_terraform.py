@@ -26,13 +26,12 @@ import hcl2
 import pytest
 
 import s3log
-from s3log import activity
-from s3log import core as s3log_core
+from s3log._api import core as s3log_core
+from s3log._format.layout import Layout
+from s3log._protocol import activity
 from s3log.agent import AgentSession
-from s3log.env import Env, wall_clock_ms
+from s3log.env import Env, uuid7, wall_clock_ms
 from s3log.errors import InvalidSessionIdError, StoreError
-from s3log.ids import uuid7
-from s3log.layout import Layout
 from s3log.results import GcReport
 from s3log.store import s3 as s3_module
 

@@ -44,11 +44,11 @@ import os
 
 import boto3
 import s3log
-import s3log.testing
+import s3log.testing.plugin
 
 
 def test_the_plugin_came_from_the_entry_point(request):
-    assert request.config.pluginmanager.get_plugin("s3log") is s3log.testing
+    assert request.config.pluginmanager.get_plugin("s3log") is s3log.testing.plugin
 
 
 def test_a_store_built_from_the_environment_reaches_the_local_server(s3log_server, s3log_bucket):

@@ -1,4 +1,4 @@
-"""One time parser (s3log.times.to_ms) behind the CLI's --since/--until, retention's
+"""One time parser (s3log._format.times.to_ms) behind the CLI's --since/--until, retention's
 ``since`` and analytics' ``since``/``until``: the same forms, the same rules, the same errors."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 import s3log
-from s3log import analytics
+from s3log._format.times import duration_ms, to_ms
+from s3log._protocol.retention import since_ms
+from s3log.analytics import reading as analytics
 from s3log.cli.export import parse_time
-from s3log.retention import since_ms
-from s3log.times import duration_ms, to_ms
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 JAN31 = int(datetime(2026, 1, 31, tzinfo=UTC).timestamp() * 1000)

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log import decide
+from s3log._protocol import decide
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import SessionExists, StoreError
-from s3log.faults import FaultyStore
+from s3log.testing.faults import FaultyStore
 from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.codec import Entry
-from s3log.localserver import LocalS3
+from s3log._format.codec import Entry
+from s3log.testing.localserver import LocalS3
 from s3log.urls import InvalidURLError, parse_url
 
 
@@ -208,9 +208,9 @@ def test_every_default_prefix_is_the_one_constant() -> None:
     """The logs, the command line and the key layout default to one prefix, ``DEFAULT_PREFIX``."""
     import inspect
 
+    from s3log._format.layout import DEFAULT_PREFIX, Layout
     from s3log.cli.app import _main as cli_main
     from s3log.cli.common import Settings
-    from s3log.layout import DEFAULT_PREFIX, Layout
 
     assert s3log.Log(s3log.MemoryStore()).layout.prefix == DEFAULT_PREFIX
     assert s3log.AsyncLog(s3log.AsyncMemoryStore()).layout.prefix == DEFAULT_PREFIX

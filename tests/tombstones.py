@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from s3log import ops, protocol
-from s3log.codec import Head, decode_head, encode_head
+from s3log._format.codec import Head, decode_head, encode_head
+from s3log._protocol import ops, protocol
+from s3log._protocol.ops import Proc
 from s3log.errors import ObjectNotFound
-from s3log.ops import Proc
 from s3log.signing import sign_head
 
 

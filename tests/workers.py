@@ -42,7 +42,7 @@ def soak(endpoint: str, bucket: str, kind: str, shared: str, own: str, worker: i
     import asyncio
 
     from s3log.config import LogConfig, RetryPolicy
-    from s3log.faults import AsyncFaultyStore, FaultyStore, random_plan
+    from s3log.testing.faults import AsyncFaultyStore, FaultyStore, random_plan
 
     os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"})

@@ -20,9 +20,16 @@ The package: :mod:`~s3log.agent.state` (kinds, state, fold), :mod:`~s3log.agent.
 
 from __future__ import annotations
 
-from .aio import AsyncAgentSession, aclose, adrain
-from .core import AgentArgumentError, AgentItemError, ForkCallback, RecordsLostWarning, SessionBusy, SessionScopeError
-from .state import (
+from s3log.agent.aio import AsyncAgentSession, aclose, adrain
+from s3log.agent.core import (
+    AgentArgumentError,
+    AgentItemError,
+    ForkCallback,
+    RecordsLostWarning,
+    SessionBusy,
+    SessionScopeError,
+)
+from s3log.agent.state import (
     ASSISTANT_ITEMS,
     CACHE_LOCKED,
     CACHE_UNLOCKED,
@@ -51,7 +58,7 @@ from .state import (
     repair_records,
     thaw,
 )
-from .sync import AgentSession, close, drain
+from s3log.agent.sync import AgentSession, close, drain
 
 __all__ = [
     "ASSISTANT_ITEMS", "CACHE_LOCKED", "CACHE_UNLOCKED", "CONFIG_CHANGED", "HOOK_ITEMS", "KINDS", "NOT_RUN",

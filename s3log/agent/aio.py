@@ -9,15 +9,15 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from .. import otel
-from ..aio import AsyncLog, AsyncWriter
-from ..errors import S3LogError
-from ..ids import validate_session_id
-from ..protocol import child_heads
-from ..results import ForkInfo, SessionInfo
-from . import core
-from .core import Op, Proc, SessionCore, T
-from .state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
+from s3log import otel
+from s3log._format.ids import validate_session_id
+from s3log._protocol.protocol import child_heads
+from s3log.agent import core
+from s3log.agent.core import Op, Proc, SessionCore, T
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
+from s3log.aio import AsyncLog, AsyncWriter
+from s3log.errors import S3LogError
+from s3log.results import ForkInfo, SessionInfo
 
 ForkCallback = Callable[["AsyncAgentSession", ForkInfo], None]
 Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]

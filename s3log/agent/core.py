@@ -29,12 +29,10 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from ..codec import Entry, Head, dumps, normalize_data_cbor
-from ..errors import ConflictError, EntryNotFound, InvalidEntryError, S3LogError
-from ..protocol import OnConflict, is_expired
-from ..results import ForkInfo, HeadRow, SessionInfo
-from ..writer import WriterVerbs
-from .state import (
+from s3log._api.writer import WriterVerbs
+from s3log._format.codec import Entry, Head, dumps, normalize_data_cbor
+from s3log._protocol.protocol import OnConflict, is_expired
+from s3log.agent.state import (
     CACHE_LOCKED,
     CACHE_UNLOCKED,
     CONFIG_CHANGED,
@@ -50,6 +48,8 @@ from .state import (
     group_items,
     repair_records,
 )
+from s3log.errors import ConflictError, EntryNotFound, InvalidEntryError, S3LogError
+from s3log.results import ForkInfo, HeadRow, SessionInfo
 
 T = TypeVar("T")
 _log = logging.getLogger("s3log")

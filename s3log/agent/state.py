@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NoReturn, overload
 
-from ..codec import Entry, ParentRef
+from s3log._format.codec import Entry, ParentRef
 
 # Entry kinds of an agent session.
 SESSION_START = "agent.session_start"
@@ -315,7 +315,7 @@ class AgentReducer:
 
 def collect_state(entries: Iterable[Entry]) -> SessionState:
     """Rebuild an agent session's state from its entries (a fork's seed included)."""
-    from ..reducer import replay
+    from s3log.reducer import replay
 
     entries = list(entries)
     state: SessionState = replay(AgentReducer(), entries)

@@ -1,5 +1,5 @@
 """``python -m s3log.cli``: the ``s3log`` command."""
 
-from . import main
+from s3log.cli import main
 
 main()

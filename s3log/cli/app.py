@@ -8,9 +8,9 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from .. import __version__
-from ..layout import DEFAULT_PREFIX
-from .common import (
+from s3log import __version__
+from s3log._format.layout import DEFAULT_PREFIX
+from s3log.cli.common import (
     Settings,
     command_log,
     console,
@@ -147,4 +147,4 @@ def _main(
                        log_id=log_id)
 
 
-from . import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)
+from s3log.cli import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)

@@ -27,13 +27,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .. import jsonform
-from ..config import LogConfig, RetryPolicy
-from ..errors import S3LogError, StoreError
-from ..layout import DEFAULT_PREFIX
+from s3log._format import jsonform
+from s3log._format.layout import DEFAULT_PREFIX
+from s3log.config import LogConfig, RetryPolicy
+from s3log.errors import S3LogError, StoreError
 
 if TYPE_CHECKING:
-    from ..signing import Verifier
+    from s3log.signing import Verifier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,7 +103,7 @@ def _s3_client(s: Settings) -> Any:
     import boto3
     from botocore.config import Config
 
-    from ..store._s3common import client_config
+    from s3log.store._s3common import client_config
 
     session = boto3.session.Session(profile_name=s.profile, region_name=s.region)
     config = client_config().merge(Config(connect_timeout=CLI_CONNECT_TIMEOUT))
@@ -119,8 +119,8 @@ def open_log(ctx: typer.Context | None = None) -> Any:
     The log is closed when the command's context closes, whatever happens; commands
     that can also close it themselves (``with command_log(ctx) as log``).
     """
-    from ..log import Log
-    from ..store.s3 import S3Store
+    from s3log.log import Log
+    from s3log.store.s3 import S3Store
 
     ctx = ctx or current_context()
     s = settings(ctx)
@@ -141,7 +141,7 @@ def verifier_for(s: Settings, public_keys: Sequence[str], kms_key_ids: Sequence[
     ``public_keys``: PEM files, or ``KEY_ID=FILE`` for a key exported from KMS (heads
     name it by the KMS key's id); ``kms_key_ids``: keys verified with kms:Verify.
     """
-    from ..signing import AnyVerifier, KmsVerifier, PublicKeyVerifier
+    from s3log.signing import AnyVerifier, KmsVerifier, PublicKeyVerifier
 
     verifiers: list[Verifier] = []
     if public_keys:
@@ -299,7 +299,7 @@ def when_short(ms: int | None) -> str:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with every part JSON can hold, by the one rule of :mod:`s3log.jsonform`:
+    """``value`` with every part JSON can hold, by the one rule of :mod:`s3log._format.jsonform`:
     bytes as hex, NaN and infinities as null, integers past ``str()``'s limit as hex text,
     map keys as text (the rule ``data_json`` and the jsonl export follow too)."""
     return jsonform.plain(value)

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-from ..errors import InvalidArgumentError
-from ..times import to_ms
-from .app import app, console, emit_json, err_console, fail, handle_errors, open_log
-from .common import cell, cell_text, jsonable, print_table, when
+from s3log._format.times import to_ms
+from s3log.cli.app import app, console, emit_json, err_console, fail, handle_errors, open_log
+from s3log.cli.common import cell, cell_text, jsonable, print_table, when
+from s3log.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from ..analytics import ExportMode
+    from s3log.analytics import ExportMode
 
 
 def parse_time(text: str | None, param_hint: str | None = None) -> int | None:
     """``2026-01-31``, an ISO timestamp, or a duration ago (``7d``, ``12h``) in ms
-    (:func:`s3log.times.to_ms`, as the library's ``since``/``until``).
+    (:func:`s3log._format.times.to_ms`, as the library's ``since``/``until``).
 
     ``param_hint`` names the option in the usage error a bad value is.
     """
@@ -60,7 +60,7 @@ def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | N
 def _ts_text(ms: int) -> str:
     import pyarrow as pa
 
-    from .. import analytics
+    from s3log.analytics import reading as analytics
 
     text: str = pa.array([ms], pa.int64()).view(analytics.SCHEMA.field("ts").type).cast(pa.string())[0].as_py()
     return text
@@ -86,7 +86,7 @@ def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    from .. import analytics
+    from s3log.analytics import reading as analytics
 
     rows = 0
     out.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def export(
     Parquet writes DIR/date=YYYY-MM-DD/part-*.parquet and DIR/_sessions.parquet (one
     row per session, labels and meta); jsonl and csv write one file of entries.
     """
-    from .. import analytics
+    from s3log.analytics import reading as analytics
 
     if fmt not in ("parquet", "jsonl", "csv"):
         raise typer.BadParameter(f"unknown format {fmt!r}: use parquet, jsonl or csv", param_hint="--format")
@@ -206,8 +206,8 @@ def query(
     (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
     text as it is and anything else as its JSON.
     """
-    from .. import analytics  # names the analytics extra when pyarrow is missing
-    from .._extras import extra
+    from s3log._extras import extra
+    from s3log.analytics import reading as analytics  # names the analytics extra when pyarrow is missing
 
     with extra("analytics"):
         import duckdb

@@ -10,11 +10,9 @@ from typing import Any
 
 import typer
 
-from ..errors import InvalidArgumentError
-from ..results import ExpireProgress
-from ..times import duration_ms
-from .app import app
-from .common import (
+from s3log._format.times import duration_ms
+from s3log.cli.app import app
+from s3log.cli.common import (
     command_log,
     echo,
     emit_json,
@@ -26,11 +24,13 @@ from .common import (
     settings,
     styled,
 )
+from s3log.errors import InvalidArgumentError
+from s3log.results import ExpireProgress
 
 
 def parse_duration(text: str, param_hint: str | None = None) -> int:
     """``90s``, ``15m``, ``1h``, ``2d`` (or a sum like ``1h30m``) in milliseconds, at most
-    100 years (:func:`s3log.times.duration_ms`). ``param_hint`` names the option in the error."""
+    100 years (:func:`s3log._format.times.duration_ms`). ``param_hint`` names the option in the error."""
     try:
         return duration_ms(text)
     except InvalidArgumentError as exc:
@@ -48,7 +48,7 @@ def local_s3(
     ),
 ) -> None:
     """Run the embedded local S3 (moto, with atomic conditional PUTs) until Ctrl-C or SIGTERM."""
-    from ..localserver import LocalS3
+    from s3log.testing.localserver import LocalS3
 
     bucket = bucket or settings(ctx).bucket
     # Ctrl-C stops it even where SIGINT was inherited ignored (a command started in the
@@ -166,7 +166,7 @@ def demo(
     one, and says where before it starts. Into a bucket on a remote endpoint (AWS) it
     did not create it writes only with --yes.
     """
-    from ..demo import run_demo
+    from s3log.cli.demo import run_demo
 
     s = settings(ctx)
     explicit = ctx.find_root().get_parameter_source("prefix")
@@ -179,7 +179,7 @@ def demo(
             f"{endpoint or 'AWS'}, a bucket it did not create: pass --yes to do so, or unset "
             "S3LOG_BUCKET to run it on an embedded local S3", param_hint="--yes")
     if bucket is None:
-        from ..localserver import LocalS3
+        from s3log.testing.localserver import LocalS3
 
         server = LocalS3().start()
         import os

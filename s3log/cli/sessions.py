@@ -14,10 +14,8 @@ from rich.progress import track
 from rich.text import Text
 from rich.tree import Tree
 
-from ..errors import CorruptionError, S3LogError, SessionNotFound
-from ..log import Log
-from .app import app
-from .common import (
+from s3log.cli.app import app
+from s3log.cli.common import (
     TTY_DATA_CHARS,
     command_log,
     console,
@@ -34,12 +32,14 @@ from .common import (
     when,
     when_short,
 )
+from s3log.errors import CorruptionError, S3LogError, SessionNotFound
+from s3log.log import Log
 
 
 def session_arg(value: str | None) -> str | None:
     """A SESSION argument, checked before any request: a malformed id is a usage error (exit 2)."""
-    from ..errors import InvalidSessionIdError
-    from ..ids import validate_session_id
+    from s3log._format.ids import validate_session_id
+    from s3log.errors import InvalidSessionIdError
 
     if value is None:
         return None
@@ -83,7 +83,7 @@ def caller_text(session_id: str, meta: dict[str, Any]) -> str:
     A LangGraph namespace other than the root follows the thread id as ``ns=NAMESPACE``;
     text that is not printable is quoted as JSON, so a piped row stays one line.
     """
-    from ..integrations import caller_id
+    from s3log.integrations import caller_id
 
     found = caller_id(meta)
     if found is None:
@@ -118,7 +118,7 @@ def ls(
     --starting-token to go on from, as 'aws s3api' does. --max-items N costs a few
     LISTs, not one per 1,000 sessions.
     """
-    from .maintenance import parse_labels
+    from s3log.cli.maintenance import parse_labels
 
     labels = parse_labels(label)
     if max_items is None:
@@ -131,7 +131,7 @@ def ls(
     infos = infos[:max_items] if more else infos
     callers = [caller_text(i.session_id, i.meta) for i in infos]
     if as_json:
-        from ..integrations import caller_id
+        from s3log.integrations import caller_id
 
         emit_json([
             {"session": i.session_id, "entries": i.entries, "version": i.version, "created_at": i.created_at,
@@ -383,7 +383,7 @@ def rm_decision(*, yes: bool, dry_run: bool, stdin_is_tty: bool, ask: Callable[[
 
 def _left_lines(plan: Any) -> list[str]:
     """What ``rm`` leaves, one line each: the key, who removes it, when, and why it stays."""
-    from ..retention import ACTIVITY_KEEP_DAYS
+    from s3log._protocol.retention import ACTIVITY_KEEP_DAYS
 
     young = _duration_text(plan.left_until_ms)
     return [

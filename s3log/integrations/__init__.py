@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ..errors import S3LogError
+from s3log.errors import S3LogError
 
 if TYPE_CHECKING:
-    from ..aio import AsyncLog
-    from ..log import Log
+    from s3log.aio import AsyncLog
+    from s3log.log import Log
 
 __all__ = ["IntegrationError", "caller_id"]
 
@@ -33,7 +33,7 @@ def _log_from_url(url: str, async_: bool = False) -> Log | AsyncLog:
     parameters; the path is the prefix, taken literally). A URL that cannot be used is
     an :class:`IntegrationError` naming it. The caller owns the log: close it.
     """
-    from ..urls import InvalidURLError, open_async_log, open_log
+    from s3log.urls import InvalidURLError, open_async_log, open_log
 
     if isinstance(url, str) and not url.startswith("s3://"):
         raise IntegrationError(f"URL {url!r}: the scheme must be s3:// (s3://bucket/prefix?endpoint=...)")

@@ -24,14 +24,14 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._extras import extra
-from .._loops import PerLoop
-from ..aio import AsyncLog, AsyncWriter
-from ..codec import FORK_KIND, Entry, dumps
-from ..errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
-from ..ids import validate_session_id
-from ..log import Log, Writer
-from . import IntegrationError, _log_from_url
+from s3log._extras import extra
+from s3log._format.codec import FORK_KIND, Entry, dumps
+from s3log._format.ids import validate_session_id
+from s3log._loops import PerLoop
+from s3log.aio import AsyncLog, AsyncWriter
+from s3log.errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
+from s3log.integrations import IntegrationError, _log_from_url
+from s3log.log import Log, Writer
 
 __all__ = ["S3LogSession"]
 

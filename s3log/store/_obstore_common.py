@@ -7,10 +7,10 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from .._extras import require
-from ..errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
-from ..ops import Blob, ListPage, ObjectInfo
-from .base import checked_etag, error_for_status
+from s3log._extras import require
+from s3log._protocol.ops import Blob, ListPage, ObjectInfo
+from s3log.errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
+from s3log.store.base import checked_etag, error_for_status
 
 
 def make_client(

@@ -18,9 +18,9 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from ..errors import StoreError, TransientStoreError
-from ..ops import ListPage, ObjectInfo
-from .base import checked_etag, error_for_status
+from s3log._protocol.ops import ListPage, ObjectInfo
+from s3log.errors import StoreError, TransientStoreError
+from s3log.store.base import checked_etag, error_for_status
 
 
 def client_options(max_pool: int = 64, *, connect_timeout: float = 5, read_timeout: float = 30) -> dict[str, Any]:

@@ -16,15 +16,15 @@ import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from .._extras import extra
-from .._loops import PerLoop
-from ..errors import StoreError, TransientStoreError
-from ..ops import Blob, ListPage
-from ._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
-from .base import ProcessClient, RequestCounter, precondition_scope
+from s3log._extras import extra
+from s3log._loops import PerLoop
+from s3log._protocol.ops import Blob, ListPage
+from s3log.errors import StoreError, TransientStoreError
+from s3log.store._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
+from s3log.store.base import ProcessClient, RequestCounter, precondition_scope
 
 if TYPE_CHECKING:
-    from .obstore import AsyncObstoreStore
+    from s3log.store.obstore import AsyncObstoreStore
 
 
 @functools.cache
@@ -159,7 +159,7 @@ class AsyncS3Store:
     @staticmethod
     def fast(bucket: str, **kwargs: Any) -> AsyncObstoreStore:
         """The same store over obstore (Rust ``object_store``): lower latency per request."""
-        from .obstore import AsyncObstoreStore
+        from s3log.store.obstore import AsyncObstoreStore
 
         return AsyncObstoreStore(bucket, **kwargs)
 

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from ..errors import (
+from s3log._protocol.ops import Blob, ListPage
+from s3log.errors import (
     ConditionalRequestConflict,
     ObjectNotFound,
     PreconditionFailed,
@@ -22,7 +23,6 @@ from ..errors import (
     StoreForkedError,
     TransientStoreError,
 )
-from ..ops import Blob, ListPage
 
 C = TypeVar("C")
 

@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ..errors import ObjectNotFound, PreconditionFailed
-from ..ops import Blob, ListPage, ObjectInfo
-from .base import RequestCounter
+from s3log._protocol.ops import Blob, ListPage, ObjectInfo
+from s3log.errors import ObjectNotFound, PreconditionFailed
+from s3log.store.base import RequestCounter
 
 
 def _etag(body: bytes) -> str:

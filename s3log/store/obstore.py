@@ -19,13 +19,13 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConditionalDeleteUnsupported
-from ..ops import Blob, ListPage
-from . import _obstore_common as common
-from .base import RequestCounter, forked_error, precondition_scope
+from s3log._protocol.ops import Blob, ListPage
+from s3log.errors import ConditionalDeleteUnsupported
+from s3log.store import _obstore_common as common
+from s3log.store.base import RequestCounter, forked_error, precondition_scope
 
 if TYPE_CHECKING:
-    from .s3 import S3Store
+    from s3log.store.s3 import S3Store
 
 log = logging.getLogger("s3log")
 
@@ -62,7 +62,7 @@ class _ObstoreBase:
         if self._boto is None:
             if self._resolved is None:
                 raise forked_error(f"obstore (the client given to {self!r})", started_in)
-            from .s3 import S3Store
+            from s3log.store.s3 import S3Store
 
             endpoint, region = self._resolved
             store = S3Store(self.bucket, endpoint_url=endpoint, region_name=region)

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from ..ops import Blob, ListPage
-from ._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
-from .base import ProcessClient, RequestCounter, resolved_scope
+from s3log._protocol.ops import Blob, ListPage
+from s3log.store._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
+from s3log.store.base import ProcessClient, RequestCounter, resolved_scope
 
 if TYPE_CHECKING:
-    from .obstore import ObstoreStore
+    from s3log.store.obstore import ObstoreStore
 
 
 class S3Store:
@@ -69,7 +69,7 @@ class S3Store:
     @staticmethod
     def fast(bucket: str, **kwargs: Any) -> ObstoreStore:
         """The same store over obstore (Rust ``object_store``): lower latency per request."""
-        from .obstore import ObstoreStore
+        from s3log.store.obstore import ObstoreStore
 
         return ObstoreStore(bucket, **kwargs)
 

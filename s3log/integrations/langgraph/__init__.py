@@ -26,10 +26,10 @@ once; :mod:`.sync` and :mod:`.aio` are the two shells that perform the I/O;
 
 from __future__ import annotations
 
-from .aio import AsyncS3LogSaver, SyncCallError
-from .core import session_for, thread_prefix
-from .serde import AllowedType, UnsafePayloadError, strict_serializer
-from .sync import S3LogSaver
+from s3log.integrations.langgraph.aio import AsyncS3LogSaver, SyncCallError
+from s3log.integrations.langgraph.core import session_for, thread_prefix
+from s3log.integrations.langgraph.serde import AllowedType, UnsafePayloadError, strict_serializer
+from s3log.integrations.langgraph.sync import S3LogSaver
 
 __all__ = [
     "AllowedType", "AsyncS3LogSaver", "S3LogSaver", "SyncCallError", "UnsafePayloadError", "session_for",

@@ -7,16 +7,16 @@ import contextlib
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
-from ..._extras import extra
-from ..._loops import PerLoop
-from ...aio import AsyncLog, AsyncWriter
-from ...errors import S3LogError, SessionNotFound
-from ...log import Log
-from ...results import SessionView
-from .. import IntegrationError, _log_from_url
-from . import core
-from .core import Op, Proc, SaverCore, Stepper, T
-from .serde import AllowedType
+from s3log._extras import extra
+from s3log._loops import PerLoop
+from s3log.aio import AsyncLog, AsyncWriter
+from s3log.errors import S3LogError, SessionNotFound
+from s3log.integrations import IntegrationError, _log_from_url
+from s3log.integrations.langgraph import core
+from s3log.integrations.langgraph.core import Op, Proc, SaverCore, Stepper, T
+from s3log.integrations.langgraph.serde import AllowedType
+from s3log.log import Log
+from s3log.results import SessionView
 
 with extra("langgraph"):
     from langgraph.checkpoint.serde.base import SerializerProtocol

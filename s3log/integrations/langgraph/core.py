@@ -22,18 +22,24 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
-from ..._extras import extra
-from ...aio import AsyncLog
-from ...codec import Head, dumps
-from ...core import LogVerbs
-from ...errors import ConflictError, SessionExists, SessionNotFound
-from ...log import Log
-from ...protocol import Selector
-from ...reducer import EntriesReducer
-from ...results import CommitResult, SessionView
-from ...writer import WriterVerbs
-from .. import IntegrationError
-from .serde import AllowedType, UnsafePayloadError, refuse_permissive, strict_serializer, tag_allowed
+from s3log._api.core import LogVerbs
+from s3log._api.writer import WriterVerbs
+from s3log._extras import extra
+from s3log._format.codec import Head, dumps
+from s3log._protocol.protocol import Selector
+from s3log.aio import AsyncLog
+from s3log.errors import ConflictError, SessionExists, SessionNotFound
+from s3log.integrations import IntegrationError
+from s3log.integrations.langgraph.serde import (
+    AllowedType,
+    UnsafePayloadError,
+    refuse_permissive,
+    strict_serializer,
+    tag_allowed,
+)
+from s3log.log import Log
+from s3log.reducer import EntriesReducer
+from s3log.results import CommitResult, SessionView
 
 with extra("langgraph"):
     from langchain_core.runnables import RunnableConfig

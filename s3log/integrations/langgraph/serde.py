@@ -13,9 +13,9 @@ import builtins
 from collections.abc import Iterable
 from typing import Any
 
-from ..._extras import extra
-from ...errors import S3LogError
-from .. import IntegrationError
+from s3log._extras import extra
+from s3log.errors import S3LogError
+from s3log.integrations import IntegrationError
 
 with extra("langgraph"):
     from langgraph.checkpoint.serde.encrypted import EncryptedSerializer

@@ -8,15 +8,15 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..._extras import extra
-from ...aio import AsyncLog
-from ...errors import SessionNotFound
-from ...log import Log, Writer
-from ...results import SessionView
-from .. import IntegrationError, _log_from_url
-from . import core
-from .core import Op, Proc, SaverCore, Stepper, T
-from .serde import AllowedType
+from s3log._extras import extra
+from s3log.aio import AsyncLog
+from s3log.errors import SessionNotFound
+from s3log.integrations import IntegrationError, _log_from_url
+from s3log.integrations.langgraph import core
+from s3log.integrations.langgraph.core import Op, Proc, SaverCore, Stepper, T
+from s3log.integrations.langgraph.serde import AllowedType
+from s3log.log import Log, Writer
+from s3log.results import SessionView
 
 with extra("langgraph"):
     from langgraph.checkpoint.serde.base import SerializerProtocol

@@ -1,10 +1,10 @@
 """The I/O-free engine the blocking and the asyncio APIs share.
 
 :class:`CommitQueue` keeps one writer's pending entries and its
-:class:`~s3log.protocol.ChainPosition`, hands out commit procedures and applies
+:class:`~s3log._protocol.protocol.ChainPosition`, hands out commit procedures and applies
 their results; :class:`LogCore` builds the procedure behind each verb of
 :class:`~s3log.Log` and :class:`~s3log.AsyncLog`; :class:`LogVerbs` is what those two
-expose alike. The drivers (:mod:`s3log.drive`) run the procedures.
+expose alike. The drivers (:mod:`s3log._drive.drivers`) run the procedures.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from . import listing, protocol, retention
-from .chain import PendingEntry
-from .codec import (
+from s3log._format.chain import PendingEntry
+from s3log._format.codec import (
     APPEND_KEY_MAX_BYTES,
     AppendKey,
     Entry,
@@ -31,14 +30,15 @@ from .codec import (
     normalize_data,
     normalize_data_cbor,
 )
-from .config import LogConfig
-from .errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, PreconditionsIgnoredError
-from .ids import validate_session_id
-from .layout import DEFAULT_PREFIX, Layout
-from .ops import ObjectInfo, Proc
-from .protocol import ChainPosition, OnConflict, SessionData
-from .reducer import EntriesReducer, NullReducer, Reducer, S
-from .results import (
+from s3log._format.ids import validate_session_id
+from s3log._format.layout import DEFAULT_PREFIX, Layout
+from s3log._protocol import listing, protocol, retention
+from s3log._protocol.ops import ObjectInfo, Proc
+from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
+from s3log.config import LogConfig
+from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, PreconditionsIgnoredError
+from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
+from s3log.results import (
     AckedEntry,
     ActiveSessions,
     CommitResult,
@@ -56,7 +56,7 @@ from .results import (
     VerifyReport,
     acked_in,
 )
-from .signing import default_log_id
+from s3log.signing import default_log_id
 
 #: Called with a :class:`~s3log.ForkInfo` when a conflict makes a writer fork.
 ForkListener = Callable[[ForkInfo], None]
@@ -68,7 +68,7 @@ class CommitQueue(Generic[S]):
 
     It hands out commit procedures (:meth:`commit`, :meth:`touch`) that carry what is
     queued when they start, and applies their results: which tickets became durable,
-    the new :class:`~s3log.protocol.ChainPosition`, forks. No I/O.
+    the new :class:`~s3log._protocol.protocol.ChainPosition`, forks. No I/O.
     """
 
     def __init__(
@@ -423,7 +423,7 @@ _ACKED_KEYS_KEPT = 256
 
 def check_append_key(key: object, session: str | None) -> str:
     """An append's idempotency key: a non-empty string of at most
-    :data:`~s3log.codec.APPEND_KEY_MAX_BYTES` UTF-8 bytes (InvalidArgumentError otherwise)."""
+    :data:`~s3log._format.codec.APPEND_KEY_MAX_BYTES` UTF-8 bytes (InvalidArgumentError otherwise)."""
     if not isinstance(key, str) or not key:
         raise InvalidArgumentError("key", f"must be a non-empty string, not {key!r}", session=session)
     try:
@@ -641,7 +641,7 @@ class LogCore:
     def session_ids(self, prefix: object, since: object) -> Proc[list[str]]:
         """Session ids, newest first: those starting with ``prefix`` (if given) and, if
         ``since`` is given, those that may have been committed to since then
-        (:func:`s3log.retention.session_ids_since`). Arguments checked before any request."""
+        (:func:`s3log._protocol.retention.session_ids_since`). Arguments checked before any request."""
         if prefix is not None and not isinstance(prefix, str):
             raise InvalidArgumentError("prefix", f"must be a string (a session id prefix), not {prefix!r}")
         start = prefix or ""
@@ -662,7 +662,7 @@ class LogCore:
     def session_page(
         self, want: int, labels: Mapping[str, str] | None, after: str | None, batch: int
     ) -> Proc[tuple[list[SessionInfo], str | None]]:
-        """Up to ``want`` sessions before ``after``, newest first (:func:`s3log.listing.session_page`)."""
+        """Up to ``want`` sessions before ``after``, newest first (:func:`s3log._protocol.listing.session_page`)."""
         rows, cursor = yield from listing.session_page(
             self.layout, want, labels=labels, after=after, now=self.config.env.now_ms(), batch=batch)
         return [SessionInfo.from_row(r) for r in rows], cursor
@@ -674,7 +674,7 @@ class LogCore:
         dry_run: bool,
         progress: Callable[[ExpireProgress], None] | None,
     ) -> Proc[ExpireReport]:
-        """Delete sessions idle for ``idle_for`` (:func:`s3log.retention.expire`); arguments
+        """Delete sessions idle for ``idle_for`` (:func:`s3log._protocol.retention.expire`); arguments
         checked first, then the store probed (unless a dry run, which deletes nothing)."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
@@ -689,7 +689,7 @@ class LogCore:
                                                      select))
 
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:
-        """Sessions committed to since ``since`` (:func:`s3log.retention.active_sessions`)."""
+        """Sessions committed to since ``since`` (:func:`s3log._protocol.retention.active_sessions`)."""
         return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 
 

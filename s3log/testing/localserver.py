@@ -26,7 +26,7 @@ def make_moto_atomic() -> None:
     with _atomic_lock:
         if _patched:
             return
-        from ._extras import extra
+        from s3log._extras import extra
 
         with extra("local"):
             from moto.s3.responses import S3Response
@@ -68,7 +68,7 @@ class LocalS3:
 
     def start(self) -> LocalS3:
         """Start the server and wait until it listens."""
-        from ._extras import extra
+        from s3log._extras import extra
 
         with extra("local"):
             # moto's S3 server: flask and flask-cors are imported when it starts.

@@ -1,7 +1,7 @@
 """Scaling a scan out: a Dask DataFrame of entries, partitioned by session ranges.
 
 The client lists session ids once; each partition is a slice of them that a Dask
-worker reads itself, straight from S3, with :func:`s3log.analytics.scan`. The task
+worker reads itself, straight from S3, with :func:`s3log.analytics.reading`. The task
 graph carries plain values only (bucket, prefix, endpoint, ids, scan options), and
 a ``verifier`` (trusted keys), which pickles as its public keys: no store, client,
 log or thread pool is pickled. Each worker process opens one store per
@@ -16,11 +16,11 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import analytics
-from ._extras import extra
-from .errors import InvalidArgumentError
-from .layout import DEFAULT_PREFIX, normalize_prefix
-from .signing import Verifier, check_log_id
+from s3log._extras import extra
+from s3log._format.layout import DEFAULT_PREFIX, normalize_prefix
+from s3log.analytics import reading as analytics
+from s3log.errors import InvalidArgumentError
+from s3log.signing import Verifier, check_log_id
 
 with extra("dask"):
     import pandas as pd
@@ -53,7 +53,7 @@ def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
         if store is None:
             for stale in [k for k in _stores if k[0] != key[0]]:
                 del _stores[stale]  # inherited through fork: not ours to use or close
-            from .store.s3 import S3Store
+            from s3log.store.s3 import S3Store
 
             if storage:
                 store = analytics.boto3_store(bucket, _client_kwargs(endpoint_url, storage))
@@ -168,8 +168,8 @@ def _with_verifier(options: tuple[tuple[str, Any], ...], verifier: object, log_i
 
 def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[str] | None,
          storage: Storage = ()) -> list[str]:
-    from .log import Log
-    from .store.s3 import S3Store
+    from s3log.log import Log
+    from s3log.store.s3 import S3Store
 
     wanted = analytics._session_list(sessions)
     if wanted is not None:
@@ -221,10 +221,10 @@ def read_entries(
     Columns are :data:`s3log.analytics.SCHEMA`: ``ts`` is ``datetime64[ms, UTC]`` (it
     compares with strings), the others Arrow-backed (``data_cbor`` stays binary).
     ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``,
-    ``batch_size``) are passed to each partition's :func:`~s3log.analytics.scan`.
+    ``batch_size``) are passed to each partition's :func:`~s3log.analytics.reading`.
     ``fast`` reads with obstore. Workers use the standard AWS credential chain.
 
-    ``verifier`` (trusted keys, as :func:`s3log.analytics.scan`'s): a session whose
+    ``verifier`` (trusted keys, as :func:`s3log.analytics.reading`'s): a session whose
     head is not validly signed by one of them is skipped with a
     :class:`~s3log.analytics.CorruptSessionWarning` (in the worker), or fails the
     compute with :class:`~s3log.signing.SignatureError` with ``strict``. It travels in

@@ -2,10 +2,10 @@
 
 They only move bytes: perform the op a procedure yields, retry it on a transient
 error when the op says it is safe to, and send back the result (or throw in the
-store's error). Every decision belongs to :mod:`s3log.protocol`. They also call the
-log's keys (:class:`~s3log.ops.Sign`, :class:`~s3log.ops.Verify`): the async driver
+store's error). Every decision belongs to :mod:`s3log._protocol.protocol`. They also call the
+log's keys (:class:`~s3log._protocol.ops.Sign`, :class:`~s3log._protocol.ops.Verify`): the async driver
 runs a key that may block (KMS) in a thread, so its event loop keeps running. They
-pause the garbage collector while a procedure decodes (:mod:`s3log._gcpause`).
+pause the garbage collector while a procedure decodes (:mod:`s3log._drive.gcpause`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
-from . import decide, otel
-from ._gcpause import paused
-from .config import RetryPolicy
-from .env import DEFAULT_ENV, Env
-from .errors import StoreError
-from .ops import (
+from s3log import otel
+from s3log._drive.gcpause import paused
+from s3log._protocol import decide
+from s3log._protocol.ops import (
     Blob,
     Delete,
     DeleteIfMatch,
@@ -46,7 +44,10 @@ from .ops import (
     is_retryable,
     list_kwargs,
 )
-from .store.base import AsyncObjectStore, ObjectStore
+from s3log.config import RetryPolicy
+from s3log.env import DEFAULT_ENV, Env
+from s3log.errors import StoreError
+from s3log.store.base import AsyncObjectStore, ObjectStore
 
 T = TypeVar("T")
 log = logging.getLogger("s3log")

@@ -1,7 +1,7 @@
 """Recorded histories of s3log operations, and a checker of what s3log promises.
 
 A :class:`History` is a list of events, recorded by whoever drives s3log: the simulator
-(:mod:`s3log.sim`) records every procedure its actors run and every head its store
+(:mod:`s3log.testing.sim`) records every procedure its actors run and every head its store
 applies; a test against a real server records what its callers saw through the
 public API and, through a :class:`RecordingStore`, every head write the server
 applied. :func:`check` then holds the history to a model of the promise and returns
@@ -41,12 +41,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .codec import FORK_KIND, Entry, decode_head
-from .errors import CorruptionError
-from .ops import Blob, ListPage
-from .protocol import PROBE_DIR, compactions, is_expired
-from .results import CommitResult
-from .store.base import AsyncObjectStore, ObjectStore
+from s3log._format.codec import FORK_KIND, Entry, decode_head
+from s3log._protocol.ops import Blob, ListPage
+from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
+from s3log.errors import CorruptionError
+from s3log.results import CommitResult
+from s3log.store.base import AsyncObjectStore, ObjectStore
 
 
 class Position(NamedTuple):

@@ -18,9 +18,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from .errors import ConditionalRequestConflict, TransientStoreError
-from .ops import Blob, ListPage, call_delete_if_match, list_keywords
-from .store.base import AsyncObjectStore, ObjectStore, RequestCounter
+from s3log._protocol.ops import Blob, ListPage, call_delete_if_match, list_keywords
+from s3log.errors import ConditionalRequestConflict, TransientStoreError
+from s3log.store.base import AsyncObjectStore, ObjectStore, RequestCounter
 
 T = TypeVar("T")
 

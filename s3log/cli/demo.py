@@ -19,9 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import FORK_KIND
-from .log import Log
-from .store.s3 import S3Store
+from s3log._format.codec import FORK_KIND
+from s3log.log import Log
+from s3log.store.s3 import S3Store
 
 
 def fake_model(history: list[dict[str, Any]], prompt: str) -> dict[str, Any]:

@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import InvalidPrefixError
-from .ids import validate_session_id
+from s3log._format.ids import validate_session_id
+from s3log.errors import InvalidPrefixError
 
 if TYPE_CHECKING:
-    from .signing import Verifier
+    from s3log.signing import Verifier
 
 DEFAULT_PREFIX = "s3log"
 #: Segments the head of a session may list: a levelled manifest holds a few dozen at

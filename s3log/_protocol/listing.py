@@ -29,13 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import ops
-from .codec import Head, dumps, loads
-from .ids import uuid7_time_ms, validate_session_id
-from .layout import Layout
-from .ops import ListPage, Proc
-from .protocol import _session_ids, is_expired, list_head_rows
-from .results import HeadRow
+from s3log._format.codec import Head, dumps, loads
+from s3log._format.ids import uuid7_time_ms, validate_session_id
+from s3log._format.layout import Layout
+from s3log._protocol import ops
+from s3log._protocol.ops import ListPage, Proc
+from s3log._protocol.protocol import _session_ids, is_expired, list_head_rows
+from s3log.results import HeadRow
 
 #: How far back each window of :func:`newest_ids` reaches from its start, in ms.
 WINDOWS_MS: tuple[int, ...] = (
@@ -206,7 +206,7 @@ def check_limit(limit: object) -> int | None:
 
 
 def _argument_error(name: str, reason: str) -> Exception:
-    from .errors import InvalidArgumentError
+    from s3log.errors import InvalidArgumentError
 
     return InvalidArgumentError(name, reason)
 
@@ -224,7 +224,7 @@ def session_page(
 
     Ids are taken ``batch`` at a time (:func:`newest_ids`) and their heads fetched in
     parallel (the driver bounds the concurrency by ``LogConfig.max_parallel``). Expired
-    sessions (tombstones, :mod:`s3log.retention`) are left out; with ``labels``, so are
+    sessions (tombstones, :mod:`s3log._protocol.retention`) are left out; with ``labels``, so are
     sessions whose ``meta["labels"]`` do not hold them, and broken heads. Returns the
     rows and the cursor to continue from (None when no session is left).
     """

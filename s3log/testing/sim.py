@@ -11,7 +11,7 @@ end. Writers crash (their process dies: pending entries vanish, the request in f
 lands or not) and restart by opening their session again; async-style writers have
 commits cancelled at a yield point (the procedure is abandoned, the request in flight
 lands now, later, or never) and start a new commit from the same
-:class:`~s3log.core.CommitQueue`.
+:class:`~s3log._api.core.CommitQueue`.
 
 Everything follows from the seed: the scenario, the interleaving, the faults, the
 clock, and (through :meth:`s3log.env.Env.deterministic`) nonces and session ids. A
@@ -39,7 +39,7 @@ each session it touched:
    writer meeting the tombstone forked, must stay);
 2. none is duplicated: each payload is acked at most once and stored at most once,
    in one chain of all the sessions (fork seeds are not counted, only entries);
-3. every stored chain verifies (:func:`s3log.protocol.load` on every session with a head);
+3. every stored chain verifies (:func:`s3log._protocol.protocol.load` on every session with a head);
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
    ever forks, meets a conflict or finds its session taken, unless retention or the
    creator changed its session since it opened it;
@@ -55,7 +55,7 @@ each session it touched:
 At the end of a seed that kept them all, its whole history is checked too: the actors
 record every invocation, acknowledgement (with the session, seq and hash it reported),
 failure, read and fork, the store every head write it applied and which operation sent
-it, and :func:`s3log.testing_history.check` holds that history to a model of the
+it, and :func:`s3log.testing.history.check` holds that history to a model of the
 promise that knows nothing of the bookkeeping above (a breach is invariant
 ``history/<rule>``).
 
@@ -72,27 +72,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from . import decide, protocol, retention
-from .codec import FORK_KIND, Entry, Head, RunColumns, decode_head
-from .config import LogConfig, RetryPolicy
-from .core import CommitQueue, LogCore
-from .drive import step
-from .env import Env
-from .errors import (
-    ConditionalRequestConflict,
-    ConflictError,
-    CorruptionError,
-    EntryNotFound,
-    PreconditionFailed,
-    S3LogError,
-    SessionExists,
-    SessionNotFound,
-    SessionReplaced,
-    StoreError,
-    TransientStoreError,
-)
-from .layout import Layout, parse_segment_key
-from .ops import (
+from s3log._api.core import CommitQueue, LogCore
+from s3log._drive.drivers import step
+from s3log._format.codec import FORK_KIND, Entry, Head, RunColumns, decode_head
+from s3log._format.layout import Layout, parse_segment_key
+from s3log._protocol import decide, protocol, retention
+from s3log._protocol.ops import (
     Blob,
     Delete,
     DeleteIfMatch,
@@ -111,12 +96,27 @@ from .ops import (
     decoded,
     is_retryable,
 )
-from .protocol import ChainPosition, OnConflict, SessionData
-from .results import AckedEntry, CommitResult, ExpireReport, GcReport
-from .store.base import ObjectStore
-from .store.memory import MemoryStore
-from .testing_history import Ended, Fork, History, head_write, positions
-from .testing_history import check as check_history
+from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
+from s3log.config import LogConfig, RetryPolicy
+from s3log.env import Env
+from s3log.errors import (
+    ConditionalRequestConflict,
+    ConflictError,
+    CorruptionError,
+    EntryNotFound,
+    PreconditionFailed,
+    S3LogError,
+    SessionExists,
+    SessionNotFound,
+    SessionReplaced,
+    StoreError,
+    TransientStoreError,
+)
+from s3log.results import AckedEntry, CommitResult, ExpireReport, GcReport
+from s3log.store.base import ObjectStore
+from s3log.store.memory import MemoryStore
+from s3log.testing.history import Ended, Fork, History, head_write, positions
+from s3log.testing.history import check as check_history
 
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000
@@ -512,7 +512,7 @@ class SimStore(MemoryStore):
 
 def perform(store: ObjectStore, op: Op) -> Any:
     """Perform one store request (not a Parallel or Sleep) with no fault, or call a key
-    (a :class:`~s3log.ops.Sign` or :class:`~s3log.ops.Verify`: no store request)."""
+    (a :class:`~s3log._protocol.ops.Sign` or :class:`~s3log._protocol.ops.Verify`: no store request)."""
     if isinstance(op, (Parallel, Sleep)):
         raise TypeError(f"not a store request: {op!r}")
     if isinstance(op, KeyOp):
@@ -1282,7 +1282,7 @@ class Simulation:
 
     def _check_history(self) -> int:
         """Record a final read of every session and hold the whole history to the model of
-        the promise (:func:`s3log.testing_history.check`); return how many events it checked."""
+        the promise (:func:`s3log.testing.history.check`); return how many events it checked."""
         for sid in self.store.heads:
             self.history.read(0, "end", sid, positions(sid, self.chains.get(sid, []), _payload), final=True)
         found = check_history(self.history)

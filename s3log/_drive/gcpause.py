@@ -4,9 +4,9 @@ Decoding a segment or a head's tail allocates a few containers per entry, none o
 in a cycle, so every collection those allocations trigger finds nothing to free, yet
 walks the young generations (measured: decoding a 10,000-entry segment takes about a
 fifth less time with the collector paused). The codec stays a pure function of its
-bytes: the drivers (:mod:`s3log.drive`) pause the collector while a procedure runs
+bytes: the drivers (:mod:`s3log._drive.drivers`) pause the collector while a procedure runs
 between two requests (where it decodes what a request brought back) and while a
-:class:`~s3log.ops.Get`'s ``decode`` runs. Nothing else in s3log touches the collector.
+:class:`~s3log._protocol.ops.Get`'s ``decode`` runs. Nothing else in s3log touches the collector.
 """
 
 from __future__ import annotations

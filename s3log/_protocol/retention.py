@@ -1,7 +1,7 @@
 """Retention: which sessions were active since a time, and expiring idle ones.
 
 **Active since T** (:func:`active_sessions`): the activity index
-(:mod:`s3log.activity`) holds a marker per session per UTC day it was committed to,
+(:mod:`s3log._protocol.activity`) holds a marker per session per UTC day it was committed to,
 so the sessions active since T are the markers of the days from T to today: LISTs
 proportional to the active sessions, no head read. The index is trusted for a
 window only from the day *after* its earliest day folder (that day may predate the
@@ -34,10 +34,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
-from . import activity, decide, ops
-from .codec import Head, decode_head
-from .config import LogConfig
-from .errors import (
+from s3log._format.codec import Head, decode_head
+from s3log._format.ids import uuid7_time_ms
+from s3log._format.layout import Layout
+from s3log._format.times import to_ms
+from s3log._protocol import activity, decide, ops
+from s3log._protocol.listing import matches
+from s3log._protocol.ops import Delete, DeleteIfMatch, Get, Proc
+from s3log._protocol.protocol import (
+    check_head,
+    is_expired,
+    list_all,
+    list_head_rows,
+    list_session_ids,
+)
+from s3log.config import LogConfig
+from s3log.errors import (
     ConditionalDeleteUnsupported,
     CorruptionError,
     FormatVersionError,
@@ -45,19 +57,7 @@ from .errors import (
     ObjectNotFound,
     StoreError,
 )
-from .ids import uuid7_time_ms
-from .layout import Layout
-from .listing import matches
-from .ops import Delete, DeleteIfMatch, Get, Proc
-from .protocol import (
-    check_head,
-    is_expired,
-    list_all,
-    list_head_rows,
-    list_session_ids,
-)
-from .results import ActiveSessions, ExpireProgress, ExpireReport
-from .times import to_ms
+from s3log.results import ActiveSessions, ExpireProgress, ExpireReport
 
 #: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
 ACTIVITY_KEEP_DAYS = 35
@@ -88,7 +88,7 @@ def idle_ms(idle_for: object, name: str = "idle_for") -> int:
 
 
 def since_ms(since: object, now: int) -> int:
-    """``since`` as ms since the epoch (:func:`s3log.times.to_ms`: ms, a datetime, an ISO
+    """``since`` as ms since the epoch (:func:`s3log._format.times.to_ms`: ms, a datetime, an ISO
     string, or a timedelta or duration back from ``now``, the log's clock)."""
     if isinstance(since, timedelta):
         return now - idle_ms(since, "since")  # positive, at most 100 years

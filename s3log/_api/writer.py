@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Generic
 
-from .codec import Head
-from .core import CommitQueue, ForkListener
-from .protocol import OnConflict
-from .reducer import S
-from .results import ForkInfo
+from s3log._api.core import CommitQueue, ForkListener
+from s3log._format.codec import Head
+from s3log._protocol.protocol import OnConflict
+from s3log.reducer import S
+from s3log.results import ForkInfo
 
 
 class WriterVerbs(Generic[S]):

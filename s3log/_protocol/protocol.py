@@ -1,8 +1,8 @@
 """The s3log protocol, written once, as sans-IO procedures.
 
-Each procedure is a generator that yields :mod:`s3log.ops` requests and receives
+Each procedure is a generator that yields :mod:`s3log._protocol.ops` requests and receives
 their results (or has the store's error thrown in). It never touches a socket: the
-blocking and the asyncio drivers (:mod:`s3log.drive`) run the same procedures, so
+blocking and the asyncio drivers (:mod:`s3log._drive.drivers`) run the same procedures, so
 the commit decision table, chain verification, merging and forking are reviewed and
 tested in one place.
 
@@ -23,9 +23,8 @@ from typing import Any, Generic, Literal
 
 import cbor2
 
-from . import activity, decide, ops
-from .chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
-from .codec import (
+from s3log._format.chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
+from s3log._format.codec import (
     COMPACTED_FIELD,
     FORK_KIND,
     MAX_INTERNAL_DEPTH,
@@ -52,8 +51,24 @@ from .codec import (
     normalize_data,
     tail_run,
 )
-from .config import LogConfig
-from .errors import (
+from s3log._format.ids import validate_session_id
+from s3log._format.layout import MAX_SEGMENTS, Layout, parse_segment_key
+from s3log._format.manifest import plan_merge, segment_ranges, segments_for_range
+from s3log._protocol import activity, decide, ops
+from s3log._protocol.ops import (
+    Blob,
+    Delete,
+    DeleteIfMatch,
+    Get,
+    ObjectInfo,
+    Op,
+    Parallel,
+    Proc,
+    PutIfAbsent,
+    PutIfMatch,
+)
+from s3log.config import LogConfig
+from s3log.errors import (
     AppendKeyReused,
     ConditionalDeleteUnsupported,
     ConflictError,
@@ -72,12 +87,8 @@ from .errors import (
     SessionReplaced,
     StoreError,
 )
-from .ids import validate_session_id
-from .layout import MAX_SEGMENTS, Layout, parse_segment_key
-from .manifest import plan_merge, segment_ranges, segments_for_range
-from .ops import Blob, Delete, DeleteIfMatch, Get, ObjectInfo, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
-from .reducer import Reducer, S, fold, replay
-from .results import (
+from s3log.reducer import Reducer, S, fold, replay
+from s3log.results import (
     AckedEntry,
     CommitResult,
     DeletePlan,
@@ -89,7 +100,7 @@ from .results import (
     ProbeSeen,
     acked_in,
 )
-from .signing import SignatureError, signed_head, verified_head
+from s3log.signing import SignatureError, signed_head, verified_head
 
 log = logging.getLogger("s3log")
 
@@ -133,7 +144,7 @@ class ChainPosition(Generic[S]):
     cache: Mapping[str, tuple[Entry, ...]]
     #: The key of the head's pending segment if this writer saw it stored as written
     #: (its own create-only PUT, or a GET verified against the chain): only then may
-    #: its next commit move it into the manifest (see :func:`s3log.decide.pending_step`).
+    #: its next commit move it into the manifest (see :func:`s3log._protocol.decide.pending_step`).
     confirmed: str | None = None
 
 
@@ -204,12 +215,12 @@ class CommitJournal:
 # ------------------------------------------------------------------------- basic reads
 
 
-#: The head field that makes a head a tombstone (s3log.retention): the session expired.
+#: The head field that makes a head a tombstone (s3log._protocol.retention): the session expired.
 EXPIRED_FIELD = "expired"
 
 
 #: The head field a compaction writes (:func:`compact_session`), ``COMPACTED_FIELD``
-#: (defined in s3log.codec, as signing covers it): the end (``seq``, ``hash``) of the
+#: (defined in s3log._format.codec, as signing covers it): the end (``seq``, ``hash``) of the
 #: chain it replaced, the hashes of its last entries (``tips``), ``n``, how many
 #: compactions the session has had, and the marks of the ones before (``prev``). Kept by
 #: every later commit. Readers ignore it; a writer settling a commit that may have landed
@@ -278,7 +289,7 @@ def check_head(layout: Layout, head: Head, session: str, key: str) -> Proc[None]
 
     Runs before any segment is fetched, so a hostile head cannot make a reader GET
     an arbitrary key (or thousands of them). The signature is checked by a
-    :class:`~s3log.ops.Verify` op the driver performs.
+    :class:`~s3log._protocol.ops.Verify` op the driver performs.
     """
     if head.session != session:
         raise CorruptionError(key, f"head belongs to session {head.session}, expected {session}")
@@ -417,7 +428,7 @@ Run = RunColumns | tuple[Entry, ...]
 def load_runs_from_head(layout: Layout, head: Head, etag: str) -> Proc[tuple[Head, list[Run]]]:
     """:func:`load_latest_from` for a bulk reader: the verified chain as the runs it is
     stored in, each segment's in the head's order, then the tail. A v2 segment comes as
-    its verified columns (:func:`s3log.codec.decode_segment_columns`): no Entry is made.
+    its verified columns (:func:`s3log._format.codec.decode_segment_columns`): no Entry is made.
 
     The checks are :func:`load_from_head`'s, with its errors: every segment decoded,
     the chain verified from its first entry to the head (:class:`ChainVerifier` at every
@@ -1012,7 +1023,7 @@ def _plan_head(
     # Entries re-read for a merge are checked before they are rewritten.
     verifier = ChainVerifier(ws.session, start_seq=run[0].seq, start_hash=run[0].prev)
     verifier.feed(merged_keys[0] if merged_keys else layout.head(ws.session), run)
-    # The nonce makes the key new to this write: see s3log.layout.
+    # The nonce makes the key new to this write: see s3log._format.layout.
     seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
     segment_body = encode_segment(ws.session, run, cfg.format_version)
     if mode is decide.FlushMode.PARALLEL:
@@ -1052,7 +1063,7 @@ def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str,
     Each key ends :attr:`~decide.Confirmed.OURS` (stored, byte for byte what we wrote)
     or :attr:`~decide.Confirmed.TAKEN` (another object holds the key); nothing else
     returns. An "already exists" reply is confirmed by a GET before it is trusted, and
-    409s, throttling and unknown outcomes are retried here (see :mod:`s3log.decide`).
+    409s, throttling and unknown outcomes are retried here (see :mod:`s3log._protocol.decide`).
     """
     out: dict[str, decide.Confirmed] = {}
     todo = list(puts)
@@ -1170,8 +1181,8 @@ def _put_head(
 ) -> Proc[_HeadOutcome]:
     """PUT the head conditionally and decide what happened, whatever the response.
 
-    The decisions are :func:`s3log.decide.after_head_put` and
-    :func:`s3log.decide.after_reread`. ``deadline_ms``: past it (a segment written for
+    The decisions are :func:`s3log._protocol.decide.after_head_put` and
+    :func:`s3log._protocol.decide.after_reread`. ``deadline_ms``: past it (a segment written for
     this commit could be collected by gc as garbage) no further attempt is made.
     ``first``: the result of a first attempt already made (beside a segment PUT), and
     ``doubted`` what ``journal.in_doubt`` was before it went out. The journal is in
@@ -1275,7 +1286,7 @@ def _write(
     for op, same_fork in rewrite:
         confirmed[op.key] = yield from rewrite_marker(cfg, op, same_fork)
     puts = list(before_head)
-    # Activity index (s3log.activity): a day's first commit marks the day, before its head.
+    # Activity index (s3log._protocol.activity): a day's first commit marks the day, before its head.
     marker = None if not cfg.activity_index else activity.marker_for(
         layout, ws.session, ws.etag is None, ws.head.updated_at, plan.head.updated_at)
     if marker is not None:
@@ -1438,7 +1449,7 @@ def commit(
     stored yet (a lazily created session stays unstored until it has an entry; use
     :func:`create_session` to store an empty one). ``CommitResult.acked`` holds the committed form of each pending
     entry, in order, wherever it landed. The decisions after a lost race are
-    :func:`s3log.decide.after_lost`. ``takeover``: ``ws`` creates the session over an
+    :func:`s3log._protocol.decide.after_lost`. ``takeover``: ``ws`` creates the session over an
     expired one's tombstone (If-Match on its ETag): losing the race means the id is taken.
     """
     if not pending and not (touch and ws.etag is not None):
@@ -1886,7 +1897,7 @@ def delete_session(layout: Layout, session: str, cfg: LogConfig, *, etag: str | 
     the race the condition closes (docs/operations.md).
 
     Activity markers of the days a new session at the id could still commit on stay
-    (:func:`s3log.activity.split_by_day`): such a session relies on the same key.
+    (:func:`s3log._protocol.activity.split_by_day`): such a session relies on the same key.
 
     ``etag``: delete only the head with this ETag (one the caller read and decided
     on); a head changed since is ConflictError and nothing is deleted.
@@ -2114,7 +2125,7 @@ def gc(
 
     A session whose head cannot be read is reported in ``broken`` and left alone.
 
-    Expired sessions (tombstone heads, :mod:`s3log.retention`) list no segments, so
+    Expired sessions (tombstone heads, :mod:`s3log._protocol.retention`) list no segments, so
     theirs are collected like any unreferenced segment, from the tombstone's
     ``retired_at``. The tombstone itself goes once as old, and only with ``If-Match`` on
     the ETag just read: a new session may take the id over from it at any time, and a
@@ -2572,7 +2583,7 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     (pruning a checkpointer's old states): the new chain does not verify against the
     old one, by design.
     """
-    from .reducer import EntriesReducer
+    from s3log.reducer import EntriesReducer
 
     data = yield from load(layout, session)
     reducer = EntriesReducer()

@@ -34,25 +34,25 @@ from itertools import compress, islice
 from operator import attrgetter, ne
 from typing import Any, Literal, cast
 
-from . import jsonform
-from ._extras import extra
-from .codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
-from .config import LogConfig
-from .core import head_outside
-from .errors import (
+from s3log._api.core import head_outside
+from s3log._extras import extra
+from s3log._format import jsonform
+from s3log._format.codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
+from s3log._format.ids import validate_session_id
+from s3log._format.layout import normalize_prefix
+from s3log._format.times import to_ms
+from s3log._protocol.protocol import Run, is_expired
+from s3log.config import LogConfig
+from s3log.errors import (
     CorruptionError,
     FormatVersionError,
     InvalidArgumentError,
     S3LogError,
     SessionNotFound,
 )
-from .ids import validate_session_id
-from .layout import normalize_prefix
-from .log import Log
-from .protocol import Run, is_expired
-from .signing import Verifier
-from .store.base import ObjectStore
-from .times import to_ms
+from s3log.log import Log
+from s3log.signing import Verifier
+from s3log.store.base import ObjectStore
 
 with extra("analytics"):
     import pyarrow as pa
@@ -153,12 +153,12 @@ ProgressCallback = Callable[[ScanProgress], None]
 #: :class:`~s3log.CorruptionError` to a scan (skipped with a
 #: :class:`CorruptSessionWarning` unless ``strict``). Python's ``datetime`` ends with
 #: year 9999: read later times as ``ts.cast(pa.int64())``.
-TS_RANGE = (0, MAX_TS)  # what append takes (s3log.codec.MAX_TS)
+TS_RANGE = (0, MAX_TS)  # what append takes (s3log._format.codec.MAX_TS)
 
 
 def _ms(value: int | float | datetime | str | None, name: str = "time") -> int | None:
     """``value`` (ms since the epoch, a datetime, naive as UTC, or an ISO string) in ms,
-    checked (:func:`s3log.times.to_ms`); None stays None."""
+    checked (:func:`s3log._format.times.to_ms`); None stays None."""
     return None if value is None else to_ms(value, name)
 
 
@@ -671,7 +671,7 @@ def open_store(
             raise InvalidArgumentError(
                 "storage_options", "opens the store a URL names: pass s3://bucket/prefix instead of a store")
         return store, prefix
-    from .urls import parse_url
+    from s3log.urls import parse_url
 
     spec = parse_url(store)
     if spec.scheme != "s3" or spec.store != "boto3":
@@ -688,8 +688,8 @@ def boto3_store(bucket: str, kwargs: dict[str, str]) -> ObjectStore:
     """An :class:`~s3log.S3Store` on a client made from :func:`storage_kwargs`' arguments."""
     import boto3
 
-    from .store._s3common import client_config
-    from .store.s3 import S3Store
+    from s3log.store._s3common import client_config
+    from s3log.store.s3 import S3Store
 
     session_keys = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "profile_name")
     session = boto3.session.Session(**{k: v for k, v in kwargs.items() if k in session_keys})
@@ -730,7 +730,7 @@ def _session_list(sessions: object) -> list[str] | None:
 def _session_ids(lg: Log, sessions: Iterable[str] | None, since: int | None = None) -> list[str]:
     if sessions is None:
         # With since: only the sessions that may have been committed to since then, from the
-        # activity index when it covers the window (s3log.retention); every one otherwise.
+        # activity index when it covers the window (s3log._protocol.retention); every one otherwise.
         return lg.list_session_ids(since=since)
     if isinstance(sessions, str):
         raise ValueError("sessions must be a list of session ids, not one string")

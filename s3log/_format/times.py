@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 
 from dateutil.parser import isoparse
 
-from .codec import MAX_TS
-from .errors import InvalidArgumentError
+from s3log._format.codec import MAX_TS
+from s3log.errors import InvalidArgumentError
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

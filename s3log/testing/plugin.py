@@ -2,7 +2,7 @@
 
 Fixtures:
 
-- ``s3log_server``: a session-wide :class:`~s3log.localserver.LocalS3` (moto's server on
+- ``s3log_server``: a session-wide :class:`~s3log.testing.localserver.LocalS3` (moto's server on
   127.0.0.1 with atomic conditional PUTs);
 - ``s3log_bucket``: a fresh bucket per test, also in ``S3LOG_BUCKET``;
 - ``s3log_store`` / ``s3log_log``: an :class:`~s3log.S3Store` and a :class:`~s3log.Log` on it;
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .localserver import LOCAL_ENV, LocalS3, make_moto_atomic
+    from s3log.testing.localserver import LOCAL_ENV, LocalS3, make_moto_atomic
 
 __all__ = ["LOCAL_ENV", "LocalS3", "make_moto_atomic", "sandbox_env"]
 
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     # pytest loads this module in every run where s3log is installed (``pytest11``):
     # it imports nothing of s3log, moto or boto3 until a fixture or a name is used.
     if name in __all__:
-        from . import localserver
+        from s3log.testing import localserver
 
         return getattr(localserver, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -66,7 +66,7 @@ def sandbox_env(server: LocalS3) -> dict[str, str | None]:
     """
     missing = os.path.join(tempfile.gettempdir(), "s3log-testing-no-such-dir", "none")
     env: dict[str, str | None] = {k: None for k in _UNSET}
-    from .localserver import LOCAL_ENV
+    from s3log.testing.localserver import LOCAL_ENV
 
     env.update(server.env())
     env.update(
@@ -99,7 +99,7 @@ def _apply(mp: pytest.MonkeyPatch, env: Mapping[str, str | None]) -> None:
 @pytest.fixture(scope="session")
 def s3log_server() -> Iterator[LocalS3]:
     """A local S3 server for the whole test session; real AWS cannot be reached meanwhile."""
-    from .localserver import LocalS3
+    from s3log.testing.localserver import LocalS3
 
     server = LocalS3().start()
     try:
@@ -126,7 +126,7 @@ def s3log_bucket(s3log_server: LocalS3, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def s3log_store(s3log_server: LocalS3, s3log_bucket: str) -> Any:
     """An :class:`~s3log.S3Store` on a fresh bucket of the local server."""
-    from .store.s3 import S3Store
+    from s3log.store.s3 import S3Store
 
     return S3Store(s3log_bucket, endpoint_url=s3log_server.endpoint_url)
 
@@ -134,7 +134,7 @@ def s3log_store(s3log_server: LocalS3, s3log_bucket: str) -> Any:
 @pytest.fixture
 def s3log_log(s3log_store: Any) -> Iterator[Any]:
     """A :class:`~s3log.Log` on a fresh bucket of the local server."""
-    from .log import Log
+    from s3log.log import Log
 
     log = Log(s3log_store)
     yield log
@@ -150,8 +150,8 @@ else:
     @pytest_asyncio.fixture
     async def s3log_async_log(s3log_server: LocalS3, s3log_bucket: str) -> AsyncIterator[Any]:
         """An :class:`~s3log.AsyncLog` on a fresh bucket of the local server."""
-        from .aio import AsyncLog
-        from .store.aio_s3 import AsyncS3Store
+        from s3log.aio import AsyncLog
+        from s3log.store.aio_s3 import AsyncS3Store
 
         store = AsyncS3Store(s3log_bucket, endpoint_url=s3log_server.endpoint_url)
         try:

@@ -5,7 +5,7 @@ commit of a session on a day (a commit whose previous head was written on an ear
 day, or that creates the session). It is written *before* the head, alongside the
 segment when the commit writes one (the same parallel round trip), so every commit
 that landed on a day has its day's marker: "sessions active since T" lists the
-markers of the days since T instead of every session (:mod:`s3log.retention`).
+markers of the days since T instead of every session (:mod:`s3log._protocol.retention`).
 
 A marker that already exists is fine (another writer of the session, or an earlier
 attempt of this commit, wrote it): the index only needs the key to exist. A marker
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from .codec import dumps
-from .layout import Layout
-from .ops import PutIfAbsent
+from s3log._format.codec import dumps
+from s3log._format.layout import Layout
+from s3log._protocol.ops import PutIfAbsent
 
 DAY_MS = 86_400_000
 

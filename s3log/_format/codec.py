@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import cbor2
 
-from .errors import CorruptionError, FormatVersionError, InvalidArgumentError, InvalidEntryError, InvalidSessionIdError
-from .ids import validate_session_id
+from s3log._format.ids import validate_session_id
+from s3log.errors import (
+    CorruptionError,
+    FormatVersionError,
+    InvalidArgumentError,
+    InvalidEntryError,
+    InvalidSessionIdError,
+)
 
 #: The format this build writes by default (``LogConfig.format_version``).
 FORMAT_VERSION = 2
@@ -580,7 +586,7 @@ class LinkedRun(tuple[Entry, ...]):
 
     Made only by the v2 decoder, after checking that the seqs run without a gap, that
     every entry's ``prev`` is the hash of the entry before it and that every hash is
-    the SHA-256 of the record it was read from. :class:`s3log.chain.ChainVerifier`
+    the SHA-256 of the record it was read from. :class:`s3log._format.chain.ChainVerifier`
     then checks only where the run joins the chain (its first seq and ``prev``),
     instead of every entry again. An ordinary tuple otherwise.
     """
@@ -1173,7 +1179,7 @@ def check_format_version(version: object) -> int:
 
 
 def decode_segment(body: bytes, key: str) -> Segment:
-    """Decode and shape-check a segment (the chain is verified by :mod:`s3log.chain`)."""
+    """Decode and shape-check a segment (the chain is verified by :mod:`s3log._format.chain`)."""
     session, obj = _segment_map(body, key)
     if obj["v"] == 2:
         return Segment(session, _decode_columns(obj, key))
@@ -1184,7 +1190,7 @@ def decode_segment_columns(body: bytes, key: str) -> tuple[str, RunColumns | tup
     """:func:`decode_segment` for a columnar reader: the session, and a v2 segment's
     entries as its :class:`RunColumns` (checked the same way, with the same errors,
     but no Entry made); a v1 segment's as entries. Its links to the rest of the chain
-    are checked by :meth:`s3log.chain.ChainVerifier.feed_columns` / ``feed_segment``."""
+    are checked by :meth:`s3log._format.chain.ChainVerifier.feed_columns` / ``feed_segment``."""
     session, obj = _segment_map(body, key)
     if obj["v"] == 2:
         return session, _verified_columns(obj, key)[0]
@@ -1499,7 +1505,7 @@ class _HeadSlots:
     __slots__ = ("_lazy_tail",)
 
 
-#: The head field a compaction writes (``s3log.protocol.compact_session``): the end of
+#: The head field a compaction writes (``s3log._protocol.protocol.compact_session``): the end of
 #: the chain it replaced and the hashes of its last entries. A writer settling a lost
 #: reply decides from it, so a signature covers it (``s3log.signing.compacted_digest``).
 COMPACTED_FIELD = "compacted"

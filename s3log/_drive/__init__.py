@@ -1,0 +1,1 @@
+"""The drivers: run a protocol procedure against a store, blocking or awaited."""
