@@ -17,11 +17,13 @@ from cbor2 import CBORTag
 
 import s3log
 import s3log._format.codec as codec
+from s3log._protocol import protocol
 from s3log.analytics import reading as analytics
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
 from s3log.env import Env
-from tests.helpers import store_with
+from s3log.results import is_expired
+from tests.helpers import expired_world, store_with
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
@@ -136,6 +138,18 @@ def test_sessions_table_leaves_out_expired_sessions() -> None:
     con = analytics.duckdb(duckdb.connect(), store)
     assert con.sql("SELECT s.session, s.entries, count(e.seq) FROM sessions s LEFT JOIN entries e "
                    "USING (session) GROUP BY ALL").fetchall() == [(ids[1], 1, 1)]
+
+
+def test_sessions_table_leaves_out_a_tombstone_as_results_is_expired_names_it() -> None:
+    store, _, log = expired_world("gone")
+    w = log.create("kept")
+    w.append("k", 1)
+    w.commit()
+    heads = {r.session: r.head for r in log.heads(["gone", "kept"])}
+    assert [sid for sid, h in heads.items() if h is not None and is_expired(h)] == ["gone"]
+    # The public helper reads the field the protocol writes.
+    assert all(is_expired(h) == protocol.is_expired(h) for h in heads.values() if h is not None)
+    assert analytics.sessions_table(store).column("session").to_pylist() == ["kept"]
 
 
 @pytest.mark.parametrize("since", [float("nan"), float("inf"), 1e30, -1e30, "garbage", 10**30, -1, True])

@@ -34,14 +34,12 @@ from itertools import compress, islice
 from operator import attrgetter, ne
 from typing import Any, Literal, cast
 
-from s3log._api.core import head_outside
 from s3log._extras import extra
 from s3log._format import jsonform
 from s3log._format.codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import normalize_prefix
 from s3log._format.times import to_ms
-from s3log._protocol.protocol import Run, is_expired
 from s3log.config import LogConfig
 from s3log.errors import (
     CorruptionError,
@@ -51,6 +49,7 @@ from s3log.errors import (
     SessionNotFound,
 )
 from s3log.log import Log
+from s3log.results import EntryRun, head_outside, is_expired
 from s3log.signing import Verifier
 from s3log.store.base import ObjectStore
 
@@ -454,7 +453,7 @@ class _Columns:
         self.data: list[bytes] = []
         self.values: list[Any] = []
 
-    def add(self, head: Head, runs: Iterable[Run], keep: Callable[[int, str], bool] | None = None) -> int:
+    def add(self, head: Head, runs: Iterable[EntryRun], keep: Callable[[int, str], bool] | None = None) -> int:
         """Add a session's verified entries, given as the runs they were read in (see
         :meth:`s3log.Log.read_runs`), keeping only the rows ``keep(ts, kind)`` accepts."""
         seqs: list[int] = []
@@ -571,7 +570,7 @@ def _check_head_times(head: Head, key: str) -> None:
                                        "(ms since the epoch, 1970 to 294247)")
 
 
-def _check_run_times(head: Head, runs: list[Run], key: str) -> None:
+def _check_run_times(head: Head, runs: list[EntryRun], key: str) -> None:
     """CorruptionError (``key``, the seq) if an entry's ts is outside :data:`TS_RANGE`."""
     lo, hi = TS_RANGE
     for run in runs:
@@ -838,11 +837,11 @@ def _scan(
 ) -> Iterator[pa.RecordBatch]:
     lg = Log(store, prefix=prefix, config=config)
 
-    def read(sid: str) -> tuple[Head, list[Run]] | None:
+    def read(sid: str) -> tuple[Head, list[EntryRun]] | None:
         try:
             got = lg.read_runs(sid, since=lo, until=hi)
             if got is not None:
-                key = lg._core.layout.head(sid)
+                key = lg.layout.head(sid)
                 _check_head_times(got[0], key)
                 _check_run_times(got[0], got[1], key)
             return got
@@ -877,7 +876,7 @@ def _scan(
         lg.close()
 
 
-_Read = tuple[Head, list[Run]] | None
+_Read = tuple[Head, list[EntryRun]] | None
 
 
 def _read_in_order(read: Callable[[str], _Read], ids: list[str], parallelism: int) -> Iterator[_Read]:
@@ -990,7 +989,7 @@ def _sessions(
                         (lo is not None or hi is not None) and head_outside(head, lo, hi)):
                     continue
                 try:
-                    _check_head_times(head, lg._core.layout.head(head.session))
+                    _check_head_times(head, lg.layout.head(head.session))
                 except CorruptionError as exc:
                     if strict:
                         raise
