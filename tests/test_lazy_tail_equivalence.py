@@ -31,11 +31,11 @@ import cbor2
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.chain import ChainVerifier, PendingEntry, build_chain
 from s3log._format.codec import Entry, Head, LinkedRun, RunColumns
 from s3log._format.layout import Layout
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 _L = Layout()
@@ -456,7 +456,7 @@ def _old_tree(tmp: Path) -> Path | None:
 _RUNNER = r'''
 import json, pickle, sys, warnings
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
 from s3log._format import codec
 from s3log.store.memory import MemoryStore
 
