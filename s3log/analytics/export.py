@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from s3log._extras import extra
@@ -199,9 +199,6 @@ def to_parquet(
     files). ``scan`` options (``since``, ``kinds``, ``progress``, ``storage_options``...)
     pass through. Returns the row count.
     """
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
     if partition_by is not None and partition_by not in SCHEMA.names:
         raise InvalidArgumentError(
             "partition_by", f"cannot partition by {partition_by!r}: not a column of {SCHEMA.names}")
@@ -209,7 +206,6 @@ def to_parquet(
         raise InvalidArgumentError("mode", f"unknown mode {mode!r}: use error, overwrite or append")
     heads: list[dict[str, Any]] = []
     lock = threading.Lock()
-    rows = 0
 
     def keep(head: Head) -> None:
         with lock:
@@ -229,34 +225,53 @@ def to_parquet(
         scanned.close()
         raise
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    # Overwrite writes a new directory and replaces the old export with it only once the
+    # whole scan is written: a scan failing after its first batch leaves the old one.
+    try:
+        with output_dir(filesystem, target, clear) as where:
+            rows = _write_entries(scanned, filesystem, where, partition_by)
+            if sessions_file:
+                _write_sessions_file(filesystem, where, heads, mode)
+    finally:
+        scanned.close()
+    return rows
+
+
+def _write_entries(batches: Iterable[pa.RecordBatch], filesystem: Any, where: str, partition_by: str | None) -> int:
+    """Write ``batches`` as Parquet files under ``where`` (Hive partitions by ``partition_by``);
+    the row count."""
+    import pyarrow.dataset as ds
+
+    rows = 0
+
+    def counted() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for b in scanned:
+        for b in batches:
             rows += b.num_rows
             yield b
 
     partitioning = None
     if partition_by is not None:
         partitioning = ds.partitioning(pa.schema([SCHEMA.field(partition_by)]), flavor="hive")
-    # Overwrite writes a new directory and replaces the old export with it only once the
-    # whole scan is written: a scan failing after its first batch leaves the old one.
-    try:
-        with output_dir(filesystem, target, clear) as where:
-            ds.write_dataset(
-                batches(), where, schema=SCHEMA, format="parquet", partitioning=partitioning,
-                filesystem=filesystem,
-                # A unique name per export: append mode adds files instead of replacing part-0.
-                basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
-                existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
-            )
-            if sessions_file:
-                table = pa.Table.from_batches([_sessions_batch(heads)] if heads else [], schema=SESSIONS_SCHEMA)
-                name = "_sessions.parquet" if mode != "append" else f"_sessions-{uuid.uuid4().hex[:12]}.parquet"
-                filesystem.create_dir(where, recursive=True)
-                pq.write_table(table, f"{where.rstrip('/')}/{name}", filesystem=filesystem)
-    finally:
-        scanned.close()
+    ds.write_dataset(
+        counted(), where, schema=SCHEMA, format="parquet", partitioning=partitioning,
+        filesystem=filesystem,
+        # A unique name per export: append mode adds files instead of replacing part-0.
+        basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+        existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
+    )
     return rows
+
+
+def _write_sessions_file(filesystem: Any, where: str, heads: list[dict[str, Any]], mode: ExportMode) -> None:
+    """The rows of the heads a scan read, as ``_sessions.parquet`` under ``where`` (with
+    ``append``, a file of a new name beside those of earlier exports)."""
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_batches([_sessions_batch(heads)] if heads else [], schema=SESSIONS_SCHEMA)
+    name = "_sessions.parquet" if mode != "append" else f"_sessions-{uuid.uuid4().hex[:12]}.parquet"
+    filesystem.create_dir(where, recursive=True)
+    pq.write_table(table, f"{where.rstrip('/')}/{name}", filesystem=filesystem)
 
 
 def _endpoint_of(store: Any) -> str | None:

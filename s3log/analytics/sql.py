@@ -4,8 +4,9 @@
 :func:`~s3log.analytics.reading.scan` in small batches) or, with ``snapshot``, tables
 read once; :func:`stream_error` gives back the exception that ended a view's scan.
 :func:`duckdb_parquet` makes the same views over a local
-:func:`~s3log.analytics.to_parquet` export, its filters pushed into the files. Named ``sql``, not ``duckdb``: a submodule of that name
-would be shadowed by the function :mod:`s3log.analytics` exports.
+:func:`~s3log.analytics.to_parquet` export, its filters pushed into the files. Named
+``sql``, not ``duckdb``: a submodule of that name would be shadowed by the function
+:mod:`s3log.analytics` exports.
 """
 
 from __future__ import annotations
@@ -156,32 +157,11 @@ def _sql_list(values: Iterable[str]) -> str:
     return "(" + ", ".join(_sql_str(v) for v in values) + ")"
 
 
-def duckdb_parquet(
-    connection: Any,
-    directory: str,
-    *,
-    sessions: Iterable[str] | None = None,
-    since: int | float | datetime | str | None = None,
-    until: int | float | datetime | str | None = None,
-    kinds: Iterable[str] | None = None,
-    view: str = "entries",
-    sessions_view: str | None = "sessions",
-) -> Any:
-    """The views of :func:`duckdb` over a local export written by :func:`~s3log.analytics.to_parquet`.
-
-    The filters become a ``WHERE`` that DuckDB pushes into the files: a time window
-    selects ``date=`` directories before any file is opened, and DuckDB skips row
-    groups by their statistics. The ``sessions`` view reads ``_sessions*.parquet``.
-    """
-    _view_names(view, sessions_view)
-    import glob
-    import os
-
-    lo, hi = _ms(since, "since"), _ms(until, "until")
-    if hi is not None and hi > TS_RANGE[1]:
-        hi = None  # after every time an export holds (and past what DuckDB's to_timestamp takes)
-    lo_day = None if lo is None else _day_text(lo)
-    hi_day = None if hi is None else _day_text(max(hi - 1, 0))
+def _filters(
+    lo: int | None, hi: int | None, kinds: Iterable[str] | None, sessions: Iterable[str] | None,
+) -> tuple[list[str], list[str]]:
+    """The terms of the ``WHERE`` of :func:`duckdb_parquet`'s entries view and of its
+    sessions view, for the window ``[lo, hi)`` (ms), ``kinds`` and ``sessions`` (checked)."""
     where: list[str] = []
     if lo is not None:
         where.append(f"ts >= to_timestamp({lo} / 1000.0)" if lo <= TS_RANGE[1] else "false")
@@ -203,8 +183,17 @@ def duckdb_parquet(
         heads_where.append(f"ts_max >= to_timestamp({lo} / 1000.0)" if lo <= TS_RANGE[1] else "false")
     if hi is not None:
         heads_where.append(f"ts_min < to_timestamp({hi} / 1000.0)")
-    clause = (" WHERE " + " AND ".join(where)) if where else ""
-    root = directory.rstrip("/")
+    return where, heads_where
+
+
+def _day_files(root: str, lo: int | None, hi: int | None) -> list[str]:
+    """The globs of the Parquet files of each ``date=`` directory under ``root`` that holds
+    some and whose day the window ``[lo, hi)`` (ms) touches."""
+    import glob
+    import os
+
+    lo_day = None if lo is None else _day_text(lo)
+    hi_day = None if hi is None else _day_text(max(hi - 1, 0))
     # The time window picks date= directories here, so files of other days are never
     # opened (not even to bind the view's schema).
     days = []
@@ -213,6 +202,34 @@ def duckdb_parquet(
         if (lo_day is None or day >= lo_day) and (hi_day is None or day <= hi_day) and glob.glob(
                 os.path.join(glob.escape(path), "*.parquet")):
             days.append(os.path.join(path, "*.parquet"))
+    return days
+
+
+def duckdb_parquet(
+    connection: Any,
+    directory: str,
+    *,
+    sessions: Iterable[str] | None = None,
+    since: int | float | datetime | str | None = None,
+    until: int | float | datetime | str | None = None,
+    kinds: Iterable[str] | None = None,
+    view: str = "entries",
+    sessions_view: str | None = "sessions",
+) -> Any:
+    """The views of :func:`duckdb` over a local export written by :func:`~s3log.analytics.to_parquet`.
+
+    The filters become a ``WHERE`` that DuckDB pushes into the files: a time window
+    selects ``date=`` directories before any file is opened, and DuckDB skips row
+    groups by their statistics. The ``sessions`` view reads ``_sessions*.parquet``.
+    """
+    _view_names(view, sessions_view)
+    lo, hi = _ms(since, "since"), _ms(until, "until")
+    if hi is not None and hi > TS_RANGE[1]:
+        hi = None  # after every time an export holds (and past what DuckDB's to_timestamp takes)
+    where, heads_where = _filters(lo, hi, kinds, sessions)
+    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    root = directory.rstrip("/")
+    days = _day_files(root, lo, hi)
     columns = ", ".join(f'"{c}"' for c in SCHEMA.names)
     if days:
         files = "[" + ", ".join(_sql_str(d) for d in days) + "]"
