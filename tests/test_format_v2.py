@@ -13,6 +13,7 @@ import cbor2
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.chain import PendingEntry, build_chain
 from s3log._format.codec import (
@@ -25,7 +26,6 @@ from s3log._format.codec import (
     make_entry,
 )
 from s3log._protocol import protocol
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError
 
 SMALL = 600  # a small tail bound, so a few commits flush segments

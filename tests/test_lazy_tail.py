@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.chain import ChainVerifier
 from s3log._format.codec import Entry, LinkedRun, RunColumns
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 

@@ -31,11 +31,11 @@ import cbor2
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.chain import ChainVerifier, PendingEntry, build_chain
 from s3log._format.codec import Entry, Head, LinkedRun, RunColumns
 from s3log._format.layout import Layout
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 _L = Layout()
@@ -454,11 +454,14 @@ def _old_tree(tmp: Path) -> Path | None:
 
 
 _RUNNER = r'''
-import json, pickle, sys, warnings
+import importlib, importlib.util, json, pickle, sys, warnings
 import s3log
-from s3log.analytics import reading as analytics
-from s3log._format import codec
+from s3log import analytics
 from s3log.store.memory import MemoryStore
+
+# The eager build keeps the codec at s3log.codec, this tree at s3log._format.codec: each
+# tree's own (an installed s3log may supply a module a tree lacks).
+codec = importlib.import_module("s3log.codec" if importlib.util.find_spec("s3log.codec") else "s3log._format.codec")
 
 def ent(e):
     return [e.seq, e.prev.hex() if e.prev else None, e.kind, e.ts, repr(e.data), e.hash.hex()]

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.codec import Entry, LinkedRun, RunColumns, decode_segment, make_entry
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"
