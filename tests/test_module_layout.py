@@ -141,7 +141,7 @@ def test_the_layers_above_the_log_drive_it_through_its_public_verbs() -> None:
                 own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
                     node.value.id in ("self", "cls", "session")
                 if isinstance(node, ast.Attribute) and not own and (
-                        node.attr in ("run", "layout") and ast.unparse(node.value) not in ("asyncio", "subprocess")
-                        or node.attr.startswith("_") and not node.attr.startswith("__")):
+                        (node.attr in ("run", "layout") and ast.unparse(node.value) not in ("asyncio", "subprocess"))
+                        or (node.attr.startswith("_") and not node.attr.startswith("__"))):
                     reached.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
     assert reached == []

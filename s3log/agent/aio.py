@@ -1,4 +1,5 @@
-"""The asyncio shell: :class:`AsyncAgentSession` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+"""The asyncio shell: :class:`AsyncAgentSession` awaits the core's calls of the verbs
+of an :class:`~s3log.AsyncLog` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from s3log import otel
 from s3log._upper import Proc, arun
 from s3log.agent import args, core, registry
 from s3log.agent.core import SessionCore, T
@@ -65,11 +65,7 @@ class AsyncAgentSession(SessionCore):
         """Start a session lazily (see :meth:`s3log.agent.AgentSession.create`)."""
         args.options_arg(options)
         head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
-        writer = await arun(core.create_proc(log, session_id, head))
-        assert isinstance(writer, AsyncWriter)
-        session = cls(log, writer, **options)
-        await session._run(session._p_start(system_prompt, config, history))
-        return session
+        return await arun(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
 
     @classmethod
     async def restore(
@@ -85,16 +81,10 @@ class AsyncAgentSession(SessionCore):
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
         args.options_arg(options)
-        proc = core.restore_proc(log, session_id, labels, follow_forks, owner=options.get("owner"), wait=wait,
-                                 force=force, sleep=_sleep)
-        if otel.TRACER is None or not otel.recording():
-            writer = await arun(proc)
-        else:
-            with otel.verb_span("restore", otel.store_id(log.store, log.prefix), session_id) as span:
-                writer = await arun(proc)
-                otel.restored(span, writer.session_id)
-        assert isinstance(writer, AsyncWriter)
-        return cls(log, writer, **options)
+        with core.restore_span(log, session_id) as restored:
+            session = await arun(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
+            restored(session.session_id)
+        return session
 
     @classmethod
     async def fork_at(
@@ -108,10 +98,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """A new session holding a stored point's state (see :meth:`s3log.agent.AgentSession.fork_at`)."""
-        args.options_arg(options)
-        writer = await arun(core.fork_at_proc(log, session_id, at_hash, at_seq, labels))
-        assert isinstance(writer, AsyncWriter)
-        return cls(log, writer, **options)
+        return await arun(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
     async def list(
@@ -126,10 +113,7 @@ class AsyncAgentSession(SessionCore):
 
     async def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AsyncAgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
-        args.options_arg(options)
-        writer = await self._run(self._p_fork(labels))
-        assert isinstance(writer, AsyncWriter)
-        return AsyncAgentSession(self.log, writer, **options)
+        return await self._run(self._p_fork(labels, options))
 
     # -------------------------------------------------------------------- recording
 

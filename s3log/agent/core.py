@@ -16,15 +16,17 @@ the registry of live sessions (drained when their log closes, or at exit) in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
+from s3log import otel
 from s3log._format.codec import Entry, Head, dumps, normalize_data_cbor
 from s3log._upper import Call, Proc, call
 from s3log.agent.args import (
@@ -36,6 +38,7 @@ from s3log.agent.args import (
     is_number,
     items_arg,
     labels_arg,
+    options_arg,
     session_args,
 )
 from s3log.agent.errors import AgentArgumentError, SessionBusy
@@ -223,6 +226,18 @@ def list_proc(log: AgentLog, labels: Mapping[str, Any] | None, limit: int | None
     labels = labels_arg(labels)
     rows: list[SessionInfo] = yield Call(log.list_sessions, kwargs={"limit": limit}, listed=True)
     return [r for r in rows if r.meta.get("kind") == "agent" and in_scope(r.meta, labels)]
+
+
+@contextlib.contextmanager
+def restore_span(log: AgentLog, session_id: str) -> Iterator[Callable[[str], None]]:
+    """The span of a restore (none when no tracer records); call what it gives with the
+    id of the session restored. Opened by the shell around the whole restore, so a
+    cancelled one ends its span at once, not when its procedure is collected."""
+    if otel.TRACER is None or not otel.recording():
+        yield lambda _restored: None
+        return
+    with otel.verb_span("restore", otel.store_id(log.store, log.prefix), session_id) as span:
+        yield lambda restored: otel.restored(span, restored)
 
 
 # -------------------------------------------------------------------------- sessions
@@ -511,10 +526,47 @@ class SessionCore(ABC):
             w.release_lease()
             yield call(w.renew_lease)
 
-    def _p_fork(self, labels: Mapping[str, Any] | None) -> Proc[AgentWriter]:
+    def _p_fork(self, labels: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Proc[Self]:
+        options_arg(options)
         # The parent must be stored to be forked, even if it holds only its start.
         yield from self._p_flush(force=True)
-        return (yield from fork_at_proc(self.log, self.session_id, self._writer.head.hash, None, labels))
+        writer = yield from fork_at_proc(self.log, self.session_id, self._writer.head.hash, None, labels)
+        return type(self)(self.log, writer, **options)
+
+    # ------------------------------------------------- construction (both shells')
+
+    @classmethod
+    def _p_create(
+        cls, log: AgentLog, session_id: str | None, meta: dict[str, Any],
+        start: tuple[str | None, Mapping[str, Any] | None, Sequence[Mapping[str, Any]]], options: Mapping[str, Any],
+    ) -> Proc[Self]:
+        """A session started lazily with header ``meta`` and ``start`` (system prompt,
+        config, history) recorded (see ``AgentSession.create``)."""
+        writer = yield from create_proc(log, session_id, meta)
+        session = cls(log, writer, **options)
+        yield from session._p_start(*start)
+        return session
+
+    @classmethod
+    def _p_restore(
+        cls, log: AgentLog, session_id: str, labels: Mapping[str, Any] | None, follow_forks: bool,
+        wait: float, force: bool, options: Mapping[str, Any], sleep: Callable[[float], Any],
+    ) -> Proc[Self]:
+        """A stored session, scoped and repaired (see ``AgentSession.restore``; the
+        options checked by the shell, before its span: :func:`restore_span`)."""
+        writer = yield from restore_proc(log, session_id, labels, follow_forks, owner=options.get("owner"),
+                                         wait=wait, force=force, sleep=sleep)
+        return cls(log, writer, **options)
+
+    @classmethod
+    def _p_fork_at(
+        cls, log: AgentLog, session_id: str, at_hash: bytes | str | None, at_seq: int | None,
+        labels: Mapping[str, Any] | None, options: Mapping[str, Any],
+    ) -> Proc[Self]:
+        """A new session at a stored point of ``session_id`` (see ``AgentSession.fork_at``)."""
+        options_arg(options)
+        writer = yield from fork_at_proc(log, session_id, at_hash, at_seq, labels)
+        return cls(log, writer, **options)
 
     # ----------------------------------------------------------- shell-specific
 

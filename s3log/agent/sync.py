@@ -1,4 +1,5 @@
-"""The blocking shell: :class:`AgentSession` performs the core's operations on a :class:`~s3log.Log`."""
+"""The blocking shell: :class:`AgentSession` performs the core's calls of the verbs
+of a :class:`~s3log.Log` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from s3log import otel
 from s3log._upper import Proc, run
 from s3log.agent import args, core, registry
 from s3log.agent.core import SessionCore, T
@@ -69,11 +69,7 @@ class AgentSession(SessionCore):
         ``history``, until the next :meth:`flush` or :meth:`close`."""
         args.options_arg(options)
         head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
-        writer = run(core.create_proc(log, session_id, head))
-        assert isinstance(writer, Writer)
-        session = cls(log, writer, **options)
-        session._run(session._p_start(system_prompt, config, history))
-        return session
+        return run(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
 
     @classmethod
     def restore(
@@ -98,16 +94,10 @@ class AgentSession(SessionCore):
         ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
         args.options_arg(options)
-        proc = core.restore_proc(log, session_id, labels, follow_forks, owner=options.get("owner"), wait=wait,
-                                 force=force, sleep=_sleep)
-        if otel.TRACER is None or not otel.recording():
-            writer = run(proc)
-        else:
-            with otel.verb_span("restore", otel.store_id(log.store, log.prefix), session_id) as span:
-                writer = run(proc)
-                otel.restored(span, writer.session_id)
-        assert isinstance(writer, Writer)
-        return cls(log, writer, **options)
+        with core.restore_span(log, session_id) as restored:
+            session = run(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
+            restored(session.session_id)
+        return session
 
     @classmethod
     def fork_at(
@@ -122,10 +112,7 @@ class AgentSession(SessionCore):
     ) -> AgentSession:
         """A new session holding ``session_id``'s state at a stored point, exactly as
         replayed (an open turn stays open; an unknown point is an error)."""
-        args.options_arg(options)
-        writer = run(core.fork_at_proc(log, session_id, at_hash, at_seq, labels))
-        assert isinstance(writer, Writer)
-        return cls(log, writer, **options)
+        return run(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
     def list(
@@ -146,10 +133,7 @@ class AgentSession(SessionCore):
 
     def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
-        args.options_arg(options)
-        writer = self._run(self._p_fork(labels))
-        assert isinstance(writer, Writer)
-        return AgentSession(self.log, writer, **options)
+        return self._run(self._p_fork(labels, options))
 
     # -------------------------------------------------------------------- recording
 

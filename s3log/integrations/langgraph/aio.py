@@ -1,4 +1,5 @@
-"""The asyncio shell: :class:`AsyncS3LogSaver` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+"""The asyncio shell: :class:`AsyncS3LogSaver` awaits the core's calls of the verbs
+of an :class:`~s3log.AsyncLog` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The blocking shell: :class:`S3LogSaver` performs the core's operations on a :class:`~s3log.Log`."""
+"""The blocking shell: :class:`S3LogSaver` performs the core's calls of the verbs
+of a :class:`~s3log.Log` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
