@@ -39,7 +39,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from s3log._format.codec import FORK_KIND, Entry, decode_head
 from s3log._protocol.ops import Blob, ListPage
@@ -47,6 +47,8 @@ from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
 from s3log.errors import CorruptionError
 from s3log.results import CommitResult
 from s3log.store.base import AsyncObjectStore, ObjectStore
+
+StoreT = TypeVar("StoreT", ObjectStore, AsyncObjectStore)
 
 
 class Position(NamedTuple):
@@ -236,7 +238,31 @@ def result_groups(result: CommitResult[Any]) -> list[tuple[str, list[Entry]]]:
 # ------------------------------------------------------------------- recording a store
 
 
-class RecordingStore:
+class _Recording(Generic[StoreT]):
+    """What both recording stores hold: the store they wrap, the history they record
+    into, whose requests these are and the operation under way."""
+
+    def __init__(self, inner: StoreT, history: History, client: str) -> None:
+        self.inner: StoreT = inner
+        self.history = history
+        self.client = client
+        self.op = 0
+        self.requests = inner.requests
+        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
+
+    def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
+                sent: int) -> None:
+        """Record an applied write of ``key`` if it is a session's head."""
+        if not key.endswith("/head") or "/" + PROBE_DIR in key:  # the probe's object is no session
+            return
+        try:
+            event = head_write(self.op, self.client, key, method, base, etag, body, sent)
+        except CorruptionError:
+            return  # not a session's head (the precondition probe's objects)
+        self.history.add(event)
+
+
+class RecordingStore(_Recording[ObjectStore]):
     """A blocking store that records every head write the store it wraps applied.
 
     Put it beneath a fault injector (``FaultyStore(RecordingStore(s3, ...), plan)``):
@@ -244,14 +270,6 @@ class RecordingStore:
     request log would show it. ``op`` names the operation under way (set by the one
     thread that drives the log on this store: its driver's pool threads read it too).
     """
-
-    def __init__(self, inner: ObjectStore, history: History, client: str) -> None:
-        self.inner = inner
-        self.history = history
-        self.client = client
-        self.op = 0
-        self.requests = inner.requests
-        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
 
     def get(self, key: str) -> Blob:
         """GET."""
@@ -290,22 +308,10 @@ class RecordingStore:
         self.inner.delete_if_match(key, etag)
         self._record(key, "delete_if_match", etag, None, None, sent)
 
-    def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
-                sent: int) -> None:
-        _record(self.history, self.op, self.client, key, method, base, etag, body, sent)
 
-
-class AsyncRecordingStore:
+class AsyncRecordingStore(_Recording[AsyncObjectStore]):
     """An async store that records every head write the store it wraps applied (see
     :class:`RecordingStore`; under an ``AsyncFaultyStore`` likewise)."""
-
-    def __init__(self, inner: AsyncObjectStore, history: History, client: str) -> None:
-        self.inner = inner
-        self.history = history
-        self.client = client
-        self.op = 0
-        self.requests = inner.requests
-        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
 
     async def get(self, key: str) -> Blob:
         """GET."""
@@ -323,39 +329,27 @@ class AsyncRecordingStore:
         """Create-only PUT, recorded when applied to a head."""
         sent = len(self.history)
         etag = await self.inner.put_if_absent(key, body)
-        _record(self.history, self.op, self.client, key, "put_if_absent", None, etag, body, sent)
+        self._record(key, "put_if_absent", None, etag, body, sent)
         return etag
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Conditional PUT, recorded when applied to a head."""
         sent = len(self.history)
         new = await self.inner.put_if_match(key, body, etag)
-        _record(self.history, self.op, self.client, key, "put_if_match", etag, new, body, sent)
+        self._record(key, "put_if_match", etag, new, body, sent)
         return new
 
     async def delete(self, key: str) -> None:
         """DELETE (of a head: recorded)."""
         sent = len(self.history)
         await self.inner.delete(key)
-        _record(self.history, self.op, self.client, key, "delete", None, None, None, sent)
+        self._record(key, "delete", None, None, None, sent)
 
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Conditional DELETE (of a head: recorded when applied)."""
         sent = len(self.history)
         await self.inner.delete_if_match(key, etag)
-        _record(self.history, self.op, self.client, key, "delete_if_match", etag, None, None, sent)
-
-
-def _record(history: History, op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
-            body: bytes | None, sent: int) -> None:
-    """Record an applied write of ``key`` if it is a session's head."""
-    if not key.endswith("/head") or "/" + PROBE_DIR in key:  # the probe's object is no session
-        return
-    try:
-        event = head_write(op, client, key, method, base, etag, body, sent)
-    except CorruptionError:
-        return  # not a session's head (the precondition probe's objects)
-    history.add(event)
+        self._record(key, "delete_if_match", etag, None, None, sent)
 
 
 def head_write(op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
