@@ -16,11 +16,7 @@ from typing import TYPE_CHECKING, Any
 from s3log._api.core import CommitQueue
 from s3log._format.codec import Entry, Head, RunColumns
 from s3log._protocol import protocol, retention
-from s3log._protocol.ops import (
-    Op,
-    Proc,
-    Sleep,
-)
+from s3log._protocol.ops import Op, Proc, Sleep
 from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
 from s3log.errors import (
     ConflictError,
@@ -39,7 +35,7 @@ from s3log.testing.sim.store import _payload
 if TYPE_CHECKING:
     from s3log.testing.sim.simulation import Simulation
 
-
+#: The kind of every entry the simulated callers append.
 KIND = "k"
 
 

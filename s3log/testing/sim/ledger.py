@@ -17,10 +17,7 @@ from s3log._format.codec import FORK_KIND, Entry, Head
 from s3log._format.layout import Layout, parse_segment_key
 from s3log._protocol import protocol
 from s3log._protocol.protocol import SessionData
-from s3log.errors import (
-    ConflictError,
-    S3LogError,
-)
+from s3log.errors import ConflictError, S3LogError
 from s3log.results import AckedEntry, CommitResult
 from s3log.testing.history import Fork, History, positions
 from s3log.testing.history import check as check_history

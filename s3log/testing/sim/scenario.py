@@ -17,7 +17,6 @@ from s3log._protocol.protocol import OnConflict
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000
 
-
 Fault = Literal["409", "412", "503", "timeout-landed", "timeout-lost", "reset"]
 FAULTS: tuple[Fault, ...] = ("409", "412", "503", "timeout-landed", "timeout-lost", "reset")
 

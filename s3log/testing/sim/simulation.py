@@ -34,10 +34,7 @@ from s3log._protocol.ops import (
 )
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
-from s3log.errors import (
-    S3LogError,
-    StoreError,
-)
+from s3log.errors import S3LogError, StoreError
 from s3log.testing.sim.actors import (
     Actor,
     CompactorActor,
@@ -60,8 +57,6 @@ from s3log.testing.sim.store import SimStore, injected_error, perform
 GHOST_LIFETIME_MS = 500
 #: Steps the writers get to commit what they hold once the faults stop.
 DRAIN_STEPS = 400
-
-
 #: What a request in flight does when its actor dies or is cancelled.
 Fate = Literal["dropped", "landed", "ghost"]
 

@@ -19,25 +19,9 @@ from s3log._drive.drivers import step
 from s3log._format.codec import Entry, Head, decode_head
 from s3log._format.layout import Layout
 from s3log._protocol import protocol
-from s3log._protocol.ops import (
-    Blob,
-    KeyOp,
-    Op,
-    Parallel,
-    Proc,
-    Sleep,
-    StoreOp,
-    call_key,
-    call_store,
-)
+from s3log._protocol.ops import Blob, KeyOp, Op, Parallel, Proc, Sleep, StoreOp, call_key, call_store
 from s3log._protocol.protocol import SessionData
-from s3log.errors import (
-    ConditionalRequestConflict,
-    PreconditionFailed,
-    S3LogError,
-    StoreError,
-    TransientStoreError,
-)
+from s3log.errors import ConditionalRequestConflict, PreconditionFailed, S3LogError, StoreError, TransientStoreError
 from s3log.store.base import ObjectStore
 from s3log.store.memory import MemoryStore
 from s3log.testing.history import Ended, History, head_write, positions
@@ -68,6 +52,15 @@ Ident = tuple[int, str | None, int]
 
 def _ident(head: Head) -> Ident:
     return (head.created_at, head.creator, protocol.compactions(head))
+
+
+def _payload(e: Entry) -> str:
+    """The name the simulated callers gave an entry (``data["p"]``); any other entry
+    (a fork entry) by its kind and seq."""
+    data = e.data
+    if isinstance(data, dict) and isinstance(data.get("p"), str):
+        return str(data["p"])
+    return f"<{e.kind}@{e.seq}>"
 
 
 @dataclass(slots=True)
@@ -315,10 +308,3 @@ def run_direct(store: ObjectStore, proc: Proc[Any]) -> Any:
                 if not isinstance(exc, StoreError) and not isinstance(op, KeyOp):
                     raise
                 error = exc
-
-
-def _payload(e: Entry) -> str:
-    data = e.data
-    if isinstance(data, dict) and isinstance(data.get("p"), str):
-        return str(data["p"])
-    return f"<{e.kind}@{e.seq}>"
