@@ -62,22 +62,27 @@ class Position(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Invoke:
-    """An operation began: ``action`` is what it does (commit, read, fork, expire...)."""
+class _Event:
+    """What every event names: the operation it belongs to (``op``, an id from
+    :meth:`History.invoke`) and the client that ran it."""
 
     op: int
     client: str
+
+
+@dataclass(frozen=True, slots=True)
+class Invoke(_Event):
+    """An operation began: ``action`` is what it does (commit, read, fork, expire...)."""
+
     action: str
     session: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(_Event):
     """An operation acknowledged entries, each at its position (one operation may
     acknowledge in several events: a commit that forked, a conflict's landed entries)."""
 
-    op: int
-    client: str
     positions: tuple[Position, ...]
     #: The answer to a retry with an idempotency key: the entry stored by an earlier
     #: append of that key, which may have been acknowledged already (at this position).
@@ -85,34 +90,28 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(_Event):
     """An operation ended without an acknowledgement (an error, a crash, a
     cancellation): what it carried may or may not be stored."""
 
-    op: int
-    client: str
     error: str
 
 
 @dataclass(frozen=True, slots=True)
-class Read:
+class Read(_Event):
     """A read of a session's chain, from seq 0; ``final``: the read at the end of the
     history, which acknowledgements are checked against."""
 
-    op: int
-    client: str
     session: str
     entries: tuple[Position, ...]
     final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Fork:
+class Fork(_Event):
     """A caller was told a session forked: ``child`` holds the parent's chain up to
     ``at_seq``; ``explicit`` if the caller asked for the fork."""
 
-    op: int
-    client: str
     parent: str
     at_seq: int
     child: str
@@ -120,12 +119,10 @@ class Fork:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
+class Ended(_Event):
     """Retention ended a session (an expiry or a delete): its chain as it ended.
     Its entries are legitimately gone, and reads of it were reads of a real chain."""
 
-    op: int
-    client: str
     session: str
     entries: tuple[Position, ...]
     #: Ended by a compaction: the kept entries are stored again in the new chain, by design.
@@ -133,7 +130,7 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
-class HeadWrite:
+class HeadWrite(_Event):
     """A write of a session's head the store applied (as its request log saw it).
 
     ``method``: put_if_absent, put_if_match, delete or delete_if_match; ``base``: the
@@ -142,8 +139,6 @@ class HeadWrite:
     how many events the history held when the request was sent (it cannot have been
     applied earlier)."""
 
-    op: int
-    client: str
     session: str
     method: str
     base: str | None
