@@ -18,7 +18,7 @@ import pytest
 PUBLIC = [
     "s3log", "s3log.agent", "s3log.analytics", "s3log.integrations", "s3log.integrations.langgraph",
     "s3log.integrations.openai_agents", "s3log.otel", "s3log.signing", "s3log.store", "s3log.testing.plugin",
-    "s3log.urls",
+    "s3log.testing.sim", "s3log.urls",
 ]
 
 #: Where a class of each kind lives, by a pattern on its name: errors and warnings in
@@ -46,7 +46,7 @@ HOMES = {
     "ObstoreStore": "s3log.store.obstore", "AsyncObstoreStore": "s3log.store.obstore",
     "AsyncS3Store": "s3log.store.aio_s3", "AsyncMemoryStore": "s3log.store.memory",
     "ObjectStore": "s3log.store.base", "AsyncObjectStore": "s3log.store.base", "RequestCounter": "s3log.store.base",
-    "LocalS3": "s3log.testing.localserver", "LogURL": "s3log.urls",
+    "LocalS3": "s3log.testing.localserver", "LogURL": "s3log.urls", "Violation": "s3log.testing.sim.outcome",
 }
 
 

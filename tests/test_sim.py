@@ -215,7 +215,7 @@ class BlindSimulation(Simulation):
 
     def check_read(self, reader: Any, data: Any) -> None:
         self.history.read(reader.op, reader.name, data.session, history.positions(data.session, data.entries,
-                                                                                   s3log.testing.sim._payload))
+                                                                                   s3log.testing.sim.store._payload))
 
 
 def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> None:
@@ -233,7 +233,7 @@ def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> No
                 entries = run_direct(sim.store, protocol.load(sim.layout, sid)).entries
             except s3log.S3LogError:
                 entries = []
-            h.read(0, "end", sid, history.positions(sid, entries, s3log.testing.sim._payload), final=True)
+            h.read(0, "end", sid, history.positions(sid, entries, s3log.testing.sim.store._payload), final=True)
         rules |= {v.rule for v in check_history(h)}
     assert {"lost", "read"} <= rules  # overwritten acknowledged entries; reads of chains no longer there
 

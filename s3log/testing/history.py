@@ -39,7 +39,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from s3log._format.codec import FORK_KIND, Entry, decode_head
 from s3log._protocol.ops import Blob, ListPage
@@ -47,6 +47,8 @@ from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
 from s3log.errors import CorruptionError
 from s3log.results import CommitResult
 from s3log.store.base import AsyncObjectStore, ObjectStore
+
+StoreT = TypeVar("StoreT", ObjectStore, AsyncObjectStore)
 
 
 class Position(NamedTuple):
@@ -60,22 +62,27 @@ class Position(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Invoke:
-    """An operation began: ``action`` is what it does (commit, read, fork, expire...)."""
+class _Event:
+    """What every event names: the operation it belongs to (``op``, an id from
+    :meth:`History.invoke`) and the client that ran it."""
 
     op: int
     client: str
+
+
+@dataclass(frozen=True, slots=True)
+class Invoke(_Event):
+    """An operation began: ``action`` is what it does (commit, read, fork, expire...)."""
+
     action: str
     session: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(_Event):
     """An operation acknowledged entries, each at its position (one operation may
     acknowledge in several events: a commit that forked, a conflict's landed entries)."""
 
-    op: int
-    client: str
     positions: tuple[Position, ...]
     #: The answer to a retry with an idempotency key: the entry stored by an earlier
     #: append of that key, which may have been acknowledged already (at this position).
@@ -83,34 +90,28 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(_Event):
     """An operation ended without an acknowledgement (an error, a crash, a
     cancellation): what it carried may or may not be stored."""
 
-    op: int
-    client: str
     error: str
 
 
 @dataclass(frozen=True, slots=True)
-class Read:
+class Read(_Event):
     """A read of a session's chain, from seq 0; ``final``: the read at the end of the
     history, which acknowledgements are checked against."""
 
-    op: int
-    client: str
     session: str
     entries: tuple[Position, ...]
     final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Fork:
+class Fork(_Event):
     """A caller was told a session forked: ``child`` holds the parent's chain up to
     ``at_seq``; ``explicit`` if the caller asked for the fork."""
 
-    op: int
-    client: str
     parent: str
     at_seq: int
     child: str
@@ -118,12 +119,10 @@ class Fork:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
+class Ended(_Event):
     """Retention ended a session (an expiry or a delete): its chain as it ended.
     Its entries are legitimately gone, and reads of it were reads of a real chain."""
 
-    op: int
-    client: str
     session: str
     entries: tuple[Position, ...]
     #: Ended by a compaction: the kept entries are stored again in the new chain, by design.
@@ -131,7 +130,7 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
-class HeadWrite:
+class HeadWrite(_Event):
     """A write of a session's head the store applied (as its request log saw it).
 
     ``method``: put_if_absent, put_if_match, delete or delete_if_match; ``base``: the
@@ -140,8 +139,6 @@ class HeadWrite:
     how many events the history held when the request was sent (it cannot have been
     applied earlier)."""
 
-    op: int
-    client: str
     session: str
     method: str
     base: str | None
@@ -236,7 +233,31 @@ def result_groups(result: CommitResult[Any]) -> list[tuple[str, list[Entry]]]:
 # ------------------------------------------------------------------- recording a store
 
 
-class RecordingStore:
+class _Recording(Generic[StoreT]):
+    """What both recording stores hold: the store they wrap, the history they record
+    into, whose requests these are and the operation under way."""
+
+    def __init__(self, inner: StoreT, history: History, client: str) -> None:
+        self.inner: StoreT = inner
+        self.history = history
+        self.client = client
+        self.op = 0
+        self.requests = inner.requests
+        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
+
+    def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
+                sent: int) -> None:
+        """Record an applied write of ``key`` if it is a session's head."""
+        if not key.endswith("/head") or "/" + PROBE_DIR in key:  # the probe's object is no session
+            return
+        try:
+            event = head_write(self.op, self.client, key, method, base, etag, body, sent)
+        except CorruptionError:
+            return  # not a session's head (the precondition probe's objects)
+        self.history.add(event)
+
+
+class RecordingStore(_Recording[ObjectStore]):
     """A blocking store that records every head write the store it wraps applied.
 
     Put it beneath a fault injector (``FaultyStore(RecordingStore(s3, ...), plan)``):
@@ -244,14 +265,6 @@ class RecordingStore:
     request log would show it. ``op`` names the operation under way (set by the one
     thread that drives the log on this store: its driver's pool threads read it too).
     """
-
-    def __init__(self, inner: ObjectStore, history: History, client: str) -> None:
-        self.inner = inner
-        self.history = history
-        self.client = client
-        self.op = 0
-        self.requests = inner.requests
-        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
 
     def get(self, key: str) -> Blob:
         """GET."""
@@ -290,22 +303,10 @@ class RecordingStore:
         self.inner.delete_if_match(key, etag)
         self._record(key, "delete_if_match", etag, None, None, sent)
 
-    def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None,
-                sent: int) -> None:
-        _record(self.history, self.op, self.client, key, method, base, etag, body, sent)
 
-
-class AsyncRecordingStore:
+class AsyncRecordingStore(_Recording[AsyncObjectStore]):
     """An async store that records every head write the store it wraps applied (see
     :class:`RecordingStore`; under an ``AsyncFaultyStore`` likewise)."""
-
-    def __init__(self, inner: AsyncObjectStore, history: History, client: str) -> None:
-        self.inner = inner
-        self.history = history
-        self.client = client
-        self.op = 0
-        self.requests = inner.requests
-        self.honours_preconditions = bool(getattr(inner, "honours_preconditions", False))
 
     async def get(self, key: str) -> Blob:
         """GET."""
@@ -323,39 +324,27 @@ class AsyncRecordingStore:
         """Create-only PUT, recorded when applied to a head."""
         sent = len(self.history)
         etag = await self.inner.put_if_absent(key, body)
-        _record(self.history, self.op, self.client, key, "put_if_absent", None, etag, body, sent)
+        self._record(key, "put_if_absent", None, etag, body, sent)
         return etag
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Conditional PUT, recorded when applied to a head."""
         sent = len(self.history)
         new = await self.inner.put_if_match(key, body, etag)
-        _record(self.history, self.op, self.client, key, "put_if_match", etag, new, body, sent)
+        self._record(key, "put_if_match", etag, new, body, sent)
         return new
 
     async def delete(self, key: str) -> None:
         """DELETE (of a head: recorded)."""
         sent = len(self.history)
         await self.inner.delete(key)
-        _record(self.history, self.op, self.client, key, "delete", None, None, None, sent)
+        self._record(key, "delete", None, None, None, sent)
 
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Conditional DELETE (of a head: recorded when applied)."""
         sent = len(self.history)
         await self.inner.delete_if_match(key, etag)
-        _record(self.history, self.op, self.client, key, "delete_if_match", etag, None, None, sent)
-
-
-def _record(history: History, op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
-            body: bytes | None, sent: int) -> None:
-    """Record an applied write of ``key`` if it is a session's head."""
-    if not key.endswith("/head") or "/" + PROBE_DIR in key:  # the probe's object is no session
-        return
-    try:
-        event = head_write(op, client, key, method, base, etag, body, sent)
-    except CorruptionError:
-        return  # not a session's head (the precondition probe's objects)
-    history.add(event)
+        self._record(key, "delete_if_match", etag, None, None, sent)
 
 
 def head_write(op: int, client: str, key: str, method: str, base: str | None, etag: str | None,
