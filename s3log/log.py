@@ -12,9 +12,10 @@ from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
 from s3log._format.codec import Entry, Head
+from s3log._protocol.compact import Selector
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
-from s3log._protocol.protocol import OnConflict, Run, Selector
+from s3log._protocol.state import OnConflict, Run
 from s3log.config import LogConfig
 from s3log.errors import InvalidArgumentError
 from s3log.reducer import Reducer, S
@@ -359,7 +360,7 @@ class Log(LogVerbs):
         return self.run(self._core.lineage(session_id))
 
     def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
+        """The sessions forked from this one that have a head (see :func:`s3log._protocol.fork.children`)."""
         return self.run(self._core.children(session_id))
 
     def list_session_ids(
@@ -420,7 +421,7 @@ class Log(LogVerbs):
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
-        first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
+        first time in a bucket): :func:`s3log._protocol.probe.probe_preconditions`.
         """
         return self.run(self._core.probe())
 

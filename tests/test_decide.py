@@ -17,15 +17,12 @@ from s3log._format.chain import PendingEntry, build_chain
 from s3log._format.codec import decode_head, dumps, encode_head, encode_segment
 from s3log._format.layout import Layout
 from s3log._protocol import decide
+from s3log._protocol.commit import commit
 from s3log._protocol.decide import Confirmed, CreateStep, Reply
+from s3log._protocol.fork import _is_marker_of
 from s3log._protocol.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
-from s3log._protocol.protocol import (
-    ChainPosition,
-    _is_marker_of,
-    commit,
-    new_writer_state,
-    rewrite_marker,
-)
+from s3log._protocol.state import ChainPosition, new_writer_state
+from s3log._protocol.write import rewrite_marker
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import (

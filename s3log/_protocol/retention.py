@@ -39,15 +39,10 @@ from s3log._format.ids import uuid7_time_ms
 from s3log._format.layout import Layout
 from s3log._format.times import to_ms
 from s3log._protocol import activity, decide, ops
-from s3log._protocol.listing import matches
+from s3log._protocol.listing import list_all, list_head_rows, list_session_ids, matches
 from s3log._protocol.ops import Delete, DeleteIfMatch, Get, Proc
-from s3log._protocol.protocol import (
-    check_head,
-    is_expired,
-    list_all,
-    list_head_rows,
-    list_session_ids,
-)
+from s3log._protocol.read import check_head
+from s3log._protocol.state import is_expired
 from s3log.config import LogConfig
 from s3log.errors import (
     ConditionalDeleteUnsupported,

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from s3log._api.writer import WriterVerbs
 from s3log._format.codec import Entry, Head, dumps, normalize_data_cbor
-from s3log._protocol.protocol import OnConflict, is_expired
+from s3log._protocol.state import OnConflict, is_expired
 from s3log.agent.state import (
     CACHE_LOCKED,
     CACHE_UNLOCKED,

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from s3log import otel
 from s3log._format.ids import validate_session_id
-from s3log._protocol.protocol import child_heads
+from s3log._protocol.fork import child_heads
 from s3log.agent import core
 from s3log.agent.core import Op, Proc, SessionCore, T
 from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status

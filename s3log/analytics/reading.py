@@ -41,7 +41,7 @@ from s3log._format.codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_co
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import normalize_prefix
 from s3log._format.times import to_ms
-from s3log._protocol.protocol import Run, is_expired
+from s3log._protocol.state import Run, is_expired
 from s3log.config import LogConfig
 from s3log.errors import (
     CorruptionError,

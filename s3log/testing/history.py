@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from s3log._format.codec import FORK_KIND, Entry, decode_head
+from s3log._protocol.compact import compactions
 from s3log._protocol.ops import Blob, ListPage
-from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
+from s3log._protocol.probe import PROBE_DIR
+from s3log._protocol.state import is_expired
 from s3log.errors import CorruptionError
 from s3log.results import CommitResult
 from s3log.store.base import AsyncObjectStore, ObjectStore

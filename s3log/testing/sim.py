@@ -39,7 +39,7 @@ each session it touched:
    writer meeting the tombstone forked, must stay);
 2. none is duplicated: each payload is acked at most once and stored at most once,
    in one chain of all the sessions (fork seeds are not counted, only entries);
-3. every stored chain verifies (:func:`s3log._protocol.protocol.load` on every session with a head);
+3. every stored chain verifies (:func:`s3log._protocol.read.load` on every session with a head);
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
    ever forks, meets a conflict or finds its session taken, unless retention or the
    creator changed its session since it opened it;
@@ -76,7 +76,9 @@ from s3log._api.core import CommitQueue, LogCore
 from s3log._drive.drivers import step
 from s3log._format.codec import FORK_KIND, Entry, Head, RunColumns, decode_head
 from s3log._format.layout import Layout, parse_segment_key
-from s3log._protocol import decide, protocol, retention
+from s3log._protocol import decide, retention
+from s3log._protocol.compact import compact_session, compactions
+from s3log._protocol.delete import delete_session, gc, landing_bound_ms
 from s3log._protocol.ops import (
     Blob,
     Delete,
@@ -96,7 +98,9 @@ from s3log._protocol.ops import (
     decoded,
     is_retryable,
 )
-from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
+from s3log._protocol.probe import PROBE_DIR
+from s3log._protocol.read import load, load_from_head, load_runs_from_head, read_head
+from s3log._protocol.state import ChainPosition, OnConflict, SessionData, is_expired
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import (
@@ -315,7 +319,7 @@ Ident = tuple[int, str | None, int]
 
 
 def _ident(head: Head) -> Ident:
-    return (head.created_at, head.creator, protocol.compactions(head))
+    return (head.created_at, head.creator, compactions(head))
 
 
 @dataclass(slots=True)
@@ -412,7 +416,7 @@ class SimStore(MemoryStore):
 
     def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None) -> None:
         """The request log: every head write applied, by which operation."""
-        if key.endswith("/head") and protocol.PROBE_DIR not in key:  # the probe's object is no session
+        if key.endswith("/head") and PROBE_DIR not in key:  # the probe's object is no session
             self.history.add(head_write(self.op, self.who, key, method, base, etag, body, len(self.history)))
 
     def current(self, sid: str) -> HeadLife | None:
@@ -425,7 +429,7 @@ class SimStore(MemoryStore):
         return self.lives[sid][life.life]
 
     def _deleted(self, key: str, old: bytes | None) -> None:
-        if key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+        if key.startswith(self.layout.sessions_prefix + PROBE_DIR):
             return  # the precondition probe deletes its own objects: no session's
         now = self.clock()
         sid = self.layout.session_of(key)
@@ -458,7 +462,7 @@ class SimStore(MemoryStore):
         """The head ``body`` (replaced by a tombstone, or deleted): its chain is legitimately gone."""
         head = decode_head(body, key)
         try:
-            data: SessionData = run_direct(self, protocol.load_from_head(self.layout, head, ""))
+            data: SessionData = run_direct(self, load_from_head(self.layout, head, ""))
         except S3LogError as exc:
             self.unloadable.append(f"{key} v{head.version}: {type(exc).__name__}: {exc}")
             return
@@ -471,7 +475,7 @@ class SimStore(MemoryStore):
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
         self.put_raw(key, body, mtime_ms=now)
-        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + PROBE_DIR):
             return  # the precondition probe's object is no session's head
         sid = self.layout.session_of(key)
         assert sid is not None
@@ -479,7 +483,7 @@ class SimStore(MemoryStore):
         self.dangling += [f"{key} v{head.version} lists {k}" for k in head.segments if k not in self._objects]
         lives = self.heads.setdefault(sid, [])
         sessions = self.lives.setdefault(sid, [])
-        tomb = protocol.is_expired(head)
+        tomb = is_expired(head)
         ident = _ident(head)
         prev = self.current(sid)
         if prev is not None:
@@ -872,7 +876,7 @@ class ReaderActor(Actor):
             self.loads += 1
             if self.loads % 2 == 0:
                 return f"runs {sim.short(sid)}", self._runs(sim, sid)
-            return f"load {sim.short(sid)}", protocol.load(sim.layout, sid)
+            return f"load {sim.short(sid)}", load(sim.layout, sid)
         hold = r.randint(0, sim.scenario.grace_ms * 3 // 2)
         return f"hold {sim.short(sid)} {hold}ms", self._held(sim, sid, hold)
 
@@ -882,8 +886,8 @@ class ReaderActor(Actor):
 
     def _runs(self, sim: Simulation, sid: str) -> Proc[SessionData]:
         """What ``Log.read_runs`` reads, as the entries its runs hold."""
-        head, etag = yield from protocol.read_head(sim.layout, sid)
-        head, runs = yield from protocol.load_runs_from_head(sim.layout, head, etag)
+        head, etag = yield from read_head(sim.layout, sid)
+        head, runs = yield from load_runs_from_head(sim.layout, head, etag)
         entries: list[Entry] = []
         for run in runs:
             if isinstance(run, RunColumns):
@@ -895,10 +899,10 @@ class ReaderActor(Actor):
         return SessionData(head.session, head, etag, entries, {})
 
     def _held(self, sim: Simulation, sid: str, hold_ms: int) -> Proc[SessionData]:
-        head, etag = yield from protocol.read_head(sim.layout, sid)
+        head, etag = yield from read_head(sim.layout, sid)
         self.head_seen = (head, sim.now)
         yield Sleep(hold_ms / 1000)
-        return (yield from protocol.load_from_head(sim.layout, head, etag))
+        return (yield from load_from_head(sim.layout, head, etag))
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, (StoreError, SessionNotFound)):
@@ -920,7 +924,7 @@ class GcActor(Actor):
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         self.wake_at = sim.now + sim.rng.randint(0, sim.scenario.grace_ms)
-        return "gc", sim.core.writing(protocol.gc(
+        return "gc", sim.core.writing(gc(
             sim.layout, older_than_ms=sim.gc_older_than_ms, now=sim.now, dry_run=False,
             commit_deadline_ms=sim.gc_commit_deadline_ms,
         ))
@@ -958,7 +962,7 @@ class ForkerActor(Actor):
         return f"fork {sim.short(sid)}", self._fork(sim, sid)
 
     def _fork(self, sim: Simulation, sid: str) -> Proc[str]:
-        head, _ = yield from protocol.read_head(sim.layout, sid)
+        head, _ = yield from read_head(sim.layout, sid)
         at = sim.rng.randint(-1, head.seq)
         self.at_fork = (at, head.parent is not None)
         sim.note(self, f"fork {sim.short(sid)} at seq {at}")
@@ -995,7 +999,7 @@ class RetentionActor(Actor):
         if not sids:
             return None
         sid = r.choice(sids)
-        return f"delete {sim.short(sid)}", sim.core.writing(protocol.delete_session(sim.layout, sid, sim.config))
+        return f"delete {sim.short(sid)}", sim.core.writing(delete_session(sim.layout, sid, sim.config))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ExpireReport):
@@ -1032,7 +1036,7 @@ class CompactorActor(Actor):
         if not sids:
             return None
         sid = r.choice(sids)
-        return f"compact {sim.short(sid)}", protocol.compact_session(sim.layout, sim.config, sid, _drop_oldest)
+        return f"compact {sim.short(sid)}", compact_session(sim.layout, sim.config, sid, _drop_oldest)
 
     def done(self, sim: Simulation, value: Any) -> None:
         sim.note(self, "compacted" if value else "nothing to compact")
@@ -1722,7 +1726,7 @@ class Simulation:
             # Log.delete of the parent deletes the markers in its folder: excused if it
             # came after this child's marker could have been written (up to the landing
             # bound before its first head), not for an earlier session at the parent's id.
-            since = self.store.lives[child][-1].start - protocol.landing_bound_ms(self.scenario.commit_deadline_ms)
+            since = self.store.lives[child][-1].start - landing_bound_ms(self.scenario.commit_deadline_ms)
             if any(lf.deleted_by == "rt" and lf.deleted_at is not None and lf.deleted_at >= since
                    for lf in self.store.lives.get(parent, [])):
                 continue
@@ -1748,7 +1752,7 @@ class Simulation:
             self._check_acked(sid, self.acked_by_session.get(sid, []))
             return
         try:
-            data: SessionData = run_direct(self.store, protocol.load(self.layout, sid))
+            data: SessionData = run_direct(self.store, load(self.layout, sid))
         except S3LogError as exc:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries
