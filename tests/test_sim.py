@@ -408,7 +408,7 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
             held["head"] = log.run(read.read_head(layout, w.session_id))
             clock.now += 800
 
-    proc = commit.commit(layout, cfg, ws, [PendingEntry("k", clock.now, "b")], EntriesReducer())
+    proc = commit.commit(commit.CommitPlan(layout, cfg, EntriesReducer(), ws, [PendingEntry("k", clock.now, "b")]))
     run_procedure(mem, proc, before)
     landed = clock.now
     clock.now = landed + grace // 2  # half the grace period after the reader's head retired

@@ -34,7 +34,7 @@ from s3log._format.ids import validate_session_id
 from s3log._format.layout import DEFAULT_PREFIX, Layout
 from s3log._protocol import listing, retention
 from s3log._protocol.append_keys import find_append_key, stored_for_key
-from s3log._protocol.commit import commit, create_session
+from s3log._protocol.commit import CommitPlan, commit, create_session, renew
 from s3log._protocol.compact import Selector, compact_session
 from s3log._protocol.delete import delete_session, gc, plan_delete
 from s3log._protocol.fork import children, fork_at, lineage
@@ -379,10 +379,9 @@ class CommitQueue(Generic[S]):
             journal = CommitJournal(ws.session, forks=dict(self._fork_doubts))
             mode = self.on_conflict if on_conflict is None else on_conflict
         try:
-            result = yield from commit(
-                self.layout, self.config, ws, [p for _, p in batch], self.reducer, mode,
-                lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal,
-            )
+            plan = CommitPlan(self.layout, self.config, self.reducer, ws, [p for _, p in batch], mode,
+                              lease=lease, maybe_landed=maybe_landed, journal=journal)
+            result = yield from (renew(plan) if touch else commit(plan))
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
             self._settle(batch[: len(err.landed)], err.landed, ws)

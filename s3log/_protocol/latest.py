@@ -15,7 +15,7 @@ from s3log._format.chain import PendingEntry
 from s3log._format.layout import Layout
 from s3log._protocol import ops
 from s3log._protocol.append_keys import stored_by_key
-from s3log._protocol.commit import commit
+from s3log._protocol.commit import CommitPlan, commit, take_over
 from s3log._protocol.ops import (
     Proc,
 )
@@ -98,8 +98,8 @@ def append_latest(
                 return CommitResult(ws, durable, [acked[i] for i in sorted(acked)])
         try:
             # Fresh entries: only this call's own undecided PUTs can have stored them.
-            result = yield from commit(layout, cfg, ws, pending, reducer, "raise", maybe_landed=False,
-                                       takeover=takeover)
+            plan = CommitPlan(layout, cfg, reducer, ws, pending, "raise", maybe_landed=0)
+            result = yield from (take_over(plan) if takeover else commit(plan))
         except ConflictError as err:
             acked.update(zip(order, err.landed, strict=False))
             durable += err.landed
