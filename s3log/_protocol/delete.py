@@ -9,7 +9,8 @@ both judge the same ages with the same rules.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from s3log._format.codec import (
@@ -295,6 +296,32 @@ def gc(
     """
     grace = max(older_than_ms, landing_bound_ms(commit_deadline_ms))
     objects, _ = yield from list_all(layout.sessions_prefix)
+    by_session = _by_session(layout, objects)
+    rows = yield from list_head_rows(layout, sorted(by_session))
+    heads = {r.session: r.head for r in rows if r.head is not None}
+    broken = sorted(r.session for r in rows if r.head is None)
+    # A pending segment is kept too: its writer may move it into the manifest next.
+    referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
+    etags = {r.session: r.etag for r in rows}
+    sweep = _GcSweep(layout, now, grace, referenced, {r.session for r in rows})
+    for sid, objs in by_session.items():
+        if sid in broken:
+            continue
+        head = heads.get(sid)
+        # retired_at is stamped when the merging commit is planned; its head lands up to
+        # landing_bound_ms later: the grace counts from the latest it could have landed.
+        retired_recently = (head is not None and head.retired_at is not None
+                            and now - head.retired_at < older_than_ms + landing_bound_ms(commit_deadline_ms))
+        sweep.judge(sid, objs, head, etags.get(sid), retired_recently)
+    deleted: list[str] = []
+    failed: dict[str, str] = {}
+    if sweep.doomed and not dry_run:
+        deleted, failed = yield from sweep.collect()
+    return GcReport(len(heads), sweep.doomed, deleted, sweep.young, broken, failed)
+
+
+def _by_session(layout: Layout, objects: Sequence[ObjectInfo]) -> dict[str, list[ObjectInfo]]:
+    """``objects`` by the session folder they are in; those in no session's are left out."""
     by_session: dict[str, list[ObjectInfo]] = {}
     for o in objects:
         sid = layout.session_of(o.key)
@@ -305,40 +332,43 @@ def gc(
         except InvalidSessionIdError:
             continue  # not a session folder: not ours to collect
         by_session.setdefault(sid, []).append(o)
-    rows = yield from list_head_rows(layout, sorted(by_session))
-    heads = {r.session: r.head for r in rows if r.head is not None}
-    broken = sorted(r.session for r in rows if r.head is None)
-    with_head = {r.session for r in rows}
-    # A pending segment is kept too: its writer may move it into the manifest next.
-    referenced = {k for h in heads.values() for k in (*h.segments, *((h.pending.key,) if h.pending else ()))}
-    etags = {r.session: r.etag for r in rows}
-    doomed: list[str] = []
-    # Deleted only with If-Match: a head key -> the ETag read, a fork marker -> the ETag listed.
-    conditional: dict[str, str] = {}
-    markers: set[str] = set()
-    young = 0
-    for sid, objs in by_session.items():
-        if sid in broken:
-            continue
-        head = heads.get(sid)
-        # retired_at is stamped when the merging commit is planned; its head lands up to
-        # landing_bound_ms later: the grace counts from the latest it could have landed.
-        retired_recently = (head is not None and head.retired_at is not None
-                            and now - head.retired_at < older_than_ms + landing_bound_ms(commit_deadline_ms))
+    return by_session
+
+
+@dataclass(slots=True)
+class _GcSweep:
+    """What gc finds to delete (``doomed``, in order) and how many it leaves as too
+    young; judged at ``now`` with ``grace``, against the segments some head
+    references and the sessions that have a head."""
+
+    layout: Layout
+    now: int
+    grace: int
+    referenced: set[str]
+    with_head: set[str]
+    doomed: list[str] = field(default_factory=list)
+    #: Deleted only with If-Match: a head key -> the ETag read, a fork marker -> the ETag listed.
+    conditional: dict[str, str] = field(default_factory=dict)
+    markers: set[str] = field(default_factory=set)
+    young: int = 0
+
+    def judge(self, sid: str, objs: Sequence[ObjectInfo], head: Head | None, etag: str | None,
+              retired_recently: bool) -> None:
+        """Judge the objects of session ``sid`` (its head ``head``, read with ``etag``)."""
+        layout = self.layout
         for o in objs:
             rest = o.key[len(layout.session_dir(sid)):]
             if o.key == layout.head(sid):
-                etag = etags.get(sid)
                 if head is None or not is_expired(head) or etag is None:
                     continue
-                if retired_recently or now - o.last_modified_ms < grace:
-                    young += 1
+                if retired_recently or self.now - o.last_modified_ms < self.grace:
+                    self.young += 1
                 else:
-                    conditional[o.key] = etag
-                    doomed.append(o.key)
+                    self.conditional[o.key] = etag
+                    self.doomed.append(o.key)
                 continue
             if rest.startswith("seg/"):
-                garbage = o.key not in referenced
+                garbage = o.key not in self.referenced
                 recent = retired_recently
             elif rest.startswith("forks/"):
                 # A marker is dangling only if its child has no head at all: a child
@@ -346,33 +376,35 @@ def gc(
                 # retried fork writes its marker again (new bytes) before its head, so
                 # the DELETE names the copy listed: a newer one stays (decision 0008).
                 # A listing without ETags leaves markers alone.
-                garbage = rest[len("forks/"):] not in with_head and bool(o.etag)
+                garbage = rest[len("forks/"):] not in self.with_head and bool(o.etag)
                 recent = False
             else:
                 continue
             if not garbage:
                 continue
-            if recent or now - o.last_modified_ms < grace:
-                young += 1
+            if recent or self.now - o.last_modified_ms < self.grace:
+                self.young += 1
             else:
                 if rest.startswith("forks/"):
-                    conditional[o.key] = o.etag
-                    markers.add(o.key)
-                doomed.append(o.key)
-    # A tombstone is deleted only if it is still the head read (If-Match): a new session
-    # may take the id over from it at any moment, and that one must not be deleted. A
-    # fork marker only if it is still the copy listed. A 412 (taken over, written
-    # again), a 404 (deleted meanwhile) or a store that cannot make a DELETE
-    # conditional (obstore: nothing is sent) leaves whatever is there.
-    deleted: list[str] = []
-    if doomed and not dry_run:
+                    self.conditional[o.key] = o.etag
+                    self.markers.add(o.key)
+                self.doomed.append(o.key)
+
+    def collect(self) -> Proc[tuple[list[str], dict[str, str]]]:
+        """DELETE what is doomed: the keys deleted, and why each that failed did."""
+        doomed, conditional = self.doomed, self.conditional
+        # A tombstone is deleted only if it is still the head read (If-Match): a new session
+        # may take the id over from it at any moment, and that one must not be deleted. A
+        # fork marker only if it is still the copy listed. A 412 (taken over, written
+        # again), a 404 (deleted meanwhile) or a store that cannot make a DELETE
+        # conditional (obstore: nothing is sent) leaves whatever is there.
         results = yield from ops.parallel(
             [DeleteIfMatch(k, conditional[k]) if k in conditional else Delete(k) for k in doomed])
         # A fork marker on a store without conditional DELETE (obstore) goes by key, the
         # race with a retried fork kept on that store alone: left for ever, it made a fork
         # with that explicit child id (LangGraph's copy_thread) fail for ever instead.
         by_key = [k for k, r in zip(doomed, results, strict=True)
-                  if isinstance(r, ConditionalDeleteUnsupported) and k in markers]
+                  if isinstance(r, ConditionalDeleteUnsupported) and k in self.markers]
         if by_key:
             again = dict(zip(by_key, (yield from ops.parallel([Delete(k) for k in by_key])), strict=True))
             results = [again.get(k, r) for k, r in zip(doomed, results, strict=True)]
@@ -387,4 +419,4 @@ def gc(
                   if r is not None and not isinstance(r, benign)}
         for k, why in failed.items():
             log.warning("gc could not delete %s: %s", k, why)
-    return GcReport(len(heads), doomed, deleted, young, broken, failed if doomed and not dry_run else {})
+        return deleted, failed

@@ -38,7 +38,7 @@ from s3log._protocol.ops import (
 )
 from s3log._protocol.read import entry_at, landed_prefix, load, read_head, read_head_or_none
 from s3log._protocol.state import ChainPosition, CommitJournal, ForkDoubt, LeasePlan, is_expired, new_writer_state
-from s3log._protocol.write import adopt, advance, stale_position, write_head
+from s3log._protocol.write import HeadOutcome, adopt, advance, stale_position, write_head
 from s3log.config import LogConfig
 from s3log.errors import (
     CorruptionError,
@@ -175,10 +175,7 @@ def create_fork(
     head remembers (:func:`inherited_keys`).
     """
     if child is not None:
-        if child == parent.session:
-            raise InvalidArgumentError("child_id", f"a session cannot fork into itself ({child})")
-        if (yield from read_head_or_none(layout, child)) is not None:
-            raise SessionExists(child)
+        yield from _check_child(layout, parent, child)
     journal = journal if journal is not None else CommitJournal()
     now = doubt.ts if doubt is not None else cfg.env.now_ms()
     fork_pending, meta = _fork_start(parent, seed, reducer, meta, now)
@@ -192,27 +189,12 @@ def create_fork(
             sid, creator = doubt.child, doubt.creator
         else:
             sid, creator = child or cfg.env.new_id(), cfg.env.nonce()
-        ws = new_writer_state(sid, reducer, meta, parent, now=now, creator=creator)
-        if inherit:
-            ws = replace(ws, head=replace(ws.head, append_keys=inherit))
+        ws = _child_position(sid, reducer, meta, parent, now, creator, inherit)
         entries = build_chain([fork_pending, *pending], after_seq=-1, after_hash=None)
-        marker_map = {"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}
-        marker = PutIfAbsent(layout.fork_marker(parent.session, sid), dumps(marker_map))
         # Until it is settled, this child may hold the entries: a commit that raises or
         # is abandoned meanwhile leaves the doubt for the next one to resolve.
         reusing = attempt == 0 and doubt is not None
-        rewrite: list[tuple[PutIfAbsent, Callable[[bytes], bool]]] = []
-        if replace_marker:
-            # Any marker of this parent naming this child: the head PUT, create-only,
-            # decides who has the id (an earlier attempt's head landing late wins it).
-            rewrite.append((marker, partial(_is_marker_naming, parent=parent.session, child=sid)))
-        elif reusing:
-            # The marker an earlier attempt wrote is of unknown age: gc may judge it
-            # dangling (this child has no head yet) while this head is on its way. It
-            # is written again with new bytes, so it is younger than the head and gc's
-            # If-Match DELETE of the copy it listed fails (decision 0008).
-            fresh = PutIfAbsent(marker.key, dumps({**marker_map, "refreshed_at": cfg.env.now_ms()}))
-            rewrite.append((fresh, partial(_is_marker_of, marker=marker_map)))
+        marker, rewrite = _fork_marker(layout, cfg, parent, sid, now, reusing=reusing, replace_marker=replace_marker)
         carried = max(doubt.carried, len(pending)) if reusing and doubt is not None else len(pending)
         journal.forks[parent] = ForkDoubt(parent, sid, creator, now, carried)
         journal.fork_sent = True
@@ -224,28 +206,13 @@ def create_fork(
             state = fold(reducer, ws.state, entries)
             return advance(cfg, ws, plan, outcome.etag, state, written), entries
         if outcome.found is not None and outcome.found[0].creator == creator:
-            # Created by this writer (the creator nonce is ours) and changed since, or by
-            # an earlier commit's PUT: the entries it holds are a prefix of ours (the
-            # same fork entry first); continue from that head, or behind it if someone
-            # wrote after them (the next commit meets them).
-            found_head, found_etag = outcome.found
-            # Only what a PUT of ours may have carried there is looked for: all of it if
-            # this attempt's own PUT may have landed, else what the doubt's PUTs carried.
-            limit = len(entries) if outcome.uncertain or not reusing or doubt is None else 1 + doubt.carried
-            landed = yield from landed_prefix(layout, found_head, entries[:limit])
-            journal.forks.pop(parent, None)
-            if landed == 0:
-                # Ours once, but it no longer holds our fork entry (expired since, its
-                # head a tombstone): the key is taken, so no PUT of ours can land there
-                # any more; the entries go to a new child.
-                if child is not None or attempt == 3:
-                    raise SessionExists(sid)
-                continue
-            done = entries[:landed]
-            state = fold(reducer, ws.state, done)
-            if found_head.hash == done[-1].hash:
-                return adopt(ws, found_head, found_etag, state), done
-            return stale_position(ws, done, state), done
+            ours = yield from _found_ours(layout, journal, parent, ws, reducer, entries, outcome,
+                                          doubt if reusing else None)
+            if ours is not None:
+                return ours
+            if child is not None or attempt == 3:
+                raise SessionExists(sid)
+            continue
         # The id is another's (its head has another creator): ours cannot be stored there.
         journal.forks.pop(parent, None)
         if child is not None and outcome.found is None and not replace_marker \
@@ -255,6 +222,76 @@ def create_fork(
         if child is not None or attempt == 3:
             raise SessionExists(sid)
     raise AssertionError("unreachable")
+
+
+def _check_child(layout: Layout, parent: ParentRef, child: str) -> Proc[None]:
+    """Refuse an explicit ``child`` id that is the parent's or is taken, before anything is written."""
+    if child == parent.session:
+        raise InvalidArgumentError("child_id", f"a session cannot fork into itself ({child})")
+    if (yield from read_head_or_none(layout, child)) is not None:
+        raise SessionExists(child)
+
+
+def _child_position(
+    sid: str, reducer: Reducer[S], meta: Mapping[str, Any] | None, parent: ParentRef, now: int, creator: str,
+    inherit: tuple[AppendKey, ...],
+) -> ChainPosition[S]:
+    """The position of a writer creating the child ``sid``, remembering ``inherit``."""
+    ws = new_writer_state(sid, reducer, meta, parent, now=now, creator=creator)
+    return replace(ws, head=replace(ws.head, append_keys=inherit)) if inherit else ws
+
+
+def _fork_marker(
+    layout: Layout, cfg: LogConfig, parent: ParentRef, sid: str, now: int, *, reusing: bool, replace_marker: bool,
+) -> tuple[PutIfAbsent, list[tuple[PutIfAbsent, Callable[[bytes], bool]]]]:
+    """The fork marker of ``sid`` under ``parent``, and the markers to write again
+    before the head instead of creating it (:func:`~s3log._protocol.write.rewrite_marker`)."""
+    marker_map = {"v": 1, "child": sid, "parent": parent.to_map(), "created_at": now}
+    marker = PutIfAbsent(layout.fork_marker(parent.session, sid), dumps(marker_map))
+    rewrite: list[tuple[PutIfAbsent, Callable[[bytes], bool]]] = []
+    if replace_marker:
+        # Any marker of this parent naming this child: the head PUT, create-only,
+        # decides who has the id (an earlier attempt's head landing late wins it).
+        rewrite.append((marker, partial(_is_marker_naming, parent=parent.session, child=sid)))
+    elif reusing:
+        # The marker an earlier attempt wrote is of unknown age: gc may judge it
+        # dangling (this child has no head yet) while this head is on its way. It
+        # is written again with new bytes, so it is younger than the head and gc's
+        # If-Match DELETE of the copy it listed fails (decision 0008).
+        fresh = PutIfAbsent(marker.key, dumps({**marker_map, "refreshed_at": cfg.env.now_ms()}))
+        rewrite.append((fresh, partial(_is_marker_of, marker=marker_map)))
+    return marker, rewrite
+
+
+def _found_ours(
+    layout: Layout, journal: CommitJournal, parent: ParentRef, ws: ChainPosition[S], reducer: Reducer[S],
+    entries: list[Entry], outcome: HeadOutcome, doubt: ForkDoubt | None,
+) -> Proc[tuple[ChainPosition[S], list[Entry]] | None]:
+    """After the child's head PUT met a head with our creator nonce: the position and
+    entries of ours it holds, or None if it holds none (the id is taken then).
+
+    Created by this writer and changed since, or by an earlier commit's PUT (``doubt``,
+    when this attempt reused its child): the entries it holds are a prefix of ours (the
+    same fork entry first); continue from that head, or behind it if someone wrote
+    after them (the next commit meets them).
+    """
+    assert outcome.found is not None
+    found_head, found_etag = outcome.found
+    # Only what a PUT of ours may have carried there is looked for: all of it if
+    # this attempt's own PUT may have landed, else what the doubt's PUTs carried.
+    limit = len(entries) if outcome.uncertain or doubt is None else 1 + doubt.carried
+    landed = yield from landed_prefix(layout, found_head, entries[:limit])
+    journal.forks.pop(parent, None)
+    if landed == 0:
+        # Ours once, but it no longer holds our fork entry (expired since, its head a
+        # tombstone): the key is taken, so no PUT of ours can land there any more; the
+        # entries go to a new child.
+        return None
+    done = entries[:landed]
+    state = fold(reducer, ws.state, done)
+    if found_head.hash == done[-1].hash:
+        return adopt(ws, found_head, found_etag, state), done
+    return stale_position(ws, done, state), done
 
 
 def _fork_start(

@@ -72,23 +72,7 @@ def append_latest(
             # a PUT per try) kept losing to it and ran out of attempts.
             yield from ops.sleep(cfg.retry.backoff(attempt - 1, cfg.env.rng))
         if ws is None:
-            current = yield from read_head_or_none(layout, session)
-            if current is None:
-                if create_meta is None:
-                    raise SessionNotFound(session)
-                ws = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
-            elif is_expired(current[0]):
-                # Expired by retention: never written on (its entries would be unreadable
-                # and collected with it). With create_meta the id starts again, as a new
-                # root chain that replaces the tombstone (If-Match on it: a racing sweep
-                # or writer wins); its old segments get gc's grace from now.
-                if create_meta is None:
-                    raise expired_error(current[0])
-                fresh = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
-                ws = takeover_position(fresh, current[0], current[1], fresh.head.created_at)
-                takeover = True
-            else:
-                ws = ChainPosition(session, current[0], current[1], reducer.initial(), {})
+            ws, takeover = yield from _start_from(layout, cfg, session, reducer, create_meta)
         if ws.head.append_keys and any(p.key is not None for p in pending):
             found = yield from stored_by_key(layout, ws.head, pending)
             acked.update((order[i], e) for i, e in found.items())
@@ -125,3 +109,26 @@ def append_latest(
         acked.update(zip(order, result.acked, strict=True))
         return CommitResult(result._ws, durable + result.entries, [acked[i] for i in sorted(acked)])
     raise StoreError(f"could not append to session {session}: the head kept changing")
+
+
+def _start_from(
+    layout: Layout, cfg: LogConfig, session: str, reducer: Reducer[S], create_meta: Mapping[str, Any] | None,
+) -> Proc[tuple[ChainPosition[S], bool]]:
+    """The position :func:`append_latest` commits from, read now, and whether it takes
+    over an expired session's tombstone. A missing session is created with
+    ``create_meta`` (SessionNotFound without it)."""
+    current = yield from read_head_or_none(layout, session)
+    if current is None:
+        if create_meta is None:
+            raise SessionNotFound(session)
+        return new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce()), False
+    if is_expired(current[0]):
+        # Expired by retention: never written on (its entries would be unreadable
+        # and collected with it). With create_meta the id starts again, as a new
+        # root chain that replaces the tombstone (If-Match on it: a racing sweep
+        # or writer wins); its old segments get gc's grace from now.
+        if create_meta is None:
+            raise expired_error(current[0])
+        fresh = new_writer_state(session, reducer, create_meta, now=cfg.env.now_ms(), creator=cfg.env.nonce())
+        return takeover_position(fresh, current[0], current[1], fresh.head.created_at), True
+    return ChainPosition(session, current[0], current[1], reducer.initial(), {}), False

@@ -1,37 +1,32 @@
-"""Writing a head, sans-IO: planning it, what goes out before it, the conditional PUT.
+"""Writing a head, sans-IO: what goes out before it, the conditional PUT, what it decided.
 
 The machinery every verb that writes a chain shares (commits, forks, creating and
-compacting a session): :func:`write_head` plans the next head (inline, or flushing a
-merged segment), creates the immutable objects it depends on (:func:`put_immutable`,
-:func:`rewrite_marker`), PUTs the head conditionally and decides what happened, with
-the decisions in :mod:`s3log._protocol.decide`; :func:`advance` and :func:`adopt` make
-the writer's next position. What to do after a lost race is the callers' (commit,
-fork).
+compacting a session): :func:`write_head` has the next head planned
+(:mod:`s3log._protocol.headplan`: inline, or flushing a merged segment), creates the
+immutable objects it depends on (:func:`put_immutable`, :func:`rewrite_marker`), PUTs
+the head conditionally and decides what happened, with the decisions in
+:mod:`s3log._protocol.decide`; :func:`advance` and :func:`adopt` make the writer's next
+position. What to do after a lost race is the callers' (commit, fork).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from s3log._format.chain import ChainVerifier, PendingEntry
+from s3log._format.chain import PendingEntry
 from s3log._format.codec import (
     Entry,
     Head,
-    Lease,
-    Pending,
     Segment,
     decode_segment,
-    encode_head,
-    encode_segment,
-    entry_record,
 )
 from s3log._format.layout import Layout
 from s3log._format.manifest import plan_merge
 from s3log._protocol import activity, decide, ops
-from s3log._protocol.append_keys import key_window
+from s3log._protocol.headplan import HeadPlan, plan_head
 from s3log._protocol.ops import (
     Blob,
     Get,
@@ -41,7 +36,7 @@ from s3log._protocol.ops import (
     PutIfAbsent,
     PutIfMatch,
 )
-from s3log._protocol.read import fetch_segments, promotable, read_head_or_none, segment_decoder
+from s3log._protocol.read import read_head_or_none, segment_decoder
 from s3log._protocol.state import STALE_ETAG, ChainPosition, CommitJournal, LeasePlan
 from s3log.config import LogConfig
 from s3log.errors import (
@@ -52,25 +47,15 @@ from s3log.errors import (
     StoreError,
 )
 from s3log.reducer import S
-from s3log.signing import signed_head
 
 log = logging.getLogger("s3log")
 
 
 @dataclass(frozen=True, slots=True)
-class HeadPlan:
-    head: Head
-    body: bytes
-    segment_key: str | None
-    segment_body: bytes | None
-    segment_entries: tuple[Entry, ...]
-    segment_level: int
-    #: The segment goes out beside the head (which lists it as pending), not before it.
-    parallel: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class HeadOutcome:
+    """What became of a head PUT: ``committed`` (its ETag), or ``conflict`` (the head
+    ``found`` in its place, if one was read)."""
+
     kind: Literal["committed", "conflict"]
     etag: str | None
     found: tuple[Head, str] | None
@@ -78,144 +63,6 @@ class HeadOutcome:
     fetched: Mapping[str, tuple[Entry, ...]] = field(default_factory=dict)
     #: Some head PUT of this write had an unknown outcome: it may have landed.
     uncertain: bool = False
-
-
-def _next_lease(h: Head, plan: LeasePlan | None, now: int) -> Lease | None:
-    if plan is None:
-        return h.lease  # a writer that does not hold leases leaves the stored one alone
-    if plan.ttl_ms is not None:
-        return Lease(plan.owner, now + plan.ttl_ms)
-    return None if h.lease is None or h.lease.owner == plan.owner else h.lease
-
-
-def _promote(h: Head, t: int) -> Head:
-    """``h`` with its pending segment moved into the manifest (it replaces the last
-    ``take`` segments and the tail entries it holds)."""
-    p = h.pending
-    assert p is not None
-    keep = len(h.segments) - p.take
-    return replace(
-        h,
-        segments=(*h.segments[:keep], p.key),
-        levels=(*h.levels[:keep], p.level),
-        tail=tuple(e for e in h.tail if e.seq > p.last),
-        pending=None,
-        # Segments merged away stop being referenced now: gc counts its grace from here.
-        retired_at=t if p.take else h.retired_at,
-    )
-
-
-def _plan_head(
-    layout: Layout,
-    cfg: LogConfig,
-    ws: ChainPosition[Any],
-    entries: Sequence[Entry],
-    nonce: str,
-    lease: LeasePlan | None = None,
-    sources: Sequence[PendingEntry] = (),
-) -> Proc[HeadPlan]:
-    h = ws.head
-    t = cfg.env.now_ms()
-    last = entries[-1] if entries else None
-    stamps = [e.ts for e in entries]
-    if h.ts_min is not None:
-        stamps += [h.ts_min, h.ts_max or h.ts_min]
-    confirmed = h.pending is not None and ws.confirmed == h.pending.key and promotable(h)
-    if decide.pending_step(has_pending=h.pending is not None, confirmed=confirmed, flushes=False) \
-            is decide.PendingStep.PROMOTE:
-        h = _promote(h, t)
-    # One copy of the head per commit on the common path (inline), made directly: a
-    # Head has twenty fields and dataclasses.replace costs twice as much (the field
-    # list it follows is checked against Head's below, _NEXT_HEAD_FIELDS).
-    inline = Head(
-        session=h.session,
-        version=h.version + 1,
-        seq=last.seq if last else h.seq,
-        hash=last.hash if last else h.hash,
-        segments=h.segments,
-        levels=h.levels,
-        tail=h.tail + tuple(entries),
-        parent=h.parent,
-        meta=h.meta,
-        created_at=h.created_at if ws.etag is not None else t,
-        updated_at=t,
-        writer=nonce,
-        ts_min=min(stamps) if stamps else None,
-        ts_max=max(stamps) if stamps else None,
-        retired_at=h.retired_at,
-        creator=h.creator,
-        lease=_next_lease(h, lease, t),
-        v=cfg.format_version,
-        extra=h.extra,
-        sig=h.sig,
-        # v1 heads have no pending field; a v2 head keeps one not yet promoted.
-        pending=h.pending if cfg.format_version >= 2 else None,
-        append_keys=key_window(cfg, h.append_keys, entries, sources),
-    )
-    # The signed payload does not cover the tail or pending (it is the same whether or
-    # not this commit flushes), so the heads derived below keep the signature.
-    inline = yield from signed_head(cfg.signer, inline, layout.log_id)
-    body = encode_head(inline)
-    # A big commit (a group of many appenders) may carry more of the tail inline.
-    own = sum(map(len, map(entry_record, entries)))
-    mode = decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
-                             pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
-                             has_tail=bool(inline.tail), commit_bytes=own, tail_per_commit=cfg.tail_per_commit)
-    if mode is decide.FlushMode.INLINE:
-        return HeadPlan(inline, body, None, None, (), 0)
-    # This commit writes a segment: an unconfirmed pending one is dropped (the DROP row
-    # of decide.PENDING_TABLE: the new segment holds its entries too, and gc collects
-    # it once no head names it), as both heads below replace the field.
-
-    # Flush: the tail and the new entries go to one segment, merged with the
-    # trailing run of segments the policy picks, so the manifest stays short.
-    plan = plan_merge(h.levels, cfg.fanout)
-    keep = len(h.segments) - plan.take
-    merged_keys = h.segments[keep:]
-    missing = [k for k in merged_keys if k not in ws.cache]
-    fetched = yield from fetch_segments(layout, ws.session, missing)
-    run: list[Entry] = []
-    for k in merged_keys:
-        run.extend(ws.cache[k] if k in ws.cache else fetched[k].entries)
-    run.extend(h.tail)
-    run.extend(entries)
-    # Entries re-read for a merge are checked before they are rewritten.
-    verifier = ChainVerifier(ws.session, start_seq=run[0].seq, start_hash=run[0].prev)
-    verifier.feed(merged_keys[0] if merged_keys else layout.head(ws.session), run)
-    # The nonce makes the key new to this write: see s3log._format.layout.
-    seg_key = layout.segment(ws.session, run[0].seq, run[-1].hash, nonce)
-    segment_body = encode_segment(ws.session, run, cfg.format_version)
-    if mode is decide.FlushMode.PARALLEL:
-        # One round trip: the head keeps every entry inline and names the segment as
-        # pending; the writer's next commit, having seen it stored, references it.
-        head = replace(inline, pending=Pending(seg_key, run[-1].seq, plan.level, plan.take))
-        body = encode_head(head)
-        # The mode was chosen from the head without this pending field, which can take
-        # it past the bound: measured again with it, such a head goes sequentially.
-        # (Without commit_bytes: only whether it still fits pending_max_bytes matters.)
-        if decide.flush_mode(inline_bytes=len(body), tail_max_bytes=cfg.tail_max_bytes,
-                             pending_max_bytes=cfg.pending_max_bytes, format_version=cfg.format_version,
-                             has_tail=True) is decide.FlushMode.PARALLEL:
-            return HeadPlan(head, body, seg_key, segment_body, tuple(run), plan.level, parallel=True)
-    head = replace(
-        inline,
-        segments=(*h.segments[:keep], seg_key),
-        levels=(*h.levels[:keep], plan.level),
-        tail=(),
-        pending=None,
-        # Segments merged away stop being referenced now: gc counts its grace from here.
-        retired_at=t if merged_keys else h.retired_at,
-    )
-    return HeadPlan(head, encode_head(head), seg_key, segment_body, tuple(run), plan.level)
-
-
-#: Every field of Head, as _plan_head sets them: a field added to Head must be added there.
-_NEXT_HEAD_FIELDS = ("session", "version", "seq", "hash", "segments", "levels", "tail", "parent", "meta",
-                     "created_at", "updated_at", "writer", "ts_min", "ts_max", "retired_at", "creator", "lease", "v",
-                     "extra", "sig", "pending", "append_keys")
-
-
-assert tuple(f.name for f in fields(Head)) == _NEXT_HEAD_FIELDS, "write._plan_head sets every field of Head"
 
 
 def put_immutable(cfg: LogConfig, puts: Sequence[PutIfAbsent]) -> Proc[dict[str, decide.Confirmed]]:
@@ -407,8 +254,33 @@ def write_head(
         journal = CommitJournal()
     # The deadline counts from planning: a merge's retired_at is stamped here.
     deadline = cfg.env.now_ms() + cfg.commit_deadline_ms
+    plan = yield from _plan_or_moved(layout, cfg, ws, entries, lease, sources)
+    if isinstance(plan, HeadOutcome):
+        return None, plan, {}
+    confirmed, marker, segment = yield from _put_before_head(layout, cfg, ws, plan, before_head, rewrite)
+    if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker):
+        return plan, HeadOutcome("conflict", None, None), confirmed
+    # A segment written beside the head counts too: it is unreferenced until its head
+    # lands, so gc may collect it once older than the deadline; a head retried later
+    # would name it pending and its writer, holding the 2xx of its PUT, promote it.
+    deadline_ms = deadline if confirmed or segment is not None or plan.head.retired_at else None
+    beside = segment if segment is not None and plan.parallel else None
+    ahead = merge_ahead(cfg, ws, plan)
+    if beside is None and not ahead:
+        outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
+        return plan, outcome, confirmed
+    outcome = yield from _put_head_beside(layout, cfg, ws, plan, deadline_ms, journal, beside, ahead, confirmed)
+    return plan, outcome, confirmed
+
+
+def _plan_or_moved(
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], entries: Sequence[Entry], lease: LeasePlan | None,
+    sources: Sequence[PendingEntry],
+) -> Proc[HeadPlan | HeadOutcome]:
+    """:func:`~s3log._protocol.headplan.plan_head`, or the conflict of a head that moved on while its segments a
+    merge reads were collected."""
     try:
-        plan = yield from _plan_head(layout, cfg, ws, entries, cfg.env.nonce(), lease, sources)
+        return (yield from plan_head(layout, cfg, ws, entries, cfg.env.nonce(), lease, sources))
     except SegmentMissing:
         # Our view of the head is stale and gc collected what it listed: the head moved.
         current = yield from read_head_or_none(layout, ws.session)
@@ -418,7 +290,17 @@ def write_head(
             raise SessionNotFound(ws.session, "it was deleted while this writer held it") from None
         if current is None or decide.etags_equal(current[1], ws.etag):
             raise
-        return None, HeadOutcome("conflict", None, current), {}
+        return HeadOutcome("conflict", None, current)
+
+
+def _put_before_head(
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: HeadPlan, before_head: Sequence[PutIfAbsent],
+    rewrite: Sequence[tuple[PutIfAbsent, Callable[[bytes], bool]]],
+) -> Proc[tuple[dict[str, decide.Confirmed], str | None, PutIfAbsent | None]]:
+    """Store what the head depends on: markers written again, ``before_head``, the day's
+    activity marker, the segment (unless it goes out beside the head). Returns what
+    each key ended as, the activity marker's key (its outcome does not hold the head
+    back) and the segment's PUT."""
     confirmed: dict[str, decide.Confirmed] = {}
     for op, same_fork in rewrite:
         confirmed[op.key] = yield from rewrite_marker(cfg, op, same_fork)
@@ -438,17 +320,17 @@ def write_head(
         if not plan.parallel and plan.segment_key is not None \
                 and confirmed[plan.segment_key] is not decide.Confirmed.OURS:
             raise CorruptionError(plan.segment_key, "another object holds this new segment's key; not referenced")
-    if any(v is not decide.Confirmed.OURS for k, v in confirmed.items() if marker is None or k != marker.key):
-        return plan, HeadOutcome("conflict", None, None), confirmed
-    # A segment written beside the head counts too: it is unreferenced until its head
-    # lands, so gc may collect it once older than the deadline; a head retried later
-    # would name it pending and its writer, holding the 2xx of its PUT, promote it.
-    deadline_ms = deadline if confirmed or segment is not None or plan.head.retired_at else None
-    beside = segment if segment is not None and plan.parallel else None
-    ahead = merge_ahead(cfg, ws, plan)
-    if beside is None and not ahead:
-        outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal)
-        return plan, outcome, confirmed
+    return confirmed, None if marker is None else marker.key, segment
+
+
+def _put_head_beside(
+    layout: Layout, cfg: LogConfig, ws: ChainPosition[Any], plan: HeadPlan, deadline_ms: int | None,
+    journal: CommitJournal, beside: PutIfAbsent | None, ahead: Sequence[str],
+    confirmed: dict[str, decide.Confirmed],
+) -> Proc[HeadOutcome]:
+    """The head PUT in one round trip with the segment ``beside`` it and the GETs of
+    segments the next flush will merge (``ahead``); then :func:`_put_head` decides.
+    ``confirmed`` gets the segment, if its PUT plainly succeeded."""
     # The head does not reference the segment (it keeps the entries inline), so both
     # go out together, with the GETs of segments the next flush will merge.
     batch: list[Op] = [_head_op(layout, ws, plan.body), *(Get(k, segment_decoder(k)) for k in ahead)]
@@ -475,7 +357,7 @@ def write_head(
                      ws.session, beside.key, seg_result)
     fetched = _fetched_ahead(ahead, results[1:1 + len(ahead)])
     outcome = yield from _put_head(layout, cfg, ws, plan, deadline_ms, journal, first=head_result, doubted=doubted)
-    return plan, replace(outcome, fetched=fetched), confirmed
+    return replace(outcome, fetched=fetched)
 
 
 def merge_ahead(cfg: LogConfig, ws: ChainPosition[Any], plan: HeadPlan) -> list[str]:
