@@ -1,7 +1,7 @@
 """Configuration of a log: its tunables (:class:`LogConfig`) and retry policy (:class:`RetryPolicy`).
 
 Plain values, no I/O: the drivers read the retry policy, the protocol procedures
-the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log._protocol.protocol`).
+the rest. Exported from :mod:`s3log`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The commit decision table: every reply a commit can meet, and what s3log does.
 
 Pure functions over typed replies and typed outcomes; no I/O, no clock. The
-procedures of :mod:`s3log._protocol.protocol` ask these functions what to do and do it, so the
+procedures of :mod:`s3log._protocol` (commit, write, fork, delete) ask these functions what to do and do it, so the
 whole commit protocol can be read (and is tested, row by row, in
 ``tests/test_decide.py``) here, top to bottom.
 
