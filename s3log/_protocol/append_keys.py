@@ -13,27 +13,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from s3log._format.chain import PendingEntry
-from s3log._format.codec import (
-    AppendKey,
-    Entry,
-    Head,
-    append_digest,
-    dumps,
-)
+from s3log._format.codec import AppendKey, Entry, Head, append_digest, dumps
 from s3log._format.layout import Layout
-from s3log._protocol.ops import (
-    Proc,
-)
+from s3log._protocol.ops import Proc
 from s3log._protocol.read import entry_at, read_head_or_none
 from s3log._protocol.state import is_expired
 from s3log.config import LogConfig
-from s3log.errors import (
-    AppendKeyReused,
-)
-from s3log.results import (
-    AckedEntry,
-    acked_in,
-)
+from s3log.errors import AppendKeyReused
+from s3log.results import AckedEntry, acked_in
 
 
 def key_window(

@@ -23,26 +23,14 @@ from s3log._protocol import decide
 from s3log._protocol.append_keys import inherited_keys, key_window
 from s3log._protocol.compact import compactions, landed_before_compaction
 from s3log._protocol.fork import create_fork
-from s3log._protocol.ops import (
-    Proc,
-)
+from s3log._protocol.ops import Proc
 from s3log._protocol.read import landed_prefix
 from s3log._protocol.state import ChainPosition, CommitJournal, ForkDoubt, LeasePlan, OnConflict, is_expired, same_life
 from s3log._protocol.write import HeadOutcome, adopt, advance, stale_position, takeover_position, write_head
 from s3log.config import LogConfig
-from s3log.errors import (
-    ConflictError,
-    SessionExists,
-    SessionNotFound,
-    StoreError,
-)
+from s3log.errors import ConflictError, SessionExists, SessionNotFound, StoreError
 from s3log.reducer import Reducer, S, fold
-from s3log.results import (
-    AckedEntry,
-    CommitResult,
-    ForkInfo,
-    acked_in,
-)
+from s3log.results import AckedEntry, CommitResult, ForkInfo, acked_in
 
 log = logging.getLogger("s3log")
 

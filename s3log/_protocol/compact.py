@@ -13,29 +13,15 @@ from dataclasses import replace
 from typing import Any
 
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import (
-    COMPACTED_FIELD,
-    Entry,
-    Head,
-    check_kind,
-    check_ts,
-    normalize_data,
-)
+from s3log._format.codec import COMPACTED_FIELD, Entry, Head, check_kind, check_ts, normalize_data
 from s3log._format.layout import Layout
 from s3log._protocol.delete import delete_session
-from s3log._protocol.ops import (
-    Proc,
-)
+from s3log._protocol.ops import Proc
 from s3log._protocol.read import load
 from s3log._protocol.state import ChainPosition
 from s3log._protocol.write import write_head
 from s3log.config import LogConfig
-from s3log.errors import (
-    ConflictError,
-    InvalidArgumentError,
-    InvalidEntryError,
-    StoreError,
-)
+from s3log.errors import ConflictError, InvalidArgumentError, InvalidEntryError, StoreError
 from s3log.reducer import replay
 
 log = logging.getLogger("s3log")

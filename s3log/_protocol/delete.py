@@ -13,19 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import (
-    Head,
-)
+from s3log._format.codec import Head
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import Layout, parse_segment_key
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.listing import list_all, list_head_rows
-from s3log._protocol.ops import (
-    Delete,
-    DeleteIfMatch,
-    ObjectInfo,
-    Proc,
-)
+from s3log._protocol.ops import Delete, DeleteIfMatch, ObjectInfo, Proc
 from s3log._protocol.read import read_head, read_head_or_none
 from s3log._protocol.state import is_expired, same_life
 from s3log.config import LogConfig
@@ -38,10 +31,7 @@ from s3log.errors import (
     SessionReplaced,
     StoreError,
 )
-from s3log.results import (
-    DeletePlan,
-    GcReport,
-)
+from s3log.results import DeletePlan, GcReport
 
 log = logging.getLogger("s3log")
 

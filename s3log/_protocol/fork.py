@@ -32,26 +32,14 @@ from s3log._format.layout import Layout
 from s3log._protocol import decide
 from s3log._protocol.append_keys import inherited_keys
 from s3log._protocol.listing import list_all, list_head_rows, valid_ids
-from s3log._protocol.ops import (
-    Proc,
-    PutIfAbsent,
-)
+from s3log._protocol.ops import Proc, PutIfAbsent
 from s3log._protocol.read import entry_at, landed_prefix, load, read_head, read_head_or_none
 from s3log._protocol.state import ChainPosition, CommitJournal, ForkDoubt, LeasePlan, is_expired, new_writer_state
 from s3log._protocol.write import HeadOutcome, adopt, advance, stale_position, write_head
 from s3log.config import LogConfig
-from s3log.errors import (
-    CorruptionError,
-    EntryNotFound,
-    InvalidArgumentError,
-    SessionExists,
-    SessionNotFound,
-)
+from s3log.errors import CorruptionError, EntryNotFound, InvalidArgumentError, SessionExists, SessionNotFound
 from s3log.reducer import Reducer, S, fold, replay
-from s3log.results import (
-    HeadRow,
-    LineageStep,
-)
+from s3log.results import HeadRow, LineageStep
 
 log = logging.getLogger("s3log")
 

@@ -16,24 +16,14 @@ from s3log._format.layout import Layout
 from s3log._protocol import ops
 from s3log._protocol.append_keys import stored_by_key
 from s3log._protocol.commit import CommitPlan, commit, take_over
-from s3log._protocol.ops import (
-    Proc,
-)
+from s3log._protocol.ops import Proc
 from s3log._protocol.read import expired_error, read_head_or_none
 from s3log._protocol.state import ChainPosition, is_expired, new_writer_state
 from s3log._protocol.write import takeover_position
 from s3log.config import LogConfig
-from s3log.errors import (
-    ConflictError,
-    SessionExists,
-    SessionNotFound,
-    StoreError,
-)
+from s3log.errors import ConflictError, SessionExists, SessionNotFound, StoreError
 from s3log.reducer import Reducer, S
-from s3log.results import (
-    AckedEntry,
-    CommitResult,
-)
+from s3log.results import AckedEntry, CommitResult
 
 
 def append_latest(

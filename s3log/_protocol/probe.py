@@ -11,28 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import (
-    dumps,
-)
+from s3log._format.codec import dumps
 from s3log._format.layout import Layout
 from s3log._protocol import decide, ops
-from s3log._protocol.ops import (
-    Blob,
-    DeleteIfMatch,
-    Get,
-    Op,
-    Proc,
-    PutIfAbsent,
-    PutIfMatch,
-)
+from s3log._protocol.ops import Blob, DeleteIfMatch, Get, Op, Proc, PutIfAbsent, PutIfMatch
 from s3log.config import LogConfig
-from s3log.errors import (
-    ConditionalDeleteUnsupported,
-)
-from s3log.results import (
-    ProbeReport,
-    ProbeSeen,
-)
+from s3log.errors import ConditionalDeleteUnsupported
+from s3log.results import ProbeReport, ProbeSeen
 
 #: A folder no session id can name (ids start with a letter or digit): listings and gc skip it.
 PROBE_DIR = "_probe/"

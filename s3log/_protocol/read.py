@@ -29,21 +29,9 @@ from s3log._format.codec import (
 from s3log._format.layout import MAX_SEGMENTS, Layout, parse_segment_key
 from s3log._format.manifest import segment_ranges, segments_for_range
 from s3log._protocol import decide, ops
-from s3log._protocol.ops import (
-    Blob,
-    Get,
-    Parallel,
-    Proc,
-)
+from s3log._protocol.ops import Blob, Get, Parallel, Proc
 from s3log._protocol.state import EXPIRED_FIELD, Run, SessionData, is_expired, tombstone_hash
-from s3log.errors import (
-    CorruptionError,
-    EntryNotFound,
-    ObjectNotFound,
-    SegmentMissing,
-    SessionExpired,
-    SessionNotFound,
-)
+from s3log.errors import CorruptionError, EntryNotFound, ObjectNotFound, SegmentMissing, SessionExpired, SessionNotFound
 from s3log.signing import SignatureError, verified_head
 
 log = logging.getLogger("s3log")

@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal
 
-from s3log._format.codec import (
-    Entry,
-    Head,
-    ParentRef,
-    RunColumns,
-)
+from s3log._format.codec import Entry, Head, ParentRef, RunColumns
 from s3log.config import LogConfig
 from s3log.reducer import Reducer, S, replay
 

@@ -17,35 +17,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from s3log._format.chain import PendingEntry
-from s3log._format.codec import (
-    Entry,
-    Head,
-    Segment,
-    decode_segment,
-)
+from s3log._format.codec import Entry, Head, Segment, decode_segment
 from s3log._format.layout import Layout
 from s3log._format.manifest import plan_merge
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.headplan import HeadPlan, plan_head
-from s3log._protocol.ops import (
-    Blob,
-    Get,
-    Op,
-    Parallel,
-    Proc,
-    PutIfAbsent,
-    PutIfMatch,
-)
+from s3log._protocol.ops import Blob, Get, Op, Parallel, Proc, PutIfAbsent, PutIfMatch
 from s3log._protocol.read import read_head_or_none, segment_decoder
 from s3log._protocol.state import STALE_ETAG, ChainPosition, CommitJournal, LeasePlan
 from s3log.config import LogConfig
-from s3log.errors import (
-    CorruptionError,
-    FormatVersionError,
-    SegmentMissing,
-    SessionNotFound,
-    StoreError,
-)
+from s3log.errors import CorruptionError, FormatVersionError, SegmentMissing, SessionNotFound, StoreError
 from s3log.reducer import S
 
 log = logging.getLogger("s3log")
