@@ -39,8 +39,6 @@ log = logging.getLogger("s3log")
 #: first ``_TIP`` bytes of their hashes): a writer whose entries landed there, built on
 #: by fewer commits than that, can tell they did.
 COMPACTION_WINDOW = 32
-
-
 _TIP = 16
 
 

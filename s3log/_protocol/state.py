@@ -22,9 +22,8 @@ from s3log.reducer import Reducer, S, replay
 log = logging.getLogger("s3log")
 
 
+#: What a commit does after losing a race to another writer: fork the rest, or raise ConflictError.
 OnConflict = Literal["fork", "raise"]
-
-
 #: An ETag no object has: a writer holding it meets a 412 on its next commit.
 STALE_ETAG = '"s3log-stale"'
 
