@@ -55,7 +55,7 @@ def stored_for_key(layout: Layout, head: Head, mark: AppendKey) -> Proc[AckedEnt
     """The stored entry an append key of ``head`` names (verified), or None if that
     entry is no longer there (its session compacted, expired or deleted since).
 
-    From the tail when it holds it (no request); else read as :func:`entry_at` reads.
+    From the tail when it holds it (no request); else read as :func:`~s3log._protocol.read.entry_at` reads.
     """
     session = mark.session or head.session
     entry: Entry | None = None

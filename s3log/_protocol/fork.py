@@ -3,7 +3,7 @@
 A fork is a new session whose first entry points at its parent; its marker is written
 under the parent before its head, so every fork that exists can be found from the
 parent (:func:`children`, :func:`child_heads`), and :func:`lineage` walks back. A fork
-an undecided commit left is created again into the same child (:class:`ForkDoubt`).
+an undecided commit left is created again into the same child (:class:`~s3log._protocol.state.ForkDoubt`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def children(layout: Layout, session: str) -> Proc[list[str]]:
 
 def child_heads(layout: Layout, session: str) -> Proc[list[HeadRow]]:
     """The sessions forked from ``session`` that have a head, with their heads, as
-    :func:`list_head_rows` gives them (one LIST, then one GET per marker, in parallel).
+    :func:`~s3log._protocol.listing.list_head_rows` gives them (one LIST, then one GET per marker, in parallel).
 
     A marker whose child has no head is skipped, as docs/format.md says readers do: a
     fork whose head never landed, or a deleted child whose marker ``Log.delete`` left
@@ -155,12 +155,12 @@ def create_fork(
     The marker is written before the head, so any fork that exists can be found from
     its parent (a marker whose head never landed is skipped by readers). An explicit
     ``child`` id that is taken raises :class:`SessionExists` before anything is written.
-    ``journal``: while a child's head PUT may have landed, its :class:`ForkDoubt`.
+    ``journal``: while a child's head PUT may have landed, its :class:`~s3log._protocol.state.ForkDoubt`.
     ``doubt``: a fork from ``parent`` that an earlier commit of these entries left
     undecided: its first attempt creates that child again, with the same creator nonce
     and time (so the same fork entry); if its head is stored, the entries are
     continued from what it holds. ``inherit``: the parent's append keys the child's
-    head remembers (:func:`inherited_keys`).
+    head remembers (:func:`~s3log._protocol.append_keys.inherited_keys`).
     """
     if child is not None:
         yield from _check_child(layout, parent, child)

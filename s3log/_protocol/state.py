@@ -128,7 +128,7 @@ def is_expired(head: Head) -> bool:
     return isinstance(head.extra.get(EXPIRED_FIELD), dict)
 
 
-#: A run of verified entries as a bulk reader gets them (:func:`load_runs_from_head`):
+#: A run of verified entries as a bulk reader gets them (:func:`~s3log._protocol.read.load_runs_from_head`):
 #: a v2 segment's columns, or entries (a v1 segment's, the head's tail).
 Run = RunColumns | tuple[Entry, ...]
 
@@ -139,7 +139,7 @@ def empty_head(
     """The head of a session before its first write (version 0: not stored), created at ``now`` (ms).
 
     ``creator``: a nonce of the writer creating it, stored in the head, so that writer
-    recognises its own create when the response was lost (see :func:`commit`).
+    recognises its own create when the response was lost (see :func:`~s3log._protocol.commit.commit`).
     """
     t = now
     return Head(

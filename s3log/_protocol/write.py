@@ -226,7 +226,7 @@ def write_head(
 
     The head is written only once every object it depends on is confirmed stored as
     ours; a segment key found taken by something else is never referenced. ``journal``
-    is kept true of the head PUTs (see :class:`CommitJournal`). ``rewrite``: markers
+    is kept true of the head PUTs (see :class:`~s3log._protocol.state.CommitJournal`). ``rewrite``: markers
     written again (:func:`rewrite_marker`) first, after the deadline is set, so they
     are younger than anything the head may meet. ``sources``: the pending entries
     ``entries`` were built from (their append keys go into the head's window).
