@@ -430,7 +430,7 @@ class AsyncLog(LogVerbs):
         return await self._run(self._core.lineage(session_id))
 
     async def children(self, session_id: str) -> list[str]:
-        """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
+        """The sessions forked from this one that have a head (see :func:`s3log._protocol.fork.children`)."""
         return await self._run(self._core.children(session_id))
 
     async def child_heads(self, session_id: str) -> list[HeadRow]:
@@ -493,7 +493,7 @@ class AsyncLog(LogVerbs):
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
 
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
-        first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
+        first time in a bucket): :func:`s3log._protocol.probe.probe_preconditions`.
         """
         return await self._run(self._core.probe())
 

@@ -3,7 +3,7 @@
 :data:`Selector`).
 
 Plain values, no I/O: the drivers read the retry policy, the protocol procedures
-the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log._protocol.protocol`).
+the rest. Exported from :mod:`s3log`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class LogConfig:
     as garbage no commit will ever reference. ``env``: clock, randomness and new ids.
     ``verify_preconditions``: probe, before the first write or delete of any verb to a
     store, that it honours ``If-None-Match`` and ``If-Match``, stale ETags and racing
-    conditional PUTs included (see :func:`s3log._protocol.protocol.probe_preconditions`).
+    conditional PUTs included (see :func:`s3log._protocol.probe.probe_preconditions`).
     ``activity_index``: a session's first
     commit of each UTC day also writes a tiny marker (:mod:`s3log._protocol.activity`), so
     "sessions active since T" need not read every head. ``format_version``: the

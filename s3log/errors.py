@@ -241,7 +241,7 @@ class ConditionalRequestConflict(StoreError):
 class ConditionalDeleteUnsupported(StoreError):
     """The store cannot make a DELETE conditional (``If-Match``): obstore has no way to.
 
-    Nothing was sent. :func:`s3log._protocol.protocol.delete_session` then falls back to a plain
+    Nothing was sent. :func:`s3log._protocol.delete.delete_session` then falls back to a plain
     DELETE, keeping on that store alone the race a conditional DELETE closes.
     """
 

@@ -18,7 +18,7 @@ from s3log._format.codec import FORK_KIND, Entry, Head, ParentRef, RunColumns, s
 from s3log.reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
-    from s3log._protocol.protocol import ChainPosition
+    from s3log._protocol.state import ChainPosition
 
 # ------------------------------------------------------------------------------ commits
 
@@ -318,7 +318,7 @@ class DeletePlan:
 class ProbeReport:
     """What the precondition probe saw: whether the store honours each property of
     conditional requests that commits and deletes rely on
-    (:func:`s3log._protocol.protocol.probe_preconditions`).
+    (:func:`s3log._protocol.probe.probe_preconditions`).
 
     ``if_none_match``: a create-only PUT of an existing object is refused.
     ``if_match``: an ``If-Match`` PUT of a missing object is refused (404 or 412).

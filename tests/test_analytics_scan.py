@@ -18,7 +18,6 @@ from cbor2 import CBORTag
 import s3log
 import s3log._format.codec as codec
 from s3log import analytics
-from s3log._protocol import protocol
 from s3log.analytics import columns, reading
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
@@ -147,8 +146,6 @@ def test_sessions_table_leaves_out_a_tombstone_as_head_expired_names_it() -> Non
     w.commit()
     heads = {r.session: r.head for r in log.heads(["gone", "kept"])}
     assert [sid for sid, h in heads.items() if h is not None and h.expired] == ["gone"]
-    # The public helper reads the field the protocol writes.
-    assert all(h.expired == protocol.is_expired(h) for h in heads.values() if h is not None)
     assert analytics.sessions_table(store).column("session").to_pylist() == ["kept"]
 
 

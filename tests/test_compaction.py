@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._protocol import protocol
+from s3log._protocol import compact
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.errors import InvalidArgumentError, InvalidEntryError, TransientStoreError
@@ -139,7 +139,7 @@ def test_a_commit_built_on_then_compacted_is_acknowledged_once() -> None:
 def test_a_commit_compacted_out_of_sight_is_not_stored_again(monkeypatch: pytest.MonkeyPatch) -> None:
     # More commits on top than the mark names: whether b landed cannot be told. The
     # writer raises and writes it nowhere, and so does its next commit: b is stored once.
-    monkeypatch.setattr(protocol, "COMPACTION_WINDOW", 2)
+    monkeypatch.setattr(compact, "COMPACTION_WINDOW", 2)
     store = _LostReply()
     log, other = _logs(store)
     w = log.create(SID)

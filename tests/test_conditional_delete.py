@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log._protocol.delete import delete_session
 from s3log._protocol.ops import Blob, DeleteIfMatch, ListPage, Parallel, call_delete_if_match
-from s3log._protocol.protocol import delete_session
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import (

@@ -17,15 +17,12 @@ from s3log._format.chain import PendingEntry, build_chain
 from s3log._format.codec import decode_head, dumps, encode_head, encode_segment
 from s3log._format.layout import Layout
 from s3log._protocol import decide
+from s3log._protocol.commit import CommitPlan, commit
 from s3log._protocol.decide import Confirmed, CreateStep, Reply
+from s3log._protocol.fork import _is_marker_of
 from s3log._protocol.ops import Blob, Parallel, PutIfAbsent, PutIfMatch
-from s3log._protocol.protocol import (
-    ChainPosition,
-    _is_marker_of,
-    commit,
-    new_writer_state,
-    rewrite_marker,
-)
+from s3log._protocol.state import ChainPosition, new_writer_state
+from s3log._protocol.write import rewrite_marker
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
 from s3log.errors import (
@@ -195,7 +192,7 @@ def test_lost_but_landed_is_acknowledged_once() -> None:
         Step("PutIfMatch", E503, key="/head"),                         # the response is lost...
         Step("Get", lambda seen: Blob(head_put_body(seen), '"e1"')),  # ...but our head is there
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), pending("a"))))
     assert [e.data for e in result.acked] == ["a"] and result.fork is None
     assert result.etag == '"e1"'
 
@@ -211,7 +208,7 @@ def test_landed_then_built_on_is_acknowledged_not_forked() -> None:
         Step("PutIfMatch", E503, key="/head"),
         Step("Get", Blob(encode_head(stored), '"e3"')),   # another writer built on our landed entry
     ])
-    result = script.run(commit(LAYOUT, CFG, ws, pending("a"), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, ws, pending("a"))))
     assert [e.data for e in result.acked] == ["a"] and result.fork is None
 
 
@@ -223,7 +220,7 @@ def test_a_409_storm_on_the_head_retries_then_commits() -> None:
         Step("PutIfMatch", E409), Step("Get", unchanged),
         Step("PutIfMatch", '"e1"'),
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), pending("a"))))
     assert [e.data for e in result.acked] == ["a"] and result.etag == '"e1"'
 
 
@@ -231,7 +228,7 @@ def test_a_409_storm_that_never_ends_raises_and_acknowledges_nothing() -> None:
     unchanged = Blob(encode_head(stored_ws().head), '"e0"')
     steps = [s for _ in range(5) for s in (Step("PutIfMatch", E409), Step("Get", unchanged))]
     with pytest.raises(StoreError, match="after 5 attempts"):
-        Script(steps).run(commit(LAYOUT, CFG, stored_ws(), pending("a"), R))
+        Script(steps).run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), pending("a"))))
 
 
 def test_conflict_during_lazy_create_is_session_exists() -> None:
@@ -244,7 +241,7 @@ def test_conflict_during_lazy_create_is_session_exists() -> None:
         Step("Get", Blob(encode_head(someone), '"x"')),
     ])
     with pytest.raises(SessionExists):
-        script.run(commit(LAYOUT, CFG, lazy, pending("a"), R))
+        script.run(commit(CommitPlan(LAYOUT, CFG, R, lazy, pending("a"))))
 
 
 def test_lazy_create_landed_then_built_on_is_acknowledged() -> None:
@@ -255,7 +252,7 @@ def test_lazy_create_landed_then_built_on_is_acknowledged() -> None:
 
     stored = replace(lazy.head, version=2, seq=1, hash=theirs[0].hash, tail=(*ours, *theirs), writer="other")
     script = Script([Step("PutIfAbsent", E503, key="/head"), Step("Get", Blob(encode_head(stored), '"e2"'))])
-    result = script.run(commit(LAYOUT, CFG, lazy, pending("a"), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, lazy, pending("a"))))
     assert [e.data for e in result.acked] == ["a"]
 
 
@@ -279,7 +276,7 @@ def test_already_exists_on_a_segment_is_confirmed_before_the_head_references_it(
         Step("Parallel", ['"s"'], key="/seg/"),                    # written for real
         Step("PutIfMatch", '"e1"', key="/head"),
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), big_pending())))
     assert len(result.acked) == 2 and result.etag == '"e1"'
 
 
@@ -289,7 +286,7 @@ def test_already_exists_with_our_bytes_is_trusted() -> None:
         Step("Parallel", lambda seen: [Blob(segment_put(seen).body, '"s"')]),  # our own landed attempt
         Step("PutIfMatch", '"e1"', key="/head"),
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), big_pending())))
     assert len(result.acked) == 2
 
 
@@ -300,7 +297,7 @@ def test_already_exists_with_other_bytes_is_never_referenced() -> None:
         Step("Parallel", [Blob(other, '"s"')]),
     ])
     with pytest.raises(Exception, match="another object holds"):
-        script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+        script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), big_pending())))
     assert not any(type(op).__name__ == "PutIfMatch" for op in script.seen)
 
 
@@ -311,7 +308,7 @@ def test_a_409_on_a_segment_put_is_retried_not_raised() -> None:
         Step("Parallel", ['"s"'], key="/seg/"),
         Step("PutIfMatch", '"e1"', key="/head"),
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), big_pending(), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), big_pending())))
     assert len(result.acked) == 2
 
 
@@ -327,7 +324,7 @@ def test_own_landed_prefix_is_adopted_without_a_fork() -> None:
         Step("Get", Blob(encode_head(landed), '"e2"')),
         Step("PutIfMatch", '"e3"', key="/head", check=lambda op: None),
     ])
-    result = script.run(commit(LAYOUT, CFG, ws, pending("a", "b"), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, ws, pending("a", "b"))))
     assert [e.data for e in result.acked] == ["a", "b"] and result.fork is None
     final = decode_head(head_put_body(script.seen), "k")
     assert [e.data for e in final.tail] == ["a", "b"] and result.etag == '"e3"'
@@ -418,7 +415,7 @@ def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_an
     script = Script([
         Step("Parallel", ['"e1"', E412], check=lambda op: _pair(op)),
     ])
-    result = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
+    result = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), mid_pending())))
     assert len(result.acked) == 2 and result.etag == '"e1"'
     assert result._ws.confirmed is None and result._ws.head.pending is not None
     assert not result._ws.head.segments and len(result._ws.head.tail) == 2
@@ -426,11 +423,11 @@ def test_a_segment_beside_the_head_that_meets_already_exists_is_not_confirmed_an
 
 def test_a_segment_beside_the_head_confirmed_by_a_2xx_is_promoted_by_the_next_commit() -> None:
     script = Script([Step("Parallel", ['"e1"', '"s"'], check=lambda op: _pair(op))])
-    first = script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R))
+    first = script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), mid_pending())))
     assert first._ws.confirmed == first._ws.head.pending.key  # type: ignore[union-attr]
     script = Script([Step("PutIfMatch", '"e2"', key="/head")])
     roomy = replace(CFG, tail_max_bytes=700)  # the promoted head plus "o" fits: no new flush
-    second = script.run(commit(LAYOUT, roomy, first._ws, pending("o"), R))
+    second = script.run(commit(CommitPlan(LAYOUT, roomy, R, first._ws, pending("o"))))
     assert second._ws.head.segments == (first._ws.confirmed,) and second._ws.head.pending is None
     assert [e.data for e in second._ws.head.tail] == ["o"]
 
@@ -442,7 +439,7 @@ def test_a_head_put_beside_a_segment_that_loses_the_race_forks_as_usual() -> Non
         Step("Get", lambda seen: Blob(encode_head(other), '"other"'), key="/head"),
     ])
     with pytest.raises(ConflictError):
-        script.run(commit(LAYOUT, CFG, stored_ws(), mid_pending(), R, on_conflict="raise"))
+        script.run(commit(CommitPlan(LAYOUT, CFG, R, stored_ws(), mid_pending(), on_conflict="raise")))
 
 
 def _pair(op: Any) -> None:

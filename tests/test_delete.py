@@ -24,7 +24,7 @@ from tests.tombstones import tombstone_idle
 
 
 def test_log_delete_measures_a_new_sessions_first_segment_before_its_head_delete() -> None:
-    """Log.delete lists, DELETEs the head, and only then (protocol.py
+    """Log.delete lists, DELETEs the head, and only then (delete.py
     _maybe_anothers_first: cfg.env.now_ms()) measures a seq-0 segment's age. A new
     session's create-only head that lands between the head DELETE and that measure
     (sent just before its deadline, landing within one more) names a segment now 2D

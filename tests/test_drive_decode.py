@@ -23,7 +23,7 @@ import s3log
 from s3log._drive import gcpause as _gcpause
 from s3log._drive.drivers import AsyncDriver, SyncDriver
 from s3log._format.codec import Segment
-from s3log._protocol import protocol
+from s3log._protocol import read, write
 from s3log._protocol.ops import Blob, Get, Parallel, Proc
 from s3log.config import RetryPolicy
 from s3log.errors import CorruptionError, ObjectNotFound
@@ -90,11 +90,11 @@ def test_a_segment_fetched_plain_or_decoded_gives_the_same_entries() -> None:
     store = s3log.MemoryStore()
     log, sid, _ = _session(store)
     head = log.head(sid)
-    decoded = log._run(protocol.fetch_segments(log.layout, sid, head.segments))
+    decoded = log._run(read.fetch_segments(log.layout, sid, head.segments))
     assert all(isinstance(s, Segment) for s in decoded.values())
     # The same results as blobs (a driver that does not decode): decoded by the procedure.
     blobs = [store.get(k) for k in head.segments]
-    assert protocol._decoded_segments(sid, head.segments, blobs) == decoded
+    assert read._decoded_segments(sid, head.segments, blobs) == decoded
 
 
 @pytest.mark.parametrize("use_async", [False, True])
@@ -121,13 +121,13 @@ def test_a_read_ahead_segment_of_an_unknown_format_is_skipped_by_either_path() -
     _, _, key = _session(store)
     obj = cbor2.loads(store.get(key).body)
     blob = Blob(cbor2.dumps({**obj, "v": 99}, canonical=True), "e")
-    assert protocol._fetched_ahead([key], [blob]) == {}
-    decoded = protocol._segment_decoder(key)
+    assert write._fetched_ahead([key], [blob]) == {}
+    decoded = read.segment_decoder(key)
     try:
         result: object = decoded(blob)
     except Exception as exc:  # what the drivers hand back in its place
         result = exc
-    assert protocol._fetched_ahead([key], [result]) == {}
+    assert write._fetched_ahead([key], [result]) == {}
 
 
 def test_a_decode_raising_a_base_exception_is_not_handed_back_as_a_result() -> None:

@@ -13,7 +13,7 @@ import pytest
 import s3log
 from s3log._format.codec import Head, decode_head, encode_head
 from s3log._protocol.ops import Blob
-from s3log._protocol.protocol import load_from_head
+from s3log._protocol.read import load_from_head
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import (
     ConditionalRequestConflict,
@@ -156,7 +156,7 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
         w.commit()
     _age_everything(store, 2 * HOUR)
     before = log.head(w.session_id)
-    held = log._run(s3log._protocol.protocol.read_head(log.layout, w.session_id))
+    held = log._run(s3log._protocol.read.read_head(log.layout, w.session_id))
     w.append("k", "z" * 500 + "merge")
     w.commit()
     after = log.head(w.session_id)

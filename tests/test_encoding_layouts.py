@@ -19,7 +19,7 @@ import s3log
 from s3log._format import codec
 from s3log._format.chain import PendingEntry, build_chain
 from s3log._format.codec import Head, decode_head, dumps, encode_head, make_entry, normalize_data_cbor
-from s3log._protocol.protocol import empty_head
+from s3log._protocol.state import empty_head
 
 T0 = 1_767_225_600_000  # 2026-01-01
 

@@ -591,7 +591,7 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     child holds it too). Found by simulator seeds 40358 (expire) and 40848 (delete, then
     the creator took the id over)."""
     from s3log._api.core import LogCore
-    from s3log._protocol import protocol
+    from s3log._protocol import listing, read
     from s3log._protocol.ops import PutIfAbsent, PutIfMatch
     from s3log.env import Env
 
@@ -626,9 +626,9 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     result = _drive(store, w.commit())
     assert [e.data["p"] for e in result.acked] == ["b", "c"]
     stored: dict[str, list[str]] = {}
-    for sid in _drive(store, protocol.list_session_ids(core.layout)):
+    for sid in _drive(store, listing.list_session_ids(core.layout)):
         try:
-            data = _drive(store, protocol.load(core.layout, sid))
+            data = _drive(store, read.load(core.layout, sid))
         except s3log.SessionNotFound:
             continue  # expired
         for e in data.entries:

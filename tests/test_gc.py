@@ -15,7 +15,7 @@ import pytest
 
 import s3log
 from s3log._format.codec import decode_head
-from s3log._protocol import protocol
+from s3log._protocol import delete
 from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.errors import (
@@ -47,7 +47,7 @@ def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
         w.commit()
     store.before_head = lambda key, body: None
     assert lost and lost[0] in store.all_keys()
-    clock.t += protocol.landing_bound_ms(DEADLINE) - 1
+    clock.t += delete.landing_bound_ms(DEADLINE) - 1
     assert lost[0] not in log.gc(older_than_ms=0).deleted
     clock.t += 2
     assert lost[0] in log.gc(older_than_ms=0).deleted

@@ -14,7 +14,7 @@ import pytest
 
 import s3log
 from s3log._format.codec import decode_head
-from s3log._protocol import protocol
+from s3log._protocol import write
 from s3log.env import Env
 from s3log.errors import TransientStoreError
 from tests.delete_hooks import Clock
@@ -212,7 +212,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
 
     # Find the first commit whose head goes out with a read-ahead batch.
     ahead_at: list[int] = []
-    orig = protocol.merge_ahead
+    orig = write.merge_ahead
     cur = [0]
 
     def spy(cfg: Any, ws: Any, plan: Any) -> list[str]:
@@ -224,7 +224,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
     def writer(store: ClockStore) -> Any:
         return deadline_log(store, clock, pending_max_bytes=0, cache_levels=0).create("s1")
 
-    protocol.merge_ahead = spy  # type: ignore[assignment]
+    write.merge_ahead = spy  # type: ignore[assignment]
     try:
         w = writer(SlowSeg(clock))
         for i in range(30):
@@ -232,7 +232,7 @@ def test_a_head_going_out_with_a_read_ahead_batch_is_not_sent_past_the_deadline(
             w.append("msg", {"i": i, "text": "x" * 300})
             w.commit()
     finally:
-        protocol.merge_ahead = orig  # type: ignore[assignment]
+        write.merge_ahead = orig  # type: ignore[assignment]
     assert ahead_at
 
     clock.t = Clock().t

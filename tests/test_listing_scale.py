@@ -19,7 +19,7 @@ from s3log._format.ids import assemble_uuid7 as _assemble
 from s3log._format.layout import Layout
 from s3log._protocol.activity import DAY_MS, day_of, marker_key
 from s3log._protocol.ops import Blob, ListPage, ObjectInfo
-from s3log._protocol.protocol import empty_head
+from s3log._protocol.state import empty_head
 from s3log.env import Env
 from s3log.errors import ObjectNotFound
 from s3log.store.base import RequestCounter

@@ -18,7 +18,7 @@ import pytest
 
 import s3log
 from s3log._format.codec import Pending, decode_head, encode_head
-from s3log._protocol import protocol
+from s3log._protocol import read
 from s3log._protocol.ops import Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError
@@ -348,11 +348,11 @@ def test_protocol_promotable_checks_the_manifest_shape() -> None:
     w = log.create("s1")
     _until_pending(store, log, w)
     head = _head(store, log, "s1")
-    assert head.pending is not None and protocol.promotable(head)
-    assert not protocol.promotable(replace(head, pending=replace(head.pending, take=1)))  # no segment to replace
-    assert not protocol.promotable(replace(head, pending=replace(head.pending, last=head.seq + 1)))
-    assert not protocol.promotable(replace(head, pending=replace(head.pending, last=head.seq - 1)))  # key's hash
-    assert not protocol.promotable(replace(head, tail=head.tail[1:]))
+    assert head.pending is not None and read.promotable(head)
+    assert not read.promotable(replace(head, pending=replace(head.pending, take=1)))  # no segment to replace
+    assert not read.promotable(replace(head, pending=replace(head.pending, last=head.seq + 1)))
+    assert not read.promotable(replace(head, pending=replace(head.pending, last=head.seq - 1)))  # key's hash
+    assert not read.promotable(replace(head, tail=head.tail[1:]))
 
 
 @pytest.mark.parametrize("cache_levels", [0, 1, 3])

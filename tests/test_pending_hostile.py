@@ -22,7 +22,7 @@ import pytest
 
 import s3log
 from s3log._format.codec import Pending, decode_head, decode_segment, encode_head, encode_segment
-from s3log._protocol import protocol
+from s3log._protocol import delete, read, state
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError, TransientStoreError
@@ -221,7 +221,7 @@ def test_a_promotion_by_a_lease_touch_is_adopted_by_the_writer_whose_entries_it_
     pending = _head(store).pending
     assert pending is not None
     wb = log_b.open("s1")
-    wb._core.lease = protocol.LeasePlan("b", 60_000)
+    wb._core.lease = state.LeasePlan("b", 60_000)
     wb.renew_lease()
     assert pending.key in _head(store).segments and _head(store).seq == acked[-1].seq
     _fill(wa, "after")
@@ -413,12 +413,12 @@ def test_a_promoted_merge_keeps_the_segments_it_replaced_for_readers_of_the_old_
     clock.t += grace - 1
     deleted = log.gc(older_than_ms=grace).deleted
     assert not set(replaced) & set(deleted)
-    held = log._run(protocol.load_from_head(log.layout, old, old_etag))
+    held = log._run(read.load_from_head(log.layout, old, old_etag))
     assert [e.hash for e in held.entries] == [e.hash for e in acked[: len(held.entries)]]
-    clock.t += grace + protocol.landing_bound_ms(log.config.commit_deadline_ms)
+    clock.t += grace + delete.landing_bound_ms(log.config.commit_deadline_ms)
     assert set(replaced) <= set(log.gc(older_than_ms=grace).deleted)
     # Past the grace period a reader of the old head is sent to the new one.
-    assert [e.hash for e in log._run(protocol.load_latest_from(log.layout, old, old_etag)).entries] == \
+    assert [e.hash for e in log._run(read.load_latest_from(log.layout, old, old_etag)).entries] == \
         [e.hash for e in acked]
 
 
@@ -571,7 +571,7 @@ def test_forking_inside_the_inline_entries_of_a_pending_segment() -> None:
     acked = _until_pending(store, w, "a", want=lambda h: bool(h.segments))
     h = _head(store)
     assert h.pending is not None
-    at = (protocol.pending_first(h) + h.pending.last) // 2
+    at = (read.pending_first(h) + h.pending.last) // 2
     child = log.fork("s1", at_seq=at)
     wc = log.open(child)
     _fill(wc, "c")
@@ -691,11 +691,11 @@ def test_confirmation_by_get_needs_exact_entries_not_just_a_matching_key() -> No
     assert h.pending is not None
     body = store.get(h.pending.key).body
     seg = decode_segment(body, h.pending.key)
-    data = log._run(protocol.load(log.layout, "s1"))
-    assert protocol._pending_entries(h, h.pending.key, body, data.entries) == seg.entries
+    data = log._run(read.load(log.layout, "s1"))
+    assert read._pending_entries(h, h.pending.key, body, data.entries) == seg.entries
     short = encode_segment("s1", list(seg.entries[:-1]), 2) if len(seg.entries) > 1 else b"\xa0"
-    assert protocol._pending_entries(h, h.pending.key, short, data.entries) is None
+    assert read._pending_entries(h, h.pending.key, short, data.entries) is None
     with pytest.raises(CorruptionError):
         decode_segment(b"garbage", h.pending.key)
-    assert protocol._pending_entries(h, h.pending.key, b"garbage", data.entries) is None
+    assert read._pending_entries(h, h.pending.key, b"garbage", data.entries) is None
 

@@ -17,7 +17,7 @@ import s3log
 from s3log._drive.drivers import SyncDriver
 from s3log._format.layout import Layout
 from s3log._protocol.ops import Op, Parallel
-from s3log._protocol.protocol import PROBE_RACERS, probe_preconditions
+from s3log._protocol.probe import PROBE_RACERS, probe_preconditions
 from s3log.errors import (
     ConditionalDeleteUnsupported,
     ObjectNotFound,

@@ -213,7 +213,7 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
 
     from s3log._format.chain import PendingEntry, build_chain
     from s3log._format.codec import ParentRef, decode_segment, encode_head, encode_segment
-    from s3log._protocol.protocol import empty_head
+    from s3log._protocol.state import empty_head
 
     entries = build_chain([PendingEntry(k, 5, d) for k, d in items], after_seq=-1, after_hash=None)
     seg = encode_segment("s", entries, 1)
@@ -250,7 +250,7 @@ def test_head_encoding_is_the_canonical_map_whatever_its_fields(
 
     from s3log._format.chain import PendingEntry, build_chain
     from s3log._format.codec import _HEAD_FIELDS, Lease, Pending, Signature, decode_head, encode_head
-    from s3log._protocol.protocol import empty_head
+    from s3log._protocol.state import empty_head
 
     # Not the fields a head types: its own, and ``expired`` (a tombstone's map, checked
     # by decode_head although it is kept among the extra fields).

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import s3log
-from s3log._protocol import protocol
+from s3log._protocol import delete
 from s3log._protocol.activity import DAY_MS, day_of, marker_key
 from s3log._protocol.ops import DeleteIfMatch, Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env
@@ -150,7 +150,7 @@ def test_expire_and_gc_write_nothing_so_the_sweep_role_cannot_forge_history() ->
     core = log._core
     log._run(recorded(core.expire(timedelta(days=30), None, False, None), seen))
     clock.t += 2 * 3_600_000
-    log._run(recorded(protocol.gc(core.layout, older_than_ms=3_600_000, now=clock.t, dry_run=False), seen))
+    log._run(recorded(delete.gc(core.layout, older_than_ms=3_600_000, now=clock.t, dry_run=False), seen))
     flat = [o for op in seen for o in (op.ops if isinstance(op, Parallel) else (op,))]
     assert {type(o).__name__ for o in flat} == {"Get", "ListKeys", "DeleteIfMatch", "Delete"}, flat
     assert sorted(o.key for o in flat if isinstance(o, DeleteIfMatch)) == sorted(

@@ -17,7 +17,7 @@ import pytest
 import s3log
 from s3log import analytics
 from s3log._format import codec
-from s3log._protocol import protocol
+from s3log._protocol import read
 from s3log.analytics import columns, reading
 from s3log.env import Env
 from tests.baseline import baseline_module
@@ -35,12 +35,12 @@ def test_first_entry_of_columns_equals_the_dataclass_entry() -> None:
     body = codec.encode_segment("s", entries, 2)
     _, run = codec.decode_segment_columns(body, "k")
     assert isinstance(run, codec.RunColumns)
-    got = protocol._first_entry([(), run])
+    got = read._first_entry([(), run])
     want = codec.Entry(0, None, "s3log.fork", T0, {"parent": {"session": "p"}}, entries[0].hash)
     assert type(got) is codec.Entry and got == want and got.raw == b""
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.seq = 1  # type: ignore[misc]
-    e2 = protocol._first_entry([codec.decode_segment_columns(codec.encode_segment("s", entries[1:], 2), "k")[1]])
+    e2 = read._first_entry([codec.decode_segment_columns(codec.encode_segment("s", entries[1:], 2), "k")[1]])
     assert e2 is not None and hash(e2) == hash(codec.Entry(1, entries[0].hash, "m", T0 + 1, "x", entries[1].hash))
 
 

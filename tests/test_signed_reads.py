@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
 from s3log._format.codec import Head, decode_head, encode_head, encode_segment, make_entry
-from s3log._protocol import protocol
+from s3log._protocol import fork, read, state
 from s3log._protocol.ops import KeyOp
 from s3log.env import Env
 from s3log.errors import TransientStoreError
@@ -109,7 +109,7 @@ def test_suffix_and_entry_at_of_fork_child_and_tail_only_head(verify: bool) -> N
             _, suffix = log.read_suffix(sid, lambda es, k=k: len(es) >= k)
             assert [e.hash for e in suffix] == [e.hash for e in full[len(full) - len(suffix):]]
         for seq in range(-1, len(full) + 1):
-            got = log._run(protocol.entry_at(log.layout, head, seq))
+            got = log._run(read.entry_at(log.layout, head, seq))
             assert (got.hash if got else None) == (full[seq].hash if 0 <= seq < len(full) else None)
     assert [s.session for s in log.lineage(child)] == [child, parent.session_id]
 
@@ -141,11 +141,11 @@ def test_entry_at_with_trusted_keys_reads_its_suffix_in_one_round_trip() -> None
     assert len(head.segments) > 10
     full = log.read(w.session_id).entries
     for seq in (0, 200, 390):
-        got, trips = _round_trips(log, protocol.entry_at(log.layout, head, seq))
+        got, trips = _round_trips(log, read.entry_at(log.layout, head, seq))
         assert got == full[seq] and trips == 1
     child = log.fork(w.session_id, at_seq=0)
     child = child if isinstance(child, str) else child.session_id
-    steps, trips = _round_trips(log, protocol.lineage(log.layout, child))
+    steps, trips = _round_trips(log, fork.lineage(log.layout, child))
     assert [s.session for s in steps] == [child, w.session_id] and not steps[-1].replaced
     assert trips == 3  # child head, parent head, the parent's suffix
 
@@ -217,7 +217,7 @@ def test_a_fork_at_a_seq_does_not_build_on_a_forged_manifest(signer: Ed25519Sign
     with pytest.raises(s3log.CorruptionError):
         reader.fork(sid, at_seq=1)
     with pytest.raises(s3log.CorruptionError):
-        reader._run(protocol.load(reader.layout, sid, upto_seq=1))
+        reader._run(read.load(reader.layout, sid, upto_seq=1))
     assert [s for s in store.all_keys() if s.endswith("/head")] == [reader.layout.head(sid)]  # no child
 
 
@@ -228,7 +228,7 @@ def test_a_fork_at_a_seq_of_a_genuine_session_still_holds_the_prefix(signer: Ed2
     child = reader.fork(sid, at_seq=1)
     parent = reader.read(child).parent
     assert parent is not None and parent.seq == 1 and parent.hash == reader.read(sid).entries[1].hash
-    data = reader._run(protocol.load(reader.layout, sid, upto_seq=1))
+    data = reader._run(read.load(reader.layout, sid, upto_seq=1))
     assert [e.seq for e in data.entries] == [0, 1]
 
 
@@ -305,11 +305,11 @@ def test_entry_at_with_trusted_keys_verifies_up_to_the_head(signer: Ed25519Signe
     head = _head(store, reader, sid)
     genuine = reader.read(sid).entries
     for seq in (0, 1, 5, 9):
-        assert reader._run(protocol.entry_at(reader.layout, head, seq)) == genuine[seq]
-    assert reader._run(protocol.entry_at(reader.layout, head, 10)) is None
+        assert reader._run(read.entry_at(reader.layout, head, seq)) == genuine[seq]
+    assert reader._run(read.entry_at(reader.layout, head, 10)) is None
     forged = _forge_first_segment(store, reader, sid, {"i": "FORGED"})
     with pytest.raises(s3log.CorruptionError):
-        reader._run(protocol.entry_at(reader.layout, forged, 1))
+        reader._run(read.entry_at(reader.layout, forged, 1))
 
 
 def test_expired_added_to_a_signed_head_does_not_make_it_a_tombstone(signer: Ed25519Signer) -> None:
@@ -341,7 +341,7 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
         with pytest.raises(s3log.SessionExpired):
             reader.read(s)
         tomb = _head(store, reader, s)
-        assert tomb.hash == protocol.tombstone_hash(s, tomb.extra["expired"]["hash"])
+        assert tomb.hash == state.tombstone_hash(s, tomb.extra["expired"]["hash"])
         # `expired` taken off a signed tombstone: its seq and hash name no entry.
         _put_head(store, reader, replace(tomb, extra={}))
         with pytest.raises(s3log.CorruptionError):

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import s3log
 from s3log._format.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
 from s3log._format.layout import Layout
-from s3log._protocol import protocol
+from s3log._protocol import listing, read
 from s3log.errors import CorruptionError
 from s3log.signing import (
     ED25519,
@@ -193,8 +193,8 @@ def test_every_read_path_checks_the_signature(s3log_server: LocalS3, bucket: str
         with pytest.raises(SignatureError):
             call(sid)
     with pytest.raises(SignatureError):
-        log._run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 1))
-    rows = log._run(protocol.list_head_rows(log.layout, [sid]))
+        log._run(read.load_suffix(log.layout, sid, lambda es: len(es) >= 1))
+    rows = log._run(listing.list_head_rows(log.layout, [sid]))
     assert rows[0].head is None and "unsigned" in (rows[0].error or "")
     assert [i.session_id for i in log.list_sessions()] == [sid]  # listed, as a broken row
 
@@ -392,7 +392,7 @@ def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey)
     relabelled = replace(head, sig=Signature(head.sig.alg, "ed25519:other", head.sig.value))
     layout = Layout(verifier=PublicKeyVerifier({"ed25519:other": signer.public_key}), log_id="memory/s3log")
     with pytest.raises(SignatureError, match="bad signature"):
-        run_direct(MemoryStore(), protocol.check_head(layout, relabelled, child, layout.head(child)))
+        run_direct(MemoryStore(), read.check_head(layout, relabelled, child, layout.head(child)))
 
 
 # ------------------------------------------------------------------------ checkpoints

@@ -19,7 +19,7 @@ import pytest
 import s3log
 from s3log._format.chain import PendingEntry
 from s3log._format.layout import Layout
-from s3log._protocol import protocol
+from s3log._protocol import commit, read, state
 from s3log._protocol.ops import Get, Op, Parallel, PutIfMatch, Sleep
 from s3log.config import LogConfig, RetryPolicy
 from s3log.env import Env
@@ -230,7 +230,7 @@ def test_the_history_checker_alone_catches_a_store_that_ignores_if_match() -> No
         h = history.History(sim.history.events[:])
         for sid in sim.store.heads:  # the final reads, made here: the blind simulator keeps no chains
             try:
-                entries = run_direct(sim.store, protocol.load(sim.layout, sid)).entries
+                entries = run_direct(sim.store, read.load(sim.layout, sid)).entries
             except s3log.S3LogError:
                 entries = []
             h.read(0, "end", sid, history.positions(sid, entries, s3log.testing.sim.store._payload), final=True)
@@ -397,25 +397,25 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
     w.append("k", "a")
     w.commit()  # segment A
     clock.now += 10_000  # A is old
-    data = log._run(protocol.load(layout, w.session_id))
-    ws = protocol.writer_state_from(data, EntriesReducer(), cfg)
+    data = log._run(read.load(layout, w.session_id))
+    ws = state.writer_state_from(data, EntriesReducer(), cfg)
     held: dict[str, Any] = {}
 
     def before(op: Op) -> None:
         # The merging commit is slow: its head lands 800 ms after it was planned. A
         # reader reads the head just before it lands.
         if isinstance(op, PutIfMatch):
-            held["head"] = log._run(protocol.read_head(layout, w.session_id))
+            held["head"] = log._run(read.read_head(layout, w.session_id))
             clock.now += 800
 
-    proc = protocol.commit(layout, cfg, ws, [PendingEntry("k", clock.now, "b")], EntriesReducer())
+    proc = commit.commit(commit.CommitPlan(layout, cfg, EntriesReducer(), ws, [PendingEntry("k", clock.now, "b")]))
     run_procedure(mem, proc, before)
     landed = clock.now
     clock.now = landed + grace // 2  # half the grace period after the reader's head retired
     log.gc(older_than_ms=grace)
     head, etag = held["head"]
     try:
-        log._run(protocol.load_from_head(layout, head, etag))
+        log._run(read.load_from_head(layout, head, etag))
     except s3log.CorruptionError as exc:
         pytest.fail(f"{grace // 2} ms after its head retired, the reader lost a segment: {exc}")
 
@@ -459,7 +459,7 @@ def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_del
     deleted S0 (no tombstone) and S1's head landed. The next commit rebuilt the batch,
     created S0 again at the free id without any race, and stored every entry there, the
     ones S1 held too (invariant 2). Only the prefix goes to the parent now; the rest
-    follows into the same child (protocol.commit, ``cut``).
+    follows into the same child (commit.commit, ``cut``).
 
     Since a retried fork writes its marker again the seed takes another
     course, through a second bug: the ``cut`` path folded the prefix into the writer's

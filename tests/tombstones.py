@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from s3log._format.codec import Head, decode_head, encode_head
-from s3log._protocol import ops, protocol
+from s3log._protocol import listing, ops, state
 from s3log._protocol.ops import Proc
 from s3log.errors import ObjectNotFound
 from s3log.signing import sign_head
@@ -23,10 +23,10 @@ from s3log.signing import sign_head
 def tombstone(head: Head, *, now: int, nonce: str, idle_for_ms: int) -> Head:
     """The tombstone of ``head``: no entries, ``expired`` set, gc's grace from ``now``."""
     return replace(
-        head, version=head.version + 1, hash=protocol.tombstone_hash(head.session, head.hash),
+        head, version=head.version + 1, hash=state.tombstone_hash(head.session, head.hash),
         segments=(), levels=(), tail=(), updated_at=now, writer=nonce, ts_min=None, ts_max=None,
         retired_at=now, pending=None,
-        extra={**head.extra, protocol.EXPIRED_FIELD: {"at": now, "seq": head.seq, "hash": head.hash,
+        extra={**head.extra, state.EXPIRED_FIELD: {"at": now, "seq": head.seq, "hash": head.hash,
                                                       "idle_for_ms": idle_for_ms}},
     )
 
@@ -42,14 +42,14 @@ def tombstone_proc(layout: Any, cfg: Any, idle_for_ms: int) -> Proc[Tombstoned]:
     """Replace the head of every session idle for ``idle_for_ms`` by its (signed) tombstone."""
     now = cfg.env.now_ms()
     done: list[str] = []
-    for sid in (yield from protocol.list_session_ids(layout)):
+    for sid in (yield from listing.list_session_ids(layout)):
         key = layout.head(sid)
         try:
             blob = yield from ops.get(key)
         except ObjectNotFound:
             continue
         head = decode_head(blob.body, key)
-        if protocol.is_expired(head) or head.updated_at >= now - idle_for_ms:
+        if head.expired or head.updated_at >= now - idle_for_ms:
             continue
         tomb = sign_head(cfg.signer, tombstone(head, now=now, nonce=cfg.env.nonce(), idle_for_ms=idle_for_ms),
                          layout.log_id)

@@ -1,7 +1,7 @@
 """The I/O-free engine the blocking and the asyncio APIs share.
 
 :class:`CommitQueue` keeps one writer's pending entries and its
-:class:`~s3log._protocol.protocol.ChainPosition`, hands out commit procedures and applies
+:class:`~s3log._protocol.state.ChainPosition`, hands out commit procedures and applies
 their results; :class:`LogCore` builds the procedure behind each verb of
 :class:`~s3log.Log` and :class:`~s3log.AsyncLog`; :class:`LogVerbs` is what those two
 expose alike. The drivers (:mod:`s3log._drive.drivers`) run the procedures.
@@ -32,9 +32,26 @@ from s3log._format.codec import (
 )
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import DEFAULT_PREFIX, Layout
-from s3log._protocol import listing, protocol, retention
+from s3log._protocol import listing, retention
+from s3log._protocol.append_keys import find_append_key, stored_for_key
+from s3log._protocol.commit import CommitPlan, commit, create_session, renew
+from s3log._protocol.compact import compact_session
+from s3log._protocol.delete import delete_session, gc, plan_delete
+from s3log._protocol.fork import child_heads, children, fork_at, lineage
+from s3log._protocol.latest import append_latest
+from s3log._protocol.listing import list_all, list_head_rows, list_session_ids
 from s3log._protocol.ops import ObjectInfo, Proc
-from s3log._protocol.protocol import ChainPosition, SessionData
+from s3log._protocol.probe import probe_preconditions
+from s3log._protocol.read import load, load_latest_from, load_runs_from_head, load_suffix, read_head
+from s3log._protocol.state import (
+    ChainPosition,
+    CommitJournal,
+    ForkDoubt,
+    LeasePlan,
+    SessionData,
+    new_writer_state,
+    writer_state_from,
+)
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
@@ -43,6 +60,7 @@ from s3log.results import (
     ActiveSessions,
     CommitResult,
     DeletePlan,
+    EntryRun,
     ExpireProgress,
     ExpireReport,
     ForkInfo,
@@ -69,7 +87,7 @@ class CommitQueue(Generic[S]):
 
     It hands out commit procedures (:meth:`commit`, :meth:`touch`) that carry what is
     queued when they start, and applies their results: which tickets became durable,
-    the new :class:`~s3log._protocol.protocol.ChainPosition`, forks. No I/O.
+    the new :class:`~s3log._protocol.state.ChainPosition`, forks. No I/O.
     """
 
     def __init__(
@@ -110,9 +128,9 @@ class CommitQueue(Generic[S]):
         # Forks commits left undecided (their child may hold entries), by the parent
         # position they fork from: the next commit forking from there forks into the
         # same child, rather than forking these entries again.
-        self._fork_doubts: dict[ParentRef, protocol.ForkDoubt] = {}
+        self._fork_doubts: dict[ParentRef, ForkDoubt] = {}
         #: What this writer's commits record about the head's lease (None: leave it).
-        self.lease: protocol.LeasePlan | None = None
+        self.lease: LeasePlan | None = None
         # Idempotency keys (decision 0037). The live entry of each key (queued, in a
         # commit, or uncertain) as (ticket, digest): an append of that key joins it.
         self._live_keys: dict[str, tuple[int, bytes]] = {}
@@ -185,7 +203,7 @@ class CommitQueue(Generic[S]):
         or None if it knows of none. Called with the lock held."""
         live = self._live_keys.get(key)
         stored = self._acked_keys.get(key)
-        mark = None if live or stored else protocol.find_append_key(self.ws.head, key)
+        mark = None if live or stored else find_append_key(self.ws.head, key)
         if live is None and stored is None and mark is None:
             return None
         was = live[1] if live else stored[0] if stored else mark.digest if mark else b""
@@ -226,7 +244,7 @@ class CommitQueue(Generic[S]):
         return None if mark is None else self._resolving(ticket, mark, head)
 
     def _resolving(self, ticket: int, mark: AppendKey, head: Head) -> Proc[None]:
-        entry = yield from protocol.stored_for_key(self.layout, head, mark)
+        entry = yield from stored_for_key(self.layout, head, mark)
         with self._lock:
             self._lookups.pop(ticket, None)
             if entry is None:
@@ -315,12 +333,12 @@ class CommitQueue(Generic[S]):
             raise InvalidArgumentError("owner", f"must be a non-empty string, not {owner!r}", session=self.session_id)
         if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0:
             raise InvalidArgumentError("ttl_ms", f"must be a positive integer, not {ttl_ms!r}", session=self.session_id)
-        self.lease = protocol.LeasePlan(owner, ttl_ms)
+        self.lease = LeasePlan(owner, ttl_ms)
 
     def release_lease(self) -> None:
         """Clear this writer's lease with the next commit (or :meth:`touch`)."""
         if self.lease is not None:
-            self.lease = protocol.LeasePlan(self.lease.owner, None)
+            self.lease = LeasePlan(self.lease.owner, None)
 
     def touch(self, on_conflict: OnConflict | None = None) -> Proc[CommitResult[S]]:
         """A commit that writes the head even with nothing pending: renews or releases a lease.
@@ -357,13 +375,12 @@ class CommitQueue(Generic[S]):
                 if t not in self._in_doubt:
                     break
                 maybe_landed += 1
-            journal = protocol.CommitJournal(ws.session, forks=dict(self._fork_doubts))
+            journal = CommitJournal(ws.session, forks=dict(self._fork_doubts))
             mode = self.on_conflict if on_conflict is None else on_conflict
         try:
-            result = yield from protocol.commit(
-                self.layout, self.config, ws, [p for _, p in batch], self.reducer, mode,
-                lease=lease, touch=touch, maybe_landed=maybe_landed, journal=journal,
-            )
+            plan = CommitPlan(self.layout, self.config, self.reducer, ws, [p for _, p in batch], mode,
+                              lease=lease, maybe_landed=maybe_landed, journal=journal)
+            result = yield from (renew(plan) if touch else commit(plan))
         except ConflictError as err:
             # Entries found durable despite the conflict must not be committed again.
             self._settle(batch[: len(err.landed)], err.landed, ws)
@@ -477,7 +494,7 @@ class LogCore:
         """
         scope = getattr(self.store, "precondition_scope", None)
         if not self._verified and self.store not in _PROBED and (scope is None or scope not in _PROBED_SCOPES):
-            report = yield from protocol.probe_preconditions(self.layout, self.config)
+            report = yield from probe_preconditions(self.layout, self.config)
             if not report.ok:
                 raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
                                                 report.detail)
@@ -494,7 +511,7 @@ class LogCore:
 
     def probe(self) -> Proc[ProbeReport]:
         """Run the precondition probe now, whatever was found before."""
-        return protocol.probe_preconditions(self.layout, self.config)
+        return probe_preconditions(self.layout, self.config)
 
     def writer(
         self,
@@ -512,27 +529,27 @@ class LogCore:
         """The chain position of a session not stored yet (validates the id and meta)."""
         sid = validate_session_id(session_id) if session_id is not None else self.config.env.new_id()
         meta = check_meta(meta, sid)
-        return protocol.new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms(),
+        return new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms(),
                                          creator=self.config.env.nonce())
 
     def create(self, ws: ChainPosition[S]) -> Proc[ChainPosition[S]]:
         """Store the empty head of ``ws`` (probed first: :meth:`writing`)."""
-        return self.writing(protocol.create_session(self.layout, self.config, ws))
+        return self.writing(create_session(self.layout, self.config, ws))
 
     def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
         """Load and verify a session, and replay it into a chain position."""
-        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id),
+        data: SessionData = yield from load(self.layout, validate_session_id(session_id),
                                                      confirm_pending=True)
-        return protocol.writer_state_from(data, reducer or self.reducer, self.config)
+        return writer_state_from(data, reducer or self.reducer, self.config)
 
     def read(self, session_id: str) -> Proc[SessionView]:
         """Load and verify a session."""
-        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        data: SessionData = yield from load(self.layout, validate_session_id(session_id))
         return SessionView(data.session, data.head, data.etag, data.entries)
 
     def verify(self, session_id: str) -> Proc[VerifyReport]:
         """Load and verify a session; report what was checked."""
-        data: SessionData = yield from protocol.load(self.layout, validate_session_id(session_id))
+        data: SessionData = yield from load(self.layout, validate_session_id(session_id))
         return VerifyReport(data.session, len(data.entries), len(data.head.segments), data.head.version)
 
     def fork(
@@ -555,42 +572,42 @@ class LogCore:
         self, session_id: str, at_seq: int | None, at_hash: bytes | str | None,
         meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None, child: str | None,
     ) -> Proc[str]:
-        ws, _ = yield from protocol.fork_at(self.layout, self.config, session_id, reducer or self.reducer,
+        ws, _ = yield from fork_at(self.layout, self.config, session_id, reducer or self.reducer,
                                             at_seq=at_seq, at_hash=at_hash, meta=meta, child=child)
         return ws.session
 
     def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
         """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
-        rows = yield from protocol.list_head_rows(self.layout, ids)
+        rows = yield from list_head_rows(self.layout, ids)
         # Expired: gone, as far as listings go.
-        return [SessionInfo.from_row(r) for r in rows if r.head is None or not protocol.is_expired(r.head)]
+        return [SessionInfo.from_row(r) for r in rows if r.head is None or not r.head.expired]
 
     def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
         """``session_id`` and its ancestors."""
-        return protocol.lineage(self.layout, validate_session_id(session_id))
+        return lineage(self.layout, validate_session_id(session_id))
 
     def children(self, session_id: str) -> Proc[list[str]]:
         """Sessions forked from ``session_id``."""
-        return protocol.children(self.layout, validate_session_id(session_id))
+        return children(self.layout, validate_session_id(session_id))
 
     def child_heads(self, session_id: str) -> Proc[list[HeadRow]]:
         """Sessions forked from ``session_id``, with their heads (read once)."""
-        return protocol.child_heads(self.layout, validate_session_id(session_id))
+        return child_heads(self.layout, validate_session_id(session_id))
 
     def delete_plan(self, session_id: str) -> Proc[DeletePlan]:
         """What deleting a session would remove now and leave for gc or expire (reads only)."""
-        return protocol.plan_delete(self.layout, validate_session_id(session_id), self.config)
+        return plan_delete(self.layout, validate_session_id(session_id), self.config)
 
     def delete(self, session_id: str) -> Proc[int]:
         """Delete a session and everything under it (probed first)."""
-        return self.writing(protocol.delete_session(self.layout, validate_session_id(session_id), self.config))
+        return self.writing(delete_session(self.layout, validate_session_id(session_id), self.config))
 
     def gc(self, older_than_ms: int, dry_run: bool) -> Proc[GcReport]:
         """Collect unreferenced segments and dangling fork markers older than the grace period
         (probed first, unless a dry run, which deletes nothing)."""
         if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool) or older_than_ms < 0:
             raise InvalidArgumentError("older_than_ms", f"must be a non-negative integer, not {older_than_ms!r}")
-        proc = protocol.gc(
+        proc = gc(
             self.layout, older_than_ms=older_than_ms, now=self.config.env.now_ms(), dry_run=dry_run,
             commit_deadline_ms=self.config.commit_deadline_ms,
         )
@@ -613,35 +630,35 @@ class LogCore:
             pending = _keyed(sid, entries, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
-        return self.writing(protocol.append_latest(self.layout, self.config, sid, pending, NullReducer(),
+        return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),
                                                    create_meta=meta, hint=hint))
 
     def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[SessionView | None]:
         """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
-        head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
+        head, etag = yield from read_head(self.layout, validate_session_id(session_id))
         if head_outside(head, since, until):
             return None
-        data: SessionData = yield from protocol.load_latest_from(self.layout, head, etag)
+        data: SessionData = yield from load_latest_from(self.layout, head, etag)
         return SessionView(data.session, data.head, data.etag, data.entries)
 
     def read_runs(
         self, session_id: str, since: int | None, until: int | None
-    ) -> Proc[tuple[Head, list[protocol.Run]] | None]:
-        """:meth:`read_window` as the runs the chain is stored in (see :func:`protocol.load_runs_from_head`)."""
-        head, etag = yield from protocol.read_head(self.layout, validate_session_id(session_id))
+    ) -> Proc[tuple[Head, list[EntryRun]] | None]:
+        """:meth:`read_window` as the runs the chain is stored in (see :func:`load_runs_from_head`)."""
+        head, etag = yield from read_head(self.layout, validate_session_id(session_id))
         if head_outside(head, since, until):
             return None
-        return (yield from protocol.load_runs_from_head(self.layout, head, etag))
+        return (yield from load_runs_from_head(self.layout, head, etag))
 
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> Proc[tuple[Head, list[Entry]]]:
         """The newest entries of a session, read backwards until ``enough(entries)``."""
-        return protocol.load_suffix(self.layout, validate_session_id(session_id), enough)
+        return load_suffix(self.layout, validate_session_id(session_id), enough)
 
     def heads(self, session_ids: Sequence[str]) -> Proc[list[HeadRow]]:
         """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
-        return protocol.list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
+        return list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
 
     def session_ids(self, prefix: object, since: object) -> Proc[list[str]]:
         """Session ids, newest first: those starting with ``prefix`` (if given) and, if
@@ -651,16 +668,16 @@ class LogCore:
             raise InvalidArgumentError("prefix", f"must be a string (a session id prefix), not {prefix!r}")
         start = prefix or ""
         if since is None:
-            return protocol.list_session_ids(self.layout, start)
+            return list_session_ids(self.layout, start)
         return retention.session_ids_since(self.layout, retention.since_ms(since, self.config.env.now_ms()), start)
 
     def object_keys(self, session_id: str) -> Proc[list[str]]:
         """Every key stored under a session's folder (head, segments, fork markers)."""
-        return _keys_of(protocol.list_all(self.layout.session_dir(validate_session_id(session_id))))
+        return _keys_of(list_all(self.layout.session_dir(validate_session_id(session_id))))
 
     def head(self, session_id: str) -> Proc[tuple[Head, str]]:
         """A session's head and ETag."""
-        return protocol.read_head(self.layout, validate_session_id(session_id))
+        return read_head(self.layout, validate_session_id(session_id))
 
     # -------------------------------------------- bounded listings and retention
 
@@ -689,8 +706,8 @@ class LogCore:
 
     def compact(self, session_id: str, select: Selector) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see
-        :func:`protocol.compact_session`; probed first)."""
-        return self.writing(protocol.compact_session(self.layout, self.config, validate_session_id(session_id),
+        :func:`compact_session`; probed first)."""
+        return self.writing(compact_session(self.layout, self.config, validate_session_id(session_id),
                                                      select))
 
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:

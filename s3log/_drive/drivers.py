@@ -2,7 +2,7 @@
 
 They only move bytes: perform the op a procedure yields, retry it on a transient
 error when the op says it is safe to, and send back the result (or throw in the
-store's error). Every decision belongs to :mod:`s3log._protocol.protocol`. They also call the
+store's error). Every decision belongs to the procedures of :mod:`s3log._protocol`. They also call the
 log's keys (:class:`~s3log._protocol.ops.Sign`, :class:`~s3log._protocol.ops.Verify`): the async driver
 runs a key that may block (KMS) in a thread, so its event loop keeps running. They
 pause the garbage collector while a procedure decodes (:mod:`s3log._drive.gcpause`).

@@ -1,7 +1,7 @@
 """The commit decision table: every reply a commit can meet, and what s3log does.
 
 Pure functions over typed replies and typed outcomes; no I/O, no clock. The
-procedures of :mod:`s3log._protocol.protocol` ask these functions what to do and do it, so the
+procedures of :mod:`s3log._protocol` (commit, write, fork, delete) ask these functions what to do and do it, so the
 whole commit protocol can be read (and is tested, row by row, in
 ``tests/test_decide.py``) here, top to bottom.
 
@@ -227,7 +227,7 @@ NOT_APPLIED = frozenset({Reply.PRECONDITION, Reply.CONFLICT, Reply.NOT_FOUND})
 def may_have_applied(reply: Reply) -> bool:
     """Whether a conditional PUT that got ``reply`` may have been applied (see
     :data:`NOT_APPLIED`): a commit that ends after such a reply leaves its entries
-    "uncertain", not pending (:class:`s3log._protocol.protocol.CommitJournal`)."""
+    "uncertain", not pending (:class:`s3log._protocol.state.CommitJournal`)."""
     return reply not in NOT_APPLIED
 
 
@@ -328,7 +328,7 @@ def after_lost(
     """Decide after the head PUT lost to a stored head.
 
     ``landed``: how many entries of the batch the stored chain holds (a prefix, found
-    by :func:`s3log._protocol.protocol.landed_prefix`). ``stored_ends_at_ours``: the stored
+    by :func:`s3log._protocol.read.landed_prefix`). ``stored_ends_at_ours``: the stored
     head's last hash is the hash of our last landed entry (or, with nothing landed,
     the hash our batch was chained after), i.e. nobody wrote after us.
     """

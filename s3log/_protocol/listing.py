@@ -1,4 +1,9 @@
-"""Bounded session listings: the newest sessions without listing every session.
+"""Listings, sans-IO: every key under a prefix, session ids, heads of many sessions, and
+bounded listings of the newest sessions without listing every session.
+
+:func:`list_all`, :func:`list_session_ids` and :func:`list_head_rows` are what gc,
+delete, retention and fork lookups list with; the rest of this module is the bounded
+listing (:func:`newest_ids`, :func:`session_page`).
 
 Session folders are listed in key order, and UUIDv7 ids (the default) sort by
 creation time, so the newest sessions are the *last* keys of ``{P}/sessions/``. S3
@@ -25,17 +30,95 @@ sorting before it. It is opaque to callers and stays valid while sessions come a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from s3log._format.codec import Head, dumps, loads
+from s3log._format.codec import Head, decode_head, dumps, loads
 from s3log._format.ids import uuid7_time_ms, validate_session_id
 from s3log._format.layout import Layout
 from s3log._protocol import ops
-from s3log._protocol.ops import ListPage, Proc
-from s3log._protocol.protocol import _session_ids, is_expired, list_head_rows
+from s3log._protocol.ops import Get, ListPage, ObjectInfo, Proc
+from s3log._protocol.probe import PROBE_DIR
+from s3log._protocol.read import check_head
+from s3log.errors import CorruptionError, FormatVersionError, InvalidSessionIdError, ObjectNotFound
 from s3log.results import HeadRow
+
+log = logging.getLogger("s3log")
+
+def list_all(prefix: str, *, delimiter: str | None = None) -> Proc[tuple[list[ObjectInfo], list[str]]]:
+    """Every key (and common prefix) under ``prefix``, page after page."""
+    objects: list[ObjectInfo] = []
+    prefixes: list[str] = []
+    token: str | None = None
+    while True:
+        page = yield from ops.list_page(prefix, delimiter=delimiter, token=token)
+        objects.extend(page.objects)
+        prefixes.extend(page.prefixes)
+        token = page.next_token
+        if token is None:
+            return objects, prefixes
+
+
+def _session_ids(layout: Layout, prefixes: Sequence[str]) -> list[str]:
+    # A folder whose name is not a valid session id is not a session: skip it (and
+    # say so) instead of failing every listing of the bucket.
+    base = layout.sessions_prefix
+    return valid_ids([p[len(base):].rstrip("/") for p in prefixes if not p.endswith("/" + PROBE_DIR)], base)
+
+
+def valid_ids(names: Sequence[str], base: str) -> list[str]:
+    """The ``names`` (found under ``base``) that are session ids; the others are not
+    s3log's (stray objects or folders): skipped, with a warning naming them."""
+    out: list[str] = []
+    for name in names:
+        if not name:
+            continue
+        try:
+            validate_session_id(name)
+        except InvalidSessionIdError:
+            log.warning("skipping %r under %s: not a valid session id", name, base)
+            continue
+        out.append(name)
+    return out
+
+
+def list_session_ids(layout: Layout, prefix: str = "") -> Proc[list[str]]:
+    """The session ids under the layout's prefix that start with ``prefix`` (every one by
+    default), newest first (UUIDv7 ids sort by time); one LIST per 1,000."""
+    _, prefixes = yield from list_all(layout.sessions_prefix + prefix, delimiter="/")
+    return sorted(_session_ids(layout, prefixes), reverse=True)
+
+
+def list_head_rows(layout: Layout, sessions: Sequence[str]) -> Proc[list[HeadRow]]:
+    """The heads of ``sessions``, fetched concurrently.
+
+    A session whose head is missing (deleted meanwhile, or a folder left without a
+    head by a failed create) is left out; one whose head cannot be read or decoded
+    (corrupt, a future format version) is a row with ``error`` set.
+    """
+    if not sessions:
+        return []
+    results = yield from ops.parallel([Get(layout.head(s)) for s in sessions])
+    out: list[HeadRow] = []
+    for sid, res in zip(sessions, results, strict=True):
+        key = layout.head(sid)
+        if isinstance(res, ObjectNotFound):
+            continue
+        if isinstance(res, BaseException):
+            out.append(HeadRow(sid, None, str(res)))
+            continue
+        try:
+            head = decode_head(res.body, key)
+            yield from check_head(layout, head, sid, key)
+        except (CorruptionError, FormatVersionError) as exc:
+            log.warning("session %s has an unreadable head: %s", sid, exc)
+            out.append(HeadRow(sid, None, str(exc)))
+            continue
+        out.append(HeadRow(sid, head, etag=res.etag))
+    return out
+
 
 #: How far back each window of :func:`newest_ids` reaches from its start, in ms.
 WINDOWS_MS: tuple[int, ...] = (
@@ -239,7 +322,7 @@ def session_page(
         for sid in ids:
             cursor = sid
             row = by_id.get(sid)
-            if row is None or (row.head is not None and is_expired(row.head)):
+            if row is None or (row.head is not None and row.head.expired):
                 continue
             if labels and (row.head is None or not matches(row.head, labels)):
                 continue

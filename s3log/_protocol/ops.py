@@ -71,7 +71,7 @@ class PutIfAbsent:
     """PUT with ``If-None-Match: *``. Result: the new ETag; raises PreconditionFailed.
 
     Never retried by a driver: what a failed create-only PUT means is decided by the
-    procedure (:func:`s3log._protocol.protocol.put_immutable`, :mod:`s3log._protocol.decide`).
+    procedure (:func:`s3log._protocol.write.put_immutable`, :mod:`s3log._protocol.decide`).
     """
 
     key: str
@@ -117,7 +117,7 @@ class DeleteIfMatch:
 
     Never retried by a driver: after a lost reply a second try may meet a 404 because
     the first one landed, which a driver cannot tell from "someone else deleted it";
-    the procedure decides (:func:`s3log._protocol.protocol.delete_session` reads the head again).
+    the procedure decides (:func:`s3log._protocol.delete.delete_session` reads the head again).
     """
 
     key: str
@@ -218,7 +218,7 @@ def call_store(store: Any, op: StoreOp) -> Blob | str | ListPage | None:
 def call_delete_if_match(store: Any, key: str, etag: str) -> Any:
     """Call ``store.delete_if_match`` (awaitable on an async store): a store written
     before the method existed cannot delete conditionally, and says so as obstore does
-    (ConditionalDeleteUnsupported), so :func:`s3log._protocol.protocol.delete_session` falls back."""
+    (ConditionalDeleteUnsupported), so :func:`s3log._protocol.delete.delete_session` falls back."""
     method = getattr(store, "delete_if_match", None)
     if method is None:
         raise ConditionalDeleteUnsupported(

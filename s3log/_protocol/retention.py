@@ -32,23 +32,19 @@ would delete a commit acknowledged since the head was read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from s3log._format.codec import Head, decode_head
 from s3log._format.ids import uuid7_time_ms
 from s3log._format.layout import Layout
 from s3log._format.times import to_ms
 from s3log._protocol import activity, decide, ops
-from s3log._protocol.listing import matches
+from s3log._protocol.listing import list_all, list_head_rows, list_session_ids, matches
 from s3log._protocol.ops import Delete, DeleteIfMatch, Get, Proc
-from s3log._protocol.protocol import (
-    check_head,
-    is_expired,
-    list_all,
-    list_head_rows,
-    list_session_ids,
-)
-from s3log.config import LogConfig
+from s3log._protocol.read import check_head
+from s3log.config import ACTIVITY_KEEP_DAYS, LogConfig
 from s3log.errors import (
     ConditionalDeleteUnsupported,
     CorruptionError,
@@ -59,8 +55,6 @@ from s3log.errors import (
 )
 from s3log.results import ActiveSessions, ExpireProgress, ExpireReport
 
-#: Days of activity markers ``expire`` keeps at least (windows up to this long use the index).
-ACTIVITY_KEEP_DAYS = 35
 #: Heads read (and deleted) per round trip of a sweep.
 EXPIRE_BATCH = 1000
 
@@ -153,7 +147,7 @@ def active_sessions(layout: Layout, since_ms: int, *, batch: int = EXPIRE_BATCH)
     for i in range(0, len(ids), batch):
         rows = yield from list_head_rows(layout, ids[i : i + batch])
         active += [r.session for r in rows
-                   if r.head is not None and not is_expired(r.head) and r.head.updated_at >= since_ms]
+                   if r.head is not None and not r.head.expired and r.head.updated_at >= since_ms]
     return ActiveSessions(active, False)
 
 
@@ -222,6 +216,38 @@ def expire(
     """
     cutoff = now - idle_for_ms
     ids = yield from list_session_ids(layout)
+    candidates, kept = yield from _candidates(layout, ids, cutoff)
+    tally = _Tally(kept=kept)
+    done = kept
+    if progress is not None:
+        progress(ExpireProgress(done, len(ids), 0, kept, 0))
+    heads_read = 0
+    for i in range(0, len(candidates), batch):
+        chunk = candidates[i : i + batch]
+        # One GET per head, in parallel: the head decides, and its ETag guards the tombstone.
+        blobs = yield from ops.parallel([Get(layout.head(sid)) for sid in chunk])
+        heads_read += len(chunk)
+        doomed = yield from tally.judge(layout, chunk, blobs, cutoff, labels, dry_run=dry_run)
+        if doomed:
+            e, r, err = yield from _delete_heads(layout, doomed)
+            tally.expired += e
+            tally.raced += r
+            tally.kept += len(r)
+            tally.errors += err
+        done += len(chunk)
+        if progress is not None:
+            progress(ExpireProgress(done, len(ids), len(tally.expired), tally.kept, len(tally.errors)))
+    pruned: list[str] = []
+    if prune_activity:
+        pruned = yield from prune_activity_days(layout, now - max(idle_for_ms, ACTIVITY_KEEP_DAYS * activity.DAY_MS),
+                                                dry_run=dry_run)
+    return ExpireReport(len(ids), tally.expired, tally.kept, tally.raced, tally.skipped, tally.errors, pruned,
+                        heads_read, dry_run)
+
+
+def _candidates(layout: Layout, ids: Sequence[str], cutoff: int) -> Proc[tuple[list[str], int]]:
+    """The sessions of ``ids`` that may be idle since ``cutoff`` (their heads are read),
+    and how many are known not to be without a read."""
     recent: set[str] = set()
     if (yield from index_covers(layout, cutoff)):
         recent = set((yield from indexed_ids(layout, cutoff)))
@@ -234,57 +260,50 @@ def expire(
             kept += 1
         else:
             candidates.append(sid)
-    expired: list[str] = []
-    raced: list[str] = []
-    errors: list[str] = []
-    skipped = 0
-    done = kept
-    if progress is not None:
-        progress(ExpireProgress(done, len(ids), 0, kept, 0))
-    heads_read = 0
-    for i in range(0, len(candidates), batch):
-        chunk = candidates[i : i + batch]
-        # One GET per head, in parallel: the head decides, and its ETag guards the tombstone.
-        blobs = yield from ops.parallel([Get(layout.head(sid)) for sid in chunk])
-        heads_read += len(chunk)
+    return candidates, kept
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a sweep of ``expire`` has found so far, for its report."""
+
+    expired: list[str] = field(default_factory=list)
+    raced: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    kept: int = 0
+    skipped: int = 0
+
+    def judge(
+        self, layout: Layout, chunk: Sequence[str], blobs: Sequence[Any], cutoff: int,
+        labels: Mapping[str, str] | None, *, dry_run: bool,
+    ) -> Proc[list[tuple[Head, str]]]:
+        """Judge the heads of ``chunk`` as read (``blobs``): the idle ones to delete
+        (head, ETag), counting the others (a dry run counts the idle ones expired)."""
         doomed: list[tuple[Head, str]] = []
         for sid, blob in zip(chunk, blobs, strict=True):
             if isinstance(blob, ObjectNotFound):
                 continue  # no head: deleted meanwhile, or a folder gc collects
             if isinstance(blob, StoreError):
-                errors.append(f"{sid}: {blob}")
+                self.errors.append(f"{sid}: {blob}")
                 continue
             key = layout.head(sid)
             try:
                 head = decode_head(blob.body, key)
                 yield from check_head(layout, head, sid, key)
             except (CorruptionError, FormatVersionError) as exc:
-                errors.append(f"{sid}: {exc}")  # never expired on a guess
+                self.errors.append(f"{sid}: {exc}")  # never expired on a guess
                 continue
-            if is_expired(head):
+            if head.expired:
                 continue  # a tombstone already: gc's business
             if head.updated_at >= cutoff:
-                kept += 1
+                self.kept += 1
             elif not matches(head, labels):
-                skipped += 1
+                self.skipped += 1
             elif dry_run:
-                expired.append(sid)
+                self.expired.append(sid)
             else:
                 doomed.append((head, blob.etag))
-        if doomed:
-            e, r, err = yield from _delete_heads(layout, doomed)
-            expired += e
-            raced += r
-            kept += len(r)
-            errors += err
-        done += len(chunk)
-        if progress is not None:
-            progress(ExpireProgress(done, len(ids), len(expired), kept, len(errors)))
-    pruned: list[str] = []
-    if prune_activity:
-        pruned = yield from prune_activity_days(layout, now - max(idle_for_ms, ACTIVITY_KEEP_DAYS * activity.DAY_MS),
-                                                dry_run=dry_run)
-    return ExpireReport(len(ids), expired, kept, raced, skipped, errors, pruned, heads_read, dry_run)
+        return doomed
 
 
 def prune_activity_days(layout: Layout, before_ms: int, *, dry_run: bool = False) -> Proc[list[str]]:

@@ -207,7 +207,7 @@ def fork_at_proc(
     if isinstance(at_seq, int) and not isinstance(at_seq, bool) and at_seq < 0:
         # No entry has a negative seq; the log would read it as "before the first entry"
         # and store an empty fork, with no session start. Refused here, before anything
-        # is written (protocol._check_at_seq is left as it is: its other callers may
+        # is written (fork._check_at_seq is left as it is: its other callers may
         # rely on it).
         raise EntryNotFound(session_id, f"seq {at_seq}")
     head: Head = yield call(log.head, session_id)

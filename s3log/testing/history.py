@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from s3log._format.codec import FORK_KIND, Entry, decode_head
+from s3log._protocol.compact import compactions
 from s3log._protocol.ops import Blob, ListPage
-from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
+from s3log._protocol.probe import PROBE_DIR
 from s3log.errors import CorruptionError
 from s3log.results import CommitResult
 from s3log.store.base import AsyncObjectStore, ObjectStore
@@ -354,7 +355,7 @@ def head_write(op: int, client: str, key: str, method: str, base: str | None, et
         return HeadWrite(op, client, key.rsplit("/", 2)[-2], method, base, etag, sent=sent)
     head = decode_head(body, key)
     parent = (head.parent.session, head.parent.seq) if head.parent is not None else None
-    return HeadWrite(op, client, head.session, method, base, etag, head.seq, is_expired(head), parent, sent,
+    return HeadWrite(op, client, head.session, method, base, etag, head.seq, head.expired, parent, sent,
                      compactions(head))
 
 

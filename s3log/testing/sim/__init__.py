@@ -39,7 +39,7 @@ each session it touched:
    writer meeting the tombstone forked, must stay);
 2. none is duplicated: each payload is acked at most once and stored at most once,
    in one chain of all the sessions (fork seeds are not counted, only entries);
-3. every stored chain verifies (:func:`s3log._protocol.protocol.load` on every session with a head);
+3. every stored chain verifies (:func:`s3log._protocol.read.load` on every session with a head);
 4. in a ``solo`` scenario (one writer per session, nobody else writing to it) no writer
    ever forks, meets a conflict or finds its session taken, unless retention or the
    creator changed its session since it opened it;

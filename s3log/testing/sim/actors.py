@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from s3log._api.core import CommitQueue
 from s3log._format.codec import Entry, Head, RunColumns
-from s3log._protocol import protocol, retention
+from s3log._protocol import retention
+from s3log._protocol.compact import compact_session
+from s3log._protocol.delete import delete_session, gc
 from s3log._protocol.ops import Op, Proc, Sleep
-from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
+from s3log._protocol.read import load, load_from_head, load_runs_from_head, read_head
+from s3log._protocol.state import ChainPosition, SessionData
+from s3log.config import OnConflict
 from s3log.errors import (
     ConflictError,
     CorruptionError,
@@ -358,7 +362,7 @@ class ReaderActor(Actor):
             self.loads += 1
             if self.loads % 2 == 0:
                 return f"runs {sim.short(sid)}", self._runs(sim, sid)
-            return f"load {sim.short(sid)}", protocol.load(sim.layout, sid)
+            return f"load {sim.short(sid)}", load(sim.layout, sid)
         hold = r.randint(0, sim.scenario.grace_ms * 3 // 2)
         return f"hold {sim.short(sid)} {hold}ms", self._held(sim, sid, hold)
 
@@ -368,8 +372,8 @@ class ReaderActor(Actor):
 
     def _runs(self, sim: Simulation, sid: str) -> Proc[SessionData]:
         """What ``Log.read_runs`` reads, as the entries its runs hold."""
-        head, etag = yield from protocol.read_head(sim.layout, sid)
-        head, runs = yield from protocol.load_runs_from_head(sim.layout, head, etag)
+        head, etag = yield from read_head(sim.layout, sid)
+        head, runs = yield from load_runs_from_head(sim.layout, head, etag)
         entries: list[Entry] = []
         for run in runs:
             if isinstance(run, RunColumns):
@@ -381,10 +385,10 @@ class ReaderActor(Actor):
         return SessionData(head.session, head, etag, entries, {})
 
     def _held(self, sim: Simulation, sid: str, hold_ms: int) -> Proc[SessionData]:
-        head, etag = yield from protocol.read_head(sim.layout, sid)
+        head, etag = yield from read_head(sim.layout, sid)
         self.head_seen = (head, sim.now)
         yield Sleep(hold_ms / 1000)
-        return (yield from protocol.load_from_head(sim.layout, head, etag))
+        return (yield from load_from_head(sim.layout, head, etag))
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
         if isinstance(exc, (StoreError, SessionNotFound)):
@@ -406,7 +410,7 @@ class GcActor(Actor):
 
     def start(self, sim: Simulation) -> tuple[str, Proc[Any]] | None:
         self.wake_at = sim.now + sim.rng.randint(0, sim.scenario.grace_ms)
-        return "gc", sim.core.writing(protocol.gc(
+        return "gc", sim.core.writing(gc(
             sim.layout, older_than_ms=sim.gc_older_than_ms, now=sim.now, dry_run=False,
             commit_deadline_ms=sim.gc_commit_deadline_ms,
         ))
@@ -444,7 +448,7 @@ class ForkerActor(Actor):
         return f"fork {sim.short(sid)}", self._fork(sim, sid)
 
     def _fork(self, sim: Simulation, sid: str) -> Proc[str]:
-        head, _ = yield from protocol.read_head(sim.layout, sid)
+        head, _ = yield from read_head(sim.layout, sid)
         at = sim.rng.randint(-1, head.seq)
         self.at_fork = (at, head.parent is not None)
         sim.note(self, f"fork {sim.short(sid)} at seq {at}")
@@ -481,7 +485,7 @@ class RetentionActor(Actor):
         if not sids:
             return None
         sid = r.choice(sids)
-        return f"delete {sim.short(sid)}", sim.core.writing(protocol.delete_session(sim.layout, sid, sim.config))
+        return f"delete {sim.short(sid)}", sim.core.writing(delete_session(sim.layout, sid, sim.config))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ExpireReport):
@@ -518,7 +522,7 @@ class CompactorActor(Actor):
         if not sids:
             return None
         sid = r.choice(sids)
-        return f"compact {sim.short(sid)}", protocol.compact_session(sim.layout, sim.config, sid, _drop_oldest)
+        return f"compact {sim.short(sid)}", compact_session(sim.layout, sim.config, sid, _drop_oldest)
 
     def done(self, sim: Simulation, value: Any) -> None:
         sim.note(self, "compacted" if value else "nothing to compact")

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 from s3log._format.codec import FORK_KIND, Entry, Head
 from s3log._format.layout import Layout, parse_segment_key
-from s3log._protocol import protocol
-from s3log._protocol.protocol import SessionData
+from s3log._protocol.delete import landing_bound_ms
+from s3log._protocol.read import load
+from s3log._protocol.state import SessionData
 from s3log.errors import ConflictError, S3LogError
 from s3log.results import AckedEntry, CommitResult
 from s3log.testing.history import Fork, History, positions
@@ -288,7 +289,7 @@ class Ledger:
             # Log.delete of the parent deletes the markers in its folder: excused if it
             # came after this child's marker could have been written (up to the landing
             # bound before its first head), not for an earlier session at the parent's id.
-            since = self.store.lives[child][-1].start - protocol.landing_bound_ms(self.scenario.commit_deadline_ms)
+            since = self.store.lives[child][-1].start - landing_bound_ms(self.scenario.commit_deadline_ms)
             if any(lf.deleted_by == "rt" and lf.deleted_at is not None and lf.deleted_at >= since
                    for lf in self.store.lives.get(parent, [])):
                 continue
@@ -314,7 +315,7 @@ class Ledger:
             self._check_acked(sid, self.acked_by_session.get(sid, []))
             return
         try:
-            data: SessionData = run_direct(self.store, protocol.load(self.layout, sid))
+            data: SessionData = run_direct(self.store, load(self.layout, sid))
         except S3LogError as exc:
             raise Violation("3", f"session {self.short(sid)} does not load: {type(exc).__name__}: {exc}") from exc
         self.chains[sid] = data.entries

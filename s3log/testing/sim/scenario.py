@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from s3log._protocol.protocol import OnConflict
+from s3log.config import OnConflict
 
 #: Virtual time starts here (2023-11-14T22:13:20Z): realistic ids and timestamps.
 EPOCH_MS = 1_700_000_000_000

@@ -18,9 +18,11 @@ from typing import Any
 from s3log._drive.drivers import step
 from s3log._format.codec import Entry, Head, decode_head
 from s3log._format.layout import Layout
-from s3log._protocol import protocol
+from s3log._protocol.compact import compactions
 from s3log._protocol.ops import Blob, KeyOp, Op, Parallel, Proc, Sleep, StoreOp, call_key, call_store
-from s3log._protocol.protocol import SessionData
+from s3log._protocol.probe import PROBE_DIR
+from s3log._protocol.read import load_from_head
+from s3log._protocol.state import SessionData
 from s3log.errors import ConditionalRequestConflict, PreconditionFailed, S3LogError, StoreError, TransientStoreError
 from s3log.store.base import ObjectStore
 from s3log.store.memory import MemoryStore
@@ -51,7 +53,7 @@ Ident = tuple[int, str | None, int]
 
 
 def _ident(head: Head) -> Ident:
-    return (head.created_at, head.creator, protocol.compactions(head))
+    return (head.created_at, head.creator, compactions(head))
 
 
 def _payload(e: Entry) -> str:
@@ -157,7 +159,7 @@ class SimStore(MemoryStore):
 
     def _record(self, key: str, method: str, base: str | None, etag: str | None, body: bytes | None) -> None:
         """The request log: every head write applied, by which operation."""
-        if key.endswith("/head") and protocol.PROBE_DIR not in key:  # the probe's object is no session
+        if key.endswith("/head") and PROBE_DIR not in key:  # the probe's object is no session
             self.history.add(head_write(self.op, self.who, key, method, base, etag, body, len(self.history)))
 
     def current(self, sid: str) -> HeadLife | None:
@@ -170,7 +172,7 @@ class SimStore(MemoryStore):
         return self.lives[sid][life.life]
 
     def _deleted(self, key: str, old: bytes | None) -> None:
-        if key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+        if key.startswith(self.layout.sessions_prefix + PROBE_DIR):
             return  # the precondition probe deletes its own objects: no session's
         now = self.clock()
         sid = self.layout.session_of(key)
@@ -203,7 +205,7 @@ class SimStore(MemoryStore):
         """The head ``body`` (replaced by a tombstone, or deleted): its chain is legitimately gone."""
         head = decode_head(body, key)
         try:
-            data: SessionData = run_direct(self, protocol.load_from_head(self.layout, head, ""))
+            data: SessionData = run_direct(self, load_from_head(self.layout, head, ""))
         except S3LogError as exc:
             self.unloadable.append(f"{key} v{head.version}: {type(exc).__name__}: {exc}")
             return
@@ -216,7 +218,7 @@ class SimStore(MemoryStore):
     def _landed(self, key: str, body: bytes, old: bytes | None) -> None:
         now = self.clock()
         self.put_raw(key, body, mtime_ms=now)
-        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + protocol.PROBE_DIR):
+        if not key.endswith("/head") or key.startswith(self.layout.sessions_prefix + PROBE_DIR):
             return  # the precondition probe's object is no session's head
         sid = self.layout.session_of(key)
         assert sid is not None
@@ -224,7 +226,7 @@ class SimStore(MemoryStore):
         self.dangling += [f"{key} v{head.version} lists {k}" for k in head.segments if k not in self._objects]
         lives = self.heads.setdefault(sid, [])
         sessions = self.lives.setdefault(sid, [])
-        tomb = protocol.is_expired(head)
+        tomb = head.expired
         ident = _ident(head)
         prev = self.current(sid)
         if prev is not None:
