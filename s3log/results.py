@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from s3log._format.codec import FORK_KIND, Entry, Head, ParentRef, short_hash
+from s3log._format.values import FORK_KIND, Entry, Head, ParentRef, short_hash
 from s3log.reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class AckedEntry(Entry):
 
     One commit can store its entries in more than one session (a prefix found landed
     in the parent after an undecided PUT, the rest in a fork), so the session is said
-    per entry, not only per result. Equal to the same :class:`~s3log._format.codec.Entry` as read.
+    per entry, not only per result. Equal to the same :class:`~s3log._format.values.Entry` as read.
     """
 
     session_id: str = ""

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from s3log._extras import require
-from s3log._format.codec import COMPACTED_FIELD, HASH_LEN, Head, Signature, dumps, loads
+from s3log._format.cbor import dumps, loads
+from s3log._format.values import COMPACTED_FIELD, HASH_LEN, Head, Signature
 from s3log._protocol import ops
 from s3log.errors import CorruptionError, InvalidArgumentError, PreconditionFailed, S3LogError, SessionNotFound
 
@@ -222,7 +223,7 @@ def head_payload(head: Head, alg: str, key_id: str, log_id: str) -> bytes:
     """
     # Runs on every commit: the pairs in canonical key order (shorter keys first, then
     # bytewise) encoded as one array whose header is swapped for the map's, as in
-    # s3log._format.codec; equal to dumps() of the dict (test_payload_is_the_documented_...).
+    # s3log._format.values; equal to dumps() of the dict (test_payload_is_the_documented_...).
     items: list[Any] = [
         "v", head.v,
         "alg", alg,

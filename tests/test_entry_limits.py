@@ -11,7 +11,7 @@ import pytest
 from cbor2 import CBORTag
 
 import s3log
-from s3log._format.codec import normalize_data
+from s3log._format.entries import normalize_data
 from s3log.analytics import reading as analytics
 from s3log.errors import InvalidEntryError
 

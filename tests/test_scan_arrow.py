@@ -19,7 +19,7 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 import s3log
-from s3log._format.codec import dumps
+from s3log._format.cbor import dumps
 from s3log.analytics import reading as analytics
 from s3log.env import Env
 

@@ -23,8 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log._format.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
+from s3log._format.codec import decode_head, decode_segment, encode_head, encode_segment
+from s3log._format.entries import make_entry
 from s3log._format.layout import Layout
+from s3log._format.values import Head
 from s3log._protocol import protocol
 from s3log.errors import CorruptionError
 from s3log.signing import (

@@ -23,37 +23,34 @@ from typing import Any, Generic, Literal
 
 import cbor2
 
+from s3log._format.cbor import dumps, loads
 from s3log._format.chain import ChainVerifier, PendingEntry, build_chain, check_fork_origin, fork_entry_data
 from s3log._format.codec import (
+    Segment,
+    decode_head,
+    decode_segment,
+    decode_segment_columns,
+    encode_head,
+    encode_segment,
+)
+from s3log._format.columns import RunColumns, tail_run
+from s3log._format.entries import MAX_INTERNAL_DEPTH, check_kind, check_ts, normalize_data
+from s3log._format.ids import validate_session_id
+from s3log._format.layout import MAX_SEGMENTS, Layout, parse_segment_key
+from s3log._format.manifest import plan_merge, segment_ranges, segments_for_range
+from s3log._format.values import (
     COMPACTED_FIELD,
     FORK_KIND,
-    MAX_INTERNAL_DEPTH,
     AppendKey,
     Entry,
     Head,
     Lease,
     ParentRef,
     Pending,
-    RunColumns,
-    Segment,
     append_digest,
-    check_kind,
-    check_ts,
-    decode_head,
-    decode_segment,
-    decode_segment_columns,
-    dumps,
-    encode_head,
-    encode_segment,
     entry_record,
-    loads,
     new_entry,
-    normalize_data,
-    tail_run,
 )
-from s3log._format.ids import validate_session_id
-from s3log._format.layout import MAX_SEGMENTS, Layout, parse_segment_key
-from s3log._format.manifest import plan_merge, segment_ranges, segments_for_range
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.ops import (
     Blob,
@@ -220,7 +217,7 @@ EXPIRED_FIELD = "expired"
 
 
 #: The head field a compaction writes (:func:`compact_session`), ``COMPACTED_FIELD``
-#: (defined in s3log._format.codec, as signing covers it): the end (``seq``, ``hash``) of the
+#: (defined in s3log._format.values, as signing covers it): the end (``seq``, ``hash``) of the
 #: chain it replaced, the hashes of its last entries (``tips``), ``n``, how many
 #: compactions the session has had, and the marks of the ones before (``prev``). Kept by
 #: every later commit. Readers ignore it; a writer settling a commit that may have landed

@@ -34,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
-from s3log._format.codec import Head, decode_head
+from s3log._format.codec import decode_head
 from s3log._format.ids import uuid7_time_ms
 from s3log._format.layout import Layout
 from s3log._format.times import to_ms
+from s3log._format.values import Head
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.listing import matches
 from s3log._protocol.ops import Delete, DeleteIfMatch, Get, Proc

@@ -30,7 +30,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from s3log._api.writer import WriterVerbs
-from s3log._format.codec import Entry, Head, dumps, normalize_data_cbor
+from s3log._format.cbor import dumps
+from s3log._format.entries import normalize_data_cbor
+from s3log._format.values import Entry, Head
 from s3log._protocol.protocol import OnConflict, is_expired
 from s3log.agent.state import (
     CACHE_LOCKED,

@@ -37,10 +37,12 @@ from typing import Any, Literal, cast
 from s3log._api.core import head_outside
 from s3log._extras import extra
 from s3log._format import jsonform
-from s3log._format.codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
+from s3log._format.columns import RunColumns
+from s3log._format.entries import MAX_TS, data_cbor_column
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import normalize_prefix
 from s3log._format.times import to_ms
+from s3log._format.values import HASH_LEN, Head
 from s3log._protocol.protocol import Run, is_expired
 from s3log.config import LogConfig
 from s3log.errors import (
@@ -153,7 +155,7 @@ ProgressCallback = Callable[[ScanProgress], None]
 #: :class:`~s3log.CorruptionError` to a scan (skipped with a
 #: :class:`CorruptSessionWarning` unless ``strict``). Python's ``datetime`` ends with
 #: year 9999: read later times as ``ts.cast(pa.int64())``.
-TS_RANGE = (0, MAX_TS)  # what append takes (s3log._format.codec.MAX_TS)
+TS_RANGE = (0, MAX_TS)  # what append takes (s3log._format.entries.MAX_TS)
 
 
 def _ms(value: int | float | datetime | str | None, name: str = "time") -> int | None:

@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from s3log._format.codec import FORK_KIND, Entry, decode_head
+from s3log._format.codec import decode_head
+from s3log._format.values import FORK_KIND, Entry
 from s3log._protocol.ops import Blob, ListPage
 from s3log._protocol.protocol import PROBE_DIR, compactions, is_expired
 from s3log.errors import CorruptionError

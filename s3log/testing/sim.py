@@ -74,8 +74,10 @@ from typing import Any, Literal
 
 from s3log._api.core import CommitQueue, LogCore
 from s3log._drive.drivers import step
-from s3log._format.codec import FORK_KIND, Entry, Head, RunColumns, decode_head
+from s3log._format.codec import decode_head
+from s3log._format.columns import RunColumns
 from s3log._format.layout import Layout, parse_segment_key
+from s3log._format.values import FORK_KIND, Entry, Head
 from s3log._protocol import decide, protocol, retention
 from s3log._protocol.ops import (
     Blob,

@@ -25,7 +25,8 @@ from typing import Any, Generic, TypeVar, cast
 from s3log._api.core import LogVerbs
 from s3log._api.writer import WriterVerbs
 from s3log._extras import extra
-from s3log._format.codec import Head, dumps
+from s3log._format.cbor import dumps
+from s3log._format.values import Head
 from s3log._protocol.protocol import Selector
 from s3log.aio import AsyncLog
 from s3log.errors import ConflictError, SessionExists, SessionNotFound
