@@ -43,11 +43,11 @@ from s3log.signing import (
     Signer,
     SigningError,
     check_checkpoints,
-    checkpoint_key,
     head_payload,
     key_id_for,
     sign_head,
 )
+from s3log.signing.checkpoints import checkpoint_key
 from s3log.store.memory import MemoryStore
 from s3log.testing.plugin import LocalS3
 from s3log.testing.sim import run_direct
