@@ -14,7 +14,7 @@ from s3log._drive.drivers import SyncDriver
 from s3log._format.values import Entry, Head
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
-from s3log._protocol.protocol import OnConflict, Run, Selector
+from s3log._protocol.protocol import OnConflict, Selector
 from s3log.config import LogConfig
 from s3log.errors import InvalidArgumentError
 from s3log.reducer import Reducer, S
@@ -23,6 +23,7 @@ from s3log.results import (
     ActiveSessions,
     CommitResult,
     DeletePlan,
+    EntryRun,
     ExpireProgress,
     ExpireReport,
     GcReport,
@@ -300,11 +301,12 @@ class Log(LogVerbs):
 
     def read_runs(
         self, session_id: str, *, since: int | None = None, until: int | None = None
-    ) -> tuple[Head, list[Run]] | None:
+    ) -> tuple[Head, list[EntryRun]] | None:
         """The verified entries of a session as the runs they are stored in, for bulk
-        readers (s3log.analytics): each segment's, then the head's tail; a format v2
-        segment as its columns (:class:`s3log._format.columns.RunColumns`, no Entry made), and
-        the tail too when its decoder made them (records in the shape s3log writes).
+        readers (s3log.analytics): each segment's, then the head's tail, each a
+        :data:`s3log.results.EntryRun`; a format v2 segment as its columns
+        (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
+        decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return self.run(self._core.read_runs(session_id, since, until))
 

@@ -1,7 +1,8 @@
 """What the verbs of :class:`~s3log.Log` and :class:`~s3log.AsyncLog` return.
 
 Plain frozen values, no I/O: commits (:class:`CommitResult`, :class:`ForkInfo`),
-reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`), listings
+reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`, :data:`EntryRun`,
+and what a head alone tells: :func:`is_expired`, :func:`head_outside`), listings
 (:class:`SessionInfo`, :class:`HeadRow`), maintenance (:class:`GcReport`,
 :class:`DeletePlan`, :class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
 submitted entry stands (:data:`TicketStatus`). Each is also importable from the
@@ -14,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
+from s3log._format.columns import RunColumns
 from s3log._format.values import FORK_KIND, Entry, Head, ParentRef, short_hash
 from s3log.reducer import EntriesReducer, Reducer, S, replay
 
@@ -171,6 +173,35 @@ class SessionView:
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries)
+
+
+#: One run of a session's verified entries, as :meth:`Log.read_runs` (and
+#: :meth:`AsyncLog.read_runs`) give them, in chain order: a format v2 segment as its
+#: verified columns (:class:`~s3log._format.columns.RunColumns`: seqs from ``seq``, the first
+#: entry's ``prev``, then ``ts``, ``kinds``, ``hashes``, ``data`` as stored CBOR and
+#: ``values`` decoded; no Entry made), or entries (a v1 segment, a tail not in the shape
+#: s3log writes). A bulk reader (s3log.analytics) handles both.
+EntryRun = RunColumns | tuple[Entry, ...]
+
+#: The head field that makes a head a tombstone (docs/format.md, "Head"): the session
+#: expired. The same field the protocol writes and reads.
+EXPIRED_FIELD = "expired"
+
+
+def is_expired(head: Head) -> bool:
+    """Whether ``head`` is the tombstone of an expired session: it lists no entries,
+    and reading the session raises :class:`~s3log.SessionExpired`. A listing
+    (:meth:`Log.heads`) returns such heads as they are; a reader of heads leaves them out."""
+    return isinstance(head.extra.get(EXPIRED_FIELD), dict)
+
+
+def head_outside(head: Head, since: int | None, until: int | None) -> bool:
+    """Whether no entry of the session can fall inside ``[since, until)`` (ms; None is
+    unbounded), or it has none, from the head's ``ts_min``/``ts_max`` alone: a
+    time-window reader skips such a session's segments (as :meth:`Log.read_window` does)."""
+    return head.ts_min is None or (since is not None and head.ts_max is not None and head.ts_max < since) or (
+        until is not None and head.ts_min >= until
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,7 @@ def test_a_marker_left_by_a_delete_names_no_session_to_the_readers_of_the_index(
     """The marker left names a session with no head, as a failed commit's does: the index
     is a superset, and a scan over it skips the missing session."""
     pytest.importorskip("pyarrow")
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
 
     store = s3log.MemoryStore()
     clock = Clock(T0)

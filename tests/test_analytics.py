@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
 from s3log.testing.plugin import LocalS3
 
 DAY = 86_400_000

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("pyarrow")
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
+from s3log.analytics import columns
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,7 @@ from s3log.analytics import reading as analytics
     ids=["plain", "int-key", "bytes", "big-int", "datetime-nan"],
 )
 def test_json_column_equals_json_of_each_value(values: list[Any]) -> None:
-    assert analytics._json_column(values) == [analytics._json(v) for v in values]
+    assert columns._json_column(values) == [columns._json(v) for v in values]
 
 
 def test_scan_columns_match_the_entries() -> None:
@@ -39,5 +40,5 @@ def test_scan_columns_match_the_entries() -> None:
     entries = log.read(w.session_id).entries
     table = analytics.to_arrow(store)
     assert table.column("seq").to_pylist() == [e.seq for e in entries]
-    assert table.column("data_json").to_pylist() == [analytics._json(e.data) for e in entries]
+    assert table.column("data_json").to_pylist() == [columns._json(e.data) for e in entries]
     assert table.column("prev").to_pylist() == [e.prev.hex() if e.prev else None for e in entries]

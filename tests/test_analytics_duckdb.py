@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import s3log
 import s3log._format.entries as entries
-from s3log.analytics import reading as analytics
+from s3log import analytics
 from s3log.cli.app import app
 from tests.helpers import store_with
 

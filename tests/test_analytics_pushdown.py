@@ -10,7 +10,7 @@ import pyarrow.dataset as ds
 import pytest
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
 
 DAY = 86_400_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

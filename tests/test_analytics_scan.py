@@ -17,11 +17,14 @@ from cbor2 import CBORTag
 
 import s3log
 import s3log._format.entries as entries
-from s3log.analytics import reading as analytics
+from s3log import analytics
+from s3log._protocol import protocol
+from s3log.analytics import columns, reading
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
 from s3log.env import Env
-from tests.helpers import store_with
+from s3log.results import is_expired
+from tests.helpers import expired_world, store_with
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
@@ -75,7 +78,7 @@ def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.Mo
 
 def test_an_entry_ts_out_of_range_is_caught_even_if_the_head_hides_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # The entries are checked, not only the head's ts_min / ts_max (a head can lie).
-    monkeypatch.setattr(analytics, "_check_head_times", lambda head, key: None)
+    monkeypatch.setattr(reading, "_check_head_times", lambda head, key: None)
     monkeypatch.setattr(entries, "MAX_TS", 2**63 - 1)  # stored by an older build
     store = s3log.MemoryStore()
     log = s3log.Log(store)
@@ -108,7 +111,7 @@ def test_data_json_is_defined_for_any_key_and_the_same_without_orjson() -> None:
     got = analytics.to_arrow(store).column("data_json").to_pylist()
     assert got == [text for _, text in cases]
     for value, text in cases:
-        assert analytics._json_std(value) == text  # the json module alone: the same text
+        assert columns._json_std(value) == text  # the json module alone: the same text
 
 
 def test_jsonl_export_falls_back_to_data_cbor_when_data_json_is_null() -> None:
@@ -136,6 +139,18 @@ def test_sessions_table_leaves_out_expired_sessions() -> None:
     con = analytics.duckdb(duckdb.connect(), store)
     assert con.sql("SELECT s.session, s.entries, count(e.seq) FROM sessions s LEFT JOIN entries e "
                    "USING (session) GROUP BY ALL").fetchall() == [(ids[1], 1, 1)]
+
+
+def test_sessions_table_leaves_out_a_tombstone_as_results_is_expired_names_it() -> None:
+    store, _, log = expired_world("gone")
+    w = log.create("kept")
+    w.append("k", 1)
+    w.commit()
+    heads = {r.session: r.head for r in log.heads(["gone", "kept"])}
+    assert [sid for sid, h in heads.items() if h is not None and is_expired(h)] == ["gone"]
+    # The public helper reads the field the protocol writes.
+    assert all(is_expired(h) == protocol.is_expired(h) for h in heads.values() if h is not None)
+    assert analytics.sessions_table(store).column("session").to_pylist() == ["kept"]
 
 
 @pytest.mark.parametrize("since", [float("nan"), float("inf"), 1e30, -1e30, "garbage", 10**30, -1, True])

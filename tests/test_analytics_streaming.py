@@ -13,7 +13,8 @@ pytest.importorskip("duckdb")
 import duckdb
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
+from s3log.analytics import sql
 from s3log.testing.localserver import LocalS3
 
 #: Entries of about 1 KiB, as agent transcripts hold.
@@ -36,7 +37,7 @@ def _store(sessions: int = 12, entries: int = 40) -> tuple[s3log.MemoryStore, li
 def test_the_views_stream_batches_bounded_in_rows_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     store, _ = _store(sessions=60)
     seen: list[tuple[int, int]] = []
-    scan = analytics.scan
+    scan = sql.scan
 
     @functools.wraps(scan)  # the same options checked
     def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -44,10 +45,10 @@ def test_the_views_stream_batches_bounded_in_rows_and_bytes(monkeypatch: pytest.
             seen.append((b.num_rows, sum(map(len, b.column("data_cbor").to_pylist()))))
             yield b
 
-    monkeypatch.setattr(analytics, "scan", recording)
+    monkeypatch.setattr(sql, "scan", recording)
     con = analytics.duckdb(duckdb.connect(), store)
     # What DuckDB reads is a stream it pulls batches from, not a table.
-    assert all(isinstance(s, analytics.LazyBatches) for s in analytics._streams[con])
+    assert all(isinstance(s, sql.LazyBatches) for s in sql._streams[con])
     assert con.execute("SELECT count(*) FROM entries").fetchone() == (60 * 40,)
     # 2,400 rows of ~1 KiB (2.4 MiB): never one batch of the lot; each cut at the byte
     # bound once a session (40 KiB) takes it over.

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
 from s3log.store.base import Blob
 
 #: How long a blocked GET waits for the event it expects before giving up (a guard

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
 from s3log.testing.plugin import LocalS3
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

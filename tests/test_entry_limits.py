@@ -11,8 +11,8 @@ import pytest
 from cbor2 import CBORTag
 
 import s3log
+from s3log import analytics
 from s3log._format.entries import normalize_data
-from s3log.analytics import reading as analytics
 from s3log.errors import InvalidEntryError
 
 

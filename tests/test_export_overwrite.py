@@ -24,7 +24,8 @@ pytest.importorskip("pyarrow")
 from typer.testing import CliRunner
 
 import s3log
-from s3log.analytics import reading as analytics
+from s3log import analytics
+from s3log.analytics import reading
 from s3log.cli.app import app
 from s3log.testing.plugin import LocalS3
 from tests.cli_env import log_of
@@ -118,7 +119,7 @@ def test_an_overwrite_to_s3_whose_scan_fails_part_way_keeps_the_old_export(s3log
 
 def _failing_after_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scan yields one entry, then meets a store fault (a lost connection)."""
-    real = analytics.scan
+    real = reading.scan
 
     @functools.wraps(real)
     def scan(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -127,7 +128,7 @@ def _failing_after_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
         batches.close()
         raise s3log.StoreError("connection reset by peer", key="s3log/sessions/x/head")
 
-    monkeypatch.setattr(analytics, "scan", scan)
+    monkeypatch.setattr(reading, "scan", scan)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])

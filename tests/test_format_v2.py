@@ -13,6 +13,7 @@ import cbor2
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.cbor import _RECORD_LOADS
 from s3log._format.chain import PendingEntry, build_chain
@@ -21,7 +22,6 @@ from s3log._format.entries import data_cbor_column, entry_bytes, entry_data_cbor
 from s3log._format.records import _entries_from_records
 from s3log._format.values import Entry, entry_record
 from s3log._protocol import protocol
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError
 
 SMALL = 600  # a small tail bound, so a few commits flush segments

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec, columns, records, values
 from s3log._format.cbor import loads
 from s3log._format.chain import ChainVerifier
 from s3log._format.columns import LinkedRun, RunColumns, _LazyTail, tail_run
 from s3log._format.values import Entry, Head
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 

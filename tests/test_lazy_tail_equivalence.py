@@ -31,6 +31,7 @@ import cbor2
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.cbor import dumps
 from s3log._format.chain import ChainVerifier, PendingEntry, build_chain
@@ -39,7 +40,6 @@ from s3log._format.entries import _K_DATA, _R_SEQ, data_cbor_column
 from s3log._format.layout import Layout
 from s3log._format.records import _seq_fronts
 from s3log._format.values import Entry, Head, entry_record
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 _L = Layout()
@@ -458,16 +458,17 @@ def _old_tree(tmp: Path) -> Path | None:
 
 
 _RUNNER = r'''
-import json, pickle, sys, warnings
+import importlib, importlib.util, json, pickle, sys, warnings
 import s3log
+from s3log import analytics
 from s3log.store.memory import MemoryStore
-try:
-    from s3log._format import codec
-    from s3log._format.columns import RunColumns
-    from s3log.analytics import reading as analytics
-except ImportError:  # the eager build, from before the format and analytics had folders of their own
-    from s3log import analytics, codec
-    from s3log.codec import RunColumns
+
+# The eager build keeps the codec at s3log.codec, this tree at s3log._format.codec (and
+# RunColumns at s3log._format.columns): each tree's own (an installed s3log may supply a
+# module a tree lacks).
+eager = "s3log.codec" if importlib.util.find_spec("s3log.codec") else None
+codec = importlib.import_module(eager or "s3log._format.codec")
+RunColumns = importlib.import_module(eager or "s3log._format.columns").RunColumns
 
 def ent(e):
     return [e.seq, e.prev.hex() if e.prev else None, e.kind, e.ts, repr(e.data), e.hash.hex()]

@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
+from s3log import analytics
 from s3log._format.codec import decode_head, encode_head
 from s3log._format.layout import Layout
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError, InvalidArgumentError
 from s3log.signing import Ed25519Signer, PublicKeyVerifier, SignatureError
 from s3log.testing.plugin import LocalS3

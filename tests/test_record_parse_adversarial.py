@@ -22,13 +22,13 @@ import pyarrow as pa
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import records as v2_records
 from s3log._format.codec import decode_segment
 from s3log._format.columns import LinkedRun, RunColumns
 from s3log._format.entries import entry_data_cbor, make_entry
 from s3log._format.records import _TAIL_KINDS, _decode_records
 from s3log._format.values import Entry
-from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"

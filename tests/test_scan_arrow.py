@@ -19,13 +19,14 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 import s3log
+from s3log import analytics
 from s3log._format.cbor import dumps
-from s3log.analytics import reading as analytics
+from s3log.analytics import columns
 from s3log.env import Env
 
 DAY = 86_400_000
 T0 = 1_767_225_600_000  # 2026-01-01
-LO, HI = analytics._DATE32_MS  # the first ms whose day fits a date32, and the first after
+LO, HI = columns._DATE32_MS  # the first ms whose day fits a date32, and the first after
 
 
 # ----------------------------------------------------------------------- hash and prev
@@ -65,7 +66,7 @@ def _chains(rng: random.Random, n: int, *, odd_lengths: bool = False) -> tuple[l
 
 
 def _check_hash_columns(hashes: list[bytes], prevs: list[bytes | None]) -> None:
-    hashed, prev = analytics._hash_columns(hashes, prevs)
+    hashed, prev = columns._hash_columns(hashes, prevs)
     want_hash, want_prev = _ref_hash_columns(hashes, prevs)
     hashed.validate(full=True)
     prev.validate(full=True)
@@ -129,11 +130,11 @@ def test_prev_is_a_view_of_the_hash_text_within_sessions() -> None:
     # Roots and runs of one session each: the prev column needs no text of its own.
     hashes = [bytes([i]) * 32 for i in range(10)]
     prevs: list[bytes | None] = [None, *hashes[:4], None, *hashes[5:9]]
-    hashed, prev = analytics._hash_columns(hashes, prevs)
+    hashed, prev = columns._hash_columns(hashes, prevs)
     assert prev.buffers()[2].address == hashed.buffers()[2].address
     # A fork's first row names a hash not in the text: written into a copy.
     prevs[5] = b"\xee" * 32
-    hashed, prev = analytics._hash_columns(hashes, prevs)
+    hashed, prev = columns._hash_columns(hashes, prevs)
     assert prev.buffers()[2].address != hashed.buffers()[2].address
     assert prev[5].as_py() == "ee" * 32 and prev[6].as_py() == hashes[5].hex()
 
@@ -146,7 +147,7 @@ def test_the_views_read_back_the_same_through_ipc_and_parquet() -> None:
     import pyarrow.parquet as pq
 
     hashes, prevs = _chains(random.Random(9), 500)
-    hashed, prev = analytics._hash_columns(hashes, prevs)
+    hashed, prev = columns._hash_columns(hashes, prevs)
     table = pa.table({"hash": hashed, "prev": prev})
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -178,8 +179,8 @@ def _ref_dates(tss: list[int]) -> pa.Array:
 
 
 def _dates(tss: list[int]) -> pa.Array:
-    ts = pa.array(tss, pa.int64()).cast(analytics._TS)
-    return analytics._date_column(ts, tss)
+    ts = pa.array(tss, pa.int64()).cast(columns._TS)
+    return columns._date_column(ts, tss)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -188,7 +189,7 @@ def test_date_column_is_the_utc_day_of_each_time(seed: int) -> None:
     edges = [-DAY - 1, -DAY, -1, 0, 1, DAY - 1, DAY, T0 - 1, T0, 253_402_300_799_999, 253_402_300_800_000,
              -62_135_596_800_001, LO, LO + 1, HI - 1, HI - DAY]
     spans = [(T0 - 3 * DAY, T0 + 3 * DAY), (-5 * DAY, 5 * DAY), (LO, HI - 1)]
-    n = rng.choice([1, 2, 13, analytics._DAYS_BY_DICT_ROWS - 1, analytics._DAYS_BY_DICT_ROWS, 5000])
+    n = rng.choice([1, 2, 13, columns._DAYS_BY_DICT_ROWS - 1, columns._DAYS_BY_DICT_ROWS, 5000])
     lo, hi = rng.choice(spans)
     tss = [rng.choice(edges) if rng.random() < 0.05 else rng.randint(lo, hi) for _ in range(n)]
     got = _dates(tss)
@@ -197,7 +198,7 @@ def test_date_column_is_the_utc_day_of_each_time(seed: int) -> None:
     assert got.equals(_ref_dates(tss))
 
 
-@pytest.mark.parametrize("rows", [3, analytics._DAYS_BY_DICT_ROWS + 1])
+@pytest.mark.parametrize("rows", [3, columns._DAYS_BY_DICT_ROWS + 1])
 @pytest.mark.parametrize("bad", [LO - 1, HI, -(2**63), 2**63 - 1])
 def test_a_day_outside_date32_is_refused_as_before(bad: int, rows: int) -> None:
     tss = [T0 + i for i in range(rows)]
@@ -214,11 +215,11 @@ def test_date_column_of_no_rows() -> None:
 
 
 #: Enough rows for data_json to be made in one orjson call, and a few rows less.
-_MANY = analytics._JSON_ONE_CALL_ROWS
+_MANY = columns._JSON_ONE_CALL_ROWS
 
 
 def _ref_json(values: list[Any]) -> pa.Array:
-    return pa.array([analytics._json(v) for v in values], pa.string())
+    return pa.array([columns._json(v) for v in values], pa.string())
 
 
 def _nested(depth: int) -> Any:
@@ -248,7 +249,7 @@ def test_json_array_equals_the_json_of_each_value(seed: int) -> None:
     if seed % 3 == 1:  # one value orjson's plain form refuses: the whole column takes the other path
         values[rng.randrange(len(values))] = rng.choice([{1: "int key"}, b"\x00\xff", 2**70, {"s": {1, 2}}])
     # A typical row's data size picks the way (the same text either way).
-    got = analytics._json_array(values, rng.choice([0, 100, analytics._JSON_ONE_CALL_MAX_BYTES + 1]))
+    got = columns._json_array(values, rng.choice([0, 100, columns._JSON_ONE_CALL_MAX_BYTES + 1]))
     got.validate(full=True)
     assert got.equals(_ref_json(values))
 
@@ -258,10 +259,10 @@ def test_json_array_edges(rows: int) -> None:
     cases: list[list[Any]] = [[None], [{}], [[]], [""], ["\x00"], [",\x00,"], [{"a": ",\x00,"}, {"b": "\x00"}]]
     for case in cases:
         values = (case * rows)[:rows]
-        assert analytics._json_array(values).equals(_ref_json(values)), values
+        assert columns._json_array(values).equals(_ref_json(values)), values
     mixed: list[Any] = [None, "a\x00b", {"k": [1, 2]}] * rows
-    assert analytics._json_array(mixed).to_pylist() == ["null", '"a\\u0000b"', '{"k":[1,2]}'] * rows
-    assert analytics._json_array([]).equals(pa.array([], pa.string()))
+    assert columns._json_array(mixed).to_pylist() == ["null", '"a\\u0000b"', '{"k":[1,2]}'] * rows
+    assert columns._json_array([]).equals(pa.array([], pa.string()))
 
 
 def test_json_array_of_values_nested_to_the_limit() -> None:
@@ -269,7 +270,7 @@ def test_json_array_of_values_nested_to_the_limit() -> None:
     # column is made from: then it is made value by value, the same text.
     deepest = next(d for d in range(200, 1000) if _refused(_nested(d + 1)))
     values = [{"a": 1}, _nested(deepest), *["x"] * _MANY]
-    assert analytics._json_array(values).equals(_ref_json(values))
+    assert columns._json_array(values).equals(_ref_json(values))
 
 
 def test_json_text_that_holds_the_row_separator_is_made_value_by_value() -> None:
@@ -280,7 +281,7 @@ def test_json_text_that_holds_the_row_separator_is_made_value_by_value() -> None
 
     values: list[Any] = [{"a": i} for i in range(_MANY)]
     values[5] = orjson.Fragment(b'"a",\x00,"b"')
-    got = analytics._json_array(values)
+    got = columns._json_array(values)
     # The fragment is text orjson writes verbatim (no data read from CBOR is one); the
     # other rows are the reference's.
     expected = _ref_json(values).to_pylist()
@@ -313,7 +314,7 @@ def _chunk(start: int, n: int) -> pa.RecordBatch:
 def test_take_and_rest_cut_exactly_batch_size_rows_then_one_last_batch(seed: int) -> None:
     rng = random.Random(seed)
     size = rng.choice([1, 2, 3, 7, 64, 100, 4096, 10_000])
-    cols = analytics._Columns()
+    cols = columns._Columns()
     got: list[pa.RecordBatch] = []
     total = 0
     for _ in range(rng.randint(0, 8)):
@@ -377,7 +378,7 @@ def _expected(store: s3log.MemoryStore, keep: Any) -> list[dict[str, Any]]:
                     "session": sid, "seq": e.seq, "ts": e.ts, "kind": e.kind, "hash": e.hash.hex(),
                     "prev": None if e.prev is None else e.prev.hex(),
                     "parent_session": view.head.parent.session if view.head.parent else None,
-                    "data_cbor": dumps(e.data), "data_json": analytics._json(e.data),
+                    "data_cbor": dumps(e.data), "data_json": columns._json(e.data),
                     "date": _ref_day(e.ts),
                 })
     return out
@@ -426,7 +427,7 @@ def test_owner_columns_equal_one_value_per_row() -> None:
     value per session) equal the columns of one value per row."""
     import random
 
-    from s3log.analytics.reading import _owner_columns
+    from s3log.analytics.columns import _owner_columns
 
     rng = random.Random(6)
     for _ in range(200):

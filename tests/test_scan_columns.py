@@ -16,11 +16,12 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 import s3log
+from s3log import analytics
 from s3log._format.cbor import _seq_parts, _uint_heads, dumps
 from s3log._format.codec import decode_segment, decode_segment_columns
 from s3log._format.columns import LinkedRun, RunColumns
 from s3log._format.entries import data_cbor_column
-from s3log.analytics import reading as analytics
+from s3log.analytics import columns
 from s3log.env import Env
 from s3log.errors import CorruptionError
 
@@ -94,7 +95,7 @@ def _rows_from_entries(store: s3log.MemoryStore, ids: list[str]) -> list[dict[st
                 "session": sid, "seq": e.seq, "ts": e.ts, "kind": e.kind, "hash": e.hash.hex(),
                 "prev": e.prev.hex() if e.prev is not None else None,
                 "parent_session": view.head.parent.session if view.head.parent else None,
-                "data_cbor": dumps(e.data), "data_json": analytics._json(e.data),
+                "data_cbor": dumps(e.data), "data_json": columns._json(e.data),
                 "date": _day(e.ts),
             })
     return out
@@ -280,7 +281,7 @@ def test_hash_columns_equal_the_hex_of_each_value() -> None:
     hashes = [bytes([i]) * 32 for i in range(1, 6)]
     for prevs in ([None, *hashes[:-1]], [b"\x09" * 32, *hashes[:-1]], [None, *hashes[1:]],
                   [None, None, *hashes[2:]]):
-        hashed, prev = analytics._hash_columns(hashes, prevs)
+        hashed, prev = columns._hash_columns(hashes, prevs)
         hashed.validate(full=True)
         prev.validate(full=True)
         assert hashed.to_pylist() == [h.hex() for h in hashes]
@@ -293,8 +294,8 @@ def test_hash_columns_equal_the_hex_of_each_value() -> None:
 
 def test_date_column_floors_to_the_utc_day() -> None:
     tss = [-DAY - 1, -DAY, -1, 0, DAY - 1, DAY, T0 - 1, T0, 253_402_300_799_999]  # up to 9999-12-31
-    ts = pa.array(tss, pa.int64()).cast(analytics._TS)
-    assert analytics._date_column(ts, tss).to_pylist() == [_day(t) for t in tss]
+    ts = pa.array(tss, pa.int64()).cast(columns._TS)
+    assert columns._date_column(ts, tss).to_pylist() == [_day(t) for t in tss]
 
 
 def test_a_segment_of_another_session_is_refused() -> None:
@@ -342,7 +343,7 @@ def test_parallelism_one_reads_in_the_calling_thread_and_stops_when_closed() -> 
     to hand each session over from), in order; closing the scan reads nothing more."""
     import threading
 
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
 
     class Recording(s3log.MemoryStore):
         def __init__(self) -> None:

@@ -15,12 +15,13 @@ import pyarrow as pa
 import pytest
 
 import s3log
+from s3log import analytics
 from s3log._format import codec
 from s3log._format.columns import RunColumns
 from s3log._format.entries import make_entry
 from s3log._format.values import Entry
 from s3log._protocol import protocol
-from s3log.analytics import reading as analytics
+from s3log.analytics import columns, reading
 from s3log.env import Env
 from tests.baseline import baseline_module
 
@@ -81,7 +82,7 @@ def _reference(store: s3log.MemoryStore, ids: list[str], keep: Callable[[int, st
     log = s3log.Log(store)
     sessions: list[str] = []
     parents: list[str | None] = []
-    listed = analytics._session_ids(log, None)  # the order a scan reads them in
+    listed = reading._session_ids(log, None)  # the order a scan reads them in
     assert sorted(listed) == sorted(ids)
     for sid in listed:
         try:
@@ -186,7 +187,7 @@ def test_scan_skips_a_fork_whose_parent_names_no_session(baseline: ModuleType) -
 
 def test_owner_columns_of_empty_names() -> None:
     """The helper itself: parents "" (falsy) among Nones keep their rows' ""."""
-    sessions, parents = analytics._owner_columns([("a", "", 2), ("b", None, 1)], 3)
+    sessions, parents = columns._owner_columns([("a", "", 2), ("b", None, 1)], 3)
     assert sessions.to_pylist() == ["a", "a", "b"]
     assert parents.to_pylist() == ["", "", None]
 

@@ -356,7 +356,7 @@ def test_a_signed_tombstone_reads_as_expired_and_not_without_its_mark(signer: Ed
 
 def test_a_scan_given_trusted_keys_skips_what_they_did_not_sign(signer: Ed25519Signer) -> None:
     pytest.importorskip("pyarrow")
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
 
     store = s3log.MemoryStore()
     writer, _ = _logs(store, signer)

@@ -10,7 +10,7 @@ import pytest
 import s3log
 from s3log._format.times import duration_ms, to_ms
 from s3log._protocol.retention import since_ms
-from s3log.analytics import reading as analytics
+from s3log.analytics import options
 from s3log.cli.export import parse_time
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -29,7 +29,7 @@ JAN31 = int(datetime(2026, 1, 31, tzinfo=UTC).timestamp() * 1000)
 ])
 def test_every_caller_reads_a_time_alike(value: object, expected: int) -> None:
     assert to_ms(value) == expected
-    assert analytics._ms(value) == expected  # type: ignore[arg-type]
+    assert options._ms(value) == expected  # type: ignore[arg-type]
     assert since_ms(value, NOW) == expected
     if isinstance(value, str):
         assert parse_time(value) == expected

@@ -45,6 +45,7 @@ from s3log.results import (
     TicketStatus,
     VerifyReport,
     acked_in,
+    head_outside,
 )
 from s3log.signing import default_log_id
 
@@ -706,14 +707,6 @@ def _keyed(session: str, entries: Sequence[tuple[str, Any]], pending: list[Pendi
 def _keys_of(proc: Proc[tuple[list[ObjectInfo], list[str]]]) -> Proc[list[str]]:
     objects, _ = yield from proc
     return [o.key for o in objects]
-
-
-def head_outside(head: Head, since: int | None, until: int | None) -> bool:
-    """Whether no entry of the session can fall inside ``[since, until)`` (or it is empty),
-    from the head's ``ts_min``/``ts_max`` alone."""
-    return head.ts_min is None or (since is not None and head.ts_max is not None and head.ts_max < since) or (
-        until is not None and head.ts_min >= until
-    )
 
 
 def check_meta(meta: object, session: str | None) -> dict[str, Any]:

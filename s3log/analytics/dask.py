@@ -1,7 +1,7 @@
 """Scaling a scan out: a Dask DataFrame of entries, partitioned by session ranges.
 
 The client lists session ids once; each partition is a slice of them that a Dask
-worker reads itself, straight from S3, with :func:`s3log.analytics.reading`. The task
+worker reads itself, straight from S3, with :func:`s3log.analytics.scan`. The task
 graph carries plain values only (bucket, prefix, endpoint, ids, scan options), and
 a ``verifier`` (trusted keys), which pickles as its public keys: no store, client,
 log or thread pool is pickled. Each worker process opens one store per
@@ -18,7 +18,8 @@ from typing import Any
 
 from s3log._extras import extra
 from s3log._format.layout import DEFAULT_PREFIX, normalize_prefix
-from s3log.analytics import reading as analytics
+from s3log.analytics import columns, reading
+from s3log.analytics import options as arguments  # `options` names the scan options here
 from s3log.errors import InvalidArgumentError
 from s3log.signing import Verifier, check_log_id
 
@@ -29,7 +30,7 @@ with extra("dask"):
 #: The scan options a partition accepts (everything else is refused before any task runs).
 SCAN_OPTIONS = frozenset({"since", "until", "kinds", "strict", "parallelism", "batch_size"})
 
-#: ``storage_options`` as they travel in the task graph: :func:`s3log.analytics.storage_kwargs`' pairs.
+#: ``storage_options`` as they travel in the task graph: :func:`s3log.analytics.options.storage_kwargs`' pairs.
 Storage = tuple[tuple[str, str], ...]
 
 _stores: dict[tuple[int, str, str, str | None, bool, Storage], Any] = {}
@@ -56,7 +57,7 @@ def worker_store(bucket: str, prefix: str, endpoint_url: str | None, fast: bool,
             from s3log.store.s3 import S3Store
 
             if storage:
-                store = analytics.boto3_store(bucket, _client_kwargs(endpoint_url, storage))
+                store = arguments.boto3_store(bucket, _client_kwargs(endpoint_url, storage))
             else:
                 store = S3Store.fast(bucket, endpoint_url=endpoint_url) if fast else \
                     S3Store(bucket, endpoint_url=endpoint_url)
@@ -92,7 +93,7 @@ def _storage(storage_options: object, fast: bool) -> Storage:
         return ()
     if fast:
         raise InvalidArgumentError("storage_options", "configures the boto3 client: not with fast=True")
-    return tuple(sorted(analytics.storage_kwargs(storage_options).items()))
+    return tuple(sorted(arguments.storage_kwargs(storage_options).items()))
 
 
 def _entries_partition(
@@ -100,7 +101,7 @@ def _entries_partition(
     options: tuple[tuple[str, Any], ...], storage: Storage = (),
 ) -> pd.DataFrame:
     store = worker_store(bucket, prefix, endpoint_url, fast, storage)
-    return to_pandas(analytics.to_arrow(store, list(ids), prefix=prefix, **dict(options)))
+    return to_pandas(reading.to_arrow(store, list(ids), prefix=prefix, **dict(options)))
 
 
 def _sessions_partition(
@@ -108,7 +109,7 @@ def _sessions_partition(
     options: tuple[tuple[str, Any], ...], storage: Storage = (),
 ) -> pd.DataFrame:
     store = worker_store(bucket, prefix, endpoint_url, fast, storage)
-    return to_pandas(analytics.sessions_table(store, list(ids), prefix=prefix, **dict(options)))
+    return to_pandas(reading.sessions_table(store, list(ids), prefix=prefix, **dict(options)))
 
 
 def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tuple[str, Any], ...]:
@@ -120,11 +121,11 @@ def _plain_options(options: dict[str, Any], allowed: Iterable[str]) -> tuple[tup
     out: dict[str, Any] = {}
     for name, value in options.items():
         if name in ("since", "until"):
-            value = analytics._ms(value, name)  # datetimes and strings travel as ints
+            value = arguments._ms(value, name)  # datetimes and strings travel as ints
         elif name == "kinds" and value is not None:
-            value = tuple(analytics._names("kinds", value, "kinds"))
+            value = tuple(arguments._names("kinds", value, "kinds"))
         elif name in ("parallelism", "batch_size"):
-            analytics._positive(name, value)
+            arguments._positive(name, value)
         elif name == "strict":
             value = bool(value)
         out[name] = value
@@ -141,7 +142,7 @@ def _portable_verifier(verifier: object) -> Verifier | None:
     """
     if verifier is None:
         return None
-    analytics._check_verifier(verifier)
+    arguments._check_verifier(verifier)
     assert isinstance(verifier, Verifier)  # for mypy: checked just above
     with extra("dask"):
         import cloudpickle  # what dask and distributed pickle tasks with
@@ -171,10 +172,10 @@ def _ids(bucket: str, prefix: str, endpoint_url: str | None, sessions: Iterable[
     from s3log.log import Log
     from s3log.store.s3 import S3Store
 
-    wanted = analytics._session_list(sessions)
+    wanted = arguments._session_list(sessions)
     if wanted is not None:
         return sorted(set(wanted))
-    store: Any = analytics.boto3_store(bucket, _client_kwargs(endpoint_url, storage)) if storage else \
+    store: Any = arguments.boto3_store(bucket, _client_kwargs(endpoint_url, storage)) if storage else \
         S3Store(bucket, endpoint_url=endpoint_url)
     lister = Log(store, prefix=prefix)
     try:
@@ -192,7 +193,7 @@ def _frame(
     with extra("dask"):
         import dask.dataframe as dd
 
-    analytics._positive("sessions_per_partition", per_partition)
+    arguments._positive("sessions_per_partition", per_partition)
     prefix = normalize_prefix(prefix)  # a bad prefix fails here, not in a task
     ids = _ids(bucket, prefix, endpoint_url, sessions, storage)
     chunks = [tuple(ids[i : i + per_partition]) for i in range(0, len(ids), per_partition)] or [()]
@@ -221,10 +222,10 @@ def read_entries(
     Columns are :data:`s3log.analytics.SCHEMA`: ``ts`` is ``datetime64[ms, UTC]`` (it
     compares with strings), the others Arrow-backed (``data_cbor`` stays binary).
     ``scan_options`` (``since``, ``until``, ``kinds``, ``strict``, ``parallelism``,
-    ``batch_size``) are passed to each partition's :func:`~s3log.analytics.reading`.
+    ``batch_size``) are passed to each partition's :func:`~s3log.analytics.scan`.
     ``fast`` reads with obstore. Workers use the standard AWS credential chain.
 
-    ``verifier`` (trusted keys, as :func:`s3log.analytics.reading`'s): a session whose
+    ``verifier`` (trusted keys, as :func:`s3log.analytics.scan`'s): a session whose
     head is not validly signed by one of them is skipped with a
     :class:`~s3log.analytics.CorruptSessionWarning` (in the worker), or fails the
     compute with :class:`~s3log.signing.SignatureError` with ``strict``. It travels in
@@ -236,11 +237,11 @@ def read_entries(
     ``log_id``: the identity heads are verified as heads of (default ``bucket/prefix``;
     a copy of a whole log names its original's, as ``LogConfig(log_id=...)``).
     ``storage_options``: the boto3 client's endpoint, region and credentials, as
-    deltalake users write them (:func:`s3log.analytics.storage_kwargs`); they travel
+    deltalake users write them (:func:`s3log.analytics.options.storage_kwargs`); they travel
     in the task graph to every worker (``endpoint_url`` wins over its endpoint).
     """
     options = _with_verifier(_plain_options(scan_options, SCAN_OPTIONS), verifier, log_id)
-    return _frame(_entries_partition, analytics.SCHEMA, bucket, prefix, endpoint_url, sessions,
+    return _frame(_entries_partition, columns.SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, options, _storage(storage_options, fast))
 
 
@@ -266,5 +267,5 @@ def read_sessions(
     ``storage_options``: as :func:`read_entries`'.
     """
     plain = _with_verifier(_plain_options(options, {"since", "until", "parallelism"}), verifier, log_id)
-    return _frame(_sessions_partition, analytics.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
+    return _frame(_sessions_partition, columns.SESSIONS_SCHEMA, bucket, prefix, endpoint_url, sessions,
                   sessions_per_partition, fast, plain, _storage(storage_options, fast))

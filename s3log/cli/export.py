@@ -60,7 +60,7 @@ def scan_progress(label: str, quiet: bool) -> Iterator[Callable[[Any], None] | N
 def _ts_text(ms: int) -> str:
     import pyarrow as pa
 
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
 
     text: str = pa.array([ms], pa.int64()).view(analytics.SCHEMA.field("ts").type).cast(pa.string())[0].as_py()
     return text
@@ -86,7 +86,7 @@ def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
 
     rows = 0
     out.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,9 @@ def export(
     Parquet writes DIR/date=YYYY-MM-DD/part-*.parquet and DIR/_sessions.parquet (one
     row per session, labels and meta); jsonl and csv write one file of entries.
     """
-    from s3log.analytics import reading as analytics
+    from s3log import analytics
+    from s3log.analytics import export as exports
+    from s3log.analytics import reading
 
     if fmt not in ("parquet", "jsonl", "csv"):
         raise typer.BadParameter(f"unknown format {fmt!r}: use parquet, jsonl or csv", param_hint="--format")
@@ -165,17 +167,17 @@ def export(
                 from pyarrow import fs
 
                 local, target = fs.LocalFileSystem(), str(out.absolute())
-                batches = analytics.checked_scan(log.store, **options)
+                batches = reading.checked_scan(log.store, **options)
                 try:
-                    clear = analytics.check_output(local, target, export_mode)
-                    batches = analytics.first_then(batches)
+                    clear = exports.check_output(local, target, export_mode)
+                    batches = reading.first_then(batches)
                 except BaseException:
                     batches.close()
                     raise
                 # Overwrite writes a new directory, swapped in once every batch is written:
-                # a scan failing part way leaves the old export (analytics.output_dir).
+                # a scan failing part way leaves the old export (s3log.analytics.export.output_dir).
                 try:
-                    with analytics.output_dir(local, target, clear) as where:
+                    with exports.output_dir(local, target, clear) as where:
                         rows = _write_rows(batches, Path(where), fmt, mode)
                 finally:
                     batches.close()
@@ -206,8 +208,8 @@ def query(
     (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
     text as it is and anything else as its JSON.
     """
+    from s3log import analytics  # names the analytics extra when pyarrow is missing
     from s3log._extras import extra
-    from s3log.analytics import reading as analytics  # names the analytics extra when pyarrow is missing
 
     with extra("analytics"):
         import duckdb
