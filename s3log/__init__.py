@@ -16,7 +16,7 @@ logging.getLogger("s3log").addHandler(logging.NullHandler())
 if TYPE_CHECKING:
     from s3log._format.values import Entry, Head, ParentRef
     from s3log.aio import AsyncLog, AsyncWriter
-    from s3log.config import LogConfig, RetryPolicy
+    from s3log.config import LogConfig, OnConflict, RetryPolicy, Selector
     from s3log.env import Env
     from s3log.errors import (
         AppendKeyReused,
@@ -68,6 +68,8 @@ _LAZY = {
     "ParentRef": ("s3log._format.values", "ParentRef"),
     "LogConfig": ("s3log.config", "LogConfig"),
     "RetryPolicy": ("s3log.config", "RetryPolicy"),
+    "OnConflict": ("s3log.config", "OnConflict"),
+    "Selector": ("s3log.config", "Selector"),
     "Env": ("s3log.env", "Env"),
     "AppendKeyReused": ("s3log.errors", "AppendKeyReused"),
     "ConflictError": ("s3log.errors", "ConflictError"),
@@ -139,8 +141,8 @@ __all__ = [
     "CorruptionError", "EntriesReducer", "Entry", "EntryNotFound", "ForkInfo", "FormatVersionError", "Head",
     "Env", "InvalidArgumentError", "InvalidEntryError", "InvalidPrefixError", "InvalidSessionIdError",
     "PreconditionsIgnoredError", "SignatureError", "LineageStep", "Log", "LogConfig", "MemoryStore",
-    "NullReducer", "ObstoreStore", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store", "SessionExists",
-    "SessionExpired", "SessionReplaced", "ExpireReport",
+    "NullReducer", "ObstoreStore", "OnConflict", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store",
+    "SessionExists", "Selector", "SessionExpired", "SessionReplaced", "ExpireReport",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer", "WriterBusyError",
     "open_async_log", "open_log",
 ]

@@ -18,8 +18,7 @@ from s3log._format.values import Entry, Head
 from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
-from s3log._protocol.protocol import OnConflict, Selector
-from s3log.config import LogConfig
+from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError
 from s3log.reducer import Reducer, S
 from s3log.results import (
@@ -130,7 +129,7 @@ class AsyncWriter(WriterVerbs[S]):
         self._bind()
         lookup = self._core.resolve(ticket)
         if lookup is not None:  # answered by an append key the head remembers: read its entry
-            await self._log.run(lookup)
+            await self._log._run(lookup)
         # Let every task that is ready to append queue its entry first, so one
         # commit carries them all even when the store never suspends.
         await asyncio.sleep(0)
@@ -222,7 +221,7 @@ class AsyncWriter(WriterVerbs[S]):
                            on_conflict: OnConflict | None = None) -> CommitResult[S]:
         async with lock:
             proc = self._core.touch(on_conflict) if touch else self._core.commit()
-            return await self._log.run(self._log._core.writing(proc))
+            return await self._log._run(self._log._core.writing(proc))
 
 
 def _abandon(task: asyncio.Task[Any]) -> None:
@@ -293,8 +292,8 @@ class AsyncLog(LogVerbs):
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.aclose()
 
-    async def run(self, proc: Proc[T]) -> T:
-        """Run a protocol procedure against this log's store."""
+    async def _run(self, proc: Proc[T]) -> T:
+        """Run a protocol procedure against this log's store (the verbs' one way to the driver)."""
         return await self._driver.run(proc)
 
     async def create(
@@ -310,7 +309,7 @@ class AsyncLog(LogVerbs):
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = await self.run(self._core.create(ws))
+            ws = await self._run(self._core.create(ws))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def open(
@@ -322,15 +321,15 @@ class AsyncLog(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> AsyncWriter[S]:
         """Continue a stored session: read, verify and replay it."""
-        ws = await self.run(self._core.open(session_id, reducer))
+        ws = await self._run(self._core.open(session_id, reducer))
         return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     async def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
         if otel.TRACER is None or not otel.recording():
-            return await self.run(self._core.read(session_id))
+            return await self._run(self._core.read(session_id))
         with otel.verb_span("read", self._store_id(), session_id) as span:
-            view = await self.run(self._core.read(session_id))
+            view = await self._run(self._core.read(session_id))
             span.set_attribute("gen_ai.memory.record.count", len(view.entries))
             return view
 
@@ -339,7 +338,7 @@ class AsyncLog(LogVerbs):
 
     async def head(self, session_id: str) -> Head:
         """A session's head (one GET)."""
-        return (await self.run(self._core.head(session_id)))[0]
+        return (await self._run(self._core.head(session_id)))[0]
 
     async def append_latest(
         self,
@@ -360,14 +359,14 @@ class AsyncLog(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return await self.run(self._core.append_latest(session_id, entries, create_meta, after, keys))
+        return await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys))
 
     async def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
     ) -> SessionView | None:
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
-        return await self.run(self._core.read_window(session_id, since, until))
+        return await self._run(self._core.read_window(session_id, since, until))
 
     async def read_runs(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -378,7 +377,7 @@ class AsyncLog(LogVerbs):
         (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
-        return await self.run(self._core.read_runs(session_id, since, until))
+        return await self._run(self._core.read_runs(session_id, since, until))
 
     async def compact(self, session_id: str, select: Selector) -> bool:
         """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
@@ -388,25 +387,25 @@ class AsyncLog(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return await self.run(self._core.compact(session_id, select))
+        return await self._run(self._core.compact(session_id, select))
 
     async def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> tuple[Head, list[Entry]]:
         """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
-        return await self.run(self._core.read_suffix(session_id, enough))
+        return await self._run(self._core.read_suffix(session_id, enough))
 
     async def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
         """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
-        return await self.run(self._core.heads(session_ids))
+        return await self._run(self._core.heads(session_ids))
 
     async def object_keys(self, session_id: str) -> list[str]:
         """Every key stored under a session's folder."""
-        return await self.run(self._core.object_keys(session_id))
+        return await self._run(self._core.object_keys(session_id))
 
     async def verify(self, session_id: str) -> VerifyReport:
         """Verify a session's whole chain."""
-        return await self.run(self._core.verify(session_id))
+        return await self._run(self._core.verify(session_id))
 
     async def fork(
         self,
@@ -420,19 +419,25 @@ class AsyncLog(LogVerbs):
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
         if otel.TRACER is None or not otel.recording():
-            return await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            return await self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:
-            child = await self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            child = await self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
             otel.forked(span, session_id, child)
             return child
 
     async def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
-        return await self.run(self._core.lineage(session_id))
+        return await self._run(self._core.lineage(session_id))
 
     async def children(self, session_id: str) -> list[str]:
         """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
-        return await self.run(self._core.children(session_id))
+        return await self._run(self._core.children(session_id))
+
+    async def child_heads(self, session_id: str) -> list[HeadRow]:
+        """The sessions forked from this one that have a head, with those heads, read once
+        (rows with ``error`` for unreadable ones): :meth:`children`, for a caller that
+        looks at the forks too (which is newest, which are tombstones: ``Head.expired``)."""
+        return await self._run(self._core.child_heads(session_id))
 
     async def list_session_ids(
         self, *, prefix: str | None = None, since: datetime | timedelta | int | None = None
@@ -450,7 +455,7 @@ class AsyncLog(LogVerbs):
         For exactly the sessions active since then, read their heads
         (:meth:`active_sessions`). Both arguments combine.
         """
-        return await self.run(self._core.session_ids(prefix, since))
+        return await self._run(self._core.session_ids(prefix, since))
 
     async def list_sessions(
         self,
@@ -466,13 +471,13 @@ class AsyncLog(LogVerbs):
         if limit is None and wanted is None and cursor is None:
             ids = await self.list_session_ids()
             for i in range(0, len(ids), LIST_PAGE):
-                for info in await self.run(self._core.session_infos(ids[i : i + LIST_PAGE])):
+                for info in await self._run(self._core.session_infos(ids[i : i + LIST_PAGE])):
                     yield info
             return
         remaining = limit
         while remaining is None or remaining > 0:
             want = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
-            infos, cursor = await self.run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
+            infos, cursor = await self._run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
             for info in infos:
                 yield info
             if remaining is not None:
@@ -482,7 +487,7 @@ class AsyncLog(LogVerbs):
 
     async def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
-        return await self.run(self._core.gc(older_than_ms, dry_run))
+        return await self._run(self._core.gc(older_than_ms, dry_run))
 
     async def check_store(self) -> ProbeReport:
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
@@ -490,15 +495,15 @@ class AsyncLog(LogVerbs):
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
         first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
         """
-        return await self.run(self._core.probe())
+        return await self._run(self._core.probe())
 
     async def delete_plan(self, session_id: str) -> DeletePlan:
         """What :meth:`delete` would remove now, and leave for ``gc`` or ``expire`` (a dry run)."""
-        return await self.run(self._core.delete_plan(session_id))
+        return await self._run(self._core.delete_plan(session_id))
 
     async def delete(self, session_id: str) -> int:
         """Delete a session (head first); what is left for later: :meth:`delete_plan`."""
-        return await self.run(self._core.delete(session_id))
+        return await self._run(self._core.delete(session_id))
 
     # -------------------------------------------------------- retention
 
@@ -512,12 +517,12 @@ class AsyncLog(LogVerbs):
     ) -> ExpireReport:
         """Expire sessions idle for ``idle_for`` (see :meth:`s3log.Log.expire`)."""
         if otel.TRACER is None or not otel.recording():
-            return await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            return await self._run(self._core.expire(idle_for, labels, dry_run, progress))
         with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
-            report = await self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            report = await self._run(self._core.expire(idle_for, labels, dry_run, progress))
             otel.expired(span, report)
             return report
 
     async def active_sessions(self, *, since: datetime | timedelta | int) -> ActiveSessions:
         """Sessions committed to since ``since`` (see :meth:`s3log.Log.active_sessions`)."""
-        return await self.run(self._core.active_sessions(since))
+        return await self._run(self._core.active_sessions(since))

@@ -1,4 +1,6 @@
-"""Configuration of a log: its tunables (:class:`LogConfig`) and retry policy (:class:`RetryPolicy`).
+"""Configuration of a log: its tunables (:class:`LogConfig`) and retry policy
+(:class:`RetryPolicy`), and the shapes of the verbs' options (:data:`OnConflict`,
+:data:`Selector`).
 
 Plain values, no I/O: the drivers read the retry policy, the protocol procedures
 the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log._protocol.protocol`).
@@ -7,12 +9,14 @@ the rest. Exported from :mod:`s3log` (and still importable from :mod:`s3log._pro
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from s3log._format.codec import check_format_version
 from s3log._format.layout import MAX_SEGMENTS
 from s3log._format.manifest import max_manifest_length
-from s3log._format.values import FORMAT_VERSION
+from s3log._format.values import FORMAT_VERSION, Head
 from s3log.env import DEFAULT_ENV, Env
 from s3log.errors import InvalidArgumentError
 from s3log.signing import Signer, Verifier, check_log_id
@@ -23,6 +27,20 @@ from s3log.signing import Signer, Verifier, check_log_id
 #: acknowledge a head that every reader refuses.
 MAX_FANOUT = 512
 assert max_manifest_length(2**64, MAX_FANOUT) <= MAX_SEGMENTS < max_manifest_length(2**64, 2 * MAX_FANOUT)
+
+#: What a conflict does to a writer's commit (``Log.create``/``open``'s ``on_conflict``,
+#: ``Writer.on_conflict``): ``"fork"`` continues in a new session, ``"raise"`` raises
+#: :class:`~s3log.ConflictError` and leaves the entries queued.
+OnConflict = Literal["fork", "raise"]
+
+#: What :meth:`s3log.Log.compact` keeps of a session: called with its logical history
+#: (``{"kind", "ts", "data"}`` maps) and its head, it returns the maps to keep, or None
+#: for no change (an empty list deletes the session).
+Selector = Callable[[list[dict[str, Any]], Head], list[dict[str, Any]] | None]
+
+#: Days the activity index keeps a day's markers at least: ``expire`` prunes a day once
+#: it is older than this or than its ``idle_for`` (docs/operations.md).
+ACTIVITY_KEEP_DAYS = 35
 
 
 @dataclass(frozen=True, slots=True)

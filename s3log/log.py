@@ -14,8 +14,7 @@ from s3log._drive.drivers import SyncDriver
 from s3log._format.values import Entry, Head
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
-from s3log._protocol.protocol import OnConflict, Selector
-from s3log.config import LogConfig
+from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError
 from s3log.reducer import Reducer, S
 from s3log.results import (
@@ -83,7 +82,7 @@ class Writer(WriterVerbs[S]):
 
     def _lead(self) -> CommitResult[S]:
         try:
-            return self._log.run(self._log._core.writing(self._core.commit()))
+            return self._log._run(self._log._core.writing(self._core.commit()))
         finally:
             with self._cond:
                 self._committing = False
@@ -109,7 +108,7 @@ class Writer(WriterVerbs[S]):
         InvalidArgumentError."""
         lookup = self._core.resolve(ticket)
         if lookup is not None:  # answered by an append key the head remembers: read its entry
-            self._log.run(lookup)
+            self._log._run(lookup)
         while True:
             with self._cond:
                 while True:
@@ -139,7 +138,7 @@ class Writer(WriterVerbs[S]):
                 self._cond.wait()
             self._committing = True
         try:
-            return self._log.run(self._log._core.writing(self._core.touch(on_conflict)))
+            return self._log._run(self._log._core.writing(self._core.touch(on_conflict)))
         finally:
             with self._cond:
                 self._committing = False
@@ -190,8 +189,8 @@ class Log(LogVerbs):
         self._close_hooks: list[Callable[[], None]] = []
 
 
-    def run(self, proc: Proc[T]) -> T:
-        """Run a protocol procedure against this log's store."""
+    def _run(self, proc: Proc[T]) -> T:
+        """Run a protocol procedure against this log's store (the verbs' one way to the driver)."""
         return self._driver.run(proc)
 
     def _store_id(self) -> str:
@@ -243,7 +242,7 @@ class Log(LogVerbs):
         """
         ws = self._core.new_session(session_id, meta, reducer)
         if not lazy:
-            ws = self.run(self._core.create(ws))
+            ws = self._run(self._core.create(ws))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     def open(
@@ -255,21 +254,21 @@ class Log(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> Writer[S]:
         """Continue a stored session: read, verify and replay it."""
-        ws = self.run(self._core.open(session_id, reducer))
+        ws = self._run(self._core.open(session_id, reducer))
         return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
 
     def read(self, session_id: str) -> SessionView:
         """Read and verify a session."""
         if otel.TRACER is None or not otel.recording():
-            return self.run(self._core.read(session_id))
+            return self._run(self._core.read(session_id))
         with otel.verb_span("read", self._store_id(), session_id) as span:
-            view = self.run(self._core.read(session_id))
+            view = self._run(self._core.read(session_id))
             span.set_attribute("gen_ai.memory.record.count", len(view.entries))
             return view
 
     def head(self, session_id: str) -> Head:
         """A session's head (one GET, not verified against the chain)."""
-        return self.run(self._core.head(session_id))[0]
+        return self._run(self._core.head(session_id))[0]
 
     def append_latest(
         self,
@@ -290,14 +289,14 @@ class Log(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return self.run(self._core.append_latest(session_id, entries, create_meta, after, keys))
+        return self._run(self._core.append_latest(session_id, entries, create_meta, after, keys))
 
     def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
     ) -> SessionView | None:
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
-        return self.run(self._core.read_window(session_id, since, until))
+        return self._run(self._core.read_window(session_id, since, until))
 
     def read_runs(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -308,7 +307,7 @@ class Log(LogVerbs):
         (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
-        return self.run(self._core.read_runs(session_id, since, until))
+        return self._run(self._core.read_runs(session_id, since, until))
 
     def compact(self, session_id: str, select: Selector) -> bool:
         """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
@@ -318,25 +317,25 @@ class Log(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return self.run(self._core.compact(session_id, select))
+        return self._run(self._core.compact(session_id, select))
 
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> tuple[Head, list[Entry]]:
         """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
-        return self.run(self._core.read_suffix(session_id, enough))
+        return self._run(self._core.read_suffix(session_id, enough))
 
     def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
         """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
-        return self.run(self._core.heads(session_ids))
+        return self._run(self._core.heads(session_ids))
 
     def object_keys(self, session_id: str) -> list[str]:
         """Every key stored under a session's folder."""
-        return self.run(self._core.object_keys(session_id))
+        return self._run(self._core.object_keys(session_id))
 
     def verify(self, session_id: str) -> VerifyReport:
         """Verify a session's whole chain; CorruptionError names the key and seq at fault."""
-        return self.run(self._core.verify(session_id))
+        return self._run(self._core.verify(session_id))
 
     def fork(
         self,
@@ -350,19 +349,25 @@ class Log(LogVerbs):
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
         if otel.TRACER is None or not otel.recording():
-            return self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            return self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:
-            child = self.run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            child = self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
             otel.forked(span, session_id, child)
             return child
 
     def lineage(self, session_id: str) -> list[LineageStep]:
         """The session and its ancestors, child first."""
-        return self.run(self._core.lineage(session_id))
+        return self._run(self._core.lineage(session_id))
 
     def children(self, session_id: str) -> list[str]:
         """The sessions forked from this one that have a head (see :func:`s3log._protocol.protocol.children`)."""
-        return self.run(self._core.children(session_id))
+        return self._run(self._core.children(session_id))
+
+    def child_heads(self, session_id: str) -> list[HeadRow]:
+        """The sessions forked from this one that have a head, with those heads, read once
+        (rows with ``error`` for unreadable ones): :meth:`children`, for a caller that
+        looks at the forks too (which is newest, which are tombstones: ``Head.expired``)."""
+        return self._run(self._core.child_heads(session_id))
 
     def list_session_ids(
         self, *, prefix: str | None = None, since: datetime | timedelta | int | None = None
@@ -380,7 +385,7 @@ class Log(LogVerbs):
         For exactly the sessions active since then, read their heads
         (:meth:`active_sessions`). Both arguments combine.
         """
-        return self.run(self._core.session_ids(prefix, since))
+        return self._run(self._core.session_ids(prefix, since))
 
     def list_sessions(
         self,
@@ -402,12 +407,12 @@ class Log(LogVerbs):
         if limit is None and wanted is None and cursor is None:
             ids = self.list_session_ids()
             for i in range(0, len(ids), LIST_PAGE):
-                yield from self.run(self._core.session_infos(ids[i : i + LIST_PAGE]))
+                yield from self._run(self._core.session_infos(ids[i : i + LIST_PAGE]))
             return
         remaining = limit
         while remaining is None or remaining > 0:
             want = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
-            infos, cursor = self.run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
+            infos, cursor = self._run(self._core.session_page(want, wanted, cursor, LIST_PAGE))
             yield from infos
             if remaining is not None:
                 remaining -= len(infos)
@@ -416,7 +421,7 @@ class Log(LogVerbs):
 
     def gc(self, *, older_than_ms: int = 3_600_000, dry_run: bool = False) -> GcReport:
         """Delete segments no head references (and dangling fork markers) older than the grace period."""
-        return self.run(self._core.gc(older_than_ms, dry_run))
+        return self._run(self._core.gc(older_than_ms, dry_run))
 
     def check_store(self) -> ProbeReport:
         """Probe whether the store honours conditional writes (``s3log doctor`` runs this).
@@ -424,12 +429,12 @@ class Log(LogVerbs):
         Costs 11 small PUTs under ``{prefix}/sessions/_probe/`` in three round trips (12 the
         first time in a bucket): :func:`s3log._protocol.protocol.probe_preconditions`.
         """
-        return self.run(self._core.probe())
+        return self._run(self._core.probe())
 
     def delete_plan(self, session_id: str) -> DeletePlan:
         """What :meth:`delete` would remove now, and leave for ``gc`` or ``expire`` to remove
         later (a dry run: reads and lists only; ``s3log rm --dry-run``)."""
-        return self.run(self._core.delete_plan(session_id))
+        return self._run(self._core.delete_plan(session_id))
 
     def delete(self, session_id: str) -> int:
         """Delete a session (head first); return how many objects were removed.
@@ -437,7 +442,7 @@ class Log(LogVerbs):
         A few objects a session created again at the id may rely on are left for ``gc``
         and ``expire``: :meth:`delete_plan` names them (:class:`~s3log.results.DeletePlan`).
         """
-        return self.run(self._core.delete(session_id))
+        return self._run(self._core.delete(session_id))
 
     # -------------------------------------------------------- retention
 
@@ -461,9 +466,9 @@ class Log(LogVerbs):
         each batch with an :class:`~s3log.results.ExpireProgress`.
         """
         if otel.TRACER is None or not otel.recording():
-            return self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            return self._run(self._core.expire(idle_for, labels, dry_run, progress))
         with otel.verb_span("expire", self._store_id(), dry_run=dry_run) as span:
-            report = self.run(self._core.expire(idle_for, labels, dry_run, progress))
+            report = self._run(self._core.expire(idle_for, labels, dry_run, progress))
             otel.expired(span, report)
             return report
 
@@ -473,4 +478,4 @@ class Log(LogVerbs):
         From the activity index when it covers the window (no head read), else from
         every head (:func:`s3log._protocol.retention.active_sessions`).
         """
-        return self.run(self._core.active_sessions(since))
+        return self._run(self._core.active_sessions(since))

@@ -2,11 +2,10 @@
 
 Plain frozen values, no I/O: commits (:class:`CommitResult`, :class:`ForkInfo`),
 reads (:class:`SessionView`, :class:`VerifyReport`, :class:`LineageStep`, :data:`EntryRun`,
-and what a head alone tells: :func:`is_expired`, :func:`head_outside`), listings
+and what a head alone tells: :func:`head_outside`), listings
 (:class:`SessionInfo`, :class:`HeadRow`), maintenance (:class:`GcReport`,
 :class:`DeletePlan`, :class:`ProbeReport`, :class:`ExpireReport`, :class:`ActiveSessions`) and where a
-submitted entry stands (:data:`TicketStatus`). Each is also importable from the
-module that used to define it.
+submitted entry stands (:data:`TicketStatus`).
 """
 
 from __future__ import annotations
@@ -182,18 +181,6 @@ class SessionView:
 #: ``values`` decoded; no Entry made), or entries (a v1 segment, a tail not in the shape
 #: s3log writes). A bulk reader (s3log.analytics) handles both.
 EntryRun = RunColumns | tuple[Entry, ...]
-
-#: The head field that makes a head a tombstone (docs/format.md, "Head"): the session
-#: expired. The same field the protocol writes and reads.
-EXPIRED_FIELD = "expired"
-
-
-def is_expired(head: Head) -> bool:
-    """Whether ``head`` is the tombstone of an expired session: it lists no entries,
-    and reading the session raises :class:`~s3log.SessionExpired`. A listing
-    (:meth:`Log.heads`) returns such heads as they are; a reader of heads leaves them out."""
-    return isinstance(head.extra.get(EXPIRED_FIELD), dict)
-
 
 def head_outside(head: Head, since: int | None, until: int | None) -> bool:
     """Whether no entry of the session can fall inside ``[since, until)`` (ms; None is

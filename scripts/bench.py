@@ -321,7 +321,7 @@ def round_trips(n: int = 2000) -> dict[str, Any]:
 
     for i in range(n):
         w.append("event", {"i": i, **PAYLOAD})
-        log.run(recorded(w._core.commit()))
+        log._run(recorded(w._core.commit()))
     log.close()
     return {"commits": n, "round_trips_per_commit": trips / n, "puts_per_commit": puts / n,
             "commits_by_round_trips": {str(k): v for k, v in sorted(per_commit.items())}}

@@ -23,7 +23,6 @@ from s3log.analytics import columns, reading
 from s3log.cli import export as export_cli
 from s3log.config import LogConfig
 from s3log.env import Env
-from s3log.results import is_expired
 from tests.helpers import expired_world, store_with
 
 pytest.importorskip("pyarrow")
@@ -141,15 +140,15 @@ def test_sessions_table_leaves_out_expired_sessions() -> None:
                    "USING (session) GROUP BY ALL").fetchall() == [(ids[1], 1, 1)]
 
 
-def test_sessions_table_leaves_out_a_tombstone_as_results_is_expired_names_it() -> None:
+def test_sessions_table_leaves_out_a_tombstone_as_head_expired_names_it() -> None:
     store, _, log = expired_world("gone")
     w = log.create("kept")
     w.append("k", 1)
     w.commit()
     heads = {r.session: r.head for r in log.heads(["gone", "kept"])}
-    assert [sid for sid, h in heads.items() if h is not None and is_expired(h)] == ["gone"]
+    assert [sid for sid, h in heads.items() if h is not None and h.expired] == ["gone"]
     # The public helper reads the field the protocol writes.
-    assert all(is_expired(h) == protocol.is_expired(h) for h in heads.values() if h is not None)
+    assert all(h.expired == protocol.is_expired(h) for h in heads.values() if h is not None)
     assert analytics.sessions_table(store).column("session").to_pylist() == ["kept"]
 
 

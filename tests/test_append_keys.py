@@ -282,7 +282,7 @@ def test_a_langgraph_put_retried_after_a_lost_reply_is_stored_once() -> None:
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
     from s3log.integrations.langgraph import S3LogSaver
-    from s3log.integrations.langgraph.core import CHECKPOINT, session_for
+    from s3log.integrations.langgraph.threads import CHECKPOINT, session_for
 
     for strict in (False, True):
         inner = s3log.MemoryStore()

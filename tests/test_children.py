@@ -60,3 +60,28 @@ def test_a_deleted_childs_id_forked_into_from_another_parent_is_that_parents_chi
     assert log.children("p2") == ["c1"]
     assert log.children("p1") == []
     assert [s.session for s in log.lineage("c1")] == ["c1", "p2"]
+
+
+def test_child_heads_give_each_fork_with_its_head_read_once() -> None:
+    """``Log.child_heads``: the children of ``children``, each with its head (one LIST of the
+    markers, one GET per fork, as ``children``), so a caller choosing among forks reads no head again."""
+    store = s3log.MemoryStore()
+    log = sessions_log(store, "p1")
+    log.fork("p1", child_id="c1")
+    log.fork("p1", child_id="c2")
+    store.requests.reset()
+    rows = log.child_heads("p1")
+    spent = store.requests.snapshot()
+    store.requests.reset()
+    assert sorted(r.session for r in rows) == sorted(log.children("p1")) == ["c1", "c2"]
+    assert store.requests.snapshot() == spent and spent["GET"] == 2  # as children: a GET per fork
+    assert all(r.head is not None and r.head.parent is not None and r.head.parent.session == "p1" for r in rows)
+
+
+async def test_child_heads_on_an_async_log_are_the_same_rows() -> None:
+    store = s3log.MemoryStore()
+    log = sessions_log(store, "p1")
+    log.fork("p1", child_id="c1")
+    alog = s3log.AsyncLog(s3log.AsyncMemoryStore(store))
+    assert [r.session for r in await alog.child_heads("p1")] == ["c1"]
+    assert await alog.child_heads("p1") == log.child_heads("p1")

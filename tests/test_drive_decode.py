@@ -90,7 +90,7 @@ def test_a_segment_fetched_plain_or_decoded_gives_the_same_entries() -> None:
     store = s3log.MemoryStore()
     log, sid, _ = _session(store)
     head = log.head(sid)
-    decoded = log.run(protocol.fetch_segments(log.layout, sid, head.segments))
+    decoded = log._run(protocol.fetch_segments(log.layout, sid, head.segments))
     assert all(isinstance(s, Segment) for s in decoded.values())
     # The same results as blobs (a driver that does not decode): decoded by the procedure.
     blobs = [store.get(k) for k in head.segments]

@@ -157,7 +157,7 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
         w.commit()
     _age_everything(store, 2 * HOUR)
     before = log.head(w.session_id)
-    held = log.run(s3log._protocol.protocol.read_head(log.layout, w.session_id))
+    held = log._run(s3log._protocol.protocol.read_head(log.layout, w.session_id))
     w.append("k", "z" * 500 + "merge")
     w.commit()
     after = log.head(w.session_id)
@@ -165,7 +165,7 @@ def test_gc_grace_counts_from_when_a_segment_stopped_being_referenced() -> None:
     assert retired, "the last commit must have merged segments away"
     report = log.gc(older_than_ms=HOUR)
     assert not set(report.deleted) & retired
-    data = log.run(load_from_head(log.layout, held[0], held[1]))  # the reader holding the old head
+    data = log._run(load_from_head(log.layout, held[0], held[1]))  # the reader holding the old head
     assert len(data.entries) == 3
 
 

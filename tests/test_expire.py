@@ -209,3 +209,20 @@ def test_read_suffix_of_a_session_collected_under_it_is_not_corrupt(then: str) -
     store.on_segment = _sweeper(log, store, then)
     with pytest.raises(s3log.SessionExpired if then == "expired" else s3log.SessionNotFound):
         log.read_suffix("s000", lambda entries: len(entries) >= 3)
+
+
+def test_a_tombstone_head_says_it_is_expired_and_a_live_one_does_not() -> None:
+    """``Head.expired``: what a caller walking heads (an agent's ``follow_forks``) skips."""
+    clock = Clock()
+    log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(7, clock)))
+    old = log.create("old")
+    old.append("k", 1)
+    old.commit()
+    clock.t += 31 * 86_400_000
+    live = log.create("live")
+    live.append("k", 2)
+    live.commit()
+    assert tombstone_idle(log, idle_for=timedelta(days=30)).expired == ["old"]
+    rows = {r.session: r.head for r in log.heads(["old", "live"])}
+    assert rows["old"] is not None and rows["old"].expired
+    assert rows["live"] is not None and not rows["live"].expired

@@ -130,12 +130,12 @@ def test_a_v2_session_through_every_read_path() -> None:
     head = log.head(sid)
     assert len(head.segments) >= 2 and head.tail
     assert _datas(log.read(sid).entries) == list(range(31))
-    data = log.run(protocol.load(log.layout, sid, upto_seq=7))
+    data = log._run(protocol.load(log.layout, sid, upto_seq=7))
     assert _datas(data.entries) == list(range(8))
-    got_head, suffix = log.run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 5))
+    got_head, suffix = log._run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 5))
     assert got_head == head and _datas(suffix) == list(range(suffix[0].seq, 31)) and len(suffix) >= 5
     for seq in (0, 4, 29, 30):
-        e = log.run(protocol.entry_at(log.layout, head, seq))
+        e = log._run(protocol.entry_at(log.layout, head, seq))
         assert e is not None and e.seq == seq and e.data["i"] == seq
     child = log.fork(sid, at_seq=12)
     fork_entry = log.read(child).entries[0]

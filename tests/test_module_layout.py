@@ -75,13 +75,13 @@ def _check(out: list[object]) -> None:
 
 def test_typed_requests_return_what_the_sync_driver_sends() -> None:
     with s3log.Log(s3log.MemoryStore()) as log:
-        _check(log.run(_typed_requests()))
+        _check(log._run(_typed_requests()))
 
 
 def test_typed_requests_return_what_the_async_driver_sends() -> None:
     async def main() -> list[object]:
         async with s3log.AsyncLog(s3log.AsyncMemoryStore()) as log:
-            return await log.run(_typed_requests())
+            return await log._run(_typed_requests())
 
     _check(asyncio.run(main()))
 
@@ -123,3 +123,25 @@ def test_mypy_sees_the_state_type_of_a_writer(tmp_path: Path) -> None:
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1, proc.stdout
     assert "typed_use.py:11:" in errors[0] and '"SessionState"' in errors[0] and '"int"' in errors[0]
+
+
+def test_the_layers_above_the_log_drive_it_through_its_public_verbs() -> None:
+    """The agent sessions, the integrations and the CLI call public verbs of Log, AsyncLog
+    and their writers only (decision 0045): no log runs a raw protocol procedure for them
+    (``_run`` is private), and none reaches into a log's or writer's private attributes."""
+    import ast
+
+    assert not hasattr(s3log.Log, "run") and not hasattr(s3log.AsyncLog, "run")
+    root = Path(s3log.__file__).parent
+    reached = []
+    for layer in ("agent", "integrations", "cli"):
+        for path in sorted((root / layer).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                # ``self._x``, ``cls._x`` and a session's own procedures are the layer's own.
+                own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in ("self", "cls", "session")
+                if isinstance(node, ast.Attribute) and not own and (
+                        (node.attr in ("run", "layout") and ast.unparse(node.value) not in ("asyncio", "subprocess"))
+                        or (node.attr.startswith("_") and not node.attr.startswith("__"))):
+                    reached.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert reached == []

@@ -63,7 +63,7 @@ def _log(store: s3log.MemoryStore, clock: Clock | None = None, **kw: Any) -> s3l
 def _commit(log: s3log.Log, w: s3log.Writer[Any]) -> list[Op]:
     """Commit ``w``'s queue; the ops it yielded, one per round trip."""
     seen: list[Op] = []
-    log.run(recorded(w._core.commit(), seen))
+    log._run(recorded(w._core.commit(), seen))
     return seen
 
 
@@ -238,7 +238,7 @@ def test_a_reader_holding_the_head_of_a_commit_in_flight_reads_it_whole() -> Non
         op = next(proc)
         if isinstance(op, Parallel) and any(isinstance(o, PutIfAbsent) for o in op.ops):
             break
-        log.run(_finish(proc, op))
+        log._run(_finish(proc, op))
     seg_op = next(o for o in op.ops if isinstance(o, PutIfAbsent))
     head_op = next(o for o in op.ops if isinstance(o, PutIfMatch))
     # The head lands first; the segment is still in flight when a reader comes.
@@ -251,7 +251,7 @@ def test_a_reader_holding_the_head_of_a_commit_in_flight_reads_it_whole() -> Non
     w2 = log.open("s1")
     assert w2._core.ws.confirmed is None
     seg_etag = store.put_if_absent(seg_op.key, seg_op.body)
-    log.run(_finish(proc, None, [etag if o is head_op else seg_etag for o in op.ops]))
+    log._run(_finish(proc, None, [etag if o is head_op else seg_etag for o in op.ops]))
     w.append("msg", {"i": -1})
     w.commit()
     assert _head(store, log, "s1").segments[-1] == seg_op.key
@@ -281,7 +281,7 @@ def test_a_restoring_writer_confirms_the_pending_segment_in_the_segments_round_t
     pending = _head(store, log, "s1").pending
     assert pending is not None
     seen: list[Op] = []
-    ws = log.run(recorded(log._core.open("s1", None), seen))
+    ws = log._run(recorded(log._core.open("s1", None), seen))
     assert _kinds(seen) == ["Get", ["Get"] * (len(_head(store, log, "s1").segments) + 1)]
     assert ws.confirmed == pending.key
     w2 = log.open("s1")

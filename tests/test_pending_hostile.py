@@ -414,12 +414,12 @@ def test_a_promoted_merge_keeps_the_segments_it_replaced_for_readers_of_the_old_
     clock.t += grace - 1
     deleted = log.gc(older_than_ms=grace).deleted
     assert not set(replaced) & set(deleted)
-    held = log.run(protocol.load_from_head(log.layout, old, old_etag))
+    held = log._run(protocol.load_from_head(log.layout, old, old_etag))
     assert [e.hash for e in held.entries] == [e.hash for e in acked[: len(held.entries)]]
     clock.t += grace + protocol.landing_bound_ms(log.config.commit_deadline_ms)
     assert set(replaced) <= set(log.gc(older_than_ms=grace).deleted)
     # Past the grace period a reader of the old head is sent to the new one.
-    assert [e.hash for e in log.run(protocol.load_latest_from(log.layout, old, old_etag)).entries] == \
+    assert [e.hash for e in log._run(protocol.load_latest_from(log.layout, old, old_etag)).entries] == \
         [e.hash for e in acked]
 
 
@@ -692,7 +692,7 @@ def test_confirmation_by_get_needs_exact_entries_not_just_a_matching_key() -> No
     assert h.pending is not None
     body = store.get(h.pending.key).body
     seg = decode_segment(body, h.pending.key)
-    data = log.run(protocol.load(log.layout, "s1"))
+    data = log._run(protocol.load(log.layout, "s1"))
     assert protocol._pending_entries(h, h.pending.key, body, data.entries) == seg.entries
     short = encode_segment("s1", list(seg.entries[:-1]), 2) if len(seg.entries) > 1 else b"\xa0"
     assert protocol._pending_entries(h, h.pending.key, short, data.entries) is None

@@ -37,7 +37,7 @@ def _log(store: s3log.MemoryStore, clock: Clock, **kw: Any) -> s3log.Log:
 
 def _commit(log: s3log.Log, w: s3log.Writer) -> list[Op]:
     seen: list[Op] = []
-    log.run(recorded(w._core.commit(), seen))
+    log._run(recorded(w._core.commit(), seen))
     return seen
 
 
@@ -148,9 +148,9 @@ def test_expire_and_gc_write_nothing_so_the_sweep_role_cannot_forge_history() ->
     _store, clock, log, ids = _world()
     seen: list[Op] = []
     core = log._core
-    log.run(recorded(core.expire(timedelta(days=30), None, False, None), seen))
+    log._run(recorded(core.expire(timedelta(days=30), None, False, None), seen))
     clock.t += 2 * 3_600_000
-    log.run(recorded(protocol.gc(core.layout, older_than_ms=3_600_000, now=clock.t, dry_run=False), seen))
+    log._run(recorded(protocol.gc(core.layout, older_than_ms=3_600_000, now=clock.t, dry_run=False), seen))
     flat = [o for op in seen for o in (op.ops if isinstance(op, Parallel) else (op,))]
     assert {type(o).__name__ for o in flat} == {"Get", "ListKeys", "DeleteIfMatch", "Delete"}, flat
     assert sorted(o.key for o in flat if isinstance(o, DeleteIfMatch)) == sorted(
@@ -364,3 +364,11 @@ def test_a_takeover_whose_tombstone_gc_deletes_first_creates_the_session() -> No
     acked = log.create("thread-7").append_durable("k", "new")  # its If-Match PUT meets 404
     assert reports and log.layout.head("thread-7") in reports[0].deleted
     assert [e.hash for e in log.read("thread-7").entries] == [acked.hash]
+
+
+def test_the_public_activity_keep_days_is_the_one_expire_prunes_by() -> None:
+    """``s3log.config.ACTIVITY_KEEP_DAYS`` (what ``s3log rm`` tells) is retention's own."""
+    from s3log._protocol import retention
+    from s3log.config import ACTIVITY_KEEP_DAYS
+
+    assert ACTIVITY_KEEP_DAYS == retention.ACTIVITY_KEEP_DAYS

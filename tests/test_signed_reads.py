@@ -111,7 +111,7 @@ def test_suffix_and_entry_at_of_fork_child_and_tail_only_head(verify: bool) -> N
             _, suffix = log.read_suffix(sid, lambda es, k=k: len(es) >= k)
             assert [e.hash for e in suffix] == [e.hash for e in full[len(full) - len(suffix):]]
         for seq in range(-1, len(full) + 1):
-            got = log.run(protocol.entry_at(log.layout, head, seq))
+            got = log._run(protocol.entry_at(log.layout, head, seq))
             assert (got.hash if got else None) == (full[seq].hash if 0 <= seq < len(full) else None)
     assert [s.session for s in log.lineage(child)] == [child, parent.session_id]
 
@@ -128,7 +128,7 @@ def _round_trips(log: s3log.Log, proc: Any) -> tuple[Any, int]:
         except StopIteration as stop:
             return stop.value
 
-    return log.run(counted()), count[0]
+    return log._run(counted()), count[0]
 
 
 def test_entry_at_with_trusted_keys_reads_its_suffix_in_one_round_trip() -> None:
@@ -219,7 +219,7 @@ def test_a_fork_at_a_seq_does_not_build_on_a_forged_manifest(signer: Ed25519Sign
     with pytest.raises(s3log.CorruptionError):
         reader.fork(sid, at_seq=1)
     with pytest.raises(s3log.CorruptionError):
-        reader.run(protocol.load(reader.layout, sid, upto_seq=1))
+        reader._run(protocol.load(reader.layout, sid, upto_seq=1))
     assert [s for s in store.all_keys() if s.endswith("/head")] == [reader.layout.head(sid)]  # no child
 
 
@@ -230,7 +230,7 @@ def test_a_fork_at_a_seq_of_a_genuine_session_still_holds_the_prefix(signer: Ed2
     child = reader.fork(sid, at_seq=1)
     parent = reader.read(child).parent
     assert parent is not None and parent.seq == 1 and parent.hash == reader.read(sid).entries[1].hash
-    data = reader.run(protocol.load(reader.layout, sid, upto_seq=1))
+    data = reader._run(protocol.load(reader.layout, sid, upto_seq=1))
     assert [e.seq for e in data.entries] == [0, 1]
 
 
@@ -307,11 +307,11 @@ def test_entry_at_with_trusted_keys_verifies_up_to_the_head(signer: Ed25519Signe
     head = _head(store, reader, sid)
     genuine = reader.read(sid).entries
     for seq in (0, 1, 5, 9):
-        assert reader.run(protocol.entry_at(reader.layout, head, seq)) == genuine[seq]
-    assert reader.run(protocol.entry_at(reader.layout, head, 10)) is None
+        assert reader._run(protocol.entry_at(reader.layout, head, seq)) == genuine[seq]
+    assert reader._run(protocol.entry_at(reader.layout, head, 10)) is None
     forged = _forge_first_segment(store, reader, sid, {"i": "FORGED"})
     with pytest.raises(s3log.CorruptionError):
-        reader.run(protocol.entry_at(reader.layout, forged, 1))
+        reader._run(protocol.entry_at(reader.layout, forged, 1))
 
 
 def test_expired_added_to_a_signed_head_does_not_make_it_a_tombstone(signer: Ed25519Signer) -> None:

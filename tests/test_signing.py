@@ -195,8 +195,8 @@ def test_every_read_path_checks_the_signature(s3log_server: LocalS3, bucket: str
         with pytest.raises(SignatureError):
             call(sid)
     with pytest.raises(SignatureError):
-        log.run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 1))
-    rows = log.run(protocol.list_head_rows(log.layout, [sid]))
+        log._run(protocol.load_suffix(log.layout, sid, lambda es: len(es) >= 1))
+    rows = log._run(protocol.list_head_rows(log.layout, [sid]))
     assert rows[0].head is None and "unsigned" in (rows[0].error or "")
     assert [i.session_id for i in log.list_sessions()] == [sid]  # listed, as a broken row
 

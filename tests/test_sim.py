@@ -397,7 +397,7 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
     w.append("k", "a")
     w.commit()  # segment A
     clock.now += 10_000  # A is old
-    data = log.run(protocol.load(layout, w.session_id))
+    data = log._run(protocol.load(layout, w.session_id))
     ws = protocol.writer_state_from(data, EntriesReducer(), cfg)
     held: dict[str, Any] = {}
 
@@ -405,7 +405,7 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
         # The merging commit is slow: its head lands 800 ms after it was planned. A
         # reader reads the head just before it lands.
         if isinstance(op, PutIfMatch):
-            held["head"] = log.run(protocol.read_head(layout, w.session_id))
+            held["head"] = log._run(protocol.read_head(layout, w.session_id))
             clock.now += 800
 
     proc = protocol.commit(layout, cfg, ws, [PendingEntry("k", clock.now, "b")], EntriesReducer())
@@ -415,7 +415,7 @@ def test_reader_of_the_previous_head_gets_the_whole_grace_period() -> None:
     log.gc(older_than_ms=grace)
     head, etag = held["head"]
     try:
-        log.run(protocol.load_from_head(layout, head, etag))
+        log._run(protocol.load_from_head(layout, head, etag))
     except s3log.CorruptionError as exc:
         pytest.fail(f"{grace // 2} ms after its head retired, the reader lost a segment: {exc}")
 

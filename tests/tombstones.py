@@ -66,12 +66,12 @@ def _ms(idle_for: timedelta | int) -> int:
 def tombstone_idle(log: Any, *, idle_for: timedelta | int) -> Tombstoned:
     """:func:`tombstone_proc` through a sync ``Log``."""
     core = log._core
-    result: Tombstoned = log.run(tombstone_proc(core.layout, core.config, _ms(idle_for)))
+    result: Tombstoned = log._run(tombstone_proc(core.layout, core.config, _ms(idle_for)))
     return result
 
 
 async def tombstone_idle_async(log: Any, *, idle_for: timedelta | int) -> Tombstoned:
     """:func:`tombstone_proc` through an ``AsyncLog``."""
     core = log._core
-    result: Tombstoned = await log.run(tombstone_proc(core.layout, core.config, _ms(idle_for)))
+    result: Tombstoned = await log._run(tombstone_proc(core.layout, core.config, _ms(idle_for)))
     return result

@@ -24,8 +24,8 @@ from s3log._format.layout import DEFAULT_PREFIX, Layout
 from s3log._format.values import APPEND_KEY_MAX_BYTES, AppendKey, Entry, Head, ParentRef, append_digest
 from s3log._protocol import listing, protocol, retention
 from s3log._protocol.ops import ObjectInfo, Proc
-from s3log._protocol.protocol import ChainPosition, OnConflict, SessionData
-from s3log.config import LogConfig
+from s3log._protocol.protocol import ChainPosition, SessionData
+from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.results import (
@@ -563,6 +563,10 @@ class LogCore:
         """Sessions forked from ``session_id``."""
         return protocol.children(self.layout, validate_session_id(session_id))
 
+    def child_heads(self, session_id: str) -> Proc[list[HeadRow]]:
+        """Sessions forked from ``session_id``, with their heads (read once)."""
+        return protocol.child_heads(self.layout, validate_session_id(session_id))
+
     def delete_plan(self, session_id: str) -> Proc[DeletePlan]:
         """What deleting a session would remove now and leave for gc or expire (reads only)."""
         return protocol.plan_delete(self.layout, validate_session_id(session_id), self.config)
@@ -673,7 +677,7 @@ class LogCore:
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
 
-    def compact(self, session_id: str, select: protocol.Selector) -> Proc[bool]:
+    def compact(self, session_id: str, select: Selector) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see
         :func:`protocol.compact_session`; probed first)."""
         return self.writing(protocol.compact_session(self.layout, self.config, validate_session_id(session_id),
@@ -734,7 +738,7 @@ class LogVerbs:
 
     @property
     def layout(self) -> Layout:
-        """The key layout of this log (for running protocol procedures directly)."""
+        """The key layout of this log (where each object of a session is stored)."""
         return self._core.layout
 
     @property

@@ -6,7 +6,7 @@ from typing import Generic
 
 from s3log._api.core import CommitQueue, ForkListener
 from s3log._format.values import Head
-from s3log._protocol.protocol import OnConflict
+from s3log.config import OnConflict
 from s3log.reducer import S
 from s3log.results import ForkInfo
 

@@ -408,6 +408,12 @@ class Head(_HeadSlots):
         return self.seq + 1
 
     @property
+    def expired(self) -> bool:
+        """Whether this head is the tombstone of an expired session: it lists no entries,
+        and readers report the session as expired (docs/format.md, ``expired``)."""
+        return isinstance(self.extra.get("expired"), dict)
+
+    @property
     def tail_first_seq(self) -> int:
         """The seq the tail starts at (== seq + 1 when the tail is empty)."""
         lazy: _LazyTail | None = getattr(self, "_lazy_tail", None)

@@ -14,21 +14,18 @@ and Chat-style messages (``{"role": "assistant", "tool_calls": [{"id": ...}]}``
 answered by ``{"role": "tool", "tool_call_id": ...}``).
 
 The package: :mod:`~s3log.agent.state` (kinds, state, fold), :mod:`~s3log.agent.core`
-(every decision, as I/O-free procedures), :mod:`~s3log.agent.sync` and
-:mod:`~s3log.agent.aio` (the shells that perform them).
+(every decision, as I/O-free procedures of calls of the log's public verbs),
+:mod:`~s3log.agent.args` (argument checks), :mod:`~s3log.agent.errors`,
+:mod:`~s3log.agent.registry` (live sessions, drained at close and exit), and
+:mod:`~s3log.agent.sync` and :mod:`~s3log.agent.aio` (the shells that perform them,
+through :mod:`s3log._upper`).
 """
 
 from __future__ import annotations
 
 from s3log.agent.aio import AsyncAgentSession, aclose, adrain
-from s3log.agent.core import (
-    AgentArgumentError,
-    AgentItemError,
-    ForkCallback,
-    RecordsLostWarning,
-    SessionBusy,
-    SessionScopeError,
-)
+from s3log.agent.core import ForkCallback
+from s3log.agent.errors import AgentArgumentError, AgentItemError, RecordsLostWarning, SessionBusy, SessionScopeError
 from s3log.agent.state import (
     ASSISTANT_ITEMS,
     CACHE_LOCKED,

@@ -1,4 +1,5 @@
-"""The asyncio shell: :class:`AsyncAgentSession` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+"""The asyncio shell: :class:`AsyncAgentSession` awaits the core's calls of the verbs
+of an :class:`~s3log.AsyncLog` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import builtins
 import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from s3log import otel
-from s3log._format.ids import validate_session_id
-from s3log._protocol.protocol import child_heads
-from s3log.agent import core
-from s3log.agent.core import Op, Proc, SessionCore, T
-from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
+from s3log._upper import Proc, arun
+from s3log.agent import args, core, registry
+from s3log.agent.core import SessionCore, T
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import S3LogError
 from s3log.results import ForkInfo, SessionInfo
@@ -23,48 +22,9 @@ ForkCallback = Callable[["AsyncAgentSession", ForkInfo], None]
 Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
 
 
-async def _perform(log: AsyncLog, op: Op) -> Any:
-    if isinstance(op, core.Append):
-        assert isinstance(op.writer, AsyncWriter)
-        return op.writer.append(op.kind, op.data)
-    if isinstance(op, core.Commit):
-        assert isinstance(op.writer, AsyncWriter)
-        return await op.writer.commit()
-    if isinstance(op, core.Renew):
-        assert isinstance(op.writer, AsyncWriter)
-        return await op.writer.renew_lease(on_conflict=op.on_conflict)
-    if isinstance(op, core.Now):
-        return log.config.env.now_ms()
-    if isinstance(op, core.Wait):
-        await asyncio.sleep(op.seconds)
-        return None
-    if isinstance(op, core.Open):
-        return await log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
-    if isinstance(op, core.Create):
-        return await log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
-    if isinstance(op, core.ReadHead):
-        return await log.head(op.session_id)
-    if isinstance(op, core.Children):
-        return await log.run(child_heads(log.layout, validate_session_id(op.session_id)))
-    if isinstance(op, core.Fork):
-        return await log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
-                              reducer=AgentReducer())
-    return [row async for row in log.list_sessions(limit=op.limit)]
-
-
-async def run(log: AsyncLog, proc: Proc[T]) -> T:
-    """Run a core procedure against ``log``, awaiting its operations."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        op, result = core.step(proc, value, error)
-        if op is None:
-            return cast(T, result)  # the procedure returned: result is its value
-        value, error = None, None
-        try:
-            value = await _perform(log, op)
-        except Exception as exc:  # thrown back into the procedure, which decides
-            error = exc
+async def _sleep(seconds: float) -> None:
+    # asyncio looked up when called: a test may stand in for the module's.
+    await asyncio.sleep(seconds)
 
 
 class AsyncAgentSession(SessionCore):
@@ -83,7 +43,7 @@ class AsyncAgentSession(SessionCore):
     # The constructor is SessionCore's: only the types of log and writer narrow here.
 
     async def _run(self, proc: Proc[T]) -> T:
-        return await run(self.log, proc)
+        return await arun(proc)
 
     # ------------------------------------------------------------------ construction
 
@@ -103,13 +63,9 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Start a session lazily (see :meth:`s3log.agent.AgentSession.create`)."""
-        core.options_arg(options)
-        head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
-        writer = await run(log, core.create_proc(session_id, head))
-        assert isinstance(writer, AsyncWriter)
-        session = cls(log, writer, **options)
-        await session._run(session._p_start(system_prompt, config, history))
-        return session
+        args.options_arg(options)
+        head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
+        return await arun(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
 
     @classmethod
     async def restore(
@@ -124,16 +80,11 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
-        core.options_arg(options)
-        proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
-        if otel.TRACER is None or not otel.recording():
-            writer = await run(log, proc)
-        else:
-            with otel.verb_span("restore", log._store_id(), session_id) as span:
-                writer = await run(log, proc)
-                otel.restored(span, writer.session_id)
-        assert isinstance(writer, AsyncWriter)
-        return cls(log, writer, **options)
+        args.options_arg(options)
+        with core.restore_span(log, session_id) as restored:
+            session = await arun(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
+            restored(session.session_id)
+        return session
 
     @classmethod
     async def fork_at(
@@ -147,17 +98,14 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """A new session holding a stored point's state (see :meth:`s3log.agent.AgentSession.fork_at`)."""
-        core.options_arg(options)
-        writer = await run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
-        assert isinstance(writer, AsyncWriter)
-        return cls(log, writer, **options)
+        return await arun(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
     async def list(
         cls, log: AsyncLog, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
-        return await run(log, core.list_proc(labels, limit))
+        return await arun(core.list_proc(log, labels, limit))
 
     async def renew_lease(self) -> None:
         """Extend the lease of the open turn (see :meth:`s3log.agent.AgentSession.renew_lease`)."""
@@ -165,10 +113,7 @@ class AsyncAgentSession(SessionCore):
 
     async def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AsyncAgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
-        core.options_arg(options)
-        writer = await self._run(self._p_fork(labels))
-        assert isinstance(writer, AsyncWriter)
-        return AsyncAgentSession(self.log, writer, **options)
+        return await self._run(self._p_fork(labels, options))
 
     # -------------------------------------------------------------------- recording
 
@@ -267,13 +212,13 @@ async def adrain(log: AsyncLog) -> None:
     failed sessions keep their records for another try.
     """
     errors: builtins.list[tuple[str, BaseException]] = []
-    for session in core.live_sessions(log):
+    for session in registry.live_sessions(log):
         if isinstance(session, AsyncAgentSession) and session.unsaved():
             try:
                 await session.flush()
             except S3LogError as exc:
                 errors.append((session.session_id, exc))
-    core.raise_first(errors)
+    registry.raise_first(errors)
 
 
 async def aclose(log: AsyncLog) -> None:

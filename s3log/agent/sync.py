@@ -1,4 +1,5 @@
-"""The blocking shell: :class:`AgentSession` performs the core's operations on a :class:`~s3log.Log`."""
+"""The blocking shell: :class:`AgentSession` performs the core's calls of the verbs
+of a :class:`~s3log.Log` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from s3log import otel
-from s3log._format.ids import validate_session_id
-from s3log._protocol.protocol import child_heads
-from s3log.agent import core
-from s3log.agent.core import Op, Proc, SessionCore, T
-from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, AgentReducer, SessionState, Status
+from s3log._upper import Proc, run
+from s3log.agent import args, core, registry
+from s3log.agent.core import SessionCore, T
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status
 from s3log.errors import S3LogError
 from s3log.log import Log, Writer
 from s3log.results import ForkInfo, SessionInfo
@@ -23,48 +22,9 @@ ForkCallback = Callable[["AgentSession", ForkInfo], None]
 Items = Mapping[str, Any] | Iterable[Mapping[str, Any]]
 
 
-def _perform(log: Log, op: Op) -> Any:
-    if isinstance(op, core.Append):
-        assert isinstance(op.writer, Writer)
-        return op.writer.append(op.kind, op.data)
-    if isinstance(op, core.Commit):
-        assert isinstance(op.writer, Writer)
-        return op.writer.commit()
-    if isinstance(op, core.Renew):
-        assert isinstance(op.writer, Writer)
-        return op.writer.renew_lease(on_conflict=op.on_conflict)
-    if isinstance(op, core.Now):
-        return log.config.env.now_ms()
-    if isinstance(op, core.Wait):
-        time.sleep(op.seconds)
-        return None
-    if isinstance(op, core.Open):
-        return log.open(op.session_id, reducer=AgentReducer(), on_conflict="raise")
-    if isinstance(op, core.Create):
-        return log.create(op.session_id, meta=op.meta, reducer=AgentReducer(), lazy=True)
-    if isinstance(op, core.ReadHead):
-        return log.head(op.session_id)
-    if isinstance(op, core.Children):
-        return log.run(child_heads(log.layout, validate_session_id(op.session_id)))
-    if isinstance(op, core.Fork):
-        return log.fork(op.session_id, at_seq=op.at_seq, at_hash=op.at_hash, meta=op.meta,
-                        reducer=AgentReducer())
-    return list(log.list_sessions(limit=op.limit))
-
-
-def run(log: Log, proc: Proc[T]) -> T:
-    """Run a core procedure against ``log``, blocking."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        op, result = core.step(proc, value, error)
-        if op is None:
-            return cast(T, result)  # the procedure returned: result is its value
-        value, error = None, None
-        try:
-            value = _perform(log, op)
-        except Exception as exc:  # thrown back into the procedure, which decides
-            error = exc
+def _sleep(seconds: float) -> None:
+    # time looked up when called: a test may stand in for the module's.
+    time.sleep(seconds)
 
 
 class AgentSession(SessionCore):
@@ -85,7 +45,7 @@ class AgentSession(SessionCore):
     # The constructor is SessionCore's: only the types of log and writer narrow here.
 
     def _run(self, proc: Proc[T]) -> T:
-        return run(self.log, proc)
+        return run(proc)
 
     # ------------------------------------------------------------------ construction
 
@@ -107,13 +67,9 @@ class AgentSession(SessionCore):
         """Start a session lazily: nothing is stored (and the id is not taken) until a
         record after the session start is committed, or, for a start seeded with
         ``history``, until the next :meth:`flush` or :meth:`close`."""
-        core.options_arg(options)
-        head = core.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
-        writer = run(log, core.create_proc(session_id, head))
-        assert isinstance(writer, Writer)
-        session = cls(log, writer, **options)
-        session._run(session._p_start(system_prompt, config, history))
-        return session
+        args.options_arg(options)
+        head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
+        return run(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
 
     @classmethod
     def restore(
@@ -137,16 +93,11 @@ class AgentSession(SessionCore):
         ``force=True`` repairs it anyway. Options ``owner`` (this worker's id) and
         ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
-        core.options_arg(options)
-        proc = core.restore_proc(session_id, labels, follow_forks, owner=options.get("owner"), wait=wait, force=force)
-        if otel.TRACER is None or not otel.recording():
-            writer = run(log, proc)
-        else:
-            with otel.verb_span("restore", log._store_id(), session_id) as span:
-                writer = run(log, proc)
-                otel.restored(span, writer.session_id)
-        assert isinstance(writer, Writer)
-        return cls(log, writer, **options)
+        args.options_arg(options)
+        with core.restore_span(log, session_id) as restored:
+            session = run(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
+            restored(session.session_id)
+        return session
 
     @classmethod
     def fork_at(
@@ -161,17 +112,14 @@ class AgentSession(SessionCore):
     ) -> AgentSession:
         """A new session holding ``session_id``'s state at a stored point, exactly as
         replayed (an open turn stays open; an unknown point is an error)."""
-        core.options_arg(options)
-        writer = run(log, core.fork_at_proc(session_id, at_hash, at_seq, labels))
-        assert isinstance(writer, Writer)
-        return cls(log, writer, **options)
+        return run(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
     def list(
         cls, log: Log, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
-        return run(log, core.list_proc(labels, limit))
+        return run(core.list_proc(log, labels, limit))
 
     def renew_lease(self) -> None:
         """Extend the lease of the open turn (call during a long tool call): one PUT of the head.
@@ -185,10 +133,7 @@ class AgentSession(SessionCore):
 
     def fork(self, *, labels: Mapping[str, Any] | None = None, **options: Any) -> AgentSession:
         """A new session continuing from this one's current state (buffered records are flushed first)."""
-        core.options_arg(options)
-        writer = self._run(self._p_fork(labels))
-        assert isinstance(writer, Writer)
-        return AgentSession(self.log, writer, **options)
+        return self._run(self._p_fork(labels, options))
 
     # -------------------------------------------------------------------- recording
 
@@ -285,13 +230,13 @@ def drain(log: Log) -> None:
     failed sessions keep their records for another try.
     """
     errors: builtins.list[tuple[str, BaseException]] = []
-    for session in core.live_sessions(log):
+    for session in registry.live_sessions(log):
         if isinstance(session, AgentSession) and session.unsaved():
             try:
                 session.flush()
             except S3LogError as exc:
                 errors.append((session.session_id, exc))
-    core.raise_first(errors)
+    registry.raise_first(errors)
 
 
 def close(log: Log) -> None:

@@ -7,7 +7,7 @@ sessions in flight plus one batch, whatever the size of the prefix. :func:`sessi
 gives one row per session from its head alone (:data:`~s3log.analytics.SESSIONS_SCHEMA`):
 labels, meta, counts. Sessions are read through the log's public verbs
 (:meth:`s3log.Log.list_session_ids`, :meth:`s3log.Log.read_runs`, :meth:`s3log.Log.heads`)
-and what a head tells (:func:`s3log.results.is_expired`, :func:`s3log.results.head_outside`).
+and what a head tells (:attr:`s3log.Head.expired`, :func:`s3log.results.head_outside`).
 
 The other rooms: the Arrow columns are made in :mod:`s3log.analytics.columns`, exports
 written by :mod:`s3log.analytics.export`, DuckDB views made by :mod:`s3log.analytics.sql`,
@@ -36,7 +36,7 @@ from s3log.analytics.options import _check_verifier, _config, _ms, _names, _posi
 from s3log.config import LogConfig
 from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError, SessionNotFound
 from s3log.log import Log
-from s3log.results import EntryRun, head_outside, is_expired
+from s3log.results import EntryRun, head_outside
 from s3log.signing import Verifier
 from s3log.store.base import ObjectStore
 
@@ -388,7 +388,7 @@ def _sessions(
         for start in range(0, len(ids), step):
             for r in lg.heads(ids[start : start + step]):
                 head = r.head
-                if head is None or is_expired(head) or (
+                if head is None or head.expired or (
                         (lo is not None or hi is not None) and head_outside(head, lo, hi)):
                     continue
                 try:

@@ -383,7 +383,7 @@ def rm_decision(*, yes: bool, dry_run: bool, stdin_is_tty: bool, ask: Callable[[
 
 def _left_lines(plan: Any) -> list[str]:
     """What ``rm`` leaves, one line each: the key, who removes it, when, and why it stays."""
-    from s3log._protocol.retention import ACTIVITY_KEEP_DAYS
+    from s3log.config import ACTIVITY_KEEP_DAYS
 
     young = _duration_text(plan.left_until_ms)
     return [

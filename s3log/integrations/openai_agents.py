@@ -1,7 +1,8 @@
 """An OpenAI Agents SDK session on s3log: ``S3LogSession``.
 
 A ``SessionABC`` of the SDK, over an s3log :class:`~s3log.AsyncLog` (awaited directly)
-or :class:`~s3log.Log` (run in a worker thread). Stored items are plain CBOR data
+or :class:`~s3log.Log` (run in a worker thread), through the log's public verbs
+(:func:`s3log._upper.acall` makes that choice). Stored items are plain CBOR data
 (dicts, lists, strings, numbers): reading them imports and calls nothing. Nothing is ever deleted: ``add_items`` is one
 ``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed) and
 ``clear_session`` appends ``oa.clear``, so the chain stays verifiable and every past
@@ -29,6 +30,7 @@ from s3log._format.cbor import dumps
 from s3log._format.ids import validate_session_id
 from s3log._format.values import FORK_KIND, Entry
 from s3log._loops import PerLoop
+from s3log._upper import acall
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError, _log_from_url
@@ -180,20 +182,11 @@ class S3LogSession(SessionABC):
 
     async def _open(self) -> Writer | AsyncWriter:
         meta = {"openai_agents": {"session_id": self.session_id}}
-        if isinstance(self.log, AsyncLog):
-            try:
-                return await self.log.open(self.sid, on_conflict="raise")
-            except SessionNotFound:
-                return await self.log.create(self.sid, meta=meta, lazy=True, on_conflict="raise")
-        log = self.log
-
-        def open_sync() -> Writer:
-            try:
-                return log.open(self.sid, on_conflict="raise")
-            except SessionNotFound:
-                return log.create(self.sid, meta=meta, lazy=True, on_conflict="raise")
-
-        return await asyncio.to_thread(open_sync)
+        try:
+            writer: Writer | AsyncWriter = await acall(self.log.open, self.sid, on_conflict="raise")
+        except SessionNotFound:
+            writer = await acall(self.log.create, self.sid, meta=meta, lazy=True, on_conflict="raise")
+        return writer
 
     def _bind(self) -> asyncio.Lock:
         """The running loop's lock for this session's writes (a new one on a new loop).
@@ -223,8 +216,7 @@ class S3LogSession(SessionABC):
         writer.append(kind, data, key=key)
         # The commit runs on in its own task (or thread) if this call is cancelled: it is
         # kept, and the next call waits for it (see _settle).
-        done: asyncio.Future[Any] = asyncio.ensure_future(
-            writer.commit() if isinstance(writer, AsyncWriter) else asyncio.to_thread(writer.commit))
+        done: asyncio.Future[Any] = asyncio.ensure_future(acall(writer.commit))
         done.add_done_callback(_retrieve)
         try:
             await asyncio.shield(done)
@@ -240,11 +232,7 @@ class S3LogSession(SessionABC):
             return []
         await self._settle()
         try:
-            if isinstance(self.log, AsyncLog):
-                _, entries = await self.log.read_suffix(self.sid, lambda es: latest_items(es, limit)[1])
-            else:
-                _, entries = await asyncio.to_thread(
-                    self.log.read_suffix, self.sid, lambda es: latest_items(es, limit)[1])
+            _, entries = await acall(self.log.read_suffix, self.sid, lambda es: latest_items(es, limit)[1])
         except SessionNotFound:
             return []
         return latest_items(entries, limit)[0]
@@ -364,12 +352,7 @@ class S3LogSession(SessionABC):
         """Async :meth:`fork_at` (over either kind of log). The new session shares this
         one's log; :meth:`aclose` of the new session leaves it open."""
         child_id = store_id(session_id) if session_id else None
-        if isinstance(self.log, AsyncLog):
-            child = await self.log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id)
-        else:
-            log = self.log
-            child = await asyncio.to_thread(
-                lambda: log.fork(self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id))
+        child = await acall(self.log.fork, self.sid, at_seq=at_seq, at_hash=at_hash, child_id=child_id)
         return S3LogSession(session_id or child, self.log, session_settings=self.session_settings)
 
 

@@ -19,17 +19,18 @@ Stored values are data, never code: by default the savers deserialize with LangG
 one in a format the saver never writes (``pickle``, ``json``) is refused with
 :class:`UnsafePayloadError`. Needs the ``langgraph`` extra.
 
-Layout: :mod:`.core` holds every decision (sans-IO procedures) and the verbs, written
-once; :mod:`.sync` and :mod:`.aio` are the two shells that perform the I/O;
-:mod:`.serde` is what may be deserialized.
+Layout: :mod:`.core` holds every decision (sans-IO procedures of calls of the log's
+public verbs) and the verbs, written once; :mod:`.threads` the session ids, append keys
+and fold of a thread; :mod:`.sync` and :mod:`.aio` are the two shells that perform the
+calls (through :mod:`s3log._upper`); :mod:`.serde` is what may be deserialized.
 """
 
 from __future__ import annotations
 
 from s3log.integrations.langgraph.aio import AsyncS3LogSaver, SyncCallError
-from s3log.integrations.langgraph.core import session_for, thread_prefix
 from s3log.integrations.langgraph.serde import AllowedType, UnsafePayloadError, strict_serializer
 from s3log.integrations.langgraph.sync import S3LogSaver
+from s3log.integrations.langgraph.threads import session_for, thread_prefix
 
 __all__ = [
     "AllowedType", "AsyncS3LogSaver", "S3LogSaver", "SyncCallError", "UnsafePayloadError", "session_for",

@@ -1,4 +1,5 @@
-"""The asyncio shell: :class:`AsyncS3LogSaver` awaits the core's operations on an :class:`~s3log.AsyncLog`."""
+"""The asyncio shell: :class:`AsyncS3LogSaver` awaits the core's calls of the verbs
+of an :class:`~s3log.AsyncLog` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ from typing import Any
 
 from s3log._extras import extra
 from s3log._loops import PerLoop
-from s3log.aio import AsyncLog, AsyncWriter
-from s3log.errors import S3LogError, SessionNotFound
+from s3log._upper import Proc, arun
+from s3log.aio import AsyncLog
+from s3log.errors import S3LogError
 from s3log.integrations import IntegrationError, _log_from_url
-from s3log.integrations.langgraph import core
-from s3log.integrations.langgraph.core import Op, Proc, SaverCore, Stepper, T
+from s3log.integrations.langgraph.core import SaverCore, T
 from s3log.integrations.langgraph.serde import AllowedType
 from s3log.log import Log
-from s3log.results import SessionView
 
 with extra("langgraph"):
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -25,13 +25,6 @@ with extra("langgraph"):
 class SyncCallError(S3LogError, asyncio.InvalidStateError):
     """A synchronous method of :class:`AsyncS3LogSaver` was called where it cannot
     block: on its event loop's own thread, or with no loop running."""
-
-
-async def _read(log: AsyncLog, sid: str) -> SessionView | None:
-    try:
-        return await log.read(sid)
-    except SessionNotFound:
-        return None
 
 
 class AsyncS3LogSaver(SaverCore[AsyncLog]):
@@ -91,16 +84,7 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
 
     async def _async(self, proc: Proc[T]) -> T:
         self.loop = asyncio.get_running_loop()
-        return await self._drive(proc)
-
-    async def _drive(self, proc: Proc[T]) -> T:
-        s = Stepper(proc)
-        while (op := s.next()) is not None:
-            try:
-                s.ok(await self._perform(op))
-            except Exception as exc:  # thrown back into the procedure, which decides
-                s.fail(exc)
-        return s.result()
+        return await arun(proc)
 
     def _sync(self, proc: Proc[T]) -> T:
         return self._blocking(self._async(proc))
@@ -120,31 +104,3 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
                 "runs; use the async interface (await saver.aget_tuple(...), await graph.ainvoke(...), "
                 "await graph.aget_state(...)) or S3LogSaver for sync code")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    async def _perform(self, op: Op) -> Any:
-        log = self.log
-        if isinstance(op, core.Locked):
-            async with self._lock(op.session_id):
-                return await self._drive(op.proc)
-        if isinstance(op, core.Read):
-            return await asyncio.gather(*(_read(log, sid) for sid in op.ids))
-        if isinstance(op, core.AppendLatest):
-            return await log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
-                                     keys=op.keys)
-        if isinstance(op, core.FindIds):
-            return await log.list_session_ids(prefix=op.prefix)
-        if isinstance(op, core.ReadHead):
-            return await log.head(op.session_id)
-        if isinstance(op, core.Open):
-            return await log.open(op.session_id, on_conflict="raise")
-        if isinstance(op, core.Create):
-            return await log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
-        if isinstance(op, core.Commit):
-            assert isinstance(op.writer, AsyncWriter)
-            op.writer.append(op.kind, op.data, key=op.key)
-            return await op.writer.commit()
-        if isinstance(op, core.Fork):
-            return await log.fork(op.session_id, meta=op.meta, child_id=op.child_id)
-        if isinstance(op, core.Delete):
-            return await log.delete(op.session_id)
-        return await core.perform_rewrite(log, op)

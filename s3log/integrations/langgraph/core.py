@@ -1,34 +1,30 @@
 """The sans-IO core of the LangGraph savers, shared by the blocking and the asyncio shells.
 
-Every decision lives here: how a session folds into checkpoints, which checkpoint a
-config names, what ``list`` returns, what ``put`` and ``put_writes`` store and how
-they meet other writers, what ``prune`` and ``delete_for_runs`` drop and how a
-thread's session is rewritten without it. Decisions are generator procedures that
-yield small operations (:class:`Read`, :class:`AppendLatest`, ...) and receive their
-results (an error is thrown back in); :class:`~s3log.integrations.langgraph.S3LogSaver`
-performs them against a :class:`~s3log.Log`,
-:class:`~s3log.integrations.langgraph.AsyncS3LogSaver` awaits them against an
-:class:`~s3log.AsyncLog`. The verbs are written once, here, over the shell's two
-runners; nothing else differs between the two savers.
+Every decision lives here: which checkpoint a config names, what ``list`` returns,
+what ``put`` and ``put_writes`` store and how they meet other writers, what ``prune``
+and ``delete_for_runs`` drop and how a thread's session is rewritten without it
+(the ids and the fold are :mod:`.threads`). Decisions are generator procedures that
+yield calls of the log's and the writer's public verbs (``log.read``,
+``log.append_latest``, ``log.compact``, ...: :class:`s3log._upper.Call`) and receive
+what they return (an error is thrown back in);
+:class:`~s3log.integrations.langgraph.S3LogSaver` performs them blocking
+(:func:`s3log._upper.run`), :class:`~s3log.integrations.langgraph.AsyncS3LogSaver`
+awaits them (:func:`s3log._upper.arun`). The verbs are written once, here, over the
+shell's two runners; nothing else differs between the two savers.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
-from s3log._api.core import LogVerbs
-from s3log._api.writer import WriterVerbs
 from s3log._extras import extra
-from s3log._format.cbor import dumps
 from s3log._format.values import Head
-from s3log._protocol.protocol import Selector
-from s3log.aio import AsyncLog
+from s3log._upper import Call, Each, Locked, Proc, call
+from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError
 from s3log.integrations.langgraph.serde import (
@@ -38,9 +34,25 @@ from s3log.integrations.langgraph.serde import (
     strict_serializer,
     tag_allowed,
 )
-from s3log.log import Log
-from s3log.reducer import EntriesReducer
-from s3log.results import CommitResult, SessionView
+from s3log.integrations.langgraph.threads import (
+    CHECKPOINT,
+    WRITES,
+    Keep,
+    ThreadState,
+    check_prune,
+    create_meta,
+    delta_ancestors,
+    entry_key,
+    fold_view,
+    fork_meta,
+    head_info,
+    keep_latest,
+    selector,
+    session_for,
+    thread_prefix,
+)
+from s3log.log import Log, Writer
+from s3log.results import CommitResult
 
 with extra("langgraph"):
     from langchain_core.runnables import RunnableConfig
@@ -57,241 +69,8 @@ with extra("langgraph"):
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
-CHECKPOINT = "lg.checkpoint"
-WRITES = "lg.writes"
-
 T = TypeVar("T")
-L = TypeVar("L", bound=LogVerbs)
-
-
-def _digest(text: str, n: int) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def _text(value: Any, what: str) -> str:
-    """``value`` if it is text that UTF-8 can encode (what ids are hashed from), else an
-    IntegrationError naming ``what``, raised before anything is read or written."""
-    if not isinstance(value, str):
-        raise IntegrationError(f"{what} must be a string, not {type(value).__name__} ({value!r})")
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise IntegrationError(f"{what} {value!r} is not valid Unicode text ({exc.reason} at "
-                               f"position {exc.start})") from None
-    return value
-
-
-def thread_prefix(thread_id: str, *, what: str = "thread_id") -> str:
-    """The session-id prefix of every namespace of a thread.
-
-    A thread id that is not a string of valid Unicode raises
-    :class:`~s3log.integrations.IntegrationError` naming ``what``.
-    """
-    return f"lg-{_digest(_text(thread_id, what), 32)}-"
-
-
-def session_for(thread_id: str, checkpoint_ns: str) -> str:
-    """The s3log session holding (thread_id, checkpoint_ns).
-
-    Ids that are not strings of valid Unicode raise
-    :class:`~s3log.integrations.IntegrationError` naming the argument.
-    """
-    return thread_prefix(thread_id) + _digest("ns:" + _text(checkpoint_ns, "checkpoint_ns"), 16)
-
-
-def entry_key(kind: str, data: Any) -> str:
-    """The append key of a saver's entry: a digest of its kind and data, so a put or
-    put_writes retried with the same content (after a timeout, a crash, a lost reply)
-    is stored once, and different content is never refused (upstream savers upsert)."""
-    return "lg:" + hashlib.sha256(dumps([kind, data])).hexdigest()[:40]
-
-
-def _create_meta(thread_id: str, ns: str) -> dict[str, Any]:
-    return {"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}}
-
-
-# ----------------------------------------------------------------------- operations
-
-
-@dataclass(frozen=True, slots=True)
-class FindIds:
-    """The session ids starting with ``prefix`` (``Log.list_session_ids(prefix=...)``); result: a list, newest first."""
-
-    prefix: str
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """Read and verify sessions (``Log.read``; the async shell reads them in parallel);
-    result: a list of SessionView, None where there is no such session, in order."""
-
-    ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ReadHead:
-    """One session's head (``Log.head``); result: the Head."""
-
-    session_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class AppendLatest:
-    """Append entries at the session's end, creating it with ``create_meta`` if missing
-    (``Log.append_latest``); result: the CommitResult (the next ``after``)."""
-
-    session_id: str
-    entries: tuple[tuple[str, Any], ...]
-    create_meta: dict[str, Any]
-    after: CommitResult | None
-    #: The entries' append keys (:func:`entry_key`): a retried put is stored once.
-    keys: tuple[str | None, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Open:
-    """Open a stored session with ``on_conflict="raise"`` (``Log.open``); result: its writer."""
-
-    session_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Create:
-    """Start a session lazily with ``on_conflict="raise"`` (``Log.create``); result: its writer."""
-
-    session_id: str
-    meta: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Queue one entry on a writer and commit it (``append`` + ``commit``); result: the CommitResult."""
-
-    writer: WriterVerbs[Any]
-    kind: str
-    data: Any
-    #: Its append key (:func:`entry_key`).
-    key: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Fork:
-    """Fork a session's latest entry into ``child_id`` (``Log.fork``); result: the child's id."""
-
-    session_id: str
-    meta: dict[str, Any]
-    child_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    """Delete a session (``Log.delete``); result: how many objects were removed."""
-
-    session_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Rewrite:
-    """Rewrite a session without the checkpoints ``drop_of`` names (see :func:`rewrite`);
-    result: whether it changed. Performed by :func:`perform_rewrite`."""
-
-    session_id: str
-    drop_of: Keep
-
-
-@dataclass(frozen=True, slots=True)
-class Locked:
-    """Run ``proc`` holding the saver's in-process lock on one session (a
-    ``threading.Lock`` or an ``asyncio.Lock``); result: what ``proc`` returns."""
-
-    session_id: str
-    proc: Proc[Any]
-
-
-Op = FindIds | Read | ReadHead | AppendLatest | Open | Create | Commit | Fork | Delete | Rewrite | Locked
-Proc = Generator[Op, Any, T]
-
-
-class Stepper(Generic[T]):
-    """Drives a procedure for a shell, which only performs the operations::
-
-        s = Stepper(proc)
-        while (op := s.next()) is not None:
-            try:
-                s.ok(perform(op))          # or: s.ok(await perform(op))
-            except Exception as exc:       # thrown back into the procedure, which decides
-                s.fail(exc)
-        return s.result()
-    """
-
-    def __init__(self, proc: Proc[T]) -> None:
-        self._proc = proc
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._result: T | None = None
-
-    def next(self) -> Op | None:
-        """The next operation to perform, or None when the procedure has returned."""
-        value, error = self._value, self._error
-        self._value, self._error = None, None
-        try:
-            # The last operation's error is thrown in at the yield that asked for it.
-            return self._proc.throw(error) if error is not None else self._proc.send(value)
-        except StopIteration as stop:
-            self._result = stop.value
-            return None
-
-    def ok(self, value: Any) -> None:
-        """The operation returned ``value``."""
-        self._value = value
-
-    def fail(self, error: BaseException) -> None:
-        """The operation raised ``error``."""
-        self._error = error
-
-    def result(self) -> T:
-        """What the procedure returned."""
-        return cast(T, self._result)
-
-
-# ------------------------------------------------------------------------ folding
-
-
-@dataclass
-class ThreadState:
-    """The folded state of one (thread, namespace) session."""
-
-    thread_id: str = ""
-    checkpoint_ns: str = ""
-    order: builtins.list[str] = field(default_factory=builtins.list)
-    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # checkpoint id -> (task_id, idx) -> (channel, typed value, task_path)
-    writes: dict[str, dict[tuple[str, int], tuple[str, Any, str]]] = field(default_factory=dict)
-
-
-def fold(entries: Sequence[dict[str, Any]], meta: dict[str, Any]) -> ThreadState:
-    """The checkpoints and pending writes of a session's entries (as dicts)."""
-    t = ThreadState(meta.get("thread_id", ""), meta.get("checkpoint_ns", ""))
-    for e in entries:
-        data = e["data"]
-        if e["kind"] == CHECKPOINT:
-            if data["id"] not in t.checkpoints:
-                t.order.append(data["id"])
-            t.checkpoints[data["id"]] = data
-        elif e["kind"] == WRITES:
-            bucket = t.writes.setdefault(data["checkpoint_id"], {})
-            for idx, channel, value in data["writes"]:
-                key = (data["task_id"], idx)
-                # Regular writes are idempotent (first wins); special channels overwrite.
-                if idx < 0 or key not in bucket:
-                    bucket[key] = (channel, value, data.get("task_path", ""))
-    return t
-
-
-def _fold_view(view: SessionView | None) -> ThreadState | None:
-    if view is None:
-        return None
-    return fold(view.state(EntriesReducer()), view.meta.get("langgraph", {}))
+L = TypeVar("L", bound="Log | AsyncLog")
 
 
 def _list_prefix(config: RunnableConfig | None) -> str | None:
@@ -300,65 +79,6 @@ def _list_prefix(config: RunnableConfig | None) -> str | None:
         return "lg-"
     conf = config["configurable"]
     return None if "checkpoint_ns" in conf else thread_prefix(conf["thread_id"])
-
-
-# -------------------------------------------------------------- prune / delete_for_runs
-
-Keep = Callable[[ThreadState], "set[str] | None"]
-
-
-def _kept_entries(history: Sequence[dict[str, Any]], drop: set[str]) -> builtins.list[dict[str, Any]]:
-    """The checkpoint and writes entries of ``history`` whose checkpoint is not in ``drop``."""
-    def checkpoint_of(e: dict[str, Any]) -> str | None:
-        if e["kind"] == CHECKPOINT:
-            return str(e["data"]["id"])
-        return str(e["data"]["checkpoint_id"]) if e["kind"] == WRITES else None
-
-    return [e for e in history if (cid := checkpoint_of(e)) is not None and cid not in drop]
-
-
-def _selector(drop_of: Keep) -> Selector:
-    """What :meth:`s3log.Log.compact` keeps of a thread's session: every entry but the
-    checkpoints ``drop_of`` names (and their writes); None when nothing is dropped."""
-
-    def select(history: list[dict[str, Any]], head: Head) -> list[dict[str, Any]] | None:
-        drop = drop_of(fold(history, head.meta.get("langgraph", {})))
-        return _kept_entries(history, drop) if drop else None
-
-    return select
-
-
-def perform_rewrite(log: Log | AsyncLog, op: Rewrite) -> Any:
-    """Perform :class:`Rewrite` on ``log`` (a Log: the result; an AsyncLog: an awaitable).
-
-    A new root chain at the same id (the saver finds threads by id) holding what is
-    kept; atomic against a concurrent writer (ConflictError, retried by the caller);
-    the old segments reach gc through ``retired_at`` (see :meth:`s3log.Log.compact`).
-    """
-    return log.compact(op.session_id, _selector(op.drop_of))
-
-
-def _keep_latest(n: int) -> Keep:
-    def drop(t: ThreadState) -> set[str] | None:
-        return set(sorted(t.order)[:-n]) if len(t.order) > n else None
-
-    return drop
-
-
-def _check_prune(strategy: str, keep: int) -> None:
-    if strategy not in ("keep_latest", "delete"):
-        raise IntegrationError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
-    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-        raise IntegrationError(f"prune keep must be a positive integer, not {keep!r}")
-
-
-def _head_info(head: Head) -> dict[str, Any]:
-    return {"version": head.version, "seq": head.seq, "hash": head.hash.hex() if head.hash else None}
-
-
-def _fork_meta(meta: dict[str, Any], target_thread_id: str) -> tuple[str, dict[str, Any]]:
-    ns = meta.get("langgraph", {}).get("checkpoint_ns", "")
-    return ns, {**meta, "langgraph": {"thread_id": target_thread_id, "checkpoint_ns": ns}}
 
 
 # ------------------------------------------------------------------------ the saver
@@ -391,7 +111,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         # first: the last append's result, or (strict) the writer it opened. Shared with
         # the clones LangGraph makes (with_allowlist copies the saver shallowly).
         self._after: dict[str, CommitResult] = {}
-        self._writers: dict[str, WriterVerbs[Any]] = {}
+        self._writers: dict[str, Writer[Any] | AsyncWriter[Any]] = {}
         # strict: the head this saver last read of a session it holds no writer for
         # (the next append's writer must open at it), and the checkpoints it refused
         # (their pending writes are refused too; a bounded, insertion-ordered set).
@@ -410,6 +130,11 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         """Raise IntegrationError unless ``log`` is the kind of log this shell drives."""
 
     @abstractmethod
+    def _lock(self, sid: str) -> Any:
+        """The shell's in-process lock on one session (a ``threading.Lock``, or the running
+        loop's ``asyncio.Lock``), held by :class:`~s3log._upper.Locked`."""
+
+    @abstractmethod
     def _sync(self, proc: Proc[T]) -> T:
         """Run a procedure, blocking."""
 
@@ -418,6 +143,16 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         """Run a procedure, awaited."""
 
     # ---------------------------------------------------------------- reading
+
+    def _find(self, prefix: str) -> Call:
+        """The session ids starting with ``prefix``, newest first."""
+        return call(self.log.list_session_ids, prefix=prefix)
+
+    def _read(self, ids: tuple[str, ...]) -> Each:
+        """Read and verify sessions (the async shell reads them at once); None for a
+        session that does not exist."""
+        return Each(tuple(Call(self.log.read, (sid,), absent=(SessionNotFound,)) for sid in ids))
+
 
     def _loads(self, stored: Any, what: str, t: ThreadState) -> Any:
         where = f"{what} in thread {t.thread_id!r} (namespace {t.checkpoint_ns!r})"
@@ -462,10 +197,10 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
     def _get(self, config: RunnableConfig) -> Proc[CheckpointTuple | None]:
         conf = config["configurable"]
         sid = session_for(conf["thread_id"], conf.get("checkpoint_ns", ""))
-        [view] = yield Read((sid,))
+        [view] = yield self._read((sid,))
         if self.strict and view is not None:
-            yield Locked(sid, self._note_read(sid, view.head))
-        t = _fold_view(view)
+            yield Locked(self._lock(sid), self._note_read(sid, view.head))
+        t = fold_view(view)
         if t is None or not t.order:
             return None
         cid = get_checkpoint_id(config)
@@ -484,8 +219,8 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         if not channels:
             return {}
         conf = config["configurable"]
-        [view] = yield Read((session_for(conf["thread_id"], conf.get("checkpoint_ns", "")),))
-        t = _fold_view(view)
+        [view] = yield self._read((session_for(conf["thread_id"], conf.get("checkpoint_ns", "")),))
+        t = fold_view(view)
         collected: dict[str, builtins.list[Any]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
@@ -519,9 +254,9 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             conf = config["configurable"]
             sids = [session_for(conf["thread_id"], conf["checkpoint_ns"])]
         else:
-            sids = yield FindIds(prefix)
-        views = yield Read(tuple(sids))
-        return [t for t in map(_fold_view, views) if t is not None]
+            sids = yield self._find(prefix)
+        views = yield self._read(tuple(sids))
+        return [t for t in map(fold_view, views) if t is not None]
 
     def _select(
         self,
@@ -587,7 +322,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         # queue here instead of meeting each other as conflicts.
         sid = session_for(thread_id, ns)
         append = self._append_strict if self.strict else self._append_latest
-        yield Locked(sid, append(sid, _create_meta(thread_id, ns), kind, data))
+        yield Locked(self._lock(sid), append(sid, create_meta(thread_id, ns), kind, data))
 
     def _append_latest(self, sid: str, meta: dict[str, Any], kind: str, data: dict[str, Any]) -> Proc[None]:
         """Append on top of whatever other writers did (``Log.append_latest`` re-reads the
@@ -595,13 +330,13 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         after = self._after.pop(sid, None)
         keys = (entry_key(kind, data),)
         try:
-            result = yield AppendLatest(sid, ((kind, data),), meta, after, keys)
+            result = yield call(self.log.append_latest, sid, ((kind, data),), create_meta=meta, after=after, keys=keys)
         except SessionNotFound:
             if after is None:
                 raise
             # Deleted since this saver's last append (delete_thread elsewhere): start
             # the session afresh, as a first put does.
-            result = yield AppendLatest(sid, ((kind, data),), meta, None, keys)
+            result = yield call(self.log.append_latest, sid, ((kind, data),), create_meta=meta, keys=keys)
         self._after[sid] = result
 
     def _note_read(self, sid: str, head: Head) -> Proc[None]:
@@ -643,18 +378,19 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             if writer is None:
                 read_at = self._read_at.get(sid)
                 try:
-                    writer = yield Open(sid)
+                    writer = yield call(self.log.open, sid, on_conflict="raise")
                 except SessionNotFound:
-                    writer = yield Create(sid, meta)
+                    writer = yield call(self.log.create, sid, meta=meta, lazy=True, on_conflict="raise")
                 found = writer.head
                 if read_at is not None and (found.seq, found.hash) != (read_at.seq, read_at.hash):
                     # Advanced (or deleted) by another writer since this saver read it; the
                     # read stays the base (every append conflicts) until the saver reads again.
-                    raise ConflictError(sid, _head_info(read_at), _head_info(found))
+                    raise ConflictError(sid, head_info(read_at), head_info(found))
                 self._read_at.pop(sid, None)
                 self._writers[sid] = writer
             try:
-                yield Commit(writer, kind, data, entry_key(kind, data))
+                writer.append(kind, data, key=entry_key(kind, data))
+                yield call(writer.commit)
                 return
             except ConflictError as err:
                 self._writers.pop(sid, None)
@@ -685,51 +421,51 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
     # ------------------------------------------------------- threads, pruning
 
     def _delete_thread(self, thread_id: str) -> Proc[None]:
-        for sid in (yield FindIds(thread_prefix(thread_id))):
-            yield Locked(sid, self._delete_session(sid))
+        for sid in (yield self._find(thread_prefix(thread_id))):
+            yield Locked(self._lock(sid), self._delete_session(sid))
 
     def _delete_session(self, sid: str) -> Proc[None]:
         self._forget(sid)
         with contextlib.suppress(SessionNotFound):  # deleted by someone else meanwhile
-            yield Delete(sid)
+            yield call(self.log.delete, sid)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Proc[None]:
         source = thread_prefix(source_thread_id, what="source_thread_id")
         thread_prefix(target_thread_id, what="target_thread_id")
         forks: builtins.list[tuple[str, dict[str, Any], str]] = []
-        for sid in (yield FindIds(source)):
-            head: Head = yield ReadHead(sid)
-            ns, child_meta = _fork_meta(head.meta, target_thread_id)
+        for sid in (yield self._find(source)):
+            head: Head = yield call(self.log.head, sid)
+            ns, child_meta = fork_meta(head.meta, target_thread_id)
             forks.append((sid, child_meta, session_for(target_thread_id, ns)))
         # Every target namespace is checked before any is forked: a target that already
         # holds one of them is refused whole, not copied in part. (A namespace created in
         # the target meanwhile still makes its fork raise SessionExists.)
         for _, _, child in forks:
             try:
-                yield ReadHead(child)
+                yield call(self.log.head, child)
             except SessionNotFound:
                 continue  # free (an expired id's tombstone is taken over by the fork)
             raise SessionExists(child)
         for sid, child_meta, child in forks:
-            yield Fork(sid, child_meta, child)
+            yield call(self.log.fork, sid, meta=child_meta, child_id=child)
 
     def _prune(self, thread_ids: Sequence[str], strategy: str, keep: int) -> Proc[None]:
-        _check_prune(strategy, keep)
+        check_prune(strategy, keep)
         for tid in thread_ids:
             thread_prefix(tid, what="a thread id in thread_ids")  # all checked before any is pruned
         for tid in thread_ids:
             if strategy == "delete":
                 yield from self._delete_thread(tid)
                 continue
-            for sid in (yield FindIds(thread_prefix(tid))):
-                yield Locked(sid, self._compact(sid, _keep_latest(keep)))
+            for sid in (yield self._find(thread_prefix(tid))):
+                yield Locked(self._lock(sid), self._compact(sid, keep_latest(keep)))
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Proc[None]:
         wanted = set(run_ids)
         if not wanted:
             return
-        for sid in (yield FindIds("lg-")):
-            yield Locked(sid, self._compact(sid, self._runs_drop(wanted)))
+        for sid in (yield self._find("lg-")):
+            yield Locked(self._lock(sid), self._compact(sid, self._runs_drop(wanted)))
 
     def _runs_drop(self, run_ids: set[str]) -> Keep:
         """The checkpoints of a thread whose metadata names one of ``run_ids``."""
@@ -748,50 +484,10 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             out = drop_of(t)
             if not out:
                 return None
-            out -= self._delta_ancestors(t, [cid for cid in t.order if cid not in out])
+            out -= delta_ancestors(t, [cid for cid in t.order if cid not in out], self._loads)
             return out or None
 
         return drop
-
-    def _delta_ancestors(self, t: ThreadState, survivors: Iterable[str]) -> set[str]:
-        """The ancestors LangGraph's ``get_delta_channel_history`` walks from ``survivors``.
-
-        A ``DeltaChannel`` stores its value only every ``snapshot_frequency`` steps; in
-        between, a checkpoint holds nothing for it and its value is rebuilt by walking the
-        parent chain, replaying each ancestor's pending writes, back to the nearest
-        ancestor whose ``channel_values`` has the channel (its snapshot). The channels to
-        walk for are those the checkpoint's metadata counts since their last snapshot
-        (``counters_since_delta_snapshot``, present only on threads with delta channels)
-        that have a version and no stored value there, as LangGraph decides at load.
-        """
-        loaded: dict[str, tuple[set[str], set[str]]] = {}
-
-        def stored_and_wanted(cid: str) -> tuple[set[str], set[str]]:
-            # (channels with a stored value, delta channels rebuilt by the walk), per checkpoint.
-            if cid not in loaded:
-                data = t.checkpoints[cid]
-                checkpoint = self._loads(data["checkpoint"], f"checkpoint {cid}", t)
-                metadata = self._loads(data["metadata"], f"the metadata of checkpoint {cid}", t)
-                stored = set(checkpoint.get("channel_values") or ())
-                versions = checkpoint.get("channel_versions") or {}
-                counters = (metadata or {}).get("counters_since_delta_snapshot") or {}
-                loaded[cid] = stored, {k for k in counters if k in versions and k not in stored}
-            return loaded[cid]
-
-        needed: set[str] = set()
-        carried: dict[str, set[str]] = {}  # ancestor -> channels already walked through it
-        for cid in survivors:
-            want = set(stored_and_wanted(cid)[1])
-            parent = t.checkpoints[cid].get("parent_id")
-            while want and parent in t.checkpoints:
-                seen = carried.setdefault(parent, set())
-                if want <= seen:
-                    break  # walked from here for these channels already
-                seen |= want
-                needed.add(parent)
-                want -= stored_and_wanted(parent)[0]
-                parent = t.checkpoints[parent].get("parent_id")
-        return needed
 
     def _compact(self, sid: str, drop_of: Keep) -> Proc[None]:
         self._forget(sid)
@@ -799,7 +495,7 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
         attempts = self.log.config.retry.attempts
         for attempt in range(attempts):
             try:
-                yield Rewrite(sid, drop_of)
+                yield call(self.log.compact, sid, selector(drop_of))
                 return
             except SessionNotFound:
                 return  # deleted meanwhile: nothing to prune

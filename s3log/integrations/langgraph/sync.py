@@ -1,4 +1,5 @@
-"""The blocking shell: :class:`S3LogSaver` performs the core's operations on a :class:`~s3log.Log`."""
+"""The blocking shell: :class:`S3LogSaver` performs the core's calls of the verbs
+of a :class:`~s3log.Log` (:mod:`s3log._upper`)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from s3log._extras import extra
+from s3log._upper import Proc, run
 from s3log.aio import AsyncLog
-from s3log.errors import SessionNotFound
 from s3log.integrations import IntegrationError, _log_from_url
-from s3log.integrations.langgraph import core
-from s3log.integrations.langgraph.core import Op, Proc, SaverCore, Stepper, T
+from s3log.integrations.langgraph.core import SaverCore, T
 from s3log.integrations.langgraph.serde import AllowedType
-from s3log.log import Log, Writer
-from s3log.results import SessionView
+from s3log.log import Log
 
 with extra("langgraph"):
     from langgraph.checkpoint.serde.base import SerializerProtocol
-
-
-def _read(log: Log, sid: str) -> SessionView | None:
-    try:
-        return log.read(sid)
-    except SessionNotFound:
-        return None
 
 
 class S3LogSaver(SaverCore[Log]):
@@ -74,42 +66,8 @@ class S3LogSaver(SaverCore[Log]):
         return self._locks.setdefault(sid, threading.Lock())
 
     def _sync(self, proc: Proc[T]) -> T:
-        s = Stepper(proc)
-        while (op := s.next()) is not None:
-            try:
-                s.ok(self._perform(op))
-            except Exception as exc:  # thrown back into the procedure, which decides
-                s.fail(exc)
-        return s.result()
+        return run(proc)
 
     async def _async(self, proc: Proc[T]) -> T:
         # boto3 blocks: the procedure runs in a worker thread.
         return await asyncio.to_thread(self._sync, proc)
-
-    def _perform(self, op: Op) -> Any:
-        log = self.log
-        if isinstance(op, core.Locked):
-            with self._lock(op.session_id):
-                return self._sync(op.proc)
-        if isinstance(op, core.Read):
-            return [_read(log, sid) for sid in op.ids]
-        if isinstance(op, core.AppendLatest):
-            return log.append_latest(op.session_id, op.entries, create_meta=op.create_meta, after=op.after,
-                                     keys=op.keys)
-        if isinstance(op, core.FindIds):
-            return log.list_session_ids(prefix=op.prefix)
-        if isinstance(op, core.ReadHead):
-            return log.head(op.session_id)
-        if isinstance(op, core.Open):
-            return log.open(op.session_id, on_conflict="raise")
-        if isinstance(op, core.Create):
-            return log.create(op.session_id, meta=op.meta, lazy=True, on_conflict="raise")
-        if isinstance(op, core.Commit):
-            assert isinstance(op.writer, Writer)
-            op.writer.append(op.kind, op.data, key=op.key)
-            return op.writer.commit()
-        if isinstance(op, core.Fork):
-            return log.fork(op.session_id, meta=op.meta, child_id=op.child_id)
-        if isinstance(op, core.Delete):
-            return log.delete(op.session_id)
-        return core.perform_rewrite(log, op)
