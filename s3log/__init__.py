@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 logging.getLogger("s3log").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
-    from s3log._format.codec import Entry, Head, ParentRef
+    from s3log._format.values import Entry, Head, ParentRef
     from s3log.aio import AsyncLog, AsyncWriter
     from s3log.config import LogConfig, OnConflict, RetryPolicy, Selector
     from s3log.env import Env
@@ -61,11 +61,11 @@ __version__ = "0.1.0"
 # nothing, so the pytest plugin (``s3log.testing.plugin``, loaded by every pytest run where
 # s3log is installed) and a CLI that only prints its help pay nothing for names they do
 # not use. The stores' clients (boto3, aiobotocore) and the drivers (asyncio,
-# concurrent.futures) are the slow ones; cbor2 and the codec follow with the first name.
+# concurrent.futures) are the slow ones; cbor2 and the format follow with the first name.
 _LAZY = {
-    "Entry": ("s3log._format.codec", "Entry"),
-    "Head": ("s3log._format.codec", "Head"),
-    "ParentRef": ("s3log._format.codec", "ParentRef"),
+    "Entry": ("s3log._format.values", "Entry"),
+    "Head": ("s3log._format.values", "Head"),
+    "ParentRef": ("s3log._format.values", "ParentRef"),
     "LogConfig": ("s3log.config", "LogConfig"),
     "RetryPolicy": ("s3log.config", "RetryPolicy"),
     "OnConflict": ("s3log.config", "OnConflict"),

@@ -14,7 +14,7 @@ from s3log import otel
 from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import AsyncDriver
-from s3log._format.codec import Entry, Head
+from s3log._format.values import Entry, Head
 from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
@@ -374,7 +374,7 @@ class AsyncLog(LogVerbs):
         """The verified entries of a session as the runs they are stored in, for bulk
         readers (s3log.analytics): each segment's, then the head's tail, each a
         :data:`s3log.results.EntryRun`; a format v2 segment as its columns
-        (:class:`s3log._format.codec.RunColumns`, no Entry made), and the tail too when its
+        (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return await self._run(self._core.read_runs(session_id, since, until))

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from s3log._format.codec import FORMAT_VERSION, Head, check_format_version
+from s3log._format.codec import check_format_version
 from s3log._format.layout import MAX_SEGMENTS
 from s3log._format.manifest import max_manifest_length
+from s3log._format.values import FORMAT_VERSION, Head
 from s3log.env import DEFAULT_ENV, Env
 from s3log.errors import InvalidArgumentError
 from s3log.signing import Signer, Verifier, check_log_id

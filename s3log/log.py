@@ -11,7 +11,7 @@ from s3log import otel
 from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
-from s3log._format.codec import Entry, Head
+from s3log._format.values import Entry, Head
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
@@ -304,7 +304,7 @@ class Log(LogVerbs):
         """The verified entries of a session as the runs they are stored in, for bulk
         readers (s3log.analytics): each segment's, then the head's tail, each a
         :data:`s3log.results.EntryRun`; a format v2 segment as its columns
-        (:class:`s3log._format.codec.RunColumns`, no Entry made), and the tail too when its
+        (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
         return self._run(self._core.read_runs(session_id, since, until))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from s3log._format.codec import FORK_KIND, Entry
+from s3log._format.values import FORK_KIND, Entry
 
 if TYPE_CHECKING:
     # A default (PEP 696) lets a bare ``Writer`` or ``Reducer`` mean ``Writer[Any]``

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from s3log._format.codec import FORK_KIND, Entry, Head, ParentRef, RunColumns, short_hash
+from s3log._format.columns import RunColumns
+from s3log._format.values import FORK_KIND, Entry, Head, ParentRef, short_hash
 from s3log.reducer import EntriesReducer, Reducer, S, replay
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class AckedEntry(Entry):
 
     One commit can store its entries in more than one session (a prefix found landed
     in the parent after an undecided PUT, the rest in a fork), so the session is said
-    per entry, not only per result. Equal to the same :class:`~s3log._format.codec.Entry` as read.
+    per entry, not only per result. Equal to the same :class:`~s3log._format.values.Entry` as read.
     """
 
     session_id: str = ""
@@ -175,7 +176,7 @@ class SessionView:
 
 #: One run of a session's verified entries, as :meth:`Log.read_runs` (and
 #: :meth:`AsyncLog.read_runs`) give them, in chain order: a format v2 segment as its
-#: verified columns (:class:`~s3log._format.codec.RunColumns`: seqs from ``seq``, the first
+#: verified columns (:class:`~s3log._format.columns.RunColumns`: seqs from ``seq``, the first
 #: entry's ``prev``, then ``ts``, ``kinds``, ``hashes``, ``data`` as stored CBOR and
 #: ``values`` decoded; no Entry made), or entries (a v1 segment, a tail not in the shape
 #: s3log writes). A bulk reader (s3log.analytics) handles both.

@@ -457,7 +457,7 @@ def restore_floor(log: s3log.Log, store: Any, sid: str, head: Any) -> dict[str, 
             list(pool.map(store.get, head.segments))
 
         gets_s = timed(5, gets)
-    from s3log._format.codec import entry_record
+    from s3log._format.values import entry_record
 
     records = [entry_record(e) for e in log.read(sid).entries]
     sha = hashlib.sha256

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log._format.codec import entry_data_cbor
+from s3log._format.entries import entry_data_cbor
 from s3log.signing import Ed25519Signer
 
 PREFIX = "s3log"

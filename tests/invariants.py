@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 import s3log
-from s3log._format.codec import FORK_KIND
+from s3log._format.values import FORK_KIND
 
 
 def key_of(data: Any) -> Any:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import s3log
-import s3log._format.codec as codec
+import s3log._format.entries as entries
 from s3log import analytics
 from s3log.cli.app import app
 from tests.helpers import store_with
@@ -41,7 +41,7 @@ def test_duckdb_checks_its_arguments_when_registering(bad: dict[str, Any]) -> No
 
 
 def test_duckdb_keeps_the_error_that_ended_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by an older build
+    monkeypatch.setattr(entries, "MAX_TS", 2**63 - 1)  # stored by an older build
     store, (_, bad) = store_with(T0, 2**62)
     con = analytics.duckdb(duckdb.connect(), store, strict=True)
     with pytest.raises(duckdb.Error):

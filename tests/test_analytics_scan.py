@@ -16,7 +16,7 @@ import pytest
 from cbor2 import CBORTag
 
 import s3log
-import s3log._format.codec as codec
+import s3log._format.entries as entries
 from s3log import analytics
 from s3log.analytics import columns, reading
 from s3log.cli import export as export_cli
@@ -37,7 +37,7 @@ DAY = 86_400_000
 @pytest.mark.parametrize("huge", [10**17, 2**62, 2**63 - 1, 9_223_372_036_854_776])  # the last: TS_RANGE[1] + 1
 def test_a_session_with_a_ts_out_of_range_is_skipped_not_fatal(huge: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Stored as an older build took it (append now refuses past TS_RANGE).
-    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)
+    monkeypatch.setattr(entries, "MAX_TS", 2**63 - 1)
     store, (good, bad) = store_with(T0, huge)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         table = analytics.to_arrow(store)
@@ -64,7 +64,7 @@ def test_the_last_ts_of_the_range_is_read_and_queried() -> None:
 
 def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     # A writer that skipped the check (stored data is hostile): a raw OverflowError before.
-    monkeypatch.setattr(codec, "MAX_TS", 2**70)
+    monkeypatch.setattr(entries, "MAX_TS", 2**70)
     store, (good, bad) = store_with(T0, 2**65)
     with pytest.warns(analytics.CorruptSessionWarning, match=bad):
         assert analytics.to_arrow(store).column("session").to_pylist() == [good]
@@ -77,7 +77,7 @@ def test_a_ts_beyond_int64_in_a_stored_session_is_skipped(monkeypatch: pytest.Mo
 def test_an_entry_ts_out_of_range_is_caught_even_if_the_head_hides_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # The entries are checked, not only the head's ts_min / ts_max (a head can lie).
     monkeypatch.setattr(reading, "_check_head_times", lambda head, key: None)
-    monkeypatch.setattr(codec, "MAX_TS", 2**63 - 1)  # stored by an older build
+    monkeypatch.setattr(entries, "MAX_TS", 2**63 - 1)  # stored by an older build
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     w = log.create()

@@ -338,7 +338,9 @@ def _forge_key(store: s3log.MemoryStore, sid: str, key: str, seq: int, kind: str
     head's ``append_keys``, keeping the genuine signature of the rest."""
     from dataclasses import replace
 
-    from s3log._format.codec import AppendKey, append_digest, decode_head, dumps, encode_head
+    from s3log._format.cbor import dumps
+    from s3log._format.codec import decode_head, encode_head
+    from s3log._format.values import AppendKey, append_digest
 
     hkey = s3log.Log(store).layout.head(sid)
     got = store.get(hkey)

@@ -9,7 +9,8 @@ import cbor2
 import pytest
 
 import s3log
-from s3log._format.codec import FORK_KIND, decode_head, encode_head
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.values import FORK_KIND
 from tests.conftest import Backend
 
 

@@ -193,7 +193,8 @@ def test_the_codec_leaves_the_collector_alone_and_the_drivers_pause_it(
     driver does, while a procedure decodes what a request brought back, and turns it
     back on after."""
     from s3log._drive.drivers import SyncDriver
-    from s3log._format.codec import decode_head, decode_segment, encode_segment, make_entry
+    from s3log._format.codec import decode_head, decode_segment, encode_segment
+    from s3log._format.entries import make_entry
     from s3log._protocol import ops
     from s3log.config import RetryPolicy
     from s3log.store.memory import MemoryStore

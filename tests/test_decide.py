@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import decode_head, dumps, encode_head, encode_segment
+from s3log._format.codec import decode_head, encode_head, encode_segment
 from s3log._format.layout import Layout
 from s3log._protocol import decide
 from s3log._protocol.commit import CommitPlan, commit

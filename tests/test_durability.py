@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 import s3log
-from s3log._format.codec import Head, decode_head, encode_head
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.values import Head
 from s3log._protocol.ops import Blob
 from s3log._protocol.read import load_from_head
 from s3log.config import LogConfig, RetryPolicy
@@ -111,7 +112,7 @@ def test_deep_data_within_the_bound_reads_back_and_forks() -> None:
     log = s3log.Log(s3log.MemoryStore())
     w = log.create()
     value: object = "leaf"
-    for _ in range(s3log._format.codec.MAX_DATA_DEPTH - 1):
+    for _ in range(s3log._format.entries.MAX_DATA_DEPTH - 1):
         value = {"k": value}
     w.append("k", value)
     w.commit()
@@ -122,7 +123,7 @@ def test_deep_data_within_the_bound_reads_back_and_forks() -> None:
 
 @pytest.mark.parametrize(("kind", "data"), [
     ("bad\ud800", 1), ("k", "bad\ud800"), ("k", {"bad\udfff": 1}),
-    # A flat map is checked in one pass (codec._flat_map_ok): its keys and values too,
+    # A flat map is checked in one pass (entries._flat_map_ok): its keys and values too,
     # ASCII or not, and a map holding more than text and scalars the general way.
     ("k", {"role": "user", "content": "caf\u00e9 bad\udc80", "n": 1}), ("k", {"ok": "\u00e9", 7: "x\ud800"}),
     ("k", {"role": "user", "parts": ["fine", {"deep": "bad\ud800"}]}),
@@ -233,7 +234,7 @@ def _plant_head(store: s3log.MemoryStore, log: s3log.Log, sid: str, mutate: dict
     head = decode_head(store.get(key).body, key)
     fields = head.to_map()
     fields.update(mutate)
-    store.put_raw(key, s3log._format.codec.dumps(fields))
+    store.put_raw(key, s3log._format.cbor.dumps(fields))
 
 
 def test_one_bad_head_or_stray_folder_does_not_break_the_bucket() -> None:

@@ -16,9 +16,11 @@ import cbor2
 import pytest
 
 import s3log
-from s3log._format import codec
+from s3log._format.cbor import _LAYOUTS, dumps
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import Head, decode_head, dumps, encode_head, make_entry, normalize_data_cbor
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.entries import _KIND_TAILS, make_entry, normalize_data_cbor
+from s3log._format.values import Head
 from s3log._protocol.state import empty_head
 
 T0 = 1_767_225_600_000  # 2026-01-01
@@ -39,7 +41,7 @@ def test_head_layouts_of_equal_keys_of_other_types_are_not_shared(order: tuple[A
     1.0 in Python: a head whose extra field is keyed ``true`` (or ``1.0``) reused the
     layout of one keyed ``1``, and was written with the key ``1``, in another place in
     the map: a newer writer's field silently changed, bytes not the canonical map."""
-    codec._LAYOUTS.clear()
+    _LAYOUTS.clear()
     for key in order:
         head = _head({key: "newer writer's field"})
         body = encode_head(head)
@@ -62,7 +64,7 @@ def test_a_head_of_more_than_255_fields_encodes() -> None:
 def test_head_layouts_beyond_the_cache_bound_from_many_threads() -> None:
     """More key sets than the cache holds, encoded from 8 threads at once: every head is
     the canonical map, cached or not."""
-    codec._LAYOUTS.clear()
+    _LAYOUTS.clear()
     failures: list[Any] = []
     rng = random.Random(4)
     pools: list[Any] = ["x", "y" * 30, 7, -3, 2**40, b"b", (1, "t"), 0.5, None, "tail_", "v1", "ts", "", "\u2603"]
@@ -82,14 +84,14 @@ def test_head_layouts_beyond_the_cache_bound_from_many_threads() -> None:
     for t in threads:
         t.join()
     assert not failures
-    assert len(codec._LAYOUTS) <= 256 + 8  # bounded (a race may add one per thread)
+    assert len(_LAYOUTS) <= 256 + 8  # bounded (a race may add one per thread)
 
 
 def test_a_rewritten_head_keeps_a_newer_writers_field_keyed_true() -> None:
     """End to end: session A's head carries a newer writer's field keyed
     ``1``, session B's one keyed ``true`` (same key set otherwise). A writer committing
     to A then to B wrote B's field under the key ``1``."""
-    codec._LAYOUTS.clear()  # as in a fresh process (other tests may have filled it)
+    _LAYOUTS.clear()  # as in a fresh process (other tests may have filled it)
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     ids = []
@@ -131,13 +133,13 @@ def test_hand_laid_records_are_the_canonical_map_at_every_boundary() -> None:
 
 
 def test_hand_laid_records_past_the_kind_cache_bound() -> None:
-    codec._KIND_TAILS.clear()
+    _KIND_TAILS.clear()
     for i in range(4200):
         kind = f"kind-{i}-" + "é" * (i % 30)
         data, data_cbor = normalize_data_cbor(kind, i)
         e = make_entry(i, None, kind, T0 + i, data, data_cbor)
         assert e.raw == dumps({"seq": i, "prev": None, "kind": kind, "ts": T0 + i, "data": data})
-    assert len(codec._KIND_TAILS) == 4096
+    assert len(_KIND_TAILS) == 4096
     # Cached kinds still give the same records.
     data, data_cbor = normalize_data_cbor("kind-3-ééé", None)
     assert make_entry(9, b"\x01" * 32, "kind-3-ééé", 0, data, data_cbor).raw == dumps(

@@ -12,7 +12,7 @@ from cbor2 import CBORTag
 
 import s3log
 from s3log import analytics
-from s3log._format.codec import normalize_data
+from s3log._format.entries import normalize_data
 from s3log.errors import InvalidEntryError
 
 

@@ -84,8 +84,8 @@ def test_an_explicit_child_id_freed_by_log_delete_can_be_forked_into_again() -> 
 def test_a_key_holding_something_else_than_a_marker_of_that_fork_still_refuses_the_child_id() -> None:
     store = s3log.MemoryStore()
     log = _parent(store)
-    for planted in (b"not cbor", s3log._format.codec.dumps({"v": 1, "child": "c2", "parent": {"session": "p1"}}),
-                    s3log._format.codec.dumps({"v": 1, "child": "c1", "parent": {"session": "p0"}})):
+    for planted in (b"not cbor", s3log._format.cbor.dumps({"v": 1, "child": "c2", "parent": {"session": "p1"}}),
+                    s3log._format.cbor.dumps({"v": 1, "child": "c1", "parent": {"session": "p0"}})):
         key = "s3log/sessions/p1/forks/c1"
         store.delete(key)
         store.put_if_absent(key, planted)

@@ -198,7 +198,7 @@ def test_gc_deletes_a_dangling_marker_by_key_on_a_store_without_conditional_dele
     store = NoConditionalDelete(clock)
     log = deadline_log(store, clock)
     log.create("s1").append_durable("msg", {"text": "a"})
-    body = s3log._format.codec.dumps({"v": 1, "child": "c1", "parent": {}, "created_at": 1})
+    body = s3log._format.cbor.dumps({"v": 1, "child": "c1", "parent": {}, "created_at": 1})
     store.put_raw(FORKS + "c1", body, mtime_ms=clock.t)  # a fork whose head never came
     clock.t += 3 * DEADLINE
     assert deadline_log(store, clock, seed=8).gc(older_than_ms=0).deleted == [FORKS + "c1"]

@@ -14,8 +14,11 @@ import cbor2
 import pytest
 
 import s3log
-from s3log._format.codec import ParentRef, _map_with_raw, decode_segment, dumps, entry_bytes, make_entry
+from s3log._format.cbor import _map_with_raw, dumps
+from s3log._format.codec import decode_segment
+from s3log._format.entries import entry_bytes, make_entry
 from s3log._format.layout import Layout, parse_segment_key
+from s3log._format.values import ParentRef
 from s3log.errors import CorruptionError
 from s3log.testing.plugin import LocalS3
 from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json

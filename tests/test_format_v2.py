@@ -15,16 +15,12 @@ import pytest
 import s3log
 from s3log import analytics
 from s3log._format import codec
+from s3log._format.cbor import _RECORD_LOADS
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import (
-    Entry,
-    decode_head,
-    decode_segment,
-    entry_bytes,
-    entry_data_cbor,
-    entry_record,
-    make_entry,
-)
+from s3log._format.codec import decode_head, decode_segment
+from s3log._format.entries import data_cbor_column, entry_bytes, entry_data_cbor, make_entry
+from s3log._format.records import _entries_from_records
+from s3log._format.values import Entry, entry_record
 from s3log._protocol import read
 from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError
 
@@ -329,7 +325,7 @@ def _raw_record(seq: int, prev: bytes | None, data: bytes, kind: str = "k", ts: 
 
 def _tail(records: list[bytes]) -> tuple[Entry, ...]:
     """Decode ``records`` as a v2 head's tail (the record layout)."""
-    return codec._entries_from_records(records, [hashlib.sha256(r).digest() for r in records], _KEY)
+    return _entries_from_records(records, [hashlib.sha256(r).digest() for r in records], _KEY)
 
 
 def _segment_of(datas: list[bytes], first_seq: int = 0, prev: bytes | None = None) -> bytes:
@@ -370,7 +366,7 @@ def test_a_data_item_reaching_into_the_next_is_refused() -> None:
     assert info.value.key == _KEY
 
 
-@pytest.mark.skipif(not codec._RECORD_LOADS, reason="cbor2 < 6 cannot refuse value sharing")
+@pytest.mark.skipif(not _RECORD_LOADS, reason="cbor2 < 6 cannot refuse value sharing")
 def test_an_item_cannot_refer_to_a_value_in_another() -> None:
     shared, ref = b"\xd8\x1c\x81\x01", b"\xd8\x1d\x00"  # tag 28: shareable [1]; tag 29: shared value 0
     assert cbor2.loads(b"\x82" + shared + ref) == [[1], [1]]
@@ -381,7 +377,7 @@ def test_an_item_cannot_refer_to_a_value_in_another() -> None:
         decode_segment(_segment_of([shared, ref]), _KEY)
 
 
-@pytest.mark.skipif(not codec._RECORD_LOADS, reason="cbor2 < 6 cannot refuse indefinite lengths")
+@pytest.mark.skipif(not _RECORD_LOADS, reason="cbor2 < 6 cannot refuse indefinite lengths")
 def test_an_item_with_an_indefinite_length_is_refused() -> None:
     # Never in a deterministic encoding; its hash is over bytes no s3log writer makes.
     chunks = b"\x7f\x61a\xff"  # the text "a" in chunks
@@ -467,7 +463,8 @@ def test_empty_and_nested_data_read_back_in_both_formats_and_mixed(data: Any) ->
 
 def test_a_linked_run_is_checked_where_it_joins_the_chain() -> None:
     from s3log._format.chain import ChainVerifier
-    from s3log._format.codec import LinkedRun, encode_segment
+    from s3log._format.codec import encode_segment
+    from s3log._format.columns import LinkedRun
 
     entries = build_chain([PendingEntry("k", 1, {"i": i}) for i in range(5)], after_seq=-1, after_hash=None)
     seg = decode_segment(encode_segment("s", entries[2:]), _KEY)
@@ -516,12 +513,12 @@ def test_data_cbor_is_each_datas_deterministic_encoding(first: int, count: int, 
     pending = [PendingEntry(kinds[i % 4], ts + i, [i, {"t": "y" * (i % 7)}] if i % 3 else None) for i in range(count)]
     entries = build_chain(pending, after_seq=first - 1, after_hash=prev)
     expected = [cbor2.dumps(e.data, canonical=True) for e in entries]
-    assert codec.data_cbor_column(entries) == expected
+    assert data_cbor_column(entries) == expected
     # Read back from a segment (records rebuilt), and without records (format v1).
     v2 = decode_segment(codec.encode_segment("s", entries, 2), _KEY).entries
     v1 = decode_segment(codec.encode_segment("s", entries, 1), _KEY).entries
-    assert codec.data_cbor_column(v2) == codec.data_cbor_column(v1) == expected
-    assert codec.data_cbor_column([*v1[:2], *v2[2:]]) == expected
+    assert data_cbor_column(v2) == data_cbor_column(v1) == expected
+    assert data_cbor_column([*v1[:2], *v2[2:]]) == expected
 
 
 @pytest.mark.parametrize("data", [None, 0, -1, 2**40, 1.5, "x" * 300, {"b": [1, {"z": None}], "a": "é"}, [[]], b"\x00"])
@@ -529,7 +526,8 @@ def test_data_cbor_is_each_datas_deterministic_encoding(first: int, count: int, 
 def test_a_record_spliced_from_the_appended_data_bytes_equals_the_encoded_record(data: Any, seq: int, ts: int) -> None:
     """A commit splices the data bytes encoded at append into the record: the record
     (and so the hash) must be the one encoding the whole map gives."""
-    from s3log._format.codec import dumps, make_entry, normalize_data_cbor
+    from s3log._format.cbor import dumps
+    from s3log._format.entries import make_entry, normalize_data_cbor
 
     value, encoded = normalize_data_cbor("k", data)
     prev = None if seq == 0 else bytes(range(32))

@@ -10,7 +10,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s3log._format.codec import Head, Lease, ParentRef, Pending, Signature, dumps, encode_head, make_entry
+from s3log._format.cbor import dumps
+from s3log._format.codec import encode_head
+from s3log._format.entries import make_entry
+from s3log._format.values import Head, Lease, ParentRef, Pending, Signature
 
 HASH = st.binary(min_size=32, max_size=32)
 TEXT = st.text(max_size=40)

@@ -1,5 +1,5 @@
 """A decoded v2 head keeps its tail as verified columns and makes the entries when the
-tail is first read (``codec._LazyTail``): a scan makes no Entry for a head's tail, and
+tail is first read (``columns._LazyTail``): a scan makes no Entry for a head's tail, and
 everyone else sees the same Head as before, equal, copyable, picklable, safe to read
 from many threads."""
 
@@ -15,9 +15,11 @@ import pytest
 
 import s3log
 from s3log import analytics
-from s3log._format import codec
+from s3log._format import codec, columns, records, values
+from s3log._format.cbor import loads
 from s3log._format.chain import ChainVerifier
-from s3log._format.codec import Entry, LinkedRun, RunColumns
+from s3log._format.columns import LinkedRun, RunColumns, _LazyTail, tail_run
+from s3log._format.values import Entry, Head
 from s3log.errors import CorruptionError
 
 
@@ -34,16 +36,16 @@ def _session(entries: int = 30, per_commit: int = 10, **config: Any) -> tuple[s3
     return store, w.session_id, f"s3log/sessions/{w.session_id}/head"
 
 
-def _decoded(store: s3log.MemoryStore, key: str) -> codec.Head:
+def _decoded(store: s3log.MemoryStore, key: str) -> Head:
     return codec.decode_head(store.get(key).body, key)
 
 
 def _eager(store: s3log.MemoryStore, key: str) -> tuple[Entry, ...]:
     """The tail as the general decoder reads it (every record decoded as a map)."""
-    obj = codec.loads(store.get(key).body)
+    obj = loads(store.get(key).body)
     digests = [codec.hashlib.sha256(r).digest() for r in obj["tail"]]
     assert digests == obj["tail_hashes"]
-    maps = [codec.loads(r) for r in obj["tail"]]
+    maps = [loads(r) for r in obj["tail"]]
     return tuple(Entry(m["seq"], m["prev"], m["kind"], m["ts"], m["data"], d, r)
                  for m, d, r in zip(maps, digests, obj["tail"], strict=True))
 
@@ -51,7 +53,7 @@ def _eager(store: s3log.MemoryStore, key: str) -> tuple[Entry, ...]:
 def test_a_decoded_head_holds_its_tail_unmade_until_read() -> None:
     store, _, key = _session()
     head = _decoded(store, key)
-    assert isinstance(head._lazy_tail, codec._LazyTail)
+    assert isinstance(head._lazy_tail, _LazyTail)
     assert head.tail_first_seq == 0  # without making the entries
     assert head._lazy_tail is not None
     tail = head.tail
@@ -73,7 +75,7 @@ def test_a_lazy_head_is_equal_copyable_and_picklable_as_a_made_one() -> None:
     assert dataclasses.replace(_decoded(store, key), version=99).tail == made.tail
     assert repr(_decoded(store, key)) == repr(made)
     assert dataclasses.asdict(_decoded(store, key)) == dataclasses.asdict(made)
-    assert "_lazy_tail" not in {f.name for f in dataclasses.fields(codec.Head)}
+    assert "_lazy_tail" not in {f.name for f in dataclasses.fields(Head)}
 
 
 def test_other_missing_attributes_still_raise() -> None:
@@ -91,7 +93,7 @@ def test_many_threads_reading_one_lazy_tail_all_see_the_same_entries() -> None:
         barrier = threading.Barrier(8)
         got: list[Any] = []
 
-        def read(h: codec.Head = head, b: threading.Barrier = barrier) -> None:
+        def read(h: Head = head, b: threading.Barrier = barrier) -> None:
             b.wait()
             got.append(h.tail)
 
@@ -106,13 +108,14 @@ def test_many_threads_reading_one_lazy_tail_all_see_the_same_entries() -> None:
 def test_a_scan_makes_no_entry_for_a_heads_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     store, sid, _ = _session(30, 10)
     made: list[int] = []
-    real = codec._NEW_ENTRY
+    real = values._NEW_ENTRY
 
     def counting(*args: Any) -> Entry:
         made.append(1)
         return real(*args)
 
-    monkeypatch.setattr(codec, "_NEW_ENTRY", counting)
+    for module in (columns, records, codec):  # every decoder that makes entries
+        monkeypatch.setattr(module, "_NEW_ENTRY", counting)
     table = analytics.to_arrow(store)
     assert table.num_rows == 30
     assert table.column("seq").to_pylist() == list(range(30))
@@ -132,7 +135,7 @@ def test_read_runs_gives_the_tail_as_columns_and_a_head_whose_tail_reads() -> No
 
 def test_a_tail_read_as_columns_that_does_not_join_the_chain_is_refused_as_entries_are() -> None:
     store, _, key = _session(12, 12)
-    columns = codec.tail_run(_decoded(store, key))
+    columns = tail_run(_decoded(store, key))
     assert isinstance(columns, RunColumns)
     entries = _decoded(store, key).tail
     for start_seq, start_hash in ((1, None), (0, b"\x01" * 32)):
@@ -152,4 +155,4 @@ def test_a_v1_head_and_a_tail_off_the_fast_path_are_made_at_once() -> None:
     store, _, key = _session(format_version=1)
     head = _decoded(store, key)
     assert getattr(head, "_lazy_tail", None) is None
-    assert codec.tail_run(head) == head.tail
+    assert tail_run(head) == head.tail

@@ -1,4 +1,4 @@
-"""A head's lazy tail (``codec._LazyTail``) is the general decoder's tail, whatever the bytes.
+"""A head's lazy tail (``columns._LazyTail``) is the general decoder's tail, whatever the bytes.
 
 A decoded head keeps its tail unmade until ``.tail`` is first read; scans and ``read_runs``
 take its verified columns. Checked against the general decoder for every seq width,
@@ -33,9 +33,13 @@ import pytest
 import s3log
 from s3log import analytics
 from s3log._format import codec
+from s3log._format.cbor import dumps
 from s3log._format.chain import ChainVerifier, PendingEntry, build_chain
-from s3log._format.codec import Entry, Head, LinkedRun, RunColumns
+from s3log._format.columns import LinkedRun, RunColumns, _LazyTail, tail_run
+from s3log._format.entries import _K_DATA, _R_SEQ, data_cbor_column
 from s3log._format.layout import Layout
+from s3log._format.records import _seq_fronts
+from s3log._format.values import Entry, Head, entry_record
 from s3log.errors import CorruptionError
 
 _L = Layout()
@@ -103,7 +107,7 @@ def _decoded(store: s3log.MemoryStore, sid: str) -> Head:
 
 
 def _lazy(head: Head) -> Any:
-    """The head's unmade tail (``codec._LazyTail``), None once made or never lazy."""
+    """The head's unmade tail (``columns._LazyTail``), None once made or never lazy."""
     return getattr(head, "_lazy_tail", None)
 
 
@@ -120,7 +124,7 @@ def _outcome(body: bytes, key: str = "s3log/sessions/x/head") -> tuple[Any, ...]
     except CorruptionError as exc:
         return ("error", str(exc), exc.seq)
     first = head.tail_first_seq
-    run = codec.tail_run(head)
+    run = tail_run(head)
     tail = head.tail
     if isinstance(run, RunColumns):
         got = (run.seq, run.prev, list(run.ts), list(run.kinds), list(run.data), list(run.hashes), repr(run.values))
@@ -136,7 +140,7 @@ def _same(fast: tuple[Any, ...], general: tuple[Any, ...]) -> bool:
 
 def _general_outcome(body: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     with monkeypatch.context() as m:
-        m.setattr(codec, "_parse_linked_records", lambda *a: None)
+        m.setattr("s3log._format.records._parse_linked_records", lambda *a: None)
         return _outcome(body)
 
 
@@ -144,7 +148,7 @@ def _columns_of(entries: tuple[Entry, ...] | list[Entry]) -> tuple[Any, ...]:
     """The columns a scan of ``entries`` must see (the data items as their records
     hold them, sliced by the entries' own reader)."""
     return (entries[0].seq, entries[0].prev, [e.ts for e in entries], [e.kind for e in entries],
-            codec.data_cbor_column(tuple(entries)), [e.hash for e in entries], repr([e.data for e in entries]))
+            data_cbor_column(tuple(entries)), [e.hash for e in entries], repr([e.data for e in entries]))
 
 
 def _template_head() -> dict[str, Any]:
@@ -179,14 +183,14 @@ def _relink(records: list[bytes], start: int) -> list[bytes]:
 
 def _raw(ts: bytes, seq: bytes, data: bytes, kind: bytes, prev: bytes) -> bytes:
     """A record from its parts (each already encoded)."""
-    return b"\xa5" + codec.dumps("ts") + ts + codec.dumps("seq") + seq + codec.dumps("data") + data + \
-        codec.dumps("kind") + kind + codec.dumps("prev") + prev
+    return b"\xa5" + dumps("ts") + ts + dumps("seq") + seq + dumps("data") + data + \
+        dumps("kind") + kind + dumps("prev") + prev
 
 
 def _chain_raw(parts: list[tuple[bytes, bytes, bytes, bytes]], first_prev: bytes | None) -> list[bytes]:
     """Linked records from (ts, seq, data, kind) parts, the first's prev ``first_prev``."""
     out: list[bytes] = []
-    prev = codec.dumps(first_prev)
+    prev = dumps(first_prev)
     for ts, seq, data, kind in parts:
         r = _raw(ts, seq, data, kind, prev)
         out.append(r)
@@ -204,9 +208,9 @@ def test_a_lazy_tail_across_seq_widths_is_the_general_decoders_tail(
         s0: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     prev = None if s0 == 0 else _SHA(str(s0).encode()).digest()
     ents = build_chain(_pending(n, first=s0), after_seq=s0 - 1, after_hash=prev)
-    body = _head_body([codec.entry_record(e) for e in ents], seq=ents[-1].seq, hash=ents[-1].hash)
+    body = _head_body([entry_record(e) for e in ents], seq=ents[-1].seq, hash=ents[-1].hash)
     head = codec.decode_head(body, "k")
-    assert isinstance(_lazy(head), codec._LazyTail)  # the fast path read it
+    assert isinstance(_lazy(head), _LazyTail)  # the fast path read it
     assert head.tail_first_seq == s0
     fast = _outcome(body)
     assert _same(fast, _general_outcome(body, monkeypatch)) and fast[4]
@@ -222,7 +226,7 @@ def test_tails_changed_byte_by_byte_and_relinked_decode_or_fail_as_the_general_d
     took_fast = errors = 0
     for s0, n in ((0, 6), (20, 8), (250, 9), (65532, 6), (4093, 5)):
         prev = None if s0 == 0 else _SHA(b"p").digest()
-        base = [codec.entry_record(e) for e in build_chain(_pending(n, first=s0), after_seq=s0 - 1, after_hash=prev)]
+        base = [entry_record(e) for e in build_chain(_pending(n, first=s0), after_seq=s0 - 1, after_hash=prev)]
         for _ in range(70):
             recs = list(base)
             i = rng.randrange(n)
@@ -252,21 +256,21 @@ def test_seq_fronts_have_one_width_throughout_when_their_ends_have_one() -> None
     as the seq grows, so no front in between can differ."""
     for s0 in (0, 1, 20, 23, 24, 200, 255, 256, 4000, 4095, 4096, 65000, 65535, 65536, 2**32 - 2, 2**32):
         for n in (1, 2, 3, 10, 300):
-            fronts = list(codec._seq_fronts(s0, n))
-            assert fronts == [codec._R_SEQ + codec.dumps(s) + codec._K_DATA for s in range(s0, s0 + n)]
+            fronts = list(_seq_fronts(s0, n))
+            assert fronts == [_R_SEQ + dumps(s) + _K_DATA for s in range(s0, s0 + n)]
             widths = list(map(len, fronts))
             assert widths == sorted(widths)
             if widths[0] == widths[-1]:
                 assert set(widths) == {widths[0]}
 
 
-_TS = codec.dumps(_TS0)
+_TS = dumps(_TS0)
 
 
-_KIND = codec.dumps("m")
+_KIND = dumps("m")
 
 
-_DATA = codec.dumps({"a": 1})
+_DATA = dumps({"a": 1})
 
 
 def _crafted_cases() -> list[tuple[str, list[bytes]]]:
@@ -274,7 +278,7 @@ def _crafted_cases() -> list[tuple[str, list[bytes]]]:
     read as the general decoder does, in one-width runs and across width boundaries."""
     cases: list[tuple[str, list[bytes]]] = []
     for s0, n in ((0, 4), (21, 5), (253, 5), (30, 4)):
-        seqs = [codec.dumps(s) for s in range(s0, s0 + n)]
+        seqs = [dumps(s) for s in range(s0, s0 + n)]
         prev = None if s0 == 0 else _BAD
 
         def run(middle: tuple[bytes, bytes, bytes, bytes], at: int, seqs: list[bytes] = seqs,
@@ -286,16 +290,16 @@ def _crafted_cases() -> list[tuple[str, list[bytes]]]:
         for at in sorted({0, n // 2, n - 1}):
             tag = f"s0={s0} at={at}"
             cases.append((f"{tag} empty data", run((_TS, seqs[at], b"", _KIND), at)))
-            cases.append((f"{tag} data is the kind key", run((_TS, seqs[at], codec.dumps("kind"), _KIND), at)))
+            cases.append((f"{tag} data is the kind key", run((_TS, seqs[at], dumps("kind"), _KIND), at)))
             cases.append((f"{tag} data ends with the kind key",
-                          run((_TS, seqs[at], codec.dumps(["x", "kind"]), _KIND), at)))
-            cases.append((f"{tag} kind holds the kind key", run((_TS, seqs[at], _DATA, codec.dumps("dkind")), at)))
+                          run((_TS, seqs[at], dumps(["x", "kind"]), _KIND), at)))
+            cases.append((f"{tag} kind holds the kind key", run((_TS, seqs[at], _DATA, dumps("dkind")), at)))
             cases.append((f"{tag} kind is the kind key's text",
-                          run((_TS, seqs[at], _DATA, codec.dumps("kind")), at)))
+                          run((_TS, seqs[at], _DATA, dumps("kind")), at)))
             cases.append((f"{tag} two data items", run((_TS, seqs[at], _DATA + _DATA, _KIND), at)))
             cases.append((f"{tag} data then a tag head",
                           run((_TS, seqs[at], _DATA + b"\xd9\xd9\xf7", _KIND), at)))
-            cases.append((f"{tag} kind not a text", run((_TS, seqs[at], _DATA, codec.dumps(5)), at)))
+            cases.append((f"{tag} kind not a text", run((_TS, seqs[at], _DATA, dumps(5)), at)))
             cases.append((f"{tag} kind not shortest",
                           run((_TS, seqs[at], _DATA, b"\x78\x01m"), at)))
             long_seq = b"\x19" + (s0 + at).to_bytes(2, "big")
@@ -303,7 +307,7 @@ def _crafted_cases() -> list[tuple[str, list[bytes]]]:
             cases.append((f"{tag} ok", run((_TS, seqs[at], _DATA, _KIND), at)))
             # No "kind" key at all: the record's kind bytes replaced by the data key's.
             r = run((_TS, seqs[at], _DATA, _KIND), at)
-            r[at] = r[at].replace(codec.dumps("kind"), codec.dumps("kinx"))
+            r[at] = r[at].replace(dumps("kind"), dumps("kinx"))
             cases.append((f"{tag} no kind key", _relink(r, at)))
     return cases
 
@@ -368,7 +372,7 @@ def test_a_tail_that_does_not_join_the_chain_is_refused_by_every_reader_with_one
     for name, store, sid in _tampered():
         log = _log(store)
         want = _raised(lambda log=log, sid=sid: log.read(sid))
-        assert isinstance(codec.tail_run(_decoded(store, sid)), RunColumns), name
+        assert isinstance(tail_run(_decoded(store, sid)), RunColumns), name
         assert _raised(lambda log=log, sid=sid: log.read_runs(sid)) == want, name
         assert _raised(lambda log=log, sid=sid: log.verify(sid)) == want, name
         assert _raised(lambda store=store: analytics.to_arrow(store, strict=True)) == want, name
@@ -383,7 +387,7 @@ def test_a_tail_that_does_not_join_the_chain_is_refused_by_every_reader_with_one
 def test_feed_linked_columns_refuses_as_feed_does_for_every_wrong_start() -> None:
     store, sid, _, ents = _built(0, 40)
     key = _L.head(sid)
-    columns = codec.tail_run(_decoded(store, sid))
+    columns = tail_run(_decoded(store, sid))
     assert isinstance(columns, RunColumns)
     tail = _decoded(store, sid).tail
     for start_seq in (-1, 0, 1, 39, 40):
@@ -459,9 +463,12 @@ import s3log
 from s3log import analytics
 from s3log.store.memory import MemoryStore
 
-# The eager build keeps the codec at s3log.codec, this tree at s3log._format.codec: each
-# tree's own (an installed s3log may supply a module a tree lacks).
-codec = importlib.import_module("s3log.codec" if importlib.util.find_spec("s3log.codec") else "s3log._format.codec")
+# The eager build keeps the codec at s3log.codec, this tree at s3log._format.codec (and
+# RunColumns at s3log._format.columns): each tree's own (an installed s3log may supply a
+# module a tree lacks).
+eager = "s3log.codec" if importlib.util.find_spec("s3log.codec") else None
+codec = importlib.import_module(eager or "s3log._format.codec")
+RunColumns = importlib.import_module(eager or "s3log._format.columns").RunColumns
 
 def ent(e):
     return [e.seq, e.prev.hex() if e.prev else None, e.kind, e.ts, repr(e.data), e.hash.hex()]
@@ -476,7 +483,7 @@ def runs(r):
     head, rs = r
     out = []
     for run in rs:
-        if isinstance(run, codec.RunColumns):
+        if isinstance(run, RunColumns):
             out.append([run.seq, run.ts, run.kinds, [d.hex() for d in run.data], [h.hex() for h in run.hashes],
                         repr(run.values)])
         else:
@@ -618,7 +625,7 @@ def test_a_lazy_head_behaves_as_a_made_head_to_every_generic_tool() -> None:
         assert back == made and getattr(back, "_lazy_tail", None) is None
         assert type(back.tail) is LinkedRun and back.tail.columns is not None
     for dup in (copy.copy(fresh()), copy.deepcopy(fresh())):
-        assert dup == made and codec.tail_run(dup) == codec.tail_run(made)
+        assert dup == made and tail_run(dup) == tail_run(made)
     assert dataclasses.replace(fresh()) == made
     assert dataclasses.asdict(fresh()) == dataclasses.asdict(made)
     assert dataclasses.astuple(fresh()) == dataclasses.astuple(made)
@@ -649,12 +656,12 @@ def test_a_head_subclass_and_a_head_built_by_hand_have_no_lazy_tail() -> None:
     store, sid, _, _ = _built(0, 4)
     made = _decoded(store, sid)
     mine = Mine(**{f.name: getattr(made, f.name) for f in dataclasses.fields(made)})
-    assert codec.tail_run(mine) == codec.tail_run(made) and mine.tail_first_seq == 0
+    assert tail_run(mine) == tail_run(made) and mine.tail_first_seq == 0
     assert getattr(mine, "_lazy_tail", None) is None
     plain = dataclasses.replace(made, tail=tuple(made.tail))
-    assert codec.tail_run(plain) == plain.tail and plain.tail_first_seq == 0
+    assert tail_run(plain) == plain.tail and plain.tail_first_seq == 0
     empty = dataclasses.replace(made, tail=(), seq=-1, hash=None)
-    assert codec.tail_run(empty) == () and empty.tail_first_seq == 0
+    assert tail_run(empty) == () and empty.tail_first_seq == 0
 
 
 def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
@@ -671,7 +678,7 @@ def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
             if what == 0:
                 got = [_fields(e) for e in h.tail]
             elif what == 1:
-                run = codec.tail_run(h)
+                run = tail_run(h)
                 got = [_fields(e) for e in h.tail]
                 if isinstance(run, RunColumns) and run.hashes != [e.hash for e in ents]:
                     problems.append(f"columns of head {i}")
@@ -694,7 +701,7 @@ def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
 
 def _live_columns() -> int:
     gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o) is RunColumns or type(o) is codec._LazyTail)
+    return sum(1 for o in gc.get_objects() if type(o) is RunColumns or type(o) is _LazyTail)
 
 
 def test_a_writer_opened_on_a_lazy_head_commits_and_keeps_no_old_columns() -> None:

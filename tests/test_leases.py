@@ -25,7 +25,7 @@ import pytest
 import s3log
 import s3log.agent.aio
 import s3log.agent.sync
-from s3log._format.codec import Lease
+from s3log._format.values import Lease
 from s3log.agent import (
     OUTCOME,
     TOOL_RESULTS,
@@ -599,7 +599,8 @@ def test_writer_hold_lease_refuses_bad_arguments(owner: Any, ttl: Any) -> None:
 
 
 def test_a_lease_survives_the_head_codec() -> None:
-    from s3log._format.codec import decode_head, dumps, encode_head, loads
+    from s3log._format.cbor import dumps, loads
+    from s3log._format.codec import decode_head, encode_head
 
     log = clocked(s3log.MemoryStore(), Clock())
     w = log.create()

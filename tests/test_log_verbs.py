@@ -141,7 +141,7 @@ def test_read_runs_gives_the_verified_chain_as_stored_runs_sync_and_async() -> N
     window, on both logs."""
     import asyncio
 
-    from s3log._format.codec import RunColumns
+    from s3log._format.columns import RunColumns
     from s3log.store.memory import AsyncMemoryStore
 
     store = s3log.MemoryStore()

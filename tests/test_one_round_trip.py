@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._format.codec import Pending, decode_head, encode_head
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.values import Pending
 from s3log._protocol import read
 from s3log._protocol.ops import Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._format.codec import Pending, decode_head, decode_segment, encode_head, encode_segment
+from s3log._format.codec import decode_head, decode_segment, encode_head, encode_segment
+from s3log._format.values import Pending
 from s3log._protocol import delete, read, state
 from s3log.config import RetryPolicy
 from s3log.env import Env

@@ -181,7 +181,7 @@ def test_spliced_hash_equals_the_canonical_map(seq: int, prev: bytes | None, kin
 
     import cbor2
 
-    from s3log._format.codec import entry_hash
+    from s3log._format.values import entry_hash
 
     body = cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
     assert entry_hash(seq, prev, kind, ts, data) == hashlib.sha256(body).digest()
@@ -198,7 +198,8 @@ def test_record_laid_out_around_appended_bytes_equals_the_canonical_map(
     (no encoder call per entry): the record must be the deterministic map all the same."""
     import cbor2
 
-    from s3log._format.codec import dumps, make_entry
+    from s3log._format.cbor import dumps
+    from s3log._format.entries import make_entry
 
     e = make_entry(seq, prev, kind, ts, data, dumps(data))
     assert e.raw == cbor2.dumps({"seq": seq, "prev": prev, "kind": kind, "ts": ts, "data": data}, canonical=True)
@@ -212,7 +213,8 @@ def test_spliced_segment_and_head_encodings_equal_the_canonical_maps(
     import cbor2
 
     from s3log._format.chain import PendingEntry, build_chain
-    from s3log._format.codec import ParentRef, decode_segment, encode_head, encode_segment
+    from s3log._format.codec import decode_segment, encode_head, encode_segment
+    from s3log._format.values import ParentRef
     from s3log._protocol.state import empty_head
 
     entries = build_chain([PendingEntry(k, 5, d) for k, d in items], after_seq=-1, after_hash=None)
@@ -249,7 +251,8 @@ def test_head_encoding_is_the_canonical_map_whatever_its_fields(
     import cbor2
 
     from s3log._format.chain import PendingEntry, build_chain
-    from s3log._format.codec import _HEAD_FIELDS, Lease, Pending, Signature, decode_head, encode_head
+    from s3log._format.codec import _HEAD_FIELDS, decode_head, encode_head
+    from s3log._format.values import Lease, Pending, Signature
     from s3log._protocol.state import empty_head
 
     # Not the fields a head types: its own, and ``expired`` (a tombstone's map, checked

@@ -23,12 +23,12 @@ PUBLIC = [
 
 #: Where a class of each kind lives, by a pattern on its name: errors and warnings in
 #: an ``errors`` module or the feature they belong to, what a verb returns in
-#: ``results``, the format's records in ``codec``. Otherwise the module (or its
+#: ``results``, the format's values in ``values``. Otherwise the module (or its
 #: package) is named after one of the words of the class name.
 KIND_HOMES = [
     (re.compile(r"(Error|Exists|NotFound|Expired|Replaced|Busy|Warning|Reused|Rejected)$"), None),
     (re.compile(r"(Info|Report|Step|View|Result|Entry|Sessions|Progress)$"), {"s3log.results"}),
-    (re.compile(r"^(Entry|Head|ParentRef|Signature)$"), {"s3log._format.codec"}),
+    (re.compile(r"^(Entry|Head|ParentRef|Signature)$"), {"s3log._format.values"}),
     (re.compile(r"(Config|Policy)$"), {"s3log.config"}),
     (re.compile(r"(Signer|Verifier|Checkpoint\w*)$"), {"s3log.signing"}),
 ]

@@ -13,7 +13,8 @@ import cbor2
 import pytest
 
 import s3log
-from s3log._format.codec import RunColumns, dumps
+from s3log._format.cbor import dumps
+from s3log._format.columns import RunColumns
 from s3log._protocol.ops import Proc
 from s3log.errors import CorruptionError
 from s3log.store.memory import AsyncMemoryStore

@@ -10,7 +10,7 @@ import pytest
 
 import s3log
 from s3log._drive import gcpause as _gcpause
-from s3log._format.codec import RunColumns
+from s3log._format.columns import RunColumns
 from s3log._protocol.ops import Blob
 from s3log.store.memory import AsyncMemoryStore
 

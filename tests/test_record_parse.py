@@ -1,5 +1,5 @@
 """The fast reading of a v2 tail's records from their layout
-(``codec._parse_linked_records``) against the general path (each record decoded as a
+(``records._parse_linked_records``) against the general path (each record decoded as a
 map, then its layout checked): for any records, either the fast path declines (None)
 or it yields exactly the entries the general path does, and never accepts what the
 general path refuses."""
@@ -13,8 +13,11 @@ from typing import Any
 import cbor2
 import pytest
 
-from s3log._format import codec
-from s3log._format.codec import Entry, LinkedRun, make_entry
+from s3log._format import records as v2_records
+from s3log._format.columns import LinkedRun
+from s3log._format.entries import _PREV_NULL, data_cbor_column, make_entry
+from s3log._format.records import _decode_records
+from s3log._format.values import Entry
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"
@@ -29,14 +32,14 @@ _TS = [0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 1_700_000_000_000]
 
 def _general(records: list[bytes], digests: list[bytes]) -> tuple[Entry, ...] | CorruptionError:
     """The general path alone (the fast one switched off)."""
-    saved = codec._parse_linked_records
-    codec._parse_linked_records = lambda *a: None
+    saved = v2_records._parse_linked_records
+    v2_records._parse_linked_records = lambda *a: None
     try:
-        return codec._decode_records(records, digests, _KEY)
+        return _decode_records(records, digests, _KEY)
     except CorruptionError as exc:
         return exc
     finally:
-        codec._parse_linked_records = saved
+        v2_records._parse_linked_records = saved
 
 
 def _fields(entries: Any) -> list[tuple[Any, ...]]:
@@ -87,7 +90,7 @@ def _mutate(rng: random.Random, records: list[bytes]) -> list[bytes]:
 def _compare(records: list[bytes]) -> str:
     digests = [hashlib.sha256(r).digest() for r in records]
     general = _general(records, digests)
-    fast = codec._parse_linked_records(records, digests, _KEY)
+    fast = v2_records._parse_linked_records(records, digests, _KEY)
     if fast is None:
         return "declined"
     assert isinstance(fast, LinkedRun)
@@ -123,23 +126,23 @@ def test_changed_records_are_never_read_differently_from_the_general_path() -> N
 def test_a_kind_holding_the_kind_keys_bytes_reads_back(kind: str) -> None:
     a = make_entry(0, None, kind, 5, "dkind")
     b = make_entry(1, a.hash, kind, 6, {"k": "\x64kind"})
-    got = codec._decode_records([a.raw, b.raw], [a.hash, b.hash], _KEY)
+    got = _decode_records([a.raw, b.raw], [a.hash, b.hash], _KEY)
     assert [(e.kind, e.data) for e in got] == [(kind, "dkind"), (kind, {"k": "\x64kind"})]
 
 
 def test_a_null_prev_after_seq_0_is_left_to_the_general_path() -> None:
     # Not a chain s3log writes; the verifier names it (the decoder does not).
     e = make_entry(3, None, "k", 0, 1)
-    assert codec._parse_linked_records([e.raw], [e.hash], _KEY) is None
-    assert codec._decode_records([e.raw], [e.hash], _KEY)[0].prev is None
+    assert v2_records._parse_linked_records([e.raw], [e.hash], _KEY) is None
+    assert _decode_records([e.raw], [e.hash], _KEY)[0].prev is None
 
 
 def test_a_hash_prev_ending_like_a_null_prev_is_read_as_the_hash() -> None:
     # A prev whose last bytes are `64 "prev" f6`: the record ends like one whose prev is null.
     prev = bytes(26) + b"\x64prev\xf6"
     e = make_entry(0, prev, "k", 0, 1)
-    assert e.raw.endswith(codec._PREV_NULL)
-    got = codec._decode_records([e.raw], [e.hash], _KEY)
+    assert e.raw.endswith(_PREV_NULL)
+    got = _decode_records([e.raw], [e.hash], _KEY)
     assert got[0].prev == prev and got[0].seq == 0
 
 
@@ -168,9 +171,9 @@ def test_an_integer_not_in_its_shortest_form_is_refused_by_both_paths(field: str
         records.append(_widened(e, field) if field == "ts" or i == 0 else e.raw)
         prev = hashlib.sha256(records[-1]).digest()
     digests = [hashlib.sha256(r).digest() for r in records]
-    assert codec._parse_linked_records(records, digests, _KEY) is None
+    assert v2_records._parse_linked_records(records, digests, _KEY) is None
     with pytest.raises(CorruptionError, match="laid out"):
-        codec._decode_records(records, digests, _KEY)
+        _decode_records(records, digests, _KEY)
 
 
 def test_a_tail_read_off_its_records_carries_columns_equal_to_its_entries() -> None:
@@ -178,20 +181,20 @@ def test_a_tail_read_off_its_records_carries_columns_equal_to_its_entries() -> N
     for _ in range(50):
         records = _chain(rng, plain=True)
         digests = [hashlib.sha256(r).digest() for r in records]
-        run = codec._decode_records(records, digests, _KEY)
+        run = _decode_records(records, digests, _KEY)
         assert isinstance(run, LinkedRun) and run.columns is not None
         cols = run.columns
         assert cols.seq == run[0].seq and cols.prev == run[0].prev
         assert (cols.ts, cols.kinds, cols.hashes) == ([e.ts for e in run], [e.kind for e in run], [e.hash for e in run])
         assert cols.values == [e.data for e in run]
-        assert cols.data == [cbor2.dumps(e.data, canonical=True) for e in run] == codec.data_cbor_column(run)
+        assert cols.data == [cbor2.dumps(e.data, canonical=True) for e in run] == data_cbor_column(run)
         # A copy: whoever extends the column does not change the run's.
-        assert codec.data_cbor_column(run) is not cols.data
+        assert data_cbor_column(run) is not cols.data
 
 
 def test_read_runs_hands_a_tail_read_off_its_records_as_columns() -> None:
     import s3log
-    from s3log._format.codec import RunColumns
+    from s3log._format.columns import RunColumns
 
     log = s3log.Log(s3log.MemoryStore())
     w = log.create()

@@ -1,4 +1,4 @@
-"""A v2 tail's records read off their byte layout (``codec._parse_linked_records``), attacked.
+"""A v2 tail's records read off their byte layout (``records._parse_linked_records``), attacked.
 
 The claim: for any input the fast path either declines (None: the general path decides) or
 returns exactly the entries the general path returns, and never accepts what the general
@@ -23,8 +23,12 @@ import pytest
 
 import s3log
 from s3log import analytics
-from s3log._format import codec
-from s3log._format.codec import Entry, LinkedRun, RunColumns, decode_segment, make_entry
+from s3log._format import records as v2_records
+from s3log._format.codec import decode_segment
+from s3log._format.columns import LinkedRun, RunColumns
+from s3log._format.entries import entry_data_cbor, make_entry
+from s3log._format.records import _TAIL_KINDS, _decode_records
+from s3log._format.values import Entry
 from s3log.errors import CorruptionError
 
 _KEY = "s3log/sessions/s/head"
@@ -52,18 +56,18 @@ def _rec(ts: bytes, seq: bytes, data: bytes, kind: bytes, prev: bytes) -> bytes:
 @contextmanager
 def _fast_path_off() -> Iterator[None]:
     """The general path alone: the fast path always declines."""
-    saved = codec._parse_linked_records
-    codec._parse_linked_records = lambda *a: None
+    saved = v2_records._parse_linked_records
+    v2_records._parse_linked_records = lambda *a: None
     try:
         yield
     finally:
-        codec._parse_linked_records = saved
+        v2_records._parse_linked_records = saved
 
 
 def _general(records: list[Any], digests: list[bytes]) -> tuple[Entry, ...] | CorruptionError:
     with _fast_path_off():
         try:
-            return codec._decode_records(records, digests, _KEY)
+            return _decode_records(records, digests, _KEY)
         except CorruptionError as exc:
             return exc
 
@@ -84,7 +88,7 @@ def _outcome(records: list[Any]) -> str:
     the general path refuses, or reads anything differently."""
     digests = [_sha(r) for r in records]
     general = _general(records, digests)
-    fast = codec._parse_linked_records(records, digests, _KEY)
+    fast = v2_records._parse_linked_records(records, digests, _KEY)
     if fast is None:
         return "declined"
     assert not isinstance(general, CorruptionError), f"fast path accepted what the general path refuses: {general}"
@@ -150,7 +154,7 @@ def test_mixed_ts_widths_are_declined_and_read_by_the_general_path() -> None:
         records.append(e.raw)
         prev = e.hash
     assert _outcome(records) == "declined"
-    assert [e.ts for e in codec._decode_records(records, [_sha(r) for r in records], _KEY)] == [23, 24, 2**40]
+    assert [e.ts for e in _decode_records(records, [_sha(r) for r in records], _KEY)] == [23, 24, 2**40]
 
 
 _AWKWARD_KINDS = ["", "dkind", "adkindbQR", "xdkind`", "a\x64kind\x61z", "\x64prev\xf6", "\x64prev\x58\x20" * 5,
@@ -189,7 +193,7 @@ def test_a_hash_prev_whose_bytes_spell_a_kind_key_text_and_null_prev_reads_alike
     body = b"\x01\x64kind\x61k\x64prev" + _H32
     r = b"\xa5\x62ts\x05\x63seq\x00\x64data" + bytes([0x40 | 24, len(body)]) + body + fake
     assert _outcome([r]) == "parsed"
-    (e,) = codec._decode_records([r], [_sha(r)], _KEY)
+    (e,) = _decode_records([r], [_sha(r)], _KEY)
     assert (e.data, e.kind, e.prev) == (body, "z" * 20, None)
 
 
@@ -248,7 +252,7 @@ _REFUSED = {
 @pytest.mark.parametrize("name", sorted(_REFUSED))
 def test_what_the_general_path_refuses_is_never_parsed(name: str) -> None:
     record = _REFUSED[name]
-    assert codec._parse_linked_records([record], [_sha(record)], _KEY) is None
+    assert v2_records._parse_linked_records([record], [_sha(record)], _KEY) is None
     assert isinstance(_general([record], [_sha(record)]), CorruptionError)
     # Also as the second record of an otherwise good tail (its prev the hash before).
     first = make_entry(0, None, "k", 5, 0).raw
@@ -266,17 +270,17 @@ def test_records_that_are_not_bytes_are_declined(kind: Callable[[bytes], Any], w
     records: list[Any] = _chain(0, 2)
     digests = [_sha(r) for r in records]
     records[where] = kind(records[where]) if kind is not str else records[where].decode("latin-1")
-    assert codec._parse_linked_records(records, digests, _KEY) is None
+    assert v2_records._parse_linked_records(records, digests, _KEY) is None
 
 
 def test_an_empty_tail_is_empty() -> None:
-    assert codec._decode_records([], [], _KEY) == ()
+    assert _decode_records([], [], _KEY) == ()
 
 
 def test_the_fast_path_declines_an_empty_list() -> None:
     """The claim is "for ANY input, None or the general path's entries"; an empty list
     raises. Fix: ``if not records: return None`` first (or state the precondition)."""
-    assert codec._parse_linked_records([], [], _KEY) is None
+    assert v2_records._parse_linked_records([], [], _KEY) is None
 
 
 def test_records_that_are_not_linked_are_declined_and_left_to_the_verifier() -> None:
@@ -447,7 +451,7 @@ def test_data_at_the_decoders_nesting_limit_is_read_alike_by_both_paths() -> Non
     for depth in range(limit - 3, limit + 2):
         for records in ([_depth_record(depth)], _relink([*_chain(0, 1), _depth_record(depth, 1, _H32 + bytes(32))], 0)):
             digests = [_sha(r) for r in records]
-            fast = codec._parse_linked_records(records, digests, _KEY)
+            fast = v2_records._parse_linked_records(records, digests, _KEY)
             general = _general(records, digests)
             assert fast is None or not isinstance(general, CorruptionError), (depth, general)
 
@@ -494,7 +498,7 @@ def test_data_followed_by_a_transparent_tag_head_is_refused_in_a_tail(tag: bytes
     e = make_entry(0, None, "k", 5, 1)
     cut = e.raw.rindex(b"\x64kind")
     record = e.raw[:cut] + tag + e.raw[cut:]
-    assert codec._parse_linked_records([record], [_sha(record)], _KEY) is None
+    assert v2_records._parse_linked_records([record], [_sha(record)], _KEY) is None
     assert isinstance(_general([record], [_sha(record)]), CorruptionError)
 
 
@@ -593,7 +597,7 @@ def _run(run: Any) -> Any:
         n = len(run.hashes)
         return list(zip(range(run.seq, run.seq + n), [run.prev, *run.hashes[:-1]], run.kinds, run.ts, run.data,
                         run.hashes, strict=True))
-    return [(e.seq, e.prev, e.kind, e.ts, codec.entry_data_cbor(e), e.hash) for e in run]
+    return [(e.seq, e.prev, e.kind, e.ts, entry_data_cbor(e), e.hash) for e in run]
 
 
 def _outcomes(store: s3log.MemoryStore, sid: str) -> list[Any]:
@@ -638,7 +642,7 @@ def test_a_mutated_tail_reads_through_every_path_exactly_as_without_the_fast_pat
     head = cbor2.loads(original)
     assert _d(head) == original  # re-encoding the head changes nothing but what we change
     parsed = 0
-    real = codec._parse_linked_records
+    real = v2_records._parse_linked_records
 
     def spy(*args: Any) -> LinkedRun | None:
         nonlocal parsed
@@ -660,11 +664,11 @@ def test_a_mutated_tail_reads_through_every_path_exactly_as_without_the_fast_pat
                             *tail[i + 1 :]], i)
         _store_tail(store, hkey, head, tail)
         off = _outcomes_off(store, sid)
-        codec._parse_linked_records = spy  # type: ignore[assignment]
+        v2_records._parse_linked_records = spy  # type: ignore[assignment]
         try:
             on = _outcomes_on(store, sid)
         finally:
-            codec._parse_linked_records = real
+            v2_records._parse_linked_records = real
         assert on == off, (case, [r.hex() for r in tail])
         # A refusal names the head (and, the key being the head, its three paths agree).
         if isinstance(on[0], tuple):
@@ -675,16 +679,16 @@ def test_a_mutated_tail_reads_through_every_path_exactly_as_without_the_fast_pat
 
 @contextmanager
 def _tiny_kind_cache() -> Iterator[None]:
-    saved_max, saved_interval = codec._TAIL_KINDS_MAX, sys.getswitchinterval()
-    codec._TAIL_KINDS_MAX = 3  # cleared all the time
-    codec._TAIL_KINDS.clear()
+    saved_max, saved_interval = v2_records._TAIL_KINDS_MAX, sys.getswitchinterval()
+    v2_records._TAIL_KINDS_MAX = 3  # cleared all the time
+    _TAIL_KINDS.clear()
     sys.setswitchinterval(1e-6)  # threads switch as often as the interpreter allows
     try:
         yield
     finally:
         sys.setswitchinterval(saved_interval)
-        codec._TAIL_KINDS_MAX = saved_max
-        codec._TAIL_KINDS.clear()
+        v2_records._TAIL_KINDS_MAX = saved_max
+        _TAIL_KINDS.clear()
 
 
 def test_the_kind_cache_cleared_under_concurrent_decoders_never_gives_a_wrong_kind() -> None:
@@ -699,7 +703,7 @@ def test_the_kind_cache_cleared_under_concurrent_decoders_never_gives_a_wrong_ki
         try:
             for j in range(150):
                 t = tails[(k + j) % len(tails)]
-                got = codec._parse_linked_records(t, [_sha(r) for r in t], _KEY)
+                got = v2_records._parse_linked_records(t, [_sha(r) for r in t], _KEY)
                 if got is None or _fields(got) != expected[(k + j) % len(tails)]:
                     failures.append(f"thread {k} round {j}: {'declined' if got is None else 'differs'}")
         except Exception as exc:  # an escaping error is a failure too

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 import s3log
 from s3log import analytics
-from s3log._format.codec import dumps
+from s3log._format.cbor import dumps
 from s3log.analytics import columns
 from s3log.env import Env
 

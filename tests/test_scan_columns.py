@@ -17,8 +17,10 @@ import pyarrow as pa
 
 import s3log
 from s3log import analytics
-from s3log._format import codec
-from s3log._format.codec import LinkedRun, RunColumns, decode_segment, decode_segment_columns, dumps
+from s3log._format.cbor import _seq_parts, _uint_heads, dumps
+from s3log._format.codec import decode_segment, decode_segment_columns
+from s3log._format.columns import LinkedRun, RunColumns
+from s3log._format.entries import data_cbor_column
 from s3log.analytics import columns
 from s3log.env import Env
 from s3log.errors import CorruptionError
@@ -158,7 +160,7 @@ def test_segment_columns_describe_the_entries_decode_segment_makes() -> None:
             assert run.seq == entries[0].seq and run.prev == entries[0].prev
             assert run.ts == [e.ts for e in entries] and run.kinds == [e.kind for e in entries]
             assert run.hashes == [e.hash for e in entries] and run.values == [e.data for e in entries]
-            assert run.data == [dumps(e.data) for e in entries] == codec.data_cbor_column(entries)
+            assert run.data == [dumps(e.data) for e in entries] == data_cbor_column(entries)
 
 
 def test_segment_columns_are_refused_as_the_entries_are() -> None:
@@ -268,11 +270,11 @@ def test_a_broken_join_between_two_segments_is_refused() -> None:
 def test_seq_and_int_encodings_equal_cbor_across_every_length_boundary() -> None:
     for s0, n in [(0, 1), (0, 800), (20, 10), (23, 2), (250, 10), (65_530, 20), (2**32 - 3, 6),
                   (2**64 - 2, 4), (2**64 + 5, 3)]:
-        head, rest = codec._seq_parts(s0, n)
+        head, rest = _seq_parts(s0, n)
         assert [head + r for r in rest] == [dumps(v) for v in range(s0, s0 + n)], (s0, n)
     for values in [[0, 23], [24, 255], [0, 24], [256, 65_535], [2**40, 2**63 - 1], [-1, 5], [-5, -1],
                    [2**64, 2**65], [T0]]:
-        assert codec._uint_heads(values, min(values), max(values)) == [dumps(v) for v in values]
+        assert _uint_heads(values, min(values), max(values)) == [dumps(v) for v in values]
 
 
 def test_hash_columns_equal_the_hex_of_each_value() -> None:

@@ -17,6 +17,8 @@ import pytest
 import s3log
 from s3log import analytics
 from s3log._format import codec
+from s3log._format.entries import make_entry
+from s3log._format.values import Entry
 from s3log._protocol import read
 from s3log.analytics import columns, reading
 from s3log.env import Env
@@ -30,8 +32,8 @@ T0 = 1_767_225_600_000  # 2026-01-01
 def test_first_entry_of_columns_equals_the_dataclass_entry() -> None:
     """``_first_entry`` of a column run: an ordinary Entry equal to the one its
     constructor makes (type, fields, hash of a hashable one, frozen)."""
-    entries = [codec.make_entry(0, None, "s3log.fork", T0, {"parent": {"session": "p"}}),]
-    entries.append(codec.make_entry(1, entries[0].hash, "m", T0 + 1, "x"))
+    entries = [make_entry(0, None, "s3log.fork", T0, {"parent": {"session": "p"}}),]
+    entries.append(make_entry(1, entries[0].hash, "m", T0 + 1, "x"))
     body = codec.encode_segment("s", entries, 2)
     _, run = codec.decode_segment_columns(body, "k")
     assert isinstance(run, codec.RunColumns)
@@ -150,11 +152,11 @@ def _with_parent_named(store: s3log.MemoryStore, log: s3log.Log, sid: str, name:
     head = log.head(sid)
     assert head.parent is not None and head.segments == ()
     parent = dataclasses.replace(head.parent, session=name)
-    entries: list[codec.Entry] = []
+    entries: list[Entry] = []
     prev = None
     for e in head.tail:
         data = dict(e.data, parent=parent.to_map()) if e.seq == 0 else e.data
-        entries.append(codec.make_entry(e.seq, prev, e.kind, e.ts, data))
+        entries.append(make_entry(e.seq, prev, e.kind, e.ts, data))
         prev = entries[-1].hash
     new = dataclasses.replace(head, parent=parent, tail=tuple(entries), hash=prev)
     store.put_raw(log.layout.head(sid), codec.encode_head(new))

@@ -18,7 +18,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log._format.codec import Head, decode_head, encode_head, encode_segment, make_entry
+from s3log._format.codec import decode_head, encode_head, encode_segment
+from s3log._format.entries import make_entry
+from s3log._format.values import Head
 from s3log._protocol import fork, read, state
 from s3log._protocol.ops import KeyOp
 from s3log.env import Env

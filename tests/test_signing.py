@@ -23,8 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import s3log
-from s3log._format.codec import Head, decode_head, decode_segment, encode_head, encode_segment, make_entry
+from s3log._format.codec import decode_head, decode_segment, encode_head, encode_segment
+from s3log._format.entries import make_entry
 from s3log._format.layout import Layout
+from s3log._format.values import Head
 from s3log._protocol import listing, read
 from s3log.errors import CorruptionError
 from s3log.signing import (
@@ -41,11 +43,11 @@ from s3log.signing import (
     Signer,
     SigningError,
     check_checkpoints,
-    checkpoint_key,
     head_payload,
     key_id_for,
     sign_head,
 )
+from s3log.signing.checkpoints import checkpoint_key
 from s3log.store.memory import MemoryStore
 from s3log.testing.plugin import LocalS3
 from s3log.testing.sim import run_direct

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._format.codec import Entry
+from s3log._format.values import Entry
 from s3log.testing.localserver import LocalS3
 from s3log.urls import InvalidURLError, parse_url
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from s3log._format.codec import Head, decode_head, encode_head
+from s3log._format.codec import decode_head, encode_head
+from s3log._format.values import Head
 from s3log._protocol import listing, ops, state
 from s3log._protocol.ops import Proc
 from s3log.errors import ObjectNotFound

@@ -16,22 +16,12 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
-from s3log._format.codec import (
-    APPEND_KEY_MAX_BYTES,
-    AppendKey,
-    Entry,
-    Head,
-    ParentRef,
-    append_digest,
-    check_kind,
-    check_ts,
-    dumps,
-    normalize_data,
-    normalize_data_cbor,
-)
+from s3log._format.entries import check_kind, check_ts, normalize_data, normalize_data_cbor
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import DEFAULT_PREFIX, Layout
+from s3log._format.values import APPEND_KEY_MAX_BYTES, AppendKey, Entry, Head, ParentRef, append_digest
 from s3log._protocol import listing, retention
 from s3log._protocol.append_keys import find_append_key, stored_for_key
 from s3log._protocol.commit import CommitPlan, commit, create_session, renew
@@ -441,7 +431,7 @@ _ACKED_KEYS_KEPT = 256
 
 def check_append_key(key: object, session: str | None) -> str:
     """An append's idempotency key: a non-empty string of at most
-    :data:`~s3log._format.codec.APPEND_KEY_MAX_BYTES` UTF-8 bytes (InvalidArgumentError otherwise)."""
+    :data:`~s3log._format.values.APPEND_KEY_MAX_BYTES` UTF-8 bytes (InvalidArgumentError otherwise)."""
     if not isinstance(key, str) or not key:
         raise InvalidArgumentError("key", f"must be a non-empty string, not {key!r}", session=session)
     try:

@@ -6,18 +6,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import (
-    FORK_KIND,
-    Entry,
-    Head,
-    LinkedRun,
-    ParentRef,
-    RunColumns,
-    Segment,
-    entry_hash,
-    make_entry,
-)
+from s3log._format.codec import Segment
+from s3log._format.columns import LinkedRun, RunColumns
+from s3log._format.entries import make_entry
 from s3log._format.layout import parse_segment_key
+from s3log._format.values import FORK_KIND, Entry, Head, ParentRef, entry_hash
 from s3log.errors import CorruptionError
 
 
@@ -31,7 +24,7 @@ class PendingEntry:
     #: The deterministic encoding of ``data`` when known (from normalizing it at
     #: append), so the commit splices it into the record instead of encoding it again.
     data_cbor: bytes = field(default=b"", compare=False, repr=False)
-    #: The append's idempotency key, if it has one, and :func:`~s3log._format.codec.append_digest`
+    #: The append's idempotency key, if it has one, and :func:`~s3log._format.values.append_digest`
     #: of its kind and data: the head that commits it remembers both (decision 0037).
     key: str | None = field(default=None, compare=False)
     digest: bytes = field(default=b"", compare=False, repr=False)
@@ -114,7 +107,7 @@ class ChainVerifier:
 
     def feed_linked_columns(self, key: str, run: RunColumns) -> None:
         """:meth:`feed` for a run read as its columns and linked within as it was
-        decoded (a head's tail, :func:`s3log._format.codec.tail_run`): checked where it joins
+        decoded (a head's tail, :func:`s3log._format.columns.tail_run`): checked where it joins
         the chain, with the error :meth:`feed` gives."""
         seq, last = self.next_seq, self.last_hash
         if run.seq != seq or run.prev != last:

@@ -22,7 +22,7 @@ from s3log._format.ids import validate_session_id
 from s3log.errors import InvalidPrefixError
 
 if TYPE_CHECKING:
-    from s3log.signing import Verifier
+    from s3log.signing.keys import Verifier
 
 DEFAULT_PREFIX = "s3log"
 #: Segments the head of a session may list: a levelled manifest holds a few dozen at

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from s3log._format.codec import Head
 from s3log._format.layout import parse_segment_key
+from s3log._format.values import Head
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from dateutil.parser import isoparse
 
-from s3log._format.codec import MAX_TS
+from s3log._format.entries import MAX_TS
 from s3log.errors import InvalidArgumentError
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")

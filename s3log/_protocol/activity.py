@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from s3log._format.codec import dumps
+from s3log._format.cbor import dumps
 from s3log._format.layout import Layout
 from s3log._protocol.ops import PutIfAbsent
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
-from s3log._format.codec import AppendKey, Entry, Head, append_digest, dumps
 from s3log._format.layout import Layout
+from s3log._format.values import AppendKey, Entry, Head, append_digest
 from s3log._protocol.ops import Proc
 from s3log._protocol.read import entry_at, read_head_or_none
 from s3log.config import LogConfig

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic
 
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import Entry, Head, ParentRef
 from s3log._format.layout import Layout
+from s3log._format.values import Entry, Head, ParentRef
 from s3log._protocol import decide
 from s3log._protocol.append_keys import inherited_keys, key_window
 from s3log._protocol.compact import compactions, landed_before_compaction

@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from s3log._format.chain import PendingEntry, build_chain
-from s3log._format.codec import COMPACTED_FIELD, Entry, Head, check_kind, check_ts, normalize_data
+from s3log._format.entries import check_kind, check_ts, normalize_data
 from s3log._format.layout import Layout
+from s3log._format.values import COMPACTED_FIELD, Entry, Head
 from s3log._protocol.delete import delete_session
 from s3log._protocol.ops import Proc
 from s3log._protocol.read import load

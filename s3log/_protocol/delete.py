@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import Head
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import Layout, parse_segment_key
+from s3log._format.values import Head
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.listing import list_all, list_head_rows
 from s3log._protocol.ops import Delete, DeleteIfMatch, ObjectInfo, Proc

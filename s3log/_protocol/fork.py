@@ -16,19 +16,11 @@ from typing import Any
 
 import cbor2
 
+from s3log._format.cbor import dumps, loads
 from s3log._format.chain import PendingEntry, build_chain, fork_entry_data
-from s3log._format.codec import (
-    FORK_KIND,
-    MAX_INTERNAL_DEPTH,
-    AppendKey,
-    Entry,
-    Head,
-    ParentRef,
-    dumps,
-    loads,
-    normalize_data,
-)
+from s3log._format.entries import MAX_INTERNAL_DEPTH, normalize_data
 from s3log._format.layout import Layout
+from s3log._format.values import FORK_KIND, AppendKey, Entry, Head, ParentRef
 from s3log._protocol import decide
 from s3log._protocol.append_keys import inherited_keys
 from s3log._protocol.listing import list_all, list_head_rows, valid_ids

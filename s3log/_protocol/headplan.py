@@ -16,9 +16,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from s3log._format.chain import ChainVerifier, PendingEntry
-from s3log._format.codec import Entry, Head, Lease, Pending, encode_head, encode_segment, entry_record
+from s3log._format.codec import encode_head, encode_segment
 from s3log._format.layout import Layout
 from s3log._format.manifest import plan_merge
+from s3log._format.values import Entry, Head, Lease, Pending, entry_record
 from s3log._protocol import decide
 from s3log._protocol.append_keys import key_window
 from s3log._protocol.ops import Proc

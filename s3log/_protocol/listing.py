@@ -35,9 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from s3log._format.codec import Head, decode_head, dumps, loads
+from s3log._format.cbor import dumps, loads
+from s3log._format.codec import decode_head
 from s3log._format.ids import uuid7_time_ms, validate_session_id
 from s3log._format.layout import Layout
+from s3log._format.values import Head
 from s3log._protocol import ops
 from s3log._protocol.ops import Get, ListPage, ObjectInfo, Proc
 from s3log._protocol.probe import PROBE_DIR

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from s3log.errors import ConditionalDeleteUnsupported, StoreError
 
 if TYPE_CHECKING:
-    from s3log._format.codec import Signature
+    from s3log._format.values import Signature
 
 T = TypeVar("T")
 
@@ -134,7 +134,7 @@ class Sleep:
 @dataclass(frozen=True, slots=True)
 class Sign:
     """Sign ``payload`` with ``signer`` (a :class:`s3log.signing.Signer`). Result: its
-    :class:`~s3log._format.codec.Signature`; the signer's error (SigningError) is thrown in.
+    :class:`~s3log._format.values.Signature`; the signer's error (SigningError) is thrown in.
 
     A driver performs it: a signer that may block (a KMS call, ``blocking`` true or
     absent) runs off an async driver's event loop, a local one (Ed25519) inline.

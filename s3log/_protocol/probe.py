@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import dumps
+from s3log._format.cbor import dumps
 from s3log._format.layout import Layout
 from s3log._protocol import decide, ops
 from s3log._protocol.ops import Blob, DeleteIfMatch, Get, Op, Proc, PutIfAbsent, PutIfMatch

@@ -15,19 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from s3log._format.chain import ChainVerifier, check_fork_origin
-from s3log._format.codec import (
-    Entry,
-    Head,
-    RunColumns,
-    Segment,
-    decode_head,
-    decode_segment,
-    decode_segment_columns,
-    new_entry,
-    tail_run,
-)
+from s3log._format.codec import Segment, decode_head, decode_segment, decode_segment_columns
+from s3log._format.columns import RunColumns, tail_run
 from s3log._format.layout import MAX_SEGMENTS, Layout, parse_segment_key
 from s3log._format.manifest import segment_ranges, segments_for_range
+from s3log._format.values import Entry, Head, new_entry
 from s3log._protocol import decide, ops
 from s3log._protocol.ops import Blob, Get, Parallel, Proc
 from s3log._protocol.state import EXPIRED_FIELD, SessionData, tombstone_hash

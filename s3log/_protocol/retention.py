@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from s3log._format.codec import Head, decode_head
+from s3log._format.codec import decode_head
 from s3log._format.ids import uuid7_time_ms
 from s3log._format.layout import Layout
 from s3log._format.times import to_ms
+from s3log._format.values import Head
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.listing import list_all, list_head_rows, list_session_ids, matches
 from s3log._protocol.ops import Delete, DeleteIfMatch, Get, Proc

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
-from s3log._format.codec import Entry, Head, ParentRef
+from s3log._format.values import Entry, Head, ParentRef
 from s3log.config import LogConfig
 from s3log.reducer import Reducer, S, replay
 

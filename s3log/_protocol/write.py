@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from s3log._format.chain import PendingEntry
-from s3log._format.codec import Entry, Head, Segment, decode_segment
+from s3log._format.codec import Segment, decode_segment
 from s3log._format.layout import Layout
 from s3log._format.manifest import plan_merge
+from s3log._format.values import Entry, Head
 from s3log._protocol import activity, decide, ops
 from s3log._protocol.headplan import HeadPlan, plan_head
 from s3log._protocol.ops import Blob, Get, Op, Parallel, Proc, PutIfAbsent, PutIfMatch

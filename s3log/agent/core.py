@@ -27,7 +27,9 @@ from dataclasses import replace
 from typing import Any, Self, TypeVar
 
 from s3log import otel
-from s3log._format.codec import Entry, Head, dumps, normalize_data_cbor
+from s3log._format.cbor import dumps
+from s3log._format.entries import normalize_data_cbor
+from s3log._format.values import Entry, Head
 from s3log._upper import Call, Proc, call
 from s3log.agent.args import (
     call_ids_arg,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NoReturn, overload
 
-from s3log._format.codec import Entry, ParentRef
+from s3log._format.values import Entry, ParentRef
 
 # Entry kinds of an agent session.
 SESSION_START = "agent.session_start"

@@ -21,7 +21,9 @@ from typing import Any
 
 from s3log._extras import extra
 from s3log._format import jsonform
-from s3log._format.codec import HASH_LEN, MAX_TS, Head, RunColumns, data_cbor_column
+from s3log._format.columns import RunColumns
+from s3log._format.entries import MAX_TS, data_cbor_column
+from s3log._format.values import HASH_LEN, Head
 from s3log.results import EntryRun
 
 with extra("analytics"):
@@ -79,7 +81,7 @@ SESSIONS_SCHEMA = pa.schema([
 #: :class:`~s3log.CorruptionError` to a scan (skipped with a
 #: :class:`~s3log.analytics.CorruptSessionWarning` unless ``strict``). Python's ``datetime`` ends with
 #: year 9999: read later times as ``ts.cast(pa.int64())``.
-TS_RANGE = (0, MAX_TS)  # what append takes (s3log._format.codec.MAX_TS)
+TS_RANGE = (0, MAX_TS)  # what append takes (s3log._format.entries.MAX_TS)
 
 
 # One rule for JSON everywhere (data_json, the CLI's --json, query, the jsonl export).

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from s3log._extras import extra
-from s3log._format.codec import Head
+from s3log._format.values import Head
 from s3log.analytics.columns import SCHEMA, SESSIONS_SCHEMA, _session_row, _sessions_batch
 from s3log.analytics.options import _opened
 from s3log.analytics.reading import checked_scan, first_then

@@ -27,9 +27,10 @@ from itertools import islice
 from typing import Any, cast
 
 from s3log._extras import extra
-from s3log._format.codec import Head, RunColumns
+from s3log._format.columns import RunColumns
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import normalize_prefix
+from s3log._format.values import Head
 from s3log.analytics.columns import _TS_OF, SCHEMA, SESSIONS_SCHEMA, TS_RANGE, _Columns, _session_row, _sessions_batch
 from s3log.analytics.options import _check_verifier, _config, _ms, _names, _positive, _session_list, open_store
 from s3log.config import LogConfig

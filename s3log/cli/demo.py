@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import FORK_KIND
+from s3log._format.values import FORK_KIND
 from s3log.log import Log
 from s3log.store.s3 import S3Store
 

@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from s3log._extras import extra
-from s3log._format.codec import FORK_KIND, Entry, dumps
+from s3log._format.cbor import dumps
 from s3log._format.ids import validate_session_id
+from s3log._format.values import FORK_KIND, Entry
 from s3log._loops import PerLoop
 from s3log._upper import acall
 from s3log.aio import AsyncLog, AsyncWriter

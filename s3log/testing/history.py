@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from s3log._format.codec import FORK_KIND, Entry, decode_head
+from s3log._format.codec import decode_head
+from s3log._format.values import FORK_KIND, Entry
 from s3log._protocol.compact import compactions
 from s3log._protocol.ops import Blob, ListPage
 from s3log._protocol.probe import PROBE_DIR

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from s3log._extras import extra
-from s3log._format.codec import Head
+from s3log._format.values import Head
 from s3log._upper import Call, Each, Locked, Proc, call
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, SessionExists, SessionNotFound

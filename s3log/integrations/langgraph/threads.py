@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3log._format.codec import Head, dumps
+from s3log._format.cbor import dumps
+from s3log._format.values import Head
 from s3log.config import Selector
 from s3log.integrations import IntegrationError
 from s3log.reducer import EntriesReducer

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from s3log._api.core import CommitQueue
-from s3log._format.codec import Entry, Head, RunColumns
+from s3log._format.columns import RunColumns
+from s3log._format.values import Entry, Head
 from s3log._protocol import retention
 from s3log._protocol.compact import compact_session
 from s3log._protocol.delete import delete_session, gc

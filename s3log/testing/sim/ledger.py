@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from s3log._format.codec import FORK_KIND, Entry, Head
 from s3log._format.layout import Layout, parse_segment_key
+from s3log._format.values import FORK_KIND, Entry, Head
 from s3log._protocol.delete import landing_bound_ms
 from s3log._protocol.read import load
 from s3log._protocol.state import SessionData

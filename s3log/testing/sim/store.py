@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from s3log._drive.drivers import step
-from s3log._format.codec import Entry, Head, decode_head
+from s3log._format.codec import decode_head
 from s3log._format.layout import Layout
+from s3log._format.values import Entry, Head
 from s3log._protocol.compact import compactions
 from s3log._protocol.ops import Blob, KeyOp, Op, Parallel, Proc, Sleep, StoreOp, call_key, call_store
 from s3log._protocol.probe import PROBE_DIR
