@@ -63,7 +63,9 @@ class Writer(WriterVerbs[S]):
 
         ``key``: an idempotency key (up to 64 bytes; decision 0037). An append of a key
         this writer holds or the session's head remembers is not queued again (a retry
-        is stored once); AppendKeyReused if it had another kind or data.
+        is stored once); AppendKeyReused if it had another kind or data. One stored in a
+        fork a lost race made of the session (a crashed writer's commit) is found by the
+        commit, which lists those forks once per writer, and is not written again.
         """
         return self._core.add(kind, data, ts, key=key)
 

@@ -197,6 +197,117 @@ def test_an_explicit_fork_remembers_the_keys_up_to_its_fork_point() -> None:
     assert [e.data for e in log.read(child).entries[1:]] == [1]
 
 
+def _forked_by_a_lost_race(log: s3log.Log, sid: str, key: str, data: Any) -> tuple[s3log.Writer[Any], Any]:
+    """A writer of ``sid`` appends ``data`` with ``key``, loses a race and forks; the
+    entry (in the child) and the writer, whose new session the application never hears of."""
+    w = log.open(sid)
+    log.open(sid).append_durable("k", "winner")
+    entry = w.append_durable("k", data, key=key)
+    assert w.forks and entry.session_id == w.session_id != sid
+    return w, entry
+
+
+def test_a_retry_in_the_parent_finds_the_fork_a_lost_race_made_and_writes_nothing() -> None:
+    # The writer's commit lost a race and forked, and it crashed before the application
+    # heard of the child: the restarted writer opens the parent and retries there.
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    sid = log.create().session_id
+    log.open(sid).append_durable("k", "first")
+    w, x = _forked_by_a_lost_race(log, sid, "req-x", {"turn": 1})
+    y = w.append_durable("k", {"turn": 2}, key="req-y")
+    restarted = log.open(sid)
+    store.requests.reset()
+    again = restarted.append_durable("k", {"turn": 1}, key="req-x")
+    assert again == x and again.position == x.position
+    # One LIST of the parent's fork markers, one GET of the child's head (the entry is in
+    # its tail), and a LIST of the child's: it was written since it was made (y), so it may
+    # have lost a race in turn.
+    assert (store.requests["LIST"], store.requests["GET"], store.requests.total) == (2, 1, 3)
+    assert _data(log, sid) == ["first", "winner"]
+    # Listed once per writer: a later keyed append costs what an unkeyed one does.
+    store.requests.reset()
+    assert restarted.append_durable("k", 2, key="req-2").session_id == sid
+    assert store.requests["PUT"] == 1 and store.requests.total == 1
+    # A retry after the listing is answered from what it listed, its entry read from the child.
+    store.requests.reset()
+    assert restarted.append_durable("k", {"turn": 2}, key="req-y") == y
+    assert (store.requests["GET"], store.requests.total) == (1, 1)
+    store.requests.reset()
+    assert restarted.append_durable("k", {"turn": 1}, key="req-x") == x
+    assert store.requests.total == 0  # acknowledged by this writer: remembered
+
+
+def test_an_async_retry_in_the_parent_finds_the_fork_a_lost_race_made() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store)
+        sid = (await log.create()).session_id
+        await (await log.open(sid)).append_durable("k", "first")
+        w = await log.open(sid)
+        await (await log.open(sid)).append_durable("k", "winner")
+        x = await w.append_durable("k", "x", key="req-x")
+        assert x.session_id == w.session_id != sid
+        restarted = await log.open(sid)
+        store.requests.reset()
+        t = restarted.append("k", "x", key="req-x")
+        result = await restarted.commit()
+        assert result.acked == [] and restarted.status(t) == "unknown"  # answered, nothing written
+        assert (store.requests["LIST"], store.requests["GET"], store.requests.total) == (1, 1, 2)
+        assert await restarted.append_durable("k", "x", key="req-x") == x
+        assert [e.data for e in (await log.read(sid)).entries] == ["first", "winner"]
+
+    asyncio.run(main())
+
+
+def test_a_writer_that_forked_before_its_first_key_looks_in_the_forks_of_the_session_it_opened() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    sid = log.create().session_id
+    log.open(sid).append_durable("k", "first")
+    _, x = _forked_by_a_lost_race(log, sid, "req-x", "x")
+    restarted = log.open(sid)
+    log.open(sid).append_durable("k", "another winner")
+    restarted.append_durable("k", "unkeyed")  # lost a race: goes on in a fork of its own
+    assert restarted.session_id not in (sid, x.session_id)
+    assert restarted.append_durable("k", "x", key="req-x") == x
+    assert "x" not in _data(log, restarted.session_id)
+
+
+def test_a_retry_finds_a_fork_of_a_fork_its_crashed_writer_made() -> None:
+    # The crashed writer forked into a child, lost a race there too and forked again: the
+    # restarted writer of the first parent looks into forks of forks (bounded: decision 0037).
+    store = s3log.MemoryStore()
+    log = s3log.Log(store)
+    sid = log.create().session_id
+    log.open(sid).append_durable("k", "first")
+    w, _ = _forked_by_a_lost_race(log, sid, "req-x", "x")
+    child = w.session_id
+    log.open(child).append_durable("k", "winner in the child")
+    y = w.append_durable("k", "y", key="req-y")
+    assert y.session_id == w.session_id not in (sid, child)
+    restarted = log.open(sid)
+    store.requests.reset()
+    assert restarted.append_durable("k", "y", key="req-y") == y
+    # Each fork folder listed once (the child was written since it was made), each head read once.
+    assert (store.requests["LIST"], store.requests["GET"], store.requests.total) == (2, 2, 4)
+    assert _data(log, sid) == ["first", "winner"]
+
+
+def test_a_key_of_an_explicit_fork_is_not_the_parents() -> None:
+    # Log.fork starts another line of the session: what is appended there with a key was
+    # meant for it, not for the parent, where an append of the same key is stored.
+    log = s3log.Log(s3log.MemoryStore())
+    w = log.create()
+    w.append_durable("k", 0)
+    w.append_durable("k", 1)
+    branch = log.open(log.fork(w.session_id, at_seq=0))
+    in_branch = branch.append_durable("k", "z", key="req-z")
+    in_parent = log.open(w.session_id).append_durable("k", "z", key="req-z")
+    assert in_parent.session_id == w.session_id != in_branch.session_id
+    assert _data(log, w.session_id) == [0, 1, "z"]
+
+
 def test_append_latest_stores_a_retried_batch_once() -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store)

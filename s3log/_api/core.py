@@ -14,6 +14,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from s3log._format.cbor import dumps
@@ -27,7 +28,7 @@ from s3log._protocol.append_keys import find_append_key, stored_for_key
 from s3log._protocol.commit import CommitPlan, commit, create_session, renew
 from s3log._protocol.compact import compact_session
 from s3log._protocol.delete import delete_session, gc, plan_delete
-from s3log._protocol.fork import child_heads, children, fork_at, lineage
+from s3log._protocol.fork import child_heads, children, fork_at, fork_keys, lineage
 from s3log._protocol.latest import append_latest
 from s3log._protocol.listing import list_all, list_head_rows, list_session_ids
 from s3log._protocol.ops import ObjectInfo, Proc
@@ -133,6 +134,14 @@ class CommitQueue(Generic[S]):
         # must still be read (:meth:`resolve`).
         self._followers: dict[int, str] = {}
         self._lookups: dict[int, AppendKey] = {}
+        # The keys of entries in forks that lost races made of the session this writer
+        # began in, with each fork's head (fork_keys): listed from the head it
+        # began at by the first commit carrying a key (the writer may be in a fork of its
+        # own by then), None until then. Empty for a head never replaced (a session this
+        # writer created, or one not written since): no commit lost a race to it.
+        self._fork_keys: dict[str, tuple[AppendKey, Head]] | None = \
+            None if ws.etag is not None and ws.head.version > 1 else {}
+        self._began: Head | None = ws.head if self._fork_keys is None else None
 
     @property
     def session_id(self) -> str:
@@ -159,9 +168,9 @@ class CommitQueue(Generic[S]):
 
         With ``wait``, the committed entry is kept for :meth:`claim`. With ``key`` (an
         idempotency key), an append of that key this writer still holds is joined, and
-        one stored already (acknowledged here, or in the head's window of keys) is not
-        queued again: the ticket then stands for it. AppendKeyReused if that append
-        had another kind or data.
+        one stored already (acknowledged here, in the head's window of keys, or in a
+        fork's the writer listed: :meth:`commit`) is not queued again: the ticket then
+        stands for it. AppendKeyReused if that append had another kind or data.
         """
         check_kind(kind)
         if ts is None:
@@ -193,7 +202,7 @@ class CommitQueue(Generic[S]):
         or None if it knows of none. Called with the lock held."""
         live = self._live_keys.get(key)
         stored = self._acked_keys.get(key)
-        mark = None if live or stored else find_append_key(self.ws.head, key)
+        mark = None if live or stored else find_append_key(self.ws.head, key) or self._in_fork(key, digest)
         if live is None and stored is None and mark is None:
             return None
         was = live[1] if live else stored[0] if stored else mark.digest if mark else b""
@@ -216,6 +225,13 @@ class CommitQueue(Generic[S]):
         if wait:
             self._followers[ticket] = key
         return ticket
+
+    def _in_fork(self, key: str, digest: bytes) -> AppendKey | None:
+        """The append key ``key`` of an equal entry in a fork that lost a race made of this
+        session, naming that fork, if the writer listed them (a key there with other
+        content is not this chain's: not refused). Lock held."""
+        got = self._fork_keys.get(key) if self._fork_keys else None
+        return None if got is None or got[0].digest != digest else replace(got[0], session=got[1].session)
 
     def _remember(self, key: str, digest: bytes, entry: AckedEntry) -> None:
         """Keep the stored entry of ``key`` (the newest keys only). Lock held."""
@@ -340,7 +356,11 @@ class CommitQueue(Generic[S]):
     def commit(self, on_conflict: OnConflict | None = None) -> Proc[CommitResult[S]]:
         """A procedure committing every entry pending when it starts, then applying the result.
 
-        Only one may run at a time per writer (the drivers hold a lock around it).
+        Only one may run at a time per writer (the drivers hold a lock around it). The
+        first that carries a key (of a writer that opened a session written since its
+        creation) lists the forks lost races made of the session, once
+        (:func:`~s3log._protocol.fork.fork_keys`): an entry whose key one of them holds is answered
+        with the entry there, not written.
         ``on_conflict``: what a conflict does in this commit only (``"fork"`` or
         ``"raise"``); None, the writer's :attr:`on_conflict` when the commit starts.
         """
@@ -353,6 +373,16 @@ class CommitQueue(Generic[S]):
         return self._committing(touch, on_conflict)
 
     def _committing(self, touch: bool, on_conflict: OnConflict | None) -> Proc[CommitResult[S]]:
+        with self._lock:
+            keyed = any(p.key is not None for _, p in self._pending)
+        if self._began is not None and keyed:
+            # A crashed writer's commit of one of these keys may have lost a race and
+            # forked, unknown to this writer: listed once, before anything is written.
+            found = yield from fork_keys(self.layout, self._began)
+            with self._lock:
+                self._fork_keys, self._began = found, None
+        if self._fork_keys and keyed:
+            yield from self._answer_from_forks()
         with self._lock:
             batch = list(self._pending)
             ws = self.ws
@@ -403,6 +433,31 @@ class CommitQueue(Generic[S]):
             for listener in self._listeners:
                 listener(fork)
         return result
+
+    def _answer_from_forks(self) -> Proc[None]:
+        """Take each queued entry whose key (with its kind and data) a fork lists out of the
+        queue: its ticket stands for the entry stored there, read from that fork's head
+        (or its segment). One gone since (the fork expired or deleted) is written here."""
+        with self._lock:
+            forks = self._fork_keys or {}
+            found = [(t, p, forks[p.key]) for t, p in self._pending if p.key is not None and p.key in forks
+                     and forks[p.key][0].digest == p.digest and t not in self._uncertain]
+        for ticket, p, (mark, head) in found:
+            entry = yield from stored_for_key(self.layout, head, mark)
+            if entry is None:
+                continue
+            with self._lock:
+                if ticket not in self._queued or ticket in self._inflight:
+                    continue  # withdrawn meanwhile
+                self._pending = [(t, q) for t, q in self._pending if t != ticket]
+                self._queued.discard(ticket)
+                self._live_keys.pop(str(p.key), None)
+                self._joined.discard(str(p.key))
+                self._remember(str(p.key), p.digest, entry)
+                if ticket in self._waiting:
+                    self._done[ticket] = entry
+            _log.info("session %s: append key %r names entry %d of fork %s: not written again",
+                      self.ws.session, p.key, entry.seq, entry.session_id)
 
     def _settle(self, batch: list[tuple[int, PendingEntry]], acked: Sequence[AckedEntry],
                 ws: ChainPosition[S]) -> None:

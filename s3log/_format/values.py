@@ -335,7 +335,7 @@ class _HeadSlots:
     __slots__ = ("_lazy_tail",)
 
 
-#: The head field a compaction writes (``s3log._protocol.protocol.compact_session``): the end of
+#: The head field a compaction writes (``s3log._protocol.compact.compact_session``): the end of
 #: the chain it replaced and the hashes of its last entries. A writer settling a lost
 #: reply decides from it, so a signature covers it (``s3log.signing.compacted_digest``).
 COMPACTED_FIELD = "compacted"

@@ -42,9 +42,10 @@ def children(layout: Layout, session: str) -> Proc[list[str]]:
     return [row.session for row in (yield from child_heads(layout, session))]
 
 
-def child_heads(layout: Layout, session: str) -> Proc[list[HeadRow]]:
+def child_heads(layout: Layout, session: str, *, newest: int | None = None) -> Proc[list[HeadRow]]:
     """The sessions forked from ``session`` that have a head, with their heads, as
-    :func:`~s3log._protocol.listing.list_head_rows` gives them (one LIST, then one GET per marker, in parallel).
+    :func:`~s3log._protocol.listing.list_head_rows` gives them (one LIST, then one GET per marker, in parallel;
+    with ``newest``, of the newest that many markers only: ids made by s3log sort by time).
 
     A marker whose child has no head is skipped, as docs/format.md says readers do: a
     fork whose head never landed, or a deleted child whose marker ``Log.delete`` left
@@ -59,8 +60,49 @@ def child_heads(layout: Layout, session: str) -> Proc[list[HeadRow]]:
     objects, _ = yield from list_all(layout.forks_dir(session))
     base = layout.forks_dir(session)
     # A name that is not a session id is not a marker s3log wrote (a stray object).
-    rows = yield from list_head_rows(layout, valid_ids([o.key[len(base):] for o in objects], base))
+    ids = valid_ids([o.key[len(base):] for o in objects], base)
+    rows = yield from list_head_rows(layout, ids if newest is None else ids[len(ids) - newest:])
     return [r for r in rows if r.head is None or (r.head.parent is not None and r.head.parent.session == session)]
+
+
+#: How far :func:`fork_keys` looks: forks of forks this many levels down, at most this
+#: many fork folders listed in all, and the heads of the newest this many markers of each.
+FORK_KEYS_DEPTH = 3
+FORK_KEYS_LISTINGS = 8
+FORK_KEYS_CHILDREN = 16
+
+
+def fork_keys(layout: Layout, head: Head) -> Proc[dict[str, tuple[AppendKey, Head]]]:
+    """The append keys of entries stored in forks that lost races made of ``head``'s
+    session (reason ``"conflict"``) from a fork point ``head``'s chain holds: each key as
+    that fork's head remembers it, with the head (the nearest fork's, if in several).
+
+    Only a fork's own keys count (those it inherited name its parent's entries). A fork
+    whose head was replaced since it was made (version above 1) may have lost a race in
+    turn: its forks are looked at too, breadth-first, :data:`FORK_KEYS_DEPTH` levels
+    down at most, listing at most :data:`FORK_KEYS_LISTINGS` fork folders and reading
+    the heads of the newest :data:`FORK_KEYS_CHILDREN` markers of each. A session never
+    forked costs one LIST (decision 0037).
+    """
+    found: dict[str, tuple[AppendKey, Head]] = {}
+    level, listings = [head], 0
+    for _ in range(FORK_KEYS_DEPTH):
+        deeper: list[Head] = []
+        for parent in level[:FORK_KEYS_LISTINGS - listings]:
+            listings += 1
+            for row in (yield from child_heads(layout, parent.session, newest=FORK_KEYS_CHILDREN)):
+                child = row.head
+                if child is None or child.parent is None or child.parent.reason != "conflict" or child.expired:
+                    continue
+                own = [a for a in child.append_keys if a.session is None]
+                if not (own or child.version > 1) or not (yield from _still_holds(layout, parent, child.parent)):
+                    continue
+                for a in own:
+                    found.setdefault(a.key, (a, child))
+                if child.version > 1:
+                    deeper.append(child)
+        level = deeper
+    return found
 
 
 def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:

@@ -10,6 +10,7 @@ it) and which break an invariant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,13 +119,15 @@ class WriterActor(Actor):
         self.opened_at = 0
         #: Keyed appends (Scenario.keyed): the data and key of each keyed payload; the
         #: tickets of retries that stand for an earlier append of their key (joined, or
-        #: answered from the head's window), and those whose stored entry must be read;
-        #: payloads a crash took unacknowledged, retried by the restarted writer; and
-        #: whether a commit ended undecided or was cancelled since the last that did not.
+        #: answered from the head's window or a fork's), and those whose stored entry must
+        #: be read; payloads a crash took unacknowledged, retried by the restarted writer;
+        #: retries queued again (a commit may answer them from a fork: :meth:`answered`);
+        #: and whether a commit ended undecided or was cancelled since the last that did not.
         self.keyed: dict[str, tuple[dict[str, str], str]] = {}
         self.followers: dict[int, str] = {}
         self.lookups: list[int] = []
         self.to_retry: list[str] = []
+        self.requeued: set[str] = set()
         self.unsure = False
         self.looking = 0
 
@@ -163,7 +166,7 @@ class WriterActor(Actor):
             sim.note(self, f"{why}: drops unacked {' '.join(self.queued)}")
         self.queued = []
         self.core = None
-        self.followers, self.lookups, self.unsure = {}, [], False
+        self.followers, self.lookups, self.unsure, self.requeued = {}, [], False, set()
 
     def withdraw(self, sim: Simulation) -> None:
         """Take back a random queued entry; one taken back must never be stored."""
@@ -213,14 +216,6 @@ class WriterActor(Actor):
         payload = sim.krng.choice(candidates)
         data, key = self.keyed[payload]
         where = sim.stored_in.get(payload)
-        if payload in self.to_retry and where is not None and where not in sim.lineage(self.sid):
-            # The crashed commit forked after a lost race and its child's head landed
-            # unacknowledged: the key is in a session this caller never heard of.
-            self.to_retry.remove(payload)
-            sim.known("keyed-retry-unknown-fork", self, f"{payload} is stored in {sim.short(where)}, a fork "
-                                                        f"its crashed commit made; retried in {sim.short(self.sid)}, "
-                                                        "it would be stored again")
-            return
         if payload in self.to_retry and where is not None and sim.keys_after(payload, where, self.sid) >= \
                 sim.config.append_key_window:
             # Past the documented window: a key reused there is a new key (decision 0037).
@@ -235,6 +230,7 @@ class WriterActor(Actor):
         if self.core.pending_count > before:  # the key is new to this writer and its head
             self.queued.append(payload)
             self.tickets[payload] = ticket
+            self.requeued.add(payload)
             sim.note(self, f"retry {payload} with its key: queued again (pending {self.core.pending_count})")
             return
         self.followers[ticket] = payload
@@ -244,6 +240,19 @@ class WriterActor(Actor):
         sim.note(self, f"retry {payload} with its key: stands for the earlier append"
                        + (" (its entry to be read)" if lookup else ""))
         self.claim(sim)
+
+    def answered(self, sim: Simulation, acked: Sequence[Entry]) -> None:
+        """Acknowledge each retry queued again that a commit answered with the entry a
+        fork of the session holds (its crashed first attempt forked): it is not among
+        the entries the commit ``acked``, as nothing was written for it."""
+        assert self.core is not None
+        carried = {_payload(e) for e in acked}
+        for payload in [p for p in self.queued if p in self.requeued and p not in carried]:
+            entry = self.core.claim(self.tickets[payload])
+            if entry is not None:
+                self.queued.remove(payload)
+                self.requeued.discard(payload)
+                sim.ack_retry(self, payload, entry)
 
     def _lookup(self, ticket: int) -> Proc[int]:
         assert self.core is not None
@@ -280,6 +289,7 @@ class WriterActor(Actor):
             self.claim(sim)
             return
         assert isinstance(value, CommitResult)
+        self.answered(sim, value.acked)
         sim.acknowledge(self, value)
         self.sid = value.session_id
         if self.core is not None and self.core.pending_count == 0:
@@ -288,6 +298,8 @@ class WriterActor(Actor):
             self.claim(sim)
 
     def failed(self, sim: Simulation, exc: BaseException) -> None:
+        if self.core is not None and self.what.startswith("commit"):
+            self.answered(sim, exc.landed if isinstance(exc, ConflictError) else ())
         if isinstance(exc, SessionNotFound) and self.core is not None:
             # Its head was deleted while this writer held it (Log.delete, or gc's delete of
             # an expired session's tombstone): documented; the application reopens.

@@ -218,13 +218,6 @@ class Ledger:
                 if at < len(chain) else []
         return len({_payload(e) for e in later})
 
-    def lineage(self, sid: str) -> list[str]:
-        """``sid`` and the sessions it forked from, as loaded (nearest first)."""
-        out = [sid]
-        while out[-1] in self.parent_of and self.parent_of[out[-1]] not in out:
-            out.append(self.parent_of[out[-1]])
-        return out
-
     def ack_retry(self, w: WriterActor, payload: str, entry: AckedEntry) -> None:
         """A keyed retry answered with the entry stored the first time: it must be that
         payload's, where any earlier acknowledgement of it said, and there now."""

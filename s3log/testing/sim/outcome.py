@@ -60,11 +60,6 @@ KNOWN_BUGS: dict[str, str] = {
     "retired-at-plan-time": "gc counts a retired segment's grace from the new head's retired_at, stamped "
                             "when its commit was planned; the head lands later (segment write, retries), "
                             "so a reader of the previous head gets less than the grace period",
-    "keyed-retry-unknown-fork": "a writer's commit of a keyed entry loses a race and forks; the child's head "
-                                "lands but the writer crashes before it learns of the child: the restarted "
-                                "writer opens the parent and retries the key there, which does not find it "
-                                "(it is in the child's window), so it is stored again (decision 0037). The "
-                                "simulated caller does not retry such an entry",
     "stale-writer-merge": "a writer whose view of the head is stale (its commit landed unacknowledged: "
                           "cancelled, or it raised; or another writer moved on) plans its next flush from "
                           "the old head; once gc collected the segments that head listed, the merge's GET "
