@@ -187,10 +187,18 @@ class SeaweedFS(_Process):
                       f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
                       "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", "-volume.max=0"]
         super().__init__("SeaweedFS", self._args, s3, env)
+        self._shared: str | None = None
         self.endpoint_url = f"http://127.0.0.1:{s3}"
 
     def extra_args(self) -> list[str]:
         return [f"-dir={self.dir}"]
+
+    def shared_bucket(self) -> str:
+        """The bucket every test shares (each under a key prefix of its own): SeaweedFS
+        takes seconds to give a new bucket its first volumes, a one-off cost this way."""
+        if self._shared is None:
+            self._shared = self.create_bucket()
+        return self._shared
 
     def create_bucket(self) -> str:
         """A new bucket (CreateBucket through boto3, any credentials: none are configured)."""

@@ -164,7 +164,7 @@ def http_target(request: pytest.FixtureRequest, kind: str) -> tuple[FaultProxy, 
     (None on moto), and what closes them: a new proxy and bucket on such a server."""
     if kind in AZURE_KINDS or kind in SEAWEED_KINDS:
         server = request.getfixturevalue("azurite" if kind in AZURE_KINDS else "seaweedfs")
-        bucket = server.create_container() if kind in AZURE_KINDS else server.create_bucket()
+        bucket = server.create_container() if kind in AZURE_KINDS else server.shared_bucket()
         proxy = FaultProxy("127.0.0.1", server.port).start()
         return proxy, bucket, server, [proxy.stop]
     return request.getfixturevalue("proxy"), request.getfixturevalue("bucket"), None, []

@@ -33,7 +33,7 @@ from s3log._extras import require
 from s3log._protocol.ops import ListPage, ObjectInfo
 from s3log.errors import InvalidArgumentError, ObjectNotFound, StoreError
 from s3log.store import _obstore_common as common
-from s3log.store.base import RequestCounter, error_for_status, forked_error, precondition_scope
+from s3log.store.base import RequestCounter, checked_etag, error_for_status, forked_error, precondition_scope
 from s3log.store.obstore import AsyncObstoreStore, ObstoreStore
 
 #: Azure returns at most this many entries (blobs and prefixes) per List Blobs request.
@@ -58,16 +58,23 @@ _BATCH = re.compile(r"Bulk delete request failed for key .*?: (.*) \(code: (\d{3
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 
 
-def map_azure_error(exc: BaseException, key: str) -> StoreError:
+def map_azure_error(exc: BaseException, key: str, *, write: bool = True) -> StoreError:
     """Translate an obstore exception from Azure into s3log's store errors.
 
     The status and Azure error code of the reply decide, through the mapping every
     HTTP store shares (:func:`~s3log.store.base.error_for_status`); the error keeps
-    Azure's code. Without a reply, the obstore mapping applies.
+    Azure's code. Without a reply, the obstore mapping applies. obstore's Azure client
+    refuses a reply without an ETag itself: that is
+    :func:`~s3log.store.base.checked_etag`'s error (``write``: the request was a PUT).
     """
     if isinstance(exc, StoreError):
         return exc
     text = str(exc)
+    if "ETag Header missing" in text:
+        try:
+            checked_etag(None, key, write=write)
+        except StoreError as missing:
+            return missing
     status = _STATUS.search(text)
     batch = _BATCH.search(text)
     if status is None and batch is None:
@@ -183,8 +190,8 @@ class _AzureParts:
         if started_in is not None:
             raise forked_error(f"obstore (the Azure client of {self!r})", started_in)
 
-    def _error(self, exc: BaseException, key: str) -> StoreError:
-        return map_azure_error(exc, key)
+    def _error(self, exc: BaseException, key: str, *, write: bool = True) -> StoreError:
+        return map_azure_error(exc, key, write=write)
 
 
 class AzureStore(_AzureParts, ObstoreStore):

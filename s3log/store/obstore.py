@@ -75,8 +75,9 @@ class _ObstoreBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r})"
 
-    def _error(self, exc: BaseException, key: str) -> StoreError:
-        """The s3log error for an obstore exception (a subclass maps its service's replies)."""
+    def _error(self, exc: BaseException, key: str, *, write: bool = True) -> StoreError:
+        """The s3log error for an obstore exception (a subclass maps its service's replies);
+        ``write``: whether the request was a PUT or DELETE (a reply it lost may have applied)."""
         return common.map_error(exc, key)
 
     def _no_conditional_delete(self, key: str) -> ConditionalDeleteUnsupported:
@@ -103,7 +104,7 @@ class ObstoreStore(_ObstoreBase):
             result = obstore.get(self.client, key)
             return common.blob(result, result.bytes(), key)
         except Exception as exc:
-            raise self._error(exc, key) from exc
+            raise self._error(exc, key, write=False) from exc
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists; return its ETag."""
@@ -190,7 +191,7 @@ class AsyncObstoreStore(_ObstoreBase):
             result = await obstore.get_async(self.client, key)
             return common.blob(result, await result.bytes_async(), key)
         except Exception as exc:
-            raise self._error(exc, key) from exc
+            raise self._error(exc, key, write=False) from exc
 
     async def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists; return its ETag."""
