@@ -25,6 +25,7 @@ boto3 to stand in (:class:`~s3log.errors.StoreForkedError`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import timedelta
 from typing import Any
@@ -234,10 +235,8 @@ class AzureStore(_AzureParts, ObstoreStore):
 
     def delete(self, key: str) -> None:
         """Delete the blob; a missing key is not an error."""
-        try:
+        with contextlib.suppress(ObjectNotFound):
             super().delete(key)
-        except ObjectNotFound:
-            pass
 
 
 class AsyncAzureStore(_AzureParts, AsyncObstoreStore):
@@ -276,10 +275,8 @@ class AsyncAzureStore(_AzureParts, AsyncObstoreStore):
 
     async def delete(self, key: str) -> None:
         """Delete the blob; a missing key is not an error."""
-        try:
+        with contextlib.suppress(ObjectNotFound):
             await super().delete(key)
-        except ObjectNotFound:
-            pass
 
 
 def _with_holding(page: ListPage, holding: str, inner: list[Any], start_after: str | None) -> ListPage:
