@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3log._extras import require
 from s3log._protocol.ops import ListPage, ObjectInfo
@@ -36,6 +36,9 @@ from s3log.errors import InvalidArgumentError, ObjectNotFound, StoreError
 from s3log.store import _obstore_common as common
 from s3log.store.base import RequestCounter, checked_etag, error_for_status, forked_error, precondition_scope
 from s3log.store.obstore import AsyncObstoreStore, ObstoreStore
+
+if TYPE_CHECKING:
+    from s3log.store.s3 import S3Store
 
 #: Azure returns at most this many entries (blobs and prefixes) per List Blobs request.
 AZURE_PAGE = 5000
@@ -172,6 +175,9 @@ class _AzureParts:
 
     bucket: str
     requests: RequestCounter
+    # As in the obstore stores; never set here (no boto3 stands in for Azure).
+    _resolved: tuple[str | None, str] | None
+    _boto: S3Store | None
 
     def _setup(self, container: str, account: str | None, endpoint: str | None, config: dict[str, Any] | None,
                client: Any) -> None:
