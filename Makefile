@@ -31,7 +31,7 @@ stores-tools: $(AZURITE)
 # The store contract, faults, racing writers, the probe and the simulator's store model
 # on Azurite and SeaweedFS, which the tests start on 127.0.0.1 (tests/servers.py).
 # S3LOG_REQUIRE_SERVERS=1 (CI) fails a test whose server is missing instead of skipping it.
-STORE_TESTS := tests/test_store_contract.py tests/test_store_faults.py tests/test_store_servers.py
+STORE_TESTS := tests/test_store_contract.py tests/test_store_faults.py tests/test_store_servers.py tests/test_urls.py
 test-stores: $(STAMP) $(AZURITE)
 	$(BIN)/pytest -q -p no:cacheprovider -m "stores and not slow" $(STORE_TESTS)
 

@@ -253,3 +253,9 @@ def test_open_log_on_an_az_url_writes_to_azurite(azurite: Any, monkeypatch: pyte
         return [e.data for e in (await alog.read(w.session_id)).entries]
 
     assert asyncio.run(read()) == [{"n": 1}]
+
+
+def test_a_directory_bucket_name_is_a_bucket_name() -> None:
+    # S3 Express One Zone: boto3 resolves the zonal endpoint and session itself (docs/stores.md).
+    spec = parse_url("s3://logs--usw2-az1--x-s3/team?region=us-west-2")
+    assert (spec.bucket, spec.prefix, spec.region) == ("logs--usw2-az1--x-s3", "team", "us-west-2")
