@@ -200,6 +200,32 @@ class _AzureParts:
     def _error(self, exc: BaseException, key: str, *, write: bool = True) -> StoreError:
         return map_azure_error(exc, key, write=write)
 
+    def _folder(self, prefix: str, delimiter: str | None, token: str | None, max_keys: int) -> str | None:
+        """The folder a listing of ``prefix`` lists (arguments checked), its first LIST counted."""
+        folder, _, _ = common.check_list(prefix, delimiter, token, max_keys)
+        self._stand_in()
+        self.requests.add("LIST")
+        return folder
+
+    def _delimited(self, result: Any, prefix: str, start_after: str | None) -> tuple[ListPage, str | None]:
+        """The page of a delimited listing, its requests counted, and the common prefix
+        holding ``start_after`` if any (the LIST that looks into it counted too)."""
+        self.requests.add("LIST", pages_sent(len(result["objects"]) + len(result["common_prefixes"])) - 1)
+        page, holding = delimited_page(result, prefix, start_after)
+        if holding is not None:
+            self.requests.add("LIST")
+        return page, holding
+
+    def _whole(self, listed: list[Any], prefix: str, start_after: str | None, page: ListPage | None = None,
+               holding: str = "") -> ListPage:
+        """The page of a plain listing of every entry in ``listed`` (its requests counted),
+        or, given the delimited ``page``, that page with ``holding`` if it has a key after
+        ``start_after``."""
+        self.requests.add("LIST", pages_sent(len(listed)) - 1)
+        if page is None:
+            return whole_page(listed, prefix, None, start_after)
+        return _with_holding(page, holding, listed, start_after)
+
 
 class AzureStore(_AzureParts, ObstoreStore):
     """A container of Azure Blob Storage through obstore, blocking (the ``fast`` extra).
@@ -219,23 +245,16 @@ class AzureStore(_AzureParts, ObstoreStore):
         """Every key under ``prefix`` in one page, in key order (after ``start_after`` if given)."""
         import obstore
 
-        folder, _, _ = common.check_list(prefix, delimiter, token, max_keys)
-        self._stand_in()
-        self.requests.add("LIST")
+        folder = self._folder(prefix, delimiter, token, max_keys)
         try:
-            if delimiter:
-                result = obstore.list_with_delimiter(self.client, folder)
-                self.requests.add("LIST", pages_sent(len(result["objects"]) + len(result["common_prefixes"])) - 1)
-                page, holding = delimited_page(result, prefix, start_after)
-                if holding is None:
-                    return page
-                self.requests.add("LIST")
-                inner = [m for chunk in obstore.list(self.client, holding) for m in chunk]
-                self.requests.add("LIST", pages_sent(len(inner)) - 1)
-                return _with_holding(page, holding, inner, start_after)
-            listed = [m for chunk in obstore.list(self.client, folder) for m in chunk]
-            self.requests.add("LIST", pages_sent(len(listed)) - 1)
-            return whole_page(listed, prefix, None, start_after)
+            if not delimiter:
+                listed = [m for chunk in obstore.list(self.client, folder) for m in chunk]
+                return self._whole(listed, prefix, start_after)
+            page, holding = self._delimited(obstore.list_with_delimiter(self.client, folder), prefix, start_after)
+            if holding is None:
+                return page
+            inner = [m for chunk in obstore.list(self.client, holding) for m in chunk]
+            return self._whole(inner, prefix, start_after, page, holding)
         except Exception as exc:
             raise self._error(exc, prefix) from exc
 
@@ -256,26 +275,20 @@ class AsyncAzureStore(_AzureParts, AsyncObstoreStore):
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
         start_after: str | None = None,
     ) -> ListPage:
-        """Every key under ``prefix`` in one page, in key order (after ``start_after`` if given)."""
+        """Awaited, as :meth:`AzureStore.list`: every key under ``prefix``, one page."""
+        folder = self._folder(prefix, delimiter, token, max_keys)
         import obstore
 
-        folder, _, _ = common.check_list(prefix, delimiter, token, max_keys)
-        self._stand_in()
-        self.requests.add("LIST")
         try:
-            if delimiter:
-                result = await obstore.list_with_delimiter_async(self.client, folder)
-                self.requests.add("LIST", pages_sent(len(result["objects"]) + len(result["common_prefixes"])) - 1)
-                page, holding = delimited_page(result, prefix, start_after)
-                if holding is None:
-                    return page
-                self.requests.add("LIST")
-                inner = [m async for chunk in obstore.list(self.client, holding) for m in chunk]
-                self.requests.add("LIST", pages_sent(len(inner)) - 1)
-                return _with_holding(page, holding, inner, start_after)
-            listed = [m async for chunk in obstore.list(self.client, folder) for m in chunk]
-            self.requests.add("LIST", pages_sent(len(listed)) - 1)
-            return whole_page(listed, prefix, None, start_after)
+            if not delimiter:
+                listed = [m async for chunk in obstore.list(self.client, folder) for m in chunk]
+                return self._whole(listed, prefix, start_after)
+            found = await obstore.list_with_delimiter_async(self.client, folder)
+            page, holding = self._delimited(found, prefix, start_after)
+            if holding is None:
+                return page
+            inner = [m async for chunk in obstore.list(self.client, holding) for m in chunk]
+            return self._whole(inner, prefix, start_after, page, holding)
         except Exception as exc:
             raise self._error(exc, prefix) from exc
 
