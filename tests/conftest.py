@@ -169,3 +169,25 @@ def env(s3log_server: LocalS3) -> dict[str, str]:
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The s3log package of an earlier build (tests/baseline.py), for differential tests."""
     return import_baseline(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Any]:
+    """Azurite's blob service on 127.0.0.1 for the session (tests/servers.py), or a skip."""
+    from tests.servers import start_azurite
+
+    server = start_azurite()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(s3log_server: LocalS3) -> Iterator[Any]:
+    """SeaweedFS's S3 gateway on 127.0.0.1 for the session (tests/servers.py), or a skip.
+    Its stores sign with the sandbox's credentials (s3log_server's): SeaweedFS, given
+    no identities, accepts any."""
+    from tests.servers import start_seaweedfs
+
+    server = start_seaweedfs()
+    yield server
+    server.stop()

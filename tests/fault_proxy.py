@@ -104,14 +104,17 @@ class Request:
             if "if-match" in self.headers:
                 return "put_if_match"
             return "put"
+        path, _, query = self.path.partition("?")
         if self.method == "GET":
-            # Path-style addressing: /bucket?list-type=2... lists, /bucket/key gets.
-            path, _, query = self.path.partition("?")
+            # Path-style addressing: /bucket?list-type=2... lists, /bucket/key gets;
+            # Azure (/account/container?...&comp=list) lists, /account/container/key gets.
+            if "comp=list" in query.split("&"):
+                return "list"
             return "list" if "list-type=" in query or path.strip("/").count("/") == 0 else "get"
         if self.method == "DELETE" and "if-match" in self.headers:
             return "delete_if_match"
-        if self.method == "POST" and "delete" in self.path.partition("?")[2].split("&"):
-            return "delete"  # DeleteObjects: obstore deletes one key this way
+        if self.method == "POST" and ("delete" in query.split("&") or "comp=batch" in query.split("&")):
+            return "delete"  # DeleteObjects, or an Azure blob batch: obstore deletes one key this way
         return self.method.lower()
 
 

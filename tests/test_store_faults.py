@@ -16,7 +16,7 @@ import s3log
 from s3log.errors import StoreError, TransientStoreError
 from s3log.testing.plugin import LocalS3
 from tests.fault_proxy import CutShort, FaultProxy, NoETag, Stall
-from tests.test_store_contract import HTTP_STORES, _make
+from tests.test_store_contract import HTTP_STORES, SERVER_STORES, _make, http_target
 
 _ns = itertools.count()
 
@@ -37,17 +37,24 @@ CUTS = [CutShort(), CutShort(reset=True), CutShort(declare_length=False)]
 CUT_IDS = ["length-then-close", "length-then-reset", "no-length-then-close"]
 
 
-def _store(kind: str, bucket: str, proxy: FaultProxy) -> tuple[Any, list[Callable[[], None]]]:
+def _store(request: pytest.FixtureRequest, kind: str) -> tuple[Any, FaultProxy, list[Callable[[], None]]]:
+    """A store of ``kind`` behind a proxy with no plan yet, the proxy, and what closes them."""
+    proxy, bucket, server, closing = http_target(request, kind)
     proxy.plan.clear()
-    return _make(kind, bucket, proxy.endpoint_url)
+    store, closers = _make(kind, bucket, proxy.endpoint_url, server=server)
+    return store, proxy, closers + closing
+
+
+#: Every HTTP store: on moto, and on the servers besides it (marked ``stores``).
+EVERY_HTTP_STORE = [*HTTP_STORES, *SERVER_STORES]
 
 
 @pytest.mark.parametrize("cut", CUTS, ids=CUT_IDS)
-@pytest.mark.parametrize("kind", HTTP_STORES)
+@pytest.mark.parametrize("kind", EVERY_HTTP_STORE)
 def test_a_get_whose_body_is_cut_short_is_a_transient_error_on_every_store(
-    kind: str, cut: CutShort, proxy: FaultProxy, bucket: str, s3log_server: LocalS3
+    kind: str, cut: CutShort, request: pytest.FixtureRequest
 ) -> None:
-    store, closers = _store(kind, bucket, proxy)
+    store, proxy, closers = _store(request, kind)
     try:
         key, body = f"cut{next(_ns)}/obj", bytes(range(256)) * 400
         store.put_if_absent(key, body)
@@ -61,11 +68,11 @@ def test_a_get_whose_body_is_cut_short_is_a_transient_error_on_every_store(
             close()
 
 
-@pytest.mark.parametrize("kind", HTTP_STORES)
+@pytest.mark.parametrize("kind", EVERY_HTTP_STORE)
 def test_a_reply_without_an_etag_is_a_store_error_not_a_raw_one_or_the_text_none(
-    kind: str, proxy: FaultProxy, bucket: str, s3log_server: LocalS3
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
-    store, closers = _store(kind, bucket, proxy)
+    store, proxy, closers = _store(request, kind)
     try:
         key = f"noetag{next(_ns)}/obj"
         proxy.plan.add("put_if_absent", NoETag())
@@ -82,11 +89,11 @@ def test_a_reply_without_an_etag_is_a_store_error_not_a_raw_one_or_the_text_none
 
 
 @pytest.mark.parametrize("cut", CUTS, ids=CUT_IDS)
-@pytest.mark.parametrize("kind", ["s3", "async-s3", "obstore", "async-obstore"])
+@pytest.mark.parametrize("kind", EVERY_HTTP_STORE)
 def test_a_read_whose_head_reply_is_cut_short_is_retried_not_reported_corrupt(
-    kind: str, cut: CutShort, proxy: FaultProxy, bucket: str, s3log_server: LocalS3
+    kind: str, cut: CutShort, request: pytest.FixtureRequest
 ) -> None:
-    store, closers = _store(kind, bucket, proxy)
+    store, proxy, closers = _store(request, kind)
     try:
         prefix = f"read{next(_ns)}"
         if kind.startswith("async"):
@@ -117,14 +124,15 @@ def test_a_read_whose_head_reply_is_cut_short_is_retried_not_reported_corrupt(
             close()
 
 
-@pytest.mark.parametrize("kind", ["async-s3", "async-obstore"])
+@pytest.mark.parametrize("kind", ["async-s3", "async-obstore",
+                                  *(k for k in SERVER_STORES if str(k.values[0]).startswith("async"))])
 def test_an_async_store_serves_a_writer_on_the_next_event_loop_after_a_cancelled_commit(
-    kind: str, proxy: FaultProxy, bucket: str
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
-
-    proxy.plan.clear()
-    store: Any = (s3log.AsyncS3Store(bucket, endpoint_url=proxy.endpoint_url) if kind == "async-s3"
-                  else s3log.AsyncS3Store.fast(bucket, endpoint_url=proxy.endpoint_url))
+    blocking, proxy, closers = _store(request, kind)
+    store: Any = blocking.inner
+    # The store is closed by the test, on its last loop: only the wrapper's unused loop is left.
+    request.addfinalizer(lambda: [close() for close in (blocking.loop.close, *closers[1:])])
     config = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=3, initial=0.01, max_time=5.0))
     prefix = f"loops{next(_ns)}"
     log = s3log.AsyncLog(store, prefix=prefix, config=config)

@@ -172,6 +172,11 @@ def test_log_config_and_reducer_are_passed_to_the_log() -> None:
         ("s3://b/p?store", "malformed query string"),
         ("s3://b/p#frag", "fragment"),
         ("memory://p?store=obstore", "memory:// takes no parameters"),
+        ("az://Logs/p", "not an Azure container name"),
+        ("az://ab/p", "not an Azure container name"),
+        ("az://logs/p?region=westeurope", "unknown parameter 'region': expected account, endpoint"),
+        ("az://logs/p?account=My_Account", "not an Azure storage account name"),
+        ("az://logs/p?endpoint=ftp://x", "not an http:// or https:// URL"),
     ],
 )
 def test_bad_urls_name_the_url_and_the_problem(s3log_server: LocalS3, url: str, reason: str) -> None:
@@ -216,3 +221,41 @@ def test_every_default_prefix_is_the_one_constant() -> None:
     assert s3log.AsyncLog(s3log.AsyncMemoryStore()).layout.prefix == DEFAULT_PREFIX
     assert Layout().prefix == DEFAULT_PREFIX and Settings().prefix == DEFAULT_PREFIX
     assert inspect.signature(cli_main).parameters["prefix"].default.default == DEFAULT_PREFIX
+
+
+def test_an_az_url_names_the_container_prefix_account_and_endpoint() -> None:
+    spec = parse_url("az://logs/team/a?account=devstoreaccount1&endpoint=http://127.0.0.1:10000/devstoreaccount1")
+    assert (spec.scheme, spec.bucket, spec.prefix, spec.account) == ("az", "logs", "team/a", "devstoreaccount1")
+    assert spec.endpoint == "http://127.0.0.1:10000/devstoreaccount1"
+    assert parse_url("az://logs").prefix == ""
+
+
+@pytest.mark.stores
+def test_open_log_on_an_az_url_writes_to_azurite(azurite: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from s3log.store.azure import AsyncAzureStore, AzureStore
+    from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY
+
+    # The key comes from the environment (obstore reads it), never from the URL.
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+    container = azurite.create_container()
+    url = f"az://{container}/team/a?account={AZURITE_ACCOUNT}&endpoint={azurite.account_url()}"
+    log = s3log.open_log(url)
+    assert isinstance(log.store, AzureStore) and log.prefix == "team/a"
+    w = log.create()
+    w.append("note", {"n": 1})
+    w.commit()
+    listed = [o.key for o in log.store.list("team/a/sessions/").objects if "_probe/" not in o.key]
+    assert listed == [f"team/a/sessions/{w.session_id}/head"]
+
+    async def read() -> list[Any]:
+        alog = s3log.open_async_log(url)
+        assert isinstance(alog.store, AsyncAzureStore)
+        return [e.data for e in (await alog.read(w.session_id)).entries]
+
+    assert asyncio.run(read()) == [{"n": 1}]
+
+
+def test_a_directory_bucket_name_is_a_bucket_name() -> None:
+    # S3 Express One Zone: boto3 resolves the zonal endpoint and session itself (docs/stores.md).
+    spec = parse_url("s3://logs--usw2-az1--x-s3/team?region=us-west-2")
+    assert (spec.bucket, spec.prefix, spec.region) == ("logs--usw2-az1--x-s3", "team", "us-west-2")

@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from s3log._protocol.ops import Blob, ListPage
-from s3log.errors import ConditionalDeleteUnsupported
+from s3log.errors import ConditionalDeleteUnsupported, StoreError
 from s3log.store import _obstore_common as common
 from s3log.store.base import RequestCounter, forked_error, precondition_scope
 
@@ -75,6 +75,11 @@ class _ObstoreBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bucket={self.bucket!r})"
 
+    def _error(self, exc: BaseException, key: str, *, write: bool = True) -> StoreError:
+        """The s3log error for an obstore exception (a subclass maps its service's replies);
+        ``write``: whether the request was a PUT or DELETE (a reply it lost may have applied)."""
+        return common.map_error(exc, key)
+
     def _no_conditional_delete(self, key: str) -> ConditionalDeleteUnsupported:
         # Refused rather than sent unconditionally: a DELETE by key could remove an object
         # that replaced the one meant (a new session that took an expired id over); the
@@ -99,7 +104,7 @@ class ObstoreStore(_ObstoreBase):
             result = obstore.get(self.client, key)
             return common.blob(result, result.bytes(), key)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key, write=False) from exc
 
     def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists; return its ETag."""
@@ -112,7 +117,7 @@ class ObstoreStore(_ObstoreBase):
         try:
             return common.etag_of(obstore.put(self.client, key, body, mode="create"), key, write=True)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag``; return the new ETag."""
@@ -125,7 +130,7 @@ class ObstoreStore(_ObstoreBase):
         try:
             return common.etag_of(obstore.put(self.client, key, body, mode={"e_tag": etag}), key, write=True)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     def list(
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
@@ -150,7 +155,7 @@ class ObstoreStore(_ObstoreBase):
             stream = obstore.list(self.client, folder, offset=offset, chunk_size=chunk)
             return common.page_from_chunk(next(iter(stream), []), prefix, chunk)
         except Exception as exc:
-            raise common.map_error(exc, prefix) from exc
+            raise self._error(exc, prefix) from exc
 
     def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
@@ -164,7 +169,7 @@ class ObstoreStore(_ObstoreBase):
         try:
             obstore.delete(self.client, key)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     def delete_if_match(self, key: str, etag: str) -> None:
         """Not possible through obstore: ConditionalDeleteUnsupported, nothing sent or counted."""
@@ -186,7 +191,7 @@ class AsyncObstoreStore(_ObstoreBase):
             result = await obstore.get_async(self.client, key)
             return common.blob(result, await result.bytes_async(), key)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key, write=False) from exc
 
     async def put_if_absent(self, key: str, body: bytes) -> str:
         """Create the object unless it exists; return its ETag."""
@@ -199,7 +204,7 @@ class AsyncObstoreStore(_ObstoreBase):
         try:
             return common.etag_of(await obstore.put_async(self.client, key, body, mode="create"), key, write=True)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
         """Replace the object if its ETag is ``etag``; return the new ETag."""
@@ -213,7 +218,7 @@ class AsyncObstoreStore(_ObstoreBase):
             return common.etag_of(await obstore.put_async(self.client, key, body, mode={"e_tag": etag}), key,
                                   write=True)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     async def list(
         self, prefix: str, *, delimiter: str | None = None, token: str | None = None, max_keys: int = 1000,
@@ -240,7 +245,7 @@ class AsyncObstoreStore(_ObstoreBase):
             found: Any = await anext(aiter(stream), [])
             return common.page_from_chunk(found, prefix, chunk)
         except Exception as exc:
-            raise common.map_error(exc, prefix) from exc
+            raise self._error(exc, prefix) from exc
 
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is not an error."""
@@ -254,7 +259,7 @@ class AsyncObstoreStore(_ObstoreBase):
         try:
             await obstore.delete_async(self.client, key)
         except Exception as exc:
-            raise common.map_error(exc, key) from exc
+            raise self._error(exc, key) from exc
 
     async def delete_if_match(self, key: str, etag: str) -> None:
         """Not possible through obstore: ConditionalDeleteUnsupported, nothing sent or counted."""
