@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from s3log import otel
-from s3log._api.core import CommitQueue, ForkListener, LogCore, LogVerbs
+from s3log._api.core import LogCore, LogVerbs
+from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
 from s3log._format.values import Entry, Head

@@ -35,6 +35,7 @@ the URL and what is wrong with it, before any request is made.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -182,23 +183,7 @@ def open_log(url: str, *, log_config: LogConfig | None = None, reducer: Reducer[
     spec = parse_url(url)
     from s3log.log import Log
 
-    store: Any
-    if spec.scheme == "memory":
-        from s3log.store.memory import MemoryStore
-
-        store = MemoryStore()
-    elif spec.scheme == "az":
-        from s3log.store.azure import AzureStore
-
-        store = AzureStore(str(spec.bucket), account=spec.account, endpoint=spec.endpoint)
-    elif spec.store == "obstore":
-        from s3log.store.obstore import ObstoreStore
-
-        store = ObstoreStore(str(spec.bucket), **_store_kwargs(spec))
-    else:
-        from s3log.store.s3 import S3Store
-
-        store = S3Store(str(spec.bucket), **_store_kwargs(spec))
+    store = _store_for(spec, asynchronous=False)
     # The prefix belongs to the Log, not to the store.
     return Log(store, prefix=spec.prefix, config=log_config, reducer=reducer)
 
@@ -214,21 +199,27 @@ def open_async_log(
     spec = parse_url(url)
     from s3log.aio import AsyncLog
 
-    store: Any
-    if spec.scheme == "memory":
-        from s3log.store.memory import AsyncMemoryStore
-
-        store = AsyncMemoryStore()
-    elif spec.scheme == "az":
-        from s3log.store.azure import AsyncAzureStore
-
-        store = AsyncAzureStore(str(spec.bucket), account=spec.account, endpoint=spec.endpoint)
-    elif spec.store == "obstore":
-        from s3log.store.obstore import AsyncObstoreStore
-
-        store = AsyncObstoreStore(str(spec.bucket), **_store_kwargs(spec))
-    else:
-        from s3log.store.aio_s3 import AsyncS3Store
-
-        store = AsyncS3Store(str(spec.bucket), **_store_kwargs(spec))
+    store = _store_for(spec, asynchronous=True)
     return AsyncLog(store, prefix=spec.prefix, config=log_config, reducer=reducer)
+
+
+#: The store class of each kind of URL, blocking and awaited: (module, class) pairs,
+#: imported only when used (each needs its own extra).
+_STORES = {
+    "memory": (("s3log.store.memory", "MemoryStore"), ("s3log.store.memory", "AsyncMemoryStore")),
+    "az": (("s3log.store.azure", "AzureStore"), ("s3log.store.azure", "AsyncAzureStore")),
+    "obstore": (("s3log.store.obstore", "ObstoreStore"), ("s3log.store.obstore", "AsyncObstoreStore")),
+    "s3": (("s3log.store.s3", "S3Store"), ("s3log.store.aio_s3", "AsyncS3Store")),
+}
+
+
+def _store_for(spec: LogURL, *, asynchronous: bool) -> Any:
+    """The store ``spec`` names, blocking or awaited."""
+    kind = spec.scheme if spec.scheme in ("memory", "az") else "obstore" if spec.store == "obstore" else "s3"
+    module, name = _STORES[kind][asynchronous]
+    cls = getattr(importlib.import_module(module), name)
+    if kind == "memory":
+        return cls()
+    if kind == "az":
+        return cls(str(spec.bucket), account=spec.account, endpoint=spec.endpoint)
+    return cls(str(spec.bucket), **_store_kwargs(spec))

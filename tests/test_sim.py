@@ -503,7 +503,7 @@ def test_keyed_retries_are_stored_once_and_acknowledged_where_they_were(seed: in
 
 def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every key taken for new: each retry is queued again and stored a second time.
-    from s3log._api.core import CommitQueue
+    from s3log._api.queue import CommitQueue
 
     monkeypatch.setattr(CommitQueue, "_known_key", lambda self, key, digest, wait: None)
     for seed in KEYED_SEEDS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Generic
 
-from s3log._api.core import CommitQueue, ForkListener
+from s3log._api.queue import CommitQueue, ForkListener
 from s3log._format.values import Head
 from s3log.config import OnConflict
 from s3log.reducer import S

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from s3log._api.core import CommitQueue
+from s3log._api.queue import CommitQueue
 from s3log._format.columns import RunColumns
 from s3log._format.values import Entry, Head
 from s3log._protocol import retention
