@@ -6,6 +6,7 @@ Fixtures live in tests/conftest.py; the command line's helpers in tests/cli_env.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any
@@ -159,3 +160,19 @@ def agent_turn(s: AgentSession, text: str) -> None:
 def kinds(log: s3log.Log, sid: str) -> list[str]:
     """The kinds of ``sid``'s entries, in order."""
     return [e.kind for e in log.read(sid).entries]
+
+
+class GatedHeads(s3log.AsyncMemoryStore):
+    """Head PUTs wait for ``gate`` while it is cleared; ``entered`` says one is waiting, so a
+    test can cancel or time out callers while a commit is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().put_if_match(key, body, etag)

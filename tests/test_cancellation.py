@@ -10,25 +10,7 @@ import asyncio
 import contextlib
 
 import s3log
-from s3log._protocol.ops import ListPage
-
-
-class SlowHeads(s3log.AsyncMemoryStore):
-    """Head PUTs wait on an event, so a test can cancel callers while a commit is in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.entered = asyncio.Event()
-
-    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.entered.set()
-        await self.gate.wait()
-        return await super().put_if_match(key, body, etag)
-
-    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
-        return await super().list(prefix, **kw)  # type: ignore[arg-type]
+from tests.helpers import GatedHeads
 
 
 async def _entries(log: s3log.AsyncLog, sid: str) -> list[object]:
@@ -36,7 +18,7 @@ async def _entries(log: s3log.AsyncLog, sid: str) -> list[object]:
 
 
 async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
-    store = SlowHeads()
+    store = GatedHeads()
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
@@ -54,7 +36,7 @@ async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
 
 
 async def test_cancelled_during_its_commit_is_stored_once_and_learnable() -> None:
-    store = SlowHeads()
+    store = GatedHeads()
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
@@ -73,7 +55,7 @@ async def test_cancelled_during_its_commit_is_stored_once_and_learnable() -> Non
 
 
 async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fork() -> None:
-    store = SlowHeads()
+    store = GatedHeads()
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
@@ -89,7 +71,7 @@ async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fo
 
 
 async def test_timeout_before_commit_withdraws() -> None:
-    store = SlowHeads()
+    store = GatedHeads()
     log = s3log.AsyncLog(store)
     w = await log.create()
     store.gate.clear()
