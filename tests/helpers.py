@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -176,3 +178,23 @@ class GatedHeads(s3log.AsyncMemoryStore):
         self.entered.set()
         await self.gate.wait()
         return await super().put_if_match(key, body, etag)
+
+
+def run_threads(target: Callable[..., Any], n: int = 8) -> None:
+    """Run ``target(i)`` for i in range(n), each on its own thread, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def stale_writer(log: s3log.Log) -> tuple[s3log.Writer[Any], s3log.Writer[Any]]:
+    """Two writers of one new session: ``a`` committed an entry after ``b`` opened it, and
+    ``b`` holds an entry of its own, so ``b``'s next commit forks (a conflict)."""
+    a = log.create()
+    b = log.open(a.session_id)
+    a.append("k", 1)
+    a.commit()
+    b.append("k", 2)
+    return a, b

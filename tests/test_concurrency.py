@@ -10,6 +10,7 @@ from typing import Any
 import s3log
 from s3log.errors import PreconditionFailed
 from s3log.testing.plugin import LocalS3
+from tests.helpers import run_threads
 from tests.invariants import check_no_loss_no_duplicates
 from tests.workers import serverless_turns
 
@@ -36,11 +37,7 @@ def test_sixteen_racing_conditional_puts_have_exactly_one_winner_per_version(s3l
                 with lock:
                     winners.append((i, new))
 
-        threads = [threading.Thread(target=racer, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(racer, 16)
         assert len(winners) == 1, f"round {round_}: {len(winners)} winners"
         assert len(losers) == 15
         blob = store.get(key)
@@ -66,11 +63,7 @@ def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> No
                 acked.extend(e.data for e in r.acked)
                 versions.append((r.session_id, r.head.version))
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 6)
     assert len(acked) == 60
     assert len(set(versions)) == len(versions), "two commits share a head version"
     sessions = check_no_loss_no_duplicates(log, acked)

@@ -37,6 +37,7 @@ from s3log._format.codec import Entry, Head, LinkedRun, RunColumns
 from s3log._format.layout import Layout
 from s3log.analytics import reading as analytics
 from s3log.errors import CorruptionError
+from tests.helpers import run_threads
 
 _L = Layout()
 
@@ -456,8 +457,11 @@ def _old_tree(tmp: Path) -> Path | None:
 _RUNNER = r'''
 import json, pickle, sys, warnings
 import s3log
-from s3log.analytics import reading as analytics
-from s3log._format import codec
+try:
+    from s3log.analytics import reading as analytics
+    from s3log._format import codec
+except ImportError:  # the earlier build is laid out flat
+    from s3log import analytics, codec
 from s3log.store.memory import MemoryStore
 
 def ent(e):
@@ -679,11 +683,7 @@ def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
             if got != want:
                 problems.append(f"head {i} way {what}")
 
-    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(reader)
     assert problems == []
     for h in heads:
         assert _lazy(h) is None and h.tail is h.tail and type(h.tail) is LinkedRun

@@ -26,19 +26,12 @@ from s3log._protocol import protocol
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError, TransientStoreError
+from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
 
 TAIL = 1024
 #: Backoffs are real sleeps in the blocking driver: keep them negligible.
 FAST = RetryPolicy(initial=0.0001, max_backoff=0.0001)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.t
 
 
 class ClockStore(s3log.MemoryStore):
