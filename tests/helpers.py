@@ -97,6 +97,15 @@ def gc_beside(store: Any, clock: Clock, *, if_match: bool = False, **kw: Any) ->
     return gc_store, deadline_log(gc_store, clock, seed=8, **kw)
 
 
+def writer_beside_gc(store: Any, clock: Clock, **kw: Any) -> tuple[s3log.Log, DeferDeletes, s3log.Log,
+                                                                     s3log.Writer[Any]]:
+    """:func:`deadline_log` on ``store`` (config ``kw``), :func:`gc_beside` it, and a writer
+    of a new session ``s1``."""
+    log = deadline_log(store, clock, **kw)
+    gc_store, gc_log = gc_beside(store, clock, **kw)
+    return log, gc_store, gc_log, log.create("s1")
+
+
 class HookedMatch(s3log.MemoryStore):
     """Runs ``hook`` once, just before the first If-Match PUT of :data:`SID`'s head."""
 
@@ -198,3 +207,18 @@ def stale_writer(log: s3log.Log) -> tuple[s3log.Writer[Any], s3log.Writer[Any]]:
     a.commit()
     b.append("k", 2)
     return a, b
+
+
+def one_node_graph(saver: Any) -> Any:
+    """A LangGraph graph of one node appending "a" to ``steps``, checkpointed by ``saver``."""
+    import operator
+    from typing import Annotated, TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    State = TypedDict("State", {"steps": Annotated[list[str], operator.add]})  # noqa: UP013
+    g = StateGraph(State)
+    g.add_node("a", lambda s: {"steps": ["a"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    return g.compile(checkpointer=saver)

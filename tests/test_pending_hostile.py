@@ -84,6 +84,14 @@ def _world(**kw: Any) -> tuple[Clock, ClockStore, s3log.Log, s3log.Writer[Any]]:
     return clock, store, log, log.create("s1")
 
 
+def _two_logs() -> tuple[Clock, ClockStore, s3log.Log, s3log.Log, s3log.Writer[Any]]:
+    """Two processes' logs (seeds 1 and 2) on one :class:`ClockStore`; the first's writer of ``s1``."""
+    clock = Clock()
+    store = ClockStore(clock)
+    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
+    return clock, store, log_a, log_b, log_a.create("s1")
+
+
 def _until_pending(store: s3log.MemoryStore, w: s3log.Writer[Any], tag: str, sid: str = "s1",
                    want: Callable[[s3log.Head], bool] = lambda h: True) -> list[s3log.Entry]:
     """Commit until the stored head names a pending segment (that ``want`` accepts)."""
@@ -190,10 +198,7 @@ def test_a_head_naming_a_pending_segment_stays_within_twice_the_tail_bound() -> 
 
 
 def test_two_writers_that_both_confirmed_a_pending_segment_cannot_both_promote_it() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    _clock, store, log_a, log_b, wa = _two_logs()
     acked = _until_pending(store, wa, "a")
     pending = _head(store).pending
     assert pending is not None and wa._core.ws.confirmed == pending.key  # its own PUT's 2xx
@@ -214,10 +219,7 @@ def test_two_writers_that_both_confirmed_a_pending_segment_cannot_both_promote_i
 def test_a_promotion_by_a_lease_touch_is_adopted_by_the_writer_whose_entries_it_holds() -> None:
     """B restores, confirms A's pending segment and renews a lease (no entries): the head
     moved but ends with A's entries, so A adopts it and commits on top, no fork."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    _clock, store, log_a, log_b, wa = _two_logs()
     acked = _until_pending(store, wa, "a")
     pending = _head(store).pending
     assert pending is not None
@@ -349,10 +351,7 @@ def test_a_writer_adopting_its_own_landed_head_does_not_trust_the_pending_segmen
 def test_gc_collecting_a_dropped_pending_segment_cannot_break_a_writer_that_confirmed_it() -> None:
     """B confirmed S (by GET) while A, whose PUT of S lost its response, dropped it; gc
     collects S; B's promotion of S must not land anywhere."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    clock, store, log_a, log_b, wa = _two_logs()
     real_absent = store.put_if_absent
     armed = [True]
 
