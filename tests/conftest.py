@@ -19,6 +19,7 @@ import pytest
 import s3log
 from s3log.testing.plugin import LocalS3
 from tests.baseline import import_baseline
+from tests.fault_proxy import FaultProxy
 
 
 class AsyncWriterFacade:
@@ -169,3 +170,16 @@ def env(s3log_server: LocalS3) -> dict[str, str]:
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The s3log package of an earlier build (tests/baseline.py), for differential tests."""
     return import_baseline(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def proxy(s3log_server: LocalS3) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the local S3 server, for a module's tests."""
+    with FaultProxy(s3log_server.host, s3log_server.port) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def bucket(s3log_server: LocalS3) -> str:
+    """A bucket on the local S3 server shared by a module's tests (each keeps to its own keys)."""
+    return s3log_server.create_bucket()

@@ -143,11 +143,17 @@ def store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
     return store, ids
 
 
-def parent_and_fork(log: s3log.Log) -> tuple[str, str]:
-    """A new session of one entry and a fork of it: their ids."""
+def one_entry(log: s3log.Log) -> s3log.Writer[Any]:
+    """The writer of a new session holding one committed entry (kind ``k``, data 1)."""
     w = log.create()
     w.append("k", 1)
     w.commit()
+    return w
+
+
+def parent_and_fork(log: s3log.Log) -> tuple[str, str]:
+    """A new session of one entry and a fork of it: their ids."""
+    w = one_entry(log)
     return w.session_id, log.fork(w.session_id)
 
 
@@ -222,3 +228,40 @@ def one_node_graph(saver: Any) -> Any:
     g.add_edge(START, "a")
     g.add_edge("a", END)
     return g.compile(checkpointer=saver)
+
+
+def drive(store: Any, proc: Any, *, before: Any = None, stop: Any = None) -> Any:
+    """Run a protocol procedure directly on ``store`` (no retries; sleeps are skipped) and
+    return its result. ``before(op)`` runs before each request; ``stop(op)`` true after
+    performing ``op`` abandons the procedure there (an async commit cancelled once that
+    request landed), and None is returned."""
+    from s3log._protocol.ops import Parallel, Sleep, call_store
+
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as done:
+            return done.value
+        if before is not None:
+            before(op)
+        value, error = None, None
+        if isinstance(op, Sleep):
+            continue
+        ops = op.ops if isinstance(op, Parallel) else (op,)
+        results: list[Any] = []
+        for o in ops:
+            try:
+                results.append(call_store(store, o))
+            except s3log.StoreError as exc:
+                results.append(exc)
+        if stop is not None and any(stop(o) for o in ops):
+            proc.close()
+            return None
+        if isinstance(op, Parallel):
+            value = results
+        elif isinstance(results[0], BaseException):
+            error = results[0]
+        else:
+            value = results[0]

@@ -36,6 +36,7 @@ from s3log.agent import (
     SessionBusy,
 )
 from s3log.testing.plugin import LocalS3
+from tests.helpers import one_entry
 from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -555,9 +556,7 @@ def test_writer_renew_lease_is_one_put_and_appends_nothing(s3log_store: Any) -> 
 
 def test_writer_renew_lease_takes_a_conflict_mode_for_that_renewal_only() -> None:
     log = s3log.Log(s3log.MemoryStore())
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     other = log.open(w.session_id)
     other.append("k", 2)
     other.commit()

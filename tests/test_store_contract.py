@@ -123,17 +123,6 @@ class Subject:
             assert self.store.requests.snapshot() == self.sent()
 
 
-@pytest.fixture(scope="module")
-def proxy(s3log_server: LocalS3) -> Iterator[FaultProxy]:
-    with FaultProxy(s3log_server.host, s3log_server.port) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def bucket(s3log_server: LocalS3) -> str:
-    return s3log_server.create_bucket()
-
-
 def _make(kind: str, bucket: str, endpoint: str, timeout: float | None = None) -> tuple[Any, list[Callable[[], None]]]:
     """A store of ``kind`` addressing ``bucket`` at ``endpoint``, blocking, and how to close it.
 
