@@ -7,6 +7,8 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import pytest
+
 import s3log
 from s3log.errors import PreconditionFailed
 from s3log.testing.plugin import LocalS3
@@ -70,6 +72,8 @@ def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> No
     assert len(sessions) > 1  # the race really forked
 
 
+@pytest.mark.slow(reason="four spawned processes (~7 s); test_threads_racing_on_one_session_lose_nothing races "
+                         "writers on one session over HTTP in process, and the simulator races processes")
 def test_processes_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
     log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
