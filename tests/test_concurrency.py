@@ -48,9 +48,11 @@ def test_sixteen_racing_conditional_puts_have_exactly_one_winner_per_version(s3l
         etag = blob.etag
 
 
-def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> None:
+@pytest.mark.parametrize("client", ["boto3", "obstore"])
+def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3, client: str) -> None:
     bucket = s3log_server.create_bucket()
-    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    make = s3log.S3Store if client == "boto3" else s3log.S3Store.fast
+    log = s3log.Log(make(bucket, endpoint_url=s3log_server.endpoint_url))
     sid = log.create().session_id
     acked: list[Any] = []
     versions: list[tuple[str, int]] = []
@@ -70,6 +72,7 @@ def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> No
     assert len(set(versions)) == len(versions), "two commits share a head version"
     sessions = check_no_loss_no_duplicates(log, acked)
     assert len(sessions) > 1  # the race really forked
+    assert all(log.lineage(f)[-1].session == sid for f in sessions if f != sid)
 
 
 @pytest.mark.slow(reason="four spawned processes (~7 s); test_threads_racing_on_one_session_lose_nothing races "

@@ -186,7 +186,10 @@ def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
     assert all(created == 0 and in_cycles == 0 for created, in_cycles, _ in made.values()), made
 
 
-def test_partitions_on_the_local_scheduler_match_the_scan_and_make_no_thread_local(s3log_server: LocalS3) -> None:
+@pytest.mark.parametrize("shape", ["a commit per session", "segments per session"])
+def test_partitions_on_the_local_scheduler_match_the_scan_and_make_no_thread_local(
+    s3log_server: LocalS3, shape: str
+) -> None:
     # The process cluster's checks, in this process: what the partitions read, twice, is
     # what the local scan reads, and reading makes no threading.local (see the comment
     # above) once this process's first compute has set up what it keeps (its store).
@@ -194,10 +197,22 @@ def test_partitions_on_the_local_scheduler_match_the_scan_and_make_no_thread_loc
 
     bucket = s3log_server.create_bucket()
     store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
-    _populate(s3log.Log(store), 6, 10)
+    log = s3log.Log(store)
+    if shape == "a commit per session":
+        _populate(log, 6, 10)
+        per_partition, partitions = 1, 6
+    else:  # several segments per session: many GETs per partition
+        for s in range(6):
+            w = log.create()
+            for i in range(10):
+                w.append("message", {"s": s, "i": i}, ts=T0 + i * 3_600_000)
+                if i % 4 == 3:
+                    w.commit()
+            w.commit()
+        per_partition, partitions = 4, 2
     local = analytics.to_arrow(store).to_pandas()
-    df = read_entries(bucket, endpoint_url=s3log_server.endpoint_url, sessions_per_partition=1)
-    assert df.npartitions == 6
+    df = read_entries(bucket, endpoint_url=s3log_server.endpoint_url, sessions_per_partition=per_partition)
+    assert df.npartitions == partitions
     first = df.compute(scheduler="sync")
     threshold = _count_thread_locals()
     try:
