@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._protocol.ops import ListPage
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import AppendKeyReused, InvalidArgumentError, StoreError
 from s3log.testing.faults import FaultyStore
+from tests.helpers import GatedHeads
 
 
 def _fast(**kw: Any) -> LogConfig:
@@ -27,24 +27,6 @@ def _fast(**kw: Any) -> LogConfig:
 
 def _data(log: s3log.Log, sid: str) -> list[Any]:
     return [e.data for e in log.read(sid).entries]
-
-
-class _Gate(s3log.AsyncMemoryStore):
-    """Head PUTs wait on an event, so a caller can time out while its commit is in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.entered = asyncio.Event()
-
-    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.entered.set()
-        await self.gate.wait()
-        return await super().put_if_match(key, body, etag)
-
-    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
-        return await super().list(prefix, **kw)  # type: ignore[arg-type]
 
 
 class _LoseReply:
@@ -68,7 +50,7 @@ class _LoseReply:
 
 def test_an_append_that_timed_out_and_is_retried_with_its_key_is_stored_once() -> None:
     async def main() -> None:
-        store = _Gate()
+        store = GatedHeads()
         log = s3log.AsyncLog(store)
         w = await log.create()
         store.gate.clear()
