@@ -204,6 +204,27 @@ def run_threads(target: Callable[..., Any], n: int = 8) -> None:
         t.join()
 
 
+def race_writers(log: s3log.Log, sid: str, writers: int, commits: int) -> tuple[list[Any], list[tuple[str, int]]]:
+    """``writers`` threads, each with its own writer of ``sid``, commit one entry at a time
+    ``commits`` times: every acknowledged entry's data, and each commit's (session, head
+    version)."""
+    acked: list[Any] = []
+    versions: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        w = log.open(sid)
+        for i in range(commits):
+            w.append("k", {"w": n, "i": i})
+            r = w.commit()
+            with lock:
+                acked.extend(e.data for e in r.acked)
+                versions.append((r.session_id, r.head.version))
+
+    run_threads(worker, writers)
+    return acked, versions
+
+
 def stale_writer(log: s3log.Log) -> tuple[s3log.Writer[Any], s3log.Writer[Any]]:
     """Two writers of one new session: ``a`` committed an entry after ``b`` opened it, and
     ``b`` holds an entry of its own, so ``b``'s next commit forks (a conflict)."""

@@ -5,14 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 import pytest
 
 import s3log
 from s3log.errors import PreconditionFailed
 from s3log.testing.plugin import LocalS3
-from tests.helpers import run_threads
+from tests.helpers import race_writers, run_threads
 from tests.invariants import check_no_loss_no_duplicates
 from tests.workers import serverless_turns
 
@@ -54,20 +53,7 @@ def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3, clien
     make = s3log.S3Store if client == "boto3" else s3log.S3Store.fast
     log = s3log.Log(make(bucket, endpoint_url=s3log_server.endpoint_url))
     sid = log.create().session_id
-    acked: list[Any] = []
-    versions: list[tuple[str, int]] = []
-    lock = threading.Lock()
-
-    def worker(n: int) -> None:
-        w = log.open(sid)
-        for i in range(10):
-            w.append("k", {"w": n, "i": i})
-            r = w.commit()
-            with lock:
-                acked.extend(e.data for e in r.acked)
-                versions.append((r.session_id, r.head.version))
-
-    run_threads(worker, 6)
+    acked, versions = race_writers(log, sid, writers=6, commits=10)
     assert len(acked) == 60
     assert len(set(versions)) == len(versions), "two commits share a head version"
     sessions = check_no_loss_no_duplicates(log, acked)

@@ -284,12 +284,15 @@ def _undecided_fork(box: dict[str, Any]) -> Any:
     return plan
 
 
-def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+def _undecided_world() -> tuple[s3log.MemoryStore, dict[str, Any], s3log.Log]:
+    """A store, the switch of its undecided-fork plan (:func:`_undecided_fork`) and a log over both."""
     inner = s3log.MemoryStore()
     box: dict[str, Any] = {"on": False, "spare": ()}
-    plan = _undecided_fork(box)
+    return inner, box, s3log.Log(FaultyStore(inner, _undecided_fork(box)), config=_fast())
 
-    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+
+def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+    inner, box, log_a = _undecided_world()
     w_a = log_a.create()
     sid = w_a.session_id
     box["spare"] = (sid,)
@@ -464,11 +467,7 @@ def test_every_fork_of_a_commit_is_reported() -> None:
 
 
 def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
-    inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "spare": ()}
-    plan = _undecided_fork(box)
-
-    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    inner, box, log_a = _undecided_world()
     w_a = log_a.create()
     p = w_a.session_id
     w_a.append("k", "a0")
@@ -506,11 +505,8 @@ def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
 
 
 def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_there() -> None:
-    inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "spare": ()}
-    plan = _undecided_fork(box)
-
-    w_a = s3log.Log(FaultyStore(inner, plan), config=_fast()).create()
+    inner, box, log_a = _undecided_world()
+    w_a = log_a.create()
     p = w_a.session_id
     box["spare"] = (p,)
     w_a.append("k", "a0")
