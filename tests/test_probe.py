@@ -410,10 +410,10 @@ LOG_WRITES: dict[str, Callable[[Any], Any]] = {
     "expire": lambda log: log.expire(idle_for=1),
 }
 #: Verbs that only read (a dry run of gc or expire too: it writes and deletes nothing).
-LOG_READS = {"active_sessions", "children", "delete_plan", "head", "heads", "lineage", "list_session_ids",
+LOG_READS = {"active_sessions", "child_heads", "children", "delete_plan", "head", "heads", "lineage", "list_session_ids",
              "list_sessions", "object_keys", "open", "read", "read_runs", "read_suffix", "read_window", "verify"}
 #: No verb: the probe itself, running a procedure as given, hooks and closing.
-LOG_OTHER = {"check_store", "run", "add_close_hook", "close", "aclose"}
+LOG_OTHER = {"check_store", "add_close_hook", "close", "aclose"}
 #: A writer's verbs that send requests: each makes an entry durable or writes the head.
 WRITER_WRITES: dict[str, Callable[[Any], Any]] = {
     "commit": lambda w: (w.append("k", 1), w.commit())[1],

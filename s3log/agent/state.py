@@ -63,7 +63,7 @@ class _ReadOnly:
         super().__init_subclass__(**kwargs)
         cls._plain = plain
         for name in refuse:
-            setattr(cls, name, _ReadOnly._refuse)
+            setattr(cls, name, cls._refuse)
 
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(_READ_ONLY)
