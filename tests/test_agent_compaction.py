@@ -59,8 +59,8 @@ def test_a_restore_costs_the_same_requests_however_long_the_summarized_history(a
         for i in range(after):
             _turn(session, 10_000 + i)
         counts[entries], restored = _restore_gets(store, log, session.session_id)
-        assert [m["content"] for m in restored.state.history][:3] == ["summary", f"q{(session.state.turn_count - after) - 1}",
-                                                                       f"a{(session.state.turn_count - after) - 1}"]
+        last = session.state.turn_count - after - 1  # the turn before the summary, kept
+        assert [m["content"] for m in restored.state.history][:3] == ["summary", f"q{last}", f"a{last}"]
         if entries == 5_000:
             assert unsummarized > counts[entries]  # the whole chain's segments, before the summary
     # Measured: one GET of the head (the summary and what follows are in its tail).
@@ -77,12 +77,14 @@ def test_a_restore_reads_no_segment_wholly_before_the_summary(entries: int) -> N
     assert span.seq is not None and span.seq < head.tail_first_seq
     needed = sum(1 for _, _, last in segment_ranges(head) if last >= span.seq)
     gets, restored = _restore_gets(store, log, session.session_id)
-    assert gets == 1 + needed < 1 + len(head.segments) or gets == 1 + len(head.segments) == 1 + needed
+    assert gets == 1 + needed  # the head, then only segments holding the summary or what follows
+    if entries == 5_000:
+        assert needed < len(head.segments)
     assert restored.state == collect_state(log.read(session.session_id).entries)
 
 
 def test_the_restored_state_is_the_whole_fold() -> None:
-    store, log, session = _session(200)
+    _, log, session = _session(200)
     session.cache_locked(4)
     session.config_changed({"model": "n"})
     session.outcome("finished", message="done")

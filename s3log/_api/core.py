@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
-from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key

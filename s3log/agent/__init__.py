@@ -72,6 +72,6 @@ __all__ = [
     "OUTCOME", "REPAIRED", "SESSION_START", "STATUSES", "SUMMARY", "TOOL_RESULTS", "TOOL_STARTED", "TURN_END",
     "UNKNOWN_OUTCOME", "USER_INPUT", "AgentArgumentError", "AgentItemError", "AgentReducer", "AgentSession",
     "AsyncAgentSession", "ForkCallback", "ReadOnlyDict", "ReadOnlyList", "RecordsLostWarning", "SessionBusy",
-    "SessionScopeError", "SessionState", "Status", "SummarySpan", "SummarySpanError", "aclose", "adrain", "close", "collect_state", "drain", "freeze",
-    "group_items", "repair_items", "repair_records", "thaw",
+    "SessionScopeError", "SessionState", "Status", "SummarySpan", "SummarySpanError", "aclose", "adrain",
+    "close", "collect_state", "drain", "freeze", "group_items", "repair_items", "repair_records", "thaw",
 ]

@@ -175,20 +175,11 @@ class AsyncAgentSession(SessionCore):
         self, summary: Items, *, keep_last: int = 0, first_seq: int | None = None,
         first_hash: bytes | str | None = None, last_seq: int | None = None, last_hash: bytes | str | None = None,
     ) -> SummarySpan:
-        """Commit a summary (see :meth:`AgentSession.summarize`) that stands for a span of this session's chain: from then on
-        the history is ``summary`` (one message dict or a list) followed by the latest
-        ``keep_last`` items, and a restore reads back only to it. Nothing is rewritten:
-        every entry it stands for stays in the chain (read, verify, fork_at, analytics).
-
-        The span defaults to the newest summary's own entry (or seq 0) through the last
-        committed entry; a span given (seqs, hashes as bytes or hex) is checked against
-        the stored chain first. Buffered records are committed first; then the summary
-        alone, raising ConflictError if another writer moved the session meanwhile.
-        Raises :class:`~s3log.agent.SummarySpanError` (naming the session and seq) for a
-        span that is not a contiguous span of the chain or a hash that does not match,
-        and :class:`~s3log.agent.AgentArgumentError` while a turn is open, before
-        anything is written. Returns the span, with the summary entry's seq and hash.
-        """
+        """Commit a summary that stands for a span of this session's chain (as
+        :meth:`AgentSession.summarize`, awaited): from then on the history is ``summary``
+        followed by the latest ``keep_last`` items, and a restore reads back only to it.
+        Nothing is rewritten. Raises :class:`~s3log.agent.SummarySpanError` for a span
+        that is not the chain's, before anything is written; returns the span."""
         span = {"first_seq": first_seq, "first_hash": first_hash, "last_seq": last_seq, "last_hash": last_hash}
         return await self._run(self._p_summarize(summary, keep_last, span))
 

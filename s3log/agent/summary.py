@@ -89,7 +89,9 @@ def _at(entries: Sequence[Entry], seq: int) -> Entry | None:
     return entries[i] if 0 <= i < len(entries) and entries[i].seq == seq else None
 
 
-def summary_data(state: SessionState, span: SummarySpan, summary: list[dict[str, Any]], keep_last: int) -> dict[str, Any]:
+def summary_data(
+    state: SessionState, span: SummarySpan, summary: list[dict[str, Any]], keep_last: int
+) -> dict[str, Any]:
     """The data of a summary entry: its span, the summary items, how many of the latest
     history items it keeps after them, and the whole state after it (the history being
     the summary items then the kept ones)."""

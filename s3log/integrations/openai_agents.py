@@ -4,10 +4,11 @@ A ``SessionABC`` of the SDK, over an s3log :class:`~s3log.AsyncLog` (awaited dir
 or :class:`~s3log.Log` (run in a worker thread), through the log's public verbs
 (:func:`s3log._upper.acall` makes that choice). Stored items are plain CBOR data
 (dicts, lists, strings, numbers): reading them imports and calls nothing. Nothing is ever deleted: ``add_items`` is one
-``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed) and
+``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed),
 ``clear_session`` appends ``oa.clear`` and ``summarize`` (the SDK's compaction) appends
-``oa.summary``, so the chain stays verifiable and every past state can be forked from. ``get_items(limit)`` reads the session backwards (tail, then
-segments from the newest) only until it has ``limit`` items. Needs the
+``oa.summary``, so the chain stays verifiable and every past state can be forked from.
+``get_items(limit)`` reads the session backwards (tail, then segments from the newest)
+only until it has ``limit`` items (or meets the newest summary or clear). Needs the
 ``openai-agents`` extra.
 
 A call that raised (or was cancelled) stored nothing of its own unless its commit's
