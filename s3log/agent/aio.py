@@ -13,15 +13,7 @@ from typing import Any
 from s3log._upper import Proc, arun
 from s3log.agent import args, core, registry
 from s3log.agent.core import SessionCore, T
-from s3log.agent.state import (
-    ASSISTANT_ITEMS,
-    HOOK_ITEMS,
-    TOOL_RESULTS,
-    USER_INPUT,
-    SessionState,
-    Status,
-    SummarySpan,
-)
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status, SummarySpan
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import S3LogError
 from s3log.results import ForkInfo, SessionInfo
