@@ -9,6 +9,7 @@ each scenario is written once and checks both drivers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -19,6 +20,7 @@ import pytest
 import s3log
 from s3log.testing.plugin import LocalS3
 from tests.baseline import import_baseline
+from tests.fault_proxy import FaultProxy
 
 
 class AsyncWriterFacade:
@@ -96,13 +98,86 @@ def _client_raw(client: Any, bucket: str) -> tuple[Any, Any, Any]:
     def get(key: str) -> bytes:
         return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
-    def keys() -> list[str]:
+    def keys(prefix: str = "") -> list[str]:
         out: list[str] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             out.extend(o["Key"] for o in page.get("Contents", []))
         return sorted(out)
 
     return put, get, keys
+
+
+@pytest.fixture(scope="session")
+def s3log_server(s3log_server: LocalS3) -> LocalS3:
+    """The plugin's local S3 server, handing out one boto3 client to every caller.
+
+    A new client costs about 0.1 s of CPU (a session and the S3 model); the suite asks for
+    one per bucket and per raw look at a bucket. boto3 clients are thread-safe.
+    """
+    client = s3log_server.client()
+    s3log_server.client = lambda: client  # type: ignore[method-assign]
+    return s3log_server
+
+
+class _HttpBackends:
+    """One bucket and one store per HTTP backend kind for the whole run; each test gets a
+    log under a prefix of its own (the bucket's precondition probe and the clients are paid
+    once, not per test). The async kinds run on one event loop, where their client lives."""
+
+    def __init__(self, server: LocalS3) -> None:
+        self.server = server
+        self.bucket = server.create_bucket()
+        self.raw = _client_raw(server.client(), self.bucket)
+        self.loop = asyncio.new_event_loop()
+        self._stores: dict[str, Any] = {}
+        self._prefixes = itertools.count()
+
+    def store(self, kind: str) -> Any:
+        if kind not in self._stores:
+            url, bucket = self.server.endpoint_url, self.bucket
+            self._stores[kind] = {
+                "server": lambda: s3log.S3Store(bucket, endpoint_url=url),
+                "obstore": lambda: s3log.S3Store.fast(bucket, endpoint_url=url),
+                "async-obstore": lambda: s3log.AsyncS3Store.fast(bucket, endpoint_url=url),
+                "async-server": lambda: s3log.AsyncS3Store(bucket, endpoint_url=url),
+            }[kind]()
+        store = self._stores[kind]
+        store.requests.reset()
+        return store
+
+    def backend(self, kind: str) -> Backend:
+        # The mock_aws backend resets moto's state, the server's buckets included, on leaving.
+        client = self.server.client()
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except client.exceptions.ClientError:
+            client.create_bucket(Bucket=self.bucket)
+        prefix = f"t{next(self._prefixes)}"
+        store = self.store(kind)
+        if kind.startswith("async-"):
+            log: Any = AsyncFacade(s3log.AsyncLog(store, prefix=prefix), self.loop)
+        else:
+            log = s3log.Log(store, prefix=prefix)
+        put, get, keys = self.raw
+        return Backend(kind, log, put, get, lambda: keys(prefix + "/"))
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            aclose = getattr(store, "aclose", None)
+            if aclose is not None:
+                self.loop.run_until_complete(aclose())
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def http_backends(s3log_server: LocalS3) -> Iterator[_HttpBackends]:
+    """The HTTP backends' shared bucket, stores and event loop (see :class:`_HttpBackends`)."""
+    shared = _HttpBackends(s3log_server)
+    yield shared
+    shared.close()
+
+
+_MOCK_CLIENT: list[Any] = []
 
 
 @pytest.fixture(params=BACKENDS)
@@ -130,31 +205,17 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         with mock_aws():
             import boto3
 
-            client = boto3.client("s3", region_name="us-east-1")
+            # One client for the run (building one costs about 0.1 s of CPU): moto answers
+            # it while mock_aws is active, with the state mock_aws resets on leaving.
+            if not _MOCK_CLIENT:
+                _MOCK_CLIENT.append(boto3.client("s3", region_name="us-east-1"))
+            client = _MOCK_CLIENT[0]
             client.create_bucket(Bucket="s3log-mock")
             store = s3log.S3Store("s3log-mock", client=client)
             yield Backend(kind, s3log.Log(store), *_client_raw(client, "s3log-mock"))
         return
-    server: LocalS3 = request.getfixturevalue("s3log_server")
-    bucket = server.create_bucket()
-    raw2 = _client_raw(server.client(), bucket)
-    if kind == "server":
-        yield Backend(kind, s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url)), *raw2)
-        return
-    if kind == "obstore":
-        yield Backend(kind, s3log.Log(s3log.S3Store.fast(bucket, endpoint_url=server.endpoint_url)), *raw2)
-        return
-    if kind == "async-obstore":
-        loop = asyncio.new_event_loop()
-        fast = s3log.AsyncS3Store.fast(bucket, endpoint_url=server.endpoint_url)
-        yield Backend(kind, AsyncFacade(s3log.AsyncLog(fast), loop), *raw2)
-        loop.close()
-        return
-    loop = asyncio.new_event_loop()
-    astore = s3log.AsyncS3Store(bucket, endpoint_url=server.endpoint_url)
-    yield Backend(kind, AsyncFacade(s3log.AsyncLog(astore), loop), *raw2)
-    loop.run_until_complete(astore.aclose())
-    loop.close()
+    shared: _HttpBackends = request.getfixturevalue("http_backends")
+    yield shared.backend(kind)
 
 
 @pytest.fixture
@@ -191,3 +252,16 @@ def seaweedfs(s3log_server: LocalS3) -> Iterator[Any]:
     server = start_seaweedfs()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(s3log_server: LocalS3) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the local S3 server, for a module's tests."""
+    with FaultProxy(s3log_server.host, s3log_server.port) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def bucket(s3log_server: LocalS3) -> str:
+    """A bucket on the local S3 server shared by a module's tests (each keeps to its own keys)."""
+    return s3log_server.create_bucket()

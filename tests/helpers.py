@@ -6,7 +6,10 @@ Fixtures live in tests/conftest.py; the command line's helpers in tests/cli_env.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -94,6 +97,15 @@ def gc_beside(store: Any, clock: Clock, *, if_match: bool = False, **kw: Any) ->
     return gc_store, deadline_log(gc_store, clock, seed=8, **kw)
 
 
+def writer_beside_gc(store: Any, clock: Clock, **kw: Any) -> tuple[s3log.Log, DeferDeletes, s3log.Log,
+                                                                     s3log.Writer[Any]]:
+    """:func:`deadline_log` on ``store`` (config ``kw``), :func:`gc_beside` it, and a writer
+    of a new session ``s1``."""
+    log = deadline_log(store, clock, **kw)
+    gc_store, gc_log = gc_beside(store, clock, **kw)
+    return log, gc_store, gc_log, log.create("s1")
+
+
 class HookedMatch(s3log.MemoryStore):
     """Runs ``hook`` once, just before the first If-Match PUT of :data:`SID`'s head."""
 
@@ -131,11 +143,17 @@ def store_with(*tss: int) -> tuple[s3log.MemoryStore, list[str]]:
     return store, ids
 
 
-def parent_and_fork(log: s3log.Log) -> tuple[str, str]:
-    """A new session of one entry and a fork of it: their ids."""
+def one_entry(log: s3log.Log) -> s3log.Writer[Any]:
+    """The writer of a new session holding one committed entry (kind ``k``, data 1)."""
     w = log.create()
     w.append("k", 1)
     w.commit()
+    return w
+
+
+def parent_and_fork(log: s3log.Log) -> tuple[str, str]:
+    """A new session of one entry and a fork of it: their ids."""
+    w = one_entry(log)
     return w.session_id, log.fork(w.session_id)
 
 
@@ -159,3 +177,112 @@ def agent_turn(s: AgentSession, text: str) -> None:
 def kinds(log: s3log.Log, sid: str) -> list[str]:
     """The kinds of ``sid``'s entries, in order."""
     return [e.kind for e in log.read(sid).entries]
+
+
+class GatedHeads(s3log.AsyncMemoryStore):
+    """Head PUTs wait for ``gate`` while it is cleared; ``entered`` says one is waiting, so a
+    test can cancel or time out callers while a commit is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+
+    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().put_if_match(key, body, etag)
+
+
+def run_threads(target: Callable[..., Any], n: int = 8) -> None:
+    """Run ``target(i)`` for i in range(n), each on its own thread, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def race_writers(log: s3log.Log, sid: str, writers: int, commits: int) -> tuple[list[Any], list[tuple[str, int]]]:
+    """``writers`` threads, each with its own writer of ``sid``, commit one entry at a time
+    ``commits`` times: every acknowledged entry's data, and each commit's (session, head
+    version)."""
+    acked: list[Any] = []
+    versions: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        w = log.open(sid)
+        for i in range(commits):
+            w.append("k", {"w": n, "i": i})
+            r = w.commit()
+            with lock:
+                acked.extend(e.data for e in r.acked)
+                versions.append((r.session_id, r.head.version))
+
+    run_threads(worker, writers)
+    return acked, versions
+
+
+def stale_writer(log: s3log.Log) -> tuple[s3log.Writer[Any], s3log.Writer[Any]]:
+    """Two writers of one new session: ``a`` committed an entry after ``b`` opened it, and
+    ``b`` holds an entry of its own, so ``b``'s next commit forks (a conflict)."""
+    a = log.create()
+    b = log.open(a.session_id)
+    a.append("k", 1)
+    a.commit()
+    b.append("k", 2)
+    return a, b
+
+
+def one_node_graph(saver: Any) -> Any:
+    """A LangGraph graph of one node appending "a" to ``steps``, checkpointed by ``saver``."""
+    import operator
+    from typing import Annotated, TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    State = TypedDict("State", {"steps": Annotated[list[str], operator.add]})  # noqa: UP013
+    g = StateGraph(State)
+    g.add_node("a", lambda s: {"steps": ["a"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    return g.compile(checkpointer=saver)
+
+
+def drive(store: Any, proc: Any, *, before: Any = None, stop: Any = None) -> Any:
+    """Run a protocol procedure directly on ``store`` (no retries; sleeps are skipped) and
+    return its result. ``before(op)`` runs before each request; ``stop(op)`` true after
+    performing ``op`` abandons the procedure there (an async commit cancelled once that
+    request landed), and None is returned."""
+    from s3log._protocol.ops import Parallel, Sleep, call_store
+
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as done:
+            return done.value
+        if before is not None:
+            before(op)
+        value, error = None, None
+        if isinstance(op, Sleep):
+            continue
+        ops = op.ops if isinstance(op, Parallel) else (op,)
+        results: list[Any] = []
+        for o in ops:
+            try:
+                results.append(call_store(store, o))
+            except s3log.StoreError as exc:
+                results.append(exc)
+        if stop is not None and any(stop(o) for o in ops):
+            proc.close()
+            return None
+        if isinstance(op, Parallel):
+            value = results
+        elif isinstance(results[0], BaseException):
+            error = results[0]
+        else:
+            value = results[0]

@@ -14,7 +14,7 @@ import s3log
 import s3log.errors
 from s3log.agent import AgentSession, AsyncAgentSession, SessionBusy
 from s3log.testing.faults import FaultyStore
-from tests.helpers import kinds
+from tests.helpers import GatedHeads, kinds
 
 logging.getLogger("s3log").setLevel(logging.ERROR)  # forks and repairs are expected here
 
@@ -50,23 +50,8 @@ async def test_async_record_turn_with_a_bad_item_stores_nothing() -> None:
     assert (await log.head(s.session_id)).version == before
 
 
-class _GatedHeads(s3log.AsyncMemoryStore):
-    """Head PUTs wait for ``gate`` while it is cleared; ``entered`` says one is waiting."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.entered = asyncio.Event()
-
-    async def put_if_match(self, key: str, body: bytes, etag: str) -> Any:
-        self.entered.set()
-        await self.gate.wait()
-        return await super().put_if_match(key, body, etag)
-
-
 async def test_turn_cancelled_during_its_commit_releases_the_lease() -> None:
-    store = _GatedHeads()
+    store = GatedHeads()
     log = s3log.AsyncLog(store)
     s = await AsyncAgentSession.create(log, owner="first")
     await s.user_input("one")

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import s3log
-from s3log._protocol.ops import ListPage
 from s3log.config import LogConfig, RetryPolicy
 from s3log.errors import AppendKeyReused, InvalidArgumentError, StoreError
 from s3log.testing.faults import FaultyStore
+from tests.helpers import GatedHeads
 
 
 def _fast(**kw: Any) -> LogConfig:
@@ -27,24 +27,6 @@ def _fast(**kw: Any) -> LogConfig:
 
 def _data(log: s3log.Log, sid: str) -> list[Any]:
     return [e.data for e in log.read(sid).entries]
-
-
-class _Gate(s3log.AsyncMemoryStore):
-    """Head PUTs wait on an event, so a caller can time out while its commit is in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.entered = asyncio.Event()
-
-    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.entered.set()
-        await self.gate.wait()
-        return await super().put_if_match(key, body, etag)
-
-    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
-        return await super().list(prefix, **kw)  # type: ignore[arg-type]
 
 
 class _LoseReply:
@@ -68,7 +50,7 @@ class _LoseReply:
 
 def test_an_append_that_timed_out_and_is_retried_with_its_key_is_stored_once() -> None:
     async def main() -> None:
-        store = _Gate()
+        store = GatedHeads()
         log = s3log.AsyncLog(store)
         w = await log.create()
         store.gate.clear()
@@ -207,13 +189,19 @@ def _forked_by_a_lost_race(log: s3log.Log, sid: str, key: str, data: Any) -> tup
     return w, entry
 
 
-def test_a_retry_in_the_parent_finds_the_fork_a_lost_race_made_and_writes_nothing() -> None:
-    # The writer's commit lost a race and forked, and it crashed before the application
-    # heard of the child: the restarted writer opens the parent and retries there.
+def _written_once() -> tuple[s3log.MemoryStore, s3log.Log, str]:
+    """A log over memory with a session written once since its creation (its head at version 2)."""
     store = s3log.MemoryStore()
     log = s3log.Log(store)
     sid = log.create().session_id
     log.open(sid).append_durable("k", "first")
+    return store, log, sid
+
+
+def test_a_retry_in_the_parent_finds_the_fork_a_lost_race_made_and_writes_nothing() -> None:
+    # The writer's commit lost a race and forked, and it crashed before the application
+    # heard of the child: the restarted writer opens the parent and retries there.
+    store, log, sid = _written_once()
     w, x = _forked_by_a_lost_race(log, sid, "req-x", {"turn": 1})
     y = w.append_durable("k", {"turn": 2}, key="req-y")
     restarted = log.open(sid)
@@ -261,10 +249,7 @@ def test_an_async_retry_in_the_parent_finds_the_fork_a_lost_race_made() -> None:
 
 
 def test_a_writer_that_forked_before_its_first_key_looks_in_the_forks_of_the_session_it_opened() -> None:
-    store = s3log.MemoryStore()
-    log = s3log.Log(store)
-    sid = log.create().session_id
-    log.open(sid).append_durable("k", "first")
+    _, log, sid = _written_once()
     _, x = _forked_by_a_lost_race(log, sid, "req-x", "x")
     restarted = log.open(sid)
     log.open(sid).append_durable("k", "another winner")
@@ -277,10 +262,7 @@ def test_a_writer_that_forked_before_its_first_key_looks_in_the_forks_of_the_ses
 def test_a_retry_finds_a_fork_of_a_fork_its_crashed_writer_made() -> None:
     # The crashed writer forked into a child, lost a race there too and forked again: the
     # restarted writer of the first parent looks into forks of forks (bounded: decision 0037).
-    store = s3log.MemoryStore()
-    log = s3log.Log(store)
-    sid = log.create().session_id
-    log.open(sid).append_durable("k", "first")
+    store, log, sid = _written_once()
     w, _ = _forked_by_a_lost_race(log, sid, "req-x", "x")
     child = w.session_id
     log.open(child).append_durable("k", "winner in the child")

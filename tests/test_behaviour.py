@@ -245,7 +245,7 @@ def test_tampered_tail_entry_is_corruption(backend: Backend) -> None:
     w.append("k", "first entry")
     w.append("k", "second entry")
     w.commit()
-    key = f"s3log/sessions/{w.session_id}/head"
+    key = backend.log.layout.head(w.session_id)
     body = backend.get_raw(key).replace(b"second entry", b"second Entry")
     backend.put_raw(key, body)
     with pytest.raises(s3log.CorruptionError) as info:
@@ -255,7 +255,7 @@ def test_tampered_tail_entry_is_corruption(backend: Backend) -> None:
 
 def test_unknown_format_version_raises_format_version_error(backend: Backend) -> None:
     w = backend.log.create()
-    key = f"s3log/sessions/{w.session_id}/head"
+    key = backend.log.layout.head(w.session_id)
     head = decode_head(backend.get_raw(key), key)
     m = head.to_map()
     m["v"] = 3

@@ -8,27 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import s3log
-from s3log._protocol.ops import ListPage
+from tests.helpers import GatedHeads
 
 
-class SlowHeads(s3log.AsyncMemoryStore):
-    """Head PUTs wait on an event, so a test can cancel callers while a commit is in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.entered = asyncio.Event()
-
-    async def put_if_match(self, key: str, body: bytes, etag: str) -> str:
-        self.entered.set()
-        await self.gate.wait()
-        return await super().put_if_match(key, body, etag)
-
-    async def list(self, prefix: str, **kw: object) -> ListPage:  # type: ignore[override]
-        return await super().list(prefix, **kw)  # type: ignore[arg-type]
+async def _gated_writer() -> tuple[GatedHeads, s3log.AsyncLog, s3log.AsyncWriter[Any]]:
+    """A writer of a new session whose head PUTs wait until ``store.gate`` is set again."""
+    store = GatedHeads()
+    log = s3log.AsyncLog(store)
+    w = await log.create()
+    store.gate.clear()
+    return store, log, w
 
 
 async def _entries(log: s3log.AsyncLog, sid: str) -> list[object]:
@@ -36,10 +28,7 @@ async def _entries(log: s3log.AsyncLog, sid: str) -> list[object]:
 
 
 async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
-    store = SlowHeads()
-    log = s3log.AsyncLog(store)
-    w = await log.create()
-    store.gate.clear()
+    store, log, w = await _gated_writer()
     first = asyncio.create_task(w.append_durable("k", "a"))
     await store.entered.wait()                     # "a" is in a commit, blocked on its head PUT
     second = asyncio.create_task(w.append_durable("k", "b"))
@@ -54,10 +43,7 @@ async def test_cancelled_before_its_commit_started_is_withdrawn() -> None:
 
 
 async def test_cancelled_during_its_commit_is_stored_once_and_learnable() -> None:
-    store = SlowHeads()
-    log = s3log.AsyncLog(store)
-    w = await log.create()
-    store.gate.clear()
+    store, log, w = await _gated_writer()
     ticket = w.submit("k", "x")
     waiter = asyncio.create_task(w.wait(ticket))
     await store.entered.wait()
@@ -73,10 +59,7 @@ async def test_cancelled_during_its_commit_is_stored_once_and_learnable() -> Non
 
 
 async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fork() -> None:
-    store = SlowHeads()
-    log = s3log.AsyncLog(store)
-    w = await log.create()
-    store.gate.clear()
+    store, log, w = await _gated_writer()
     task = asyncio.create_task(w.append_durable("k", "y"))
     await store.entered.wait()
     task.cancel()
@@ -89,10 +72,7 @@ async def test_append_cancelled_mid_commit_still_commits_exactly_once_without_fo
 
 
 async def test_timeout_before_commit_withdraws() -> None:
-    store = SlowHeads()
-    log = s3log.AsyncLog(store)
-    w = await log.create()
-    store.gate.clear()
+    store, log, w = await _gated_writer()
     blocker = asyncio.create_task(w.append_durable("k", "a"))
     await store.entered.wait()
     with contextlib.suppress(TimeoutError):

@@ -16,6 +16,7 @@ import pytest
 import s3log
 from s3log._drive import gcpause as _gcpause
 from tests.baseline import baseline_module
+from tests.helpers import run_threads
 
 
 @pytest.fixture
@@ -178,11 +179,7 @@ def test_pause_free_running_threads(gc_state: None) -> None:
                         if gc.isenabled():
                             bad.append(i)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker)
     assert bad == []
     assert gc.isenabled() and _gcpause.depth() == 0
 

@@ -67,6 +67,16 @@ def _logs(store: s3log.MemoryStore) -> tuple[s3log.Log, s3log.Log]:
             s3log.Log(store, config=LogConfig(env=Env.deterministic(4, clock))))
 
 
+def _committed(store: s3log.MemoryStore, *data: str) -> tuple[s3log.Log, s3log.Log, s3log.Writer[Any]]:
+    """:func:`_logs` and a writer of :data:`SID` that committed ``data`` in one commit."""
+    log, other = _logs(store)
+    w = log.create(SID)
+    for d in data:
+        w.append("k", d)
+    w.commit()
+    return log, other, w
+
+
 def _drop_first(history: list[dict[str, Any]], head: Any) -> list[dict[str, Any]]:
     """A prune (keep all but the oldest entry): every kept entry gets a new seq and hash."""
     return list(history[1:])
@@ -79,11 +89,7 @@ def _payloads(log: s3log.Log) -> list[Any]:
 
 def test_a_landed_commit_compacted_before_its_writer_settles_is_acknowledged_once() -> None:
     store = _LostReply()
-    log, other = _logs(store)
-    w = log.create(SID)
-    w.append("k", "a0")
-    w.append("k", "a1")
-    w.commit()
+    log, other, w = _committed(store, "a0", "a1")
     store.hook = lambda: other.compact(SID, _drop_first)  # reads the head our PUT just wrote
     w.append("k", "b")
     result = w.commit()
@@ -98,11 +104,7 @@ def test_a_landed_commit_compacted_before_its_writer_settles_is_acknowledged_onc
 def test_a_lost_commit_compacted_before_its_writer_settles_is_stored_once() -> None:
     store = _LostReply()
     store.lose_before = True
-    log, other = _logs(store)
-    w = log.create(SID)
-    w.append("k", "a0")
-    w.append("k", "a1")
-    w.commit()
+    log, other, w = _committed(store, "a0", "a1")
     store.hook = lambda: other.compact(SID, _drop_first)  # our PUT never landed
     w.append("k", "b")
     result = w.commit()
@@ -124,11 +126,7 @@ def test_a_commit_built_on_then_compacted_is_acknowledged_once() -> None:
     # Another writer commits on top of the landed entry, then the session is compacted:
     # the mark names the replaced chain's last entries, b among them.
     store = _LostReply()
-    log, other = _logs(store)
-    w = log.create(SID)
-    w.append("k", "a0")
-    w.append("k", "a1")
-    w.commit()
+    log, other, w = _committed(store, "a0", "a1")
     store.hook = _built_on_then_compacted(other, 2)
     w.append("k", "b")
     result = w.commit()
@@ -141,11 +139,7 @@ def test_a_commit_compacted_out_of_sight_is_not_stored_again(monkeypatch: pytest
     # writer raises and writes it nowhere, and so does its next commit: b is stored once.
     monkeypatch.setattr(compact, "COMPACTION_WINDOW", 2)
     store = _LostReply()
-    log, other = _logs(store)
-    w = log.create(SID)
-    w.append("k", "a0")
-    w.append("k", "a1")
-    w.commit()
+    log, other, w = _committed(store, "a0", "a1")
     store.hook = _built_on_then_compacted(other, 2)
     w.append("k", "b")
     with pytest.raises(s3log.StoreError, match="compacted"):
@@ -175,11 +169,7 @@ def test_a_commit_compacted_twice_before_its_writer_settles_is_acknowledged_once
     # Its PUT could land only before the first compaction since the head it built on:
     # the newest head keeps that compaction's mark too.
     store = _LostReply()
-    log, other = _logs(store)
-    w = log.create(SID)
-    for data in ("a0", "a1", "a2"):
-        w.append("k", data)
-    w.commit()
+    log, other, w = _committed(store, "a0", "a1", "a2")
 
     def compact_twice() -> None:
         other.compact(SID, _drop_first)

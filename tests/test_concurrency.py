@@ -5,11 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+
+import pytest
 
 import s3log
 from s3log.errors import PreconditionFailed
 from s3log.testing.plugin import LocalS3
+from tests.helpers import race_writers, run_threads
 from tests.invariants import check_no_loss_no_duplicates
 from tests.workers import serverless_turns
 
@@ -36,11 +38,7 @@ def test_sixteen_racing_conditional_puts_have_exactly_one_winner_per_version(s3l
                 with lock:
                     winners.append((i, new))
 
-        threads = [threading.Thread(target=racer, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(racer, 16)
         assert len(winners) == 1, f"round {round_}: {len(winners)} winners"
         assert len(losers) == 15
         blob = store.get(key)
@@ -49,34 +47,22 @@ def test_sixteen_racing_conditional_puts_have_exactly_one_winner_per_version(s3l
         etag = blob.etag
 
 
-def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> None:
+@pytest.mark.parametrize("client", ["boto3", "obstore"])
+def test_threads_racing_on_one_session_lose_nothing(s3log_server: LocalS3, client: str) -> None:
     bucket = s3log_server.create_bucket()
-    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
+    make = s3log.S3Store if client == "boto3" else s3log.S3Store.fast
+    log = s3log.Log(make(bucket, endpoint_url=s3log_server.endpoint_url))
     sid = log.create().session_id
-    acked: list[Any] = []
-    versions: list[tuple[str, int]] = []
-    lock = threading.Lock()
-
-    def worker(n: int) -> None:
-        w = log.open(sid)
-        for i in range(10):
-            w.append("k", {"w": n, "i": i})
-            r = w.commit()
-            with lock:
-                acked.extend(e.data for e in r.acked)
-                versions.append((r.session_id, r.head.version))
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    acked, versions = race_writers(log, sid, writers=6, commits=10)
     assert len(acked) == 60
     assert len(set(versions)) == len(versions), "two commits share a head version"
     sessions = check_no_loss_no_duplicates(log, acked)
     assert len(sessions) > 1  # the race really forked
+    assert all(log.lineage(f)[-1].session == sid for f in sessions if f != sid)
 
 
+@pytest.mark.slow(reason="four spawned processes (~7 s); test_threads_racing_on_one_session_lose_nothing races "
+                         "writers on one session over HTTP in process, and the simulator races processes")
 def test_processes_racing_on_one_session_lose_nothing(s3log_server: LocalS3) -> None:
     bucket = s3log_server.create_bucket()
     log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))

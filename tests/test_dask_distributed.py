@@ -58,6 +58,9 @@ def test_the_task_graph_carries_plain_values_only(s3log_server: LocalS3) -> None
         read_entries(bucket, endpoint_url=s3log_server.endpoint_url, store=object())
 
 
+@pytest.mark.slow(reason="a process cluster (~15 s); test_a_verifier_travels_to_a_process_cluster runs "
+                         "consecutive computes on one, and test_partitions_on_the_local_scheduler_match_the_"
+                         "scan_and_make_no_thread_local compares the rows in process")
 def test_two_consecutive_computes_on_a_process_cluster(s3log_server: LocalS3) -> None:
     from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -152,6 +155,8 @@ def _thread_locals_made(threshold: tuple[int, int, int]) -> tuple[int, int, int]
     return int(counted.created), in_cycles, collected
 
 
+@pytest.mark.slow(reason="a process cluster; the same counts are taken in process by "
+                         "test_partitions_on_the_local_scheduler_match_the_scan_and_make_no_thread_local")
 def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
     from distributed import Client, LocalCluster
 
@@ -179,6 +184,50 @@ def test_partitions_make_no_thread_local(s3log_server: LocalS3) -> None:
     # The old driver made one threading.local per store request (tenacity's Retrying)
     # and dropped it in a reference cycle: see the comment above.
     assert all(created == 0 and in_cycles == 0 for created, in_cycles, _ in made.values()), made
+
+
+@pytest.mark.parametrize("shape", ["a commit per session", "segments per session"])
+def test_partitions_on_the_local_scheduler_match_the_scan_and_make_no_thread_local(
+    s3log_server: LocalS3, shape: str
+) -> None:
+    # The process cluster's checks, in this process: what the partitions read, twice, is
+    # what the local scan reads, and reading makes no threading.local (see the comment
+    # above) once this process's first compute has set up what it keeps (its store).
+    from s3log.analytics.dask import read_entries
+
+    bucket = s3log_server.create_bucket()
+    store = s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url)
+    log = s3log.Log(store)
+    if shape == "a commit per session":
+        _populate(log, 6, 10)
+        per_partition, partitions = 1, 6
+    else:  # several segments per session: many GETs per partition
+        for s in range(6):
+            w = log.create()
+            for i in range(10):
+                w.append("message", {"s": s, "i": i}, ts=T0 + i * 3_600_000)
+                if i % 4 == 3:
+                    w.commit()
+            w.commit()
+        per_partition, partitions = 4, 2
+    local = analytics.to_arrow(store).to_pandas()
+    df = read_entries(bucket, endpoint_url=s3log_server.endpoint_url, sessions_per_partition=per_partition)
+    assert df.npartitions == partitions
+    first = df.compute(scheduler="sync")
+    threshold = _count_thread_locals()
+    try:
+        again = df.compute(scheduler="sync")
+        second = df[df.ts > "2026-01-01T05:00"].groupby("kind").seq.count().compute(scheduler="sync")
+    finally:
+        created, in_cycles, collected = _thread_locals_made(threshold)
+    assert collected > 0 and created == 0 and in_cycles == 0, (created, in_cycles, collected)
+    cols = ["session", "seq", "kind", "hash", "data_cbor", "date"]
+    a = first.sort_values(["session", "seq"]).reset_index(drop=True)
+    b = local.sort_values(["session", "seq"]).reset_index(drop=True)
+    assert len(a) == 60 and a[cols].values.tolist() == b[cols].values.tolist()
+    assert again.sort_values(["session", "seq"]).reset_index(drop=True)[cols].values.tolist() == a[cols].values.tolist()
+    assert (a.ts == b.ts).all() and str(a.ts.dtype) == "datetime64[ms, UTC]"
+    assert second.to_dict() == local[local.ts > "2026-01-01T05:00"].groupby("kind").seq.count().to_dict()
 
 
 # ------------------------------------------------- trusted keys on the workers

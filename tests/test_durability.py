@@ -28,6 +28,7 @@ from s3log.errors import (
     TransientStoreError,
 )
 from s3log.testing.faults import Fault, FaultyStore
+from tests.helpers import one_entry
 
 FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005),
                  tail_per_commit=0, tail_max_bytes=1024)
@@ -241,9 +242,7 @@ def test_one_bad_head_or_stray_folder_does_not_break_the_bucket() -> None:
     # Defect 8: list_sessions, gc and verify --all failed for every session.
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    good = log.create()
-    good.append("k", 1)
-    good.commit()
+    good = one_entry(log)
     bad = log.create().session_id
     future = log.create().session_id
     store.put_raw(log.layout.head(bad), b"\xff\x00garbage")
@@ -310,9 +309,7 @@ def test_unsafe_prefixes_are_refused(prefix: object) -> None:
 @pytest.mark.parametrize("prefix", ["", "s3log", "tenants/t1/logs", "/trimmed/", "a.b-c_d"])
 def test_ordinary_prefixes_are_accepted(prefix: str) -> None:
     log = s3log.Log(s3log.MemoryStore(), prefix=prefix)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     assert len(log.read(w.session_id).entries) == 1
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-import threading
 from typing import Any
 
 import cbor2
@@ -22,6 +21,7 @@ from s3log._format.codec import decode_head, encode_head
 from s3log._format.entries import _KIND_TAILS, make_entry, normalize_data_cbor
 from s3log._format.values import Head
 from s3log._protocol.state import empty_head
+from tests.helpers import run_threads
 
 T0 = 1_767_225_600_000  # 2026-01-01
 
@@ -78,11 +78,7 @@ def test_head_layouts_beyond_the_cache_bound_from_many_threads() -> None:
                 if encode_head(h) != _canonical(h) or encode_head(h) != _canonical(h):
                     failures.append(keys)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work)
     assert not failures
     assert len(_LAYOUTS) <= 256 + 8  # bounded (a race may add one per thread)
 

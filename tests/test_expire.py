@@ -18,7 +18,7 @@ from s3log.errors import (
     InvalidArgumentError,
     SessionExists,
 )
-from s3log.testing.plugin import LocalS3
+from tests.cli_env import log_of
 from tests.delete_hooks import Clock
 from tests.helpers import expired_world
 from tests.test_pending_hostile import ClockStore
@@ -96,16 +96,13 @@ def test_a_reader_whose_session_goes_under_it_is_told_so_not_corrupt(then: str) 
         log.read("s000")
 
 
-def test_verify_all_does_not_call_an_expired_session_broken(s3log_server: LocalS3) -> None:
+def test_verify_all_does_not_call_an_expired_session_broken(env: dict[str, str]) -> None:
     from typer.testing import CliRunner
 
     from s3log.cli.app import app
 
-    bucket = s3log_server.create_bucket()
-    env = {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
     clock = Clock(T0)
-    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url),
-                    config=LogConfig(env=Env.deterministic(3, clock)))
+    log = log_of(env, LogConfig(env=Env.deterministic(3, clock)))
     old = log.create()
     old.append("k", 1)
     old.commit()

@@ -179,13 +179,20 @@ def test_random_interleavings_of_writers_and_faults_keep_every_invariant(steps: 
 # ----------------------------------------------------------- the async fault wrapper
 
 
-@pytest.mark.parametrize("fault", ["timeout-landed", "timeout-lost", "409", "503"])
-async def test_async_head_put_failure_is_resolved_without_loss_or_repeat(fault: Fault) -> None:
+async def _async_faulty_writer(method: str, fault: Fault) -> tuple[s3log.MemoryStore, s3log.Log, str,
+                                                                    AsyncFaultyStore, s3log.AsyncWriter[Any]]:
+    """A session on a MemoryStore (read back through ``log``) and an async writer of it
+    whose first ``method`` request meets ``fault``."""
     mem = s3log.MemoryStore()
     log = s3log.Log(mem, config=FAST)
     sid = log.create().session_id
-    store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_match", 1): fault}))
-    w = await s3log.AsyncLog(store, config=FAST).open(sid)
+    store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({(method, 1): fault}))
+    return mem, log, sid, store, await s3log.AsyncLog(store, config=FAST).open(sid)
+
+
+@pytest.mark.parametrize("fault", ["timeout-landed", "timeout-lost", "409", "503"])
+async def test_async_head_put_failure_is_resolved_without_loss_or_repeat(fault: Fault) -> None:
+    _mem, log, sid, store, w = await _async_faulty_writer("put_if_match", fault)
     w.append("k", "only-once")
     result = await w.commit()
     assert result.fork is None and result.session_id == sid
@@ -197,12 +204,8 @@ async def test_async_head_put_failure_is_resolved_without_loss_or_repeat(fault: 
 
 @pytest.mark.parametrize("fault", ["timeout-landed", "timeout-lost", "409", "503"])
 async def test_async_segment_put_failure_is_resolved_without_loss_or_repeat(fault: Fault) -> None:
-    mem = s3log.MemoryStore()
-    log = s3log.Log(mem, config=FAST)
-    sid = log.create().session_id
-    store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_absent", 1): fault}))
     # Beyond pending_max_bytes: the segment is written (and retried) before the head.
-    w = await s3log.AsyncLog(store, config=FAST).open(sid)
+    mem, log, sid, store, w = await _async_faulty_writer("put_if_absent", fault)
     await w.append_durable("big", "x" * 300_000)
     assert [m for m, _, _ in store.injected] == ["put_if_absent"]
     assert [e.data for e in log.read(sid).entries] == ["x" * 300_000]
@@ -210,11 +213,7 @@ async def test_async_segment_put_failure_is_resolved_without_loss_or_repeat(faul
 
 
 async def test_async_crash_propagates_and_leaves_the_session_intact() -> None:
-    mem = s3log.MemoryStore()
-    log = s3log.Log(mem, config=FAST)
-    sid = log.create().session_id
-    store = AsyncFaultyStore(s3log.AsyncMemoryStore(mem), scripted({("put_if_match", 1): "crash"}))
-    w = await s3log.AsyncLog(store, config=FAST).open(sid)
+    _mem, log, sid, store, w = await _async_faulty_writer("put_if_match", "crash")
     w.append("k", "lost-with-the-process")
     with pytest.raises(Crash):
         await w.commit()

@@ -17,6 +17,7 @@ from s3log.env import Env
 from s3log.errors import SessionExists, StoreError, TransientStoreError
 from s3log.testing.faults import AsyncFaultyStore, FaultyStore
 from tests.delete_hooks import Clock
+from tests.helpers import drive
 from tests.tombstones import tombstone_idle, tombstone_proc
 
 
@@ -269,10 +270,10 @@ DAY = 86_400_000
 
 def _undecided_fork(box: dict[str, Any]) -> Any:
     """A fault plan: while ``box["on"]``, a fork child's head lands with its reply lost and
-    re-reading it fails (the fork is undecided); the session ``box["sid"]`` is left alone."""
+    re-reading it fails (the fork is undecided); the sessions in ``box["spare"]`` are left alone."""
 
     def plan(method: str, key: str) -> Any:
-        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
+        if not box["on"] or not key.endswith("/head") or any(s in key for s in box["spare"]):
             return None
         if method == "put_if_absent":
             return "timeout-landed"  # the fork child's head lands, its reply is lost
@@ -283,14 +284,18 @@ def _undecided_fork(box: dict[str, Any]) -> Any:
     return plan
 
 
-def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+def _undecided_world() -> tuple[s3log.MemoryStore, dict[str, Any], s3log.Log]:
+    """A store, the switch of its undecided-fork plan (:func:`_undecided_fork`) and a log over both."""
     inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "sid": None}
-    plan = _undecided_fork(box)
+    box: dict[str, Any] = {"on": False, "spare": ()}
+    return inner, box, s3log.Log(FaultyStore(inner, _undecided_fork(box)), config=_fast())
 
-    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+
+def test_undecided_fork_then_equal_entry_in_parent_is_not_acked_twice() -> None:
+    inner, box, log_a = _undecided_world()
     w_a = log_a.create()
-    sid = box["sid"] = w_a.session_id
+    sid = w_a.session_id
+    box["spare"] = (sid,)
     w_a.append("k", "a0")
     w_a.commit()
 
@@ -394,20 +399,15 @@ def test_entry_continued_in_a_doubted_child_is_not_forked_again() -> None:
 def test_writer_recovers_when_its_doubted_fork_child_was_expired() -> None:
     clock = Clock(T0)
     inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "sid": "?"}
-
-    def plan(method: str, key: str) -> Any:
-        if not box["on"] or not key.endswith("/head") or box["sid"] in key:
-            return None
-        if method == "put_if_absent":
-            return "timeout-landed"
-        return "503" if method == "get" else None
+    box: dict[str, Any] = {"on": False, "spare": ()}
+    plan = _undecided_fork(box)
 
     cfg = LogConfig(env=Env.deterministic(1, clock),
                     retry=RetryPolicy(attempts=2, initial=0.0001, max_backoff=0.0002, max_time=1.0))
     log = s3log.Log(FaultyStore(inner, plan), config=cfg)
     w = log.create()
-    box["sid"] = sid = w.session_id
+    sid = w.session_id
+    box["spare"] = (sid,)
     w.append("k", "a0")
     w.commit()
     other = s3log.Log(inner, config=LogConfig(env=Env.deterministic(2, clock))).open(sid)
@@ -467,19 +467,7 @@ def test_every_fork_of_a_commit_is_reported() -> None:
 
 
 def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
-    inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "spare": ()}
-
-    def plan(method: str, key: str) -> Any:
-        if not box["on"] or not key.endswith("/head") or any(s in key for s in box["spare"]):
-            return None
-        if method == "put_if_absent":
-            return "timeout-landed"  # a new child's head lands, its reply is lost
-        if method == "get":
-            return "503"  # ...and re-reading it fails: the fork is undecided
-        return None
-
-    log_a = s3log.Log(FaultyStore(inner, plan), config=_fast())
+    inner, box, log_a = _undecided_world()
     w_a = log_a.create()
     p = w_a.session_id
     w_a.append("k", "a0")
@@ -517,12 +505,10 @@ def test_fork_doubt_of_the_child_survives_a_grandchild_fork() -> None:
 
 
 def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_there() -> None:
-    inner = s3log.MemoryStore()
-    box: dict[str, Any] = {"on": False, "sid": None}
-    plan = _undecided_fork(box)
-
-    w_a = s3log.Log(FaultyStore(inner, plan), config=_fast()).create()
-    p = box["sid"] = w_a.session_id
+    inner, box, log_a = _undecided_world()
+    w_a = log_a.create()
+    p = w_a.session_id
+    box["spare"] = (p,)
     w_a.append("k", "a0")
     w_a.commit()
     plain = s3log.Log(inner)
@@ -548,39 +534,6 @@ def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_th
 SID = "thread-1"
 
 
-def _drive(store: s3log.MemoryStore, proc: Any, stop: Any = None) -> Any:
-    """Run a procedure on ``store``; ``stop(op)`` true after performing ``op`` abandons
-    it there (an async commit cancelled once that request landed). Returns the result."""
-    from s3log._protocol.ops import Parallel, Sleep, call_store
-
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as done:
-            return done.value
-        value, error = None, None
-        if isinstance(op, Sleep):
-            continue
-        ops = op.ops if isinstance(op, Parallel) else (op,)
-        results: list[Any] = []
-        for o in ops:
-            try:
-                results.append(call_store(store, o))
-            except s3log.StoreError as exc:
-                results.append(exc)
-        if stop is not None and any(stop(o) for o in ops):
-            proc.close()
-            return None
-        if isinstance(op, Parallel):
-            value = results
-        elif isinstance(results[0], BaseException):
-            error = results[0]
-        else:
-            value = results[0]
-
-
 @pytest.mark.parametrize("end", ["expire", "delete-and-recreate"])
 def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> None:
     """A writer's commit finds part of its batch landed (an earlier, abandoned commit's
@@ -600,35 +553,35 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     store = s3log.MemoryStore()
     core = LogCore(store, "p", cfg, None)
     head_key = core.layout.head(SID)
-    w = core.writer(_drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
+    w = core.writer(drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
     w.add("k", {"p": "a"}, None)
-    _drive(store, w.commit())  # a@0, acknowledged
+    drive(store, w.commit())  # a@0, acknowledged
     w.add("k", {"p": "b"}, None)
     # b's head lands; the commit is abandoned before its reply: b@1 stored, unacknowledged.
-    _drive(store, w.commit(), stop=lambda o: isinstance(o, PutIfMatch) and o.key == head_key)
-    other = core.writer(_drive(store, core.open(SID, None)), None, "fork", None)
+    drive(store, w.commit(), stop=lambda o: isinstance(o, PutIfMatch) and o.key == head_key)
+    other = core.writer(drive(store, core.open(SID, None)), None, "fork", None)
     other.add("k", {"p": "x"}, None)
-    _drive(store, other.commit())  # x@2 on top of b
+    drive(store, other.commit())  # x@2 on top of b
     clock[0] += 10_000  # SID idle from here on; the child below is young
     w.add("k", {"p": "c"}, None)
     # Lost race: b found landed, the rest (c) forked from SID@1; abandoned once the
     # child's head landed.
-    _drive(store, w.commit(), stop=lambda o: isinstance(o, (PutIfAbsent, PutIfMatch)) and o.key.endswith("/head")
+    drive(store, w.commit(), stop=lambda o: isinstance(o, (PutIfAbsent, PutIfMatch)) and o.key.endswith("/head")
            and o.key != head_key)
     clock[0] += 1_000
     if end == "expire":
         # A tombstone (what a sweep with write access stores): Log.expire deletes the
         # head instead, and the writer then meets 404 as after Log.delete.
-        assert _drive(store, tombstone_proc(core.layout, cfg, 5_000)).expired == [SID]
+        assert drive(store, tombstone_proc(core.layout, cfg, 5_000)).expired == [SID]
     else:
-        _drive(store, core.delete(SID))
-        _drive(store, core.create(core.new_session(SID, {}, None)))
-    result = _drive(store, w.commit())
+        drive(store, core.delete(SID))
+        drive(store, core.create(core.new_session(SID, {}, None)))
+    result = drive(store, w.commit())
     assert [e.data["p"] for e in result.acked] == ["b", "c"]
     stored: dict[str, list[str]] = {}
-    for sid in _drive(store, listing.list_session_ids(core.layout)):
+    for sid in drive(store, listing.list_session_ids(core.layout)):
         try:
-            data = _drive(store, read.load(core.layout, sid))
+            data = drive(store, read.load(core.layout, sid))
         except s3log.SessionNotFound:
             continue  # expired
         for e in data.entries:

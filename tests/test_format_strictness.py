@@ -22,16 +22,14 @@ from s3log._format.values import ParentRef
 from s3log.errors import CorruptionError
 from s3log.testing.plugin import LocalS3
 from tests.cli_env import edit_head_mem, edit_head_s3, invoke, log_of, strict_json
-from tests.helpers import parent_and_fork
+from tests.helpers import one_entry, parent_and_fork
 
 
 def _v1_session_with_data(item: bytes) -> tuple[s3log.Log, str]:
     """A version 1 session whose one entry's data is the CBOR ``item``, hashed right."""
     store = s3log.MemoryStore()
     log = s3log.Log(store, config=s3log.LogConfig(format_version=1))
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     # The record laid out around the item as stored (not decoded and encoded again here).
     entry = make_entry(0, None, "k", 5, None, data_cbor=item)
     key = log.layout.head(w.session_id)
@@ -159,9 +157,7 @@ def test_tagged_values_that_read_back_are_kept(version: int) -> None:
 def test_a_malformed_expired_field_makes_the_head_corrupt(bad: Any) -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     key = edit_head_mem(store, w.session_id, {"expired": bad})
     with pytest.raises(CorruptionError, match="expired") as info:
         log.read(w.session_id)
@@ -171,9 +167,7 @@ def test_a_malformed_expired_field_makes_the_head_corrupt(bad: Any) -> None:
 def test_a_well_formed_or_null_expired_field_reads_as_before() -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     edit_head_mem(store, w.session_id, {"expired": None})
     assert len(log.read(w.session_id)) == 1
     edit_head_mem(store, w.session_id, {"expired": {"at": 1, "seq": 0, "hash": None, "idle_for_ms": 5}})
@@ -183,9 +177,7 @@ def test_a_well_formed_or_null_expired_field_reads_as_before() -> None:
 
 def test_verify_counts_a_malformed_tombstone_as_broken(env: dict[str, str], s3log_server: LocalS3) -> None:
     log = log_of(env)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     key = edit_head_s3(env, s3log_server, w.session_id, {"expired": {"at": "yesterday"}})
     result = invoke(env, "verify", "--all", "--json")
     report = strict_json(result.stdout)
@@ -207,9 +199,7 @@ def test_a_parent_naming_no_session_id_is_corruption_naming_the_head() -> None:
 
 def test_verify_json_names_the_key_of_a_format_version_error(env: dict[str, str], s3log_server: LocalS3) -> None:
     log = log_of(env)
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     key = edit_head_s3(env, s3log_server, w.session_id, {"v": 3})
     result = invoke(env, "verify", w.session_id, "--json")
     report = strict_json(result.stdout)

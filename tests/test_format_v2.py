@@ -160,6 +160,15 @@ def _v2_session(store: s3log.MemoryStore) -> tuple[s3log.Log, str]:
     return log, w.session_id
 
 
+def _refused(store: s3log.MemoryStore, log: s3log.Log, sid: str, key: str, body: bytes,
+             exc: type[Exception] = CorruptionError, match: str | None = None) -> Any:
+    """Store ``body`` at ``key``: reading ``sid`` raises ``exc`` (matching ``match``); the error."""
+    store.put_raw(key, body)
+    with pytest.raises(exc, match=match) as info:
+        log.read(sid)
+    return info.value
+
+
 def test_a_flipped_byte_in_a_record_names_the_key_and_the_entry() -> None:
     store = s3log.MemoryStore()
     log, sid = _v2_session(store)
@@ -167,10 +176,8 @@ def test_a_flipped_byte_in_a_record_names_the_key_and_the_entry() -> None:
     body = bytearray(store.get(key).body)
     pos = body.index(b"marker-0001-")
     body[pos] = ord("M")
-    store.put_raw(key, bytes(body))
-    with pytest.raises(CorruptionError) as info:
-        log.read(sid)
-    assert info.value.key == key and info.value.seq == 1 and "hashes to" in str(info.value)
+    error = _refused(store, log, sid, key, bytes(body))
+    assert error.key == key and error.seq == 1 and "hashes to" in str(error)
 
 
 def test_a_flipped_byte_in_a_stored_hash_names_the_key_and_the_entry() -> None:
@@ -179,10 +186,8 @@ def test_a_flipped_byte_in_a_stored_hash_names_the_key_and_the_entry() -> None:
     key, obj = _segment(store, log, sid)
     hashes = list(obj["hashes"])  # type: ignore[call-overload]
     hashes[2] = bytes([hashes[2][0] ^ 1]) + hashes[2][1:]
-    store.put_raw(key, cbor2.dumps({**obj, "hashes": hashes}, canonical=True))
-    with pytest.raises(CorruptionError) as info:
-        log.read(sid)
-    assert info.value.key == key and info.value.seq == 2
+    error = _refused(store, log, sid, key, cbor2.dumps({**obj, "hashes": hashes}, canonical=True))
+    assert error.key == key and error.seq == 2
 
 
 def test_a_changed_prev_and_hash_still_break_the_chain() -> None:
@@ -194,12 +199,10 @@ def test_a_changed_prev_and_hash_still_break_the_chain() -> None:
     old = decode_segment(store.get(key).body, key).entries[1]
     forged = make_entry(old.seq, old.prev, old.kind, old.ts, {"i": 1, "text": "forged"})
     data[1], hashes[1] = cbor2.dumps(forged.data, canonical=True), forged.hash
-    store.put_raw(key, cbor2.dumps({**obj, "data": data, "hashes": hashes}, canonical=True))
-    with pytest.raises(CorruptionError) as info:
-        log.read(sid)
+    error = _refused(store, log, sid, key, cbor2.dumps({**obj, "data": data, "hashes": hashes}, canonical=True))
     # Entry 2's record is rebuilt with the forged hash as its prev: it no longer hashes
     # to the stored hash of entry 2.
-    assert info.value.key == key and info.value.seq == 2 and "hashes to" in str(info.value)
+    assert error.key == key and error.seq == 2 and "hashes to" in str(error)
 
 
 def test_reordered_records_are_corruption_naming_the_key_and_seq() -> None:
@@ -209,11 +212,9 @@ def test_reordered_records_are_corruption_naming_the_key_and_seq() -> None:
     moved = {name: list(obj[name]) for name in ("ts", "kinds", "data", "hashes")}  # type: ignore[call-overload]
     for column in moved.values():
         column[1], column[2] = column[2], column[1]
-    store.put_raw(key, cbor2.dumps({**obj, **moved}, canonical=True))
-    with pytest.raises(CorruptionError) as info:
-        log.read(sid)
+    error = _refused(store, log, sid, key, cbor2.dumps({**obj, **moved}, canonical=True))
     # Seqs are positions: what sits at seq 1 is entry 2's content, not what hash 1 names.
-    assert info.value.key == key and info.value.seq == 1 and "hashes to" in str(info.value)
+    assert error.key == key and error.seq == 1 and "hashes to" in str(error)
 
 
 def test_a_flipped_byte_in_the_heads_tail_names_the_head() -> None:
@@ -227,10 +228,8 @@ def test_a_flipped_byte_in_the_heads_tail_names_the_head() -> None:
     body = bytearray(store.get(hkey).body)
     pos = body.index(b"marker-tail-")
     body[pos] = ord("M")
-    store.put_raw(hkey, bytes(body))
-    with pytest.raises(CorruptionError) as info:
-        log.read(sid)
-    assert info.value.key == hkey and info.value.seq == seq
+    error = _refused(store, log, sid, hkey, bytes(body))
+    assert error.key == hkey and error.seq == seq
 
 
 def _rehashed(obj: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -267,10 +266,8 @@ def test_malformed_v2_segments_are_corruption(mutate: object, reason: str) -> No
     store = s3log.MemoryStore()
     log, sid = _v2_session(store)
     key, obj = _segment(store, log, sid)
-    store.put_raw(key, cbor2.dumps(mutate(obj), canonical=True))  # type: ignore[operator]
-    with pytest.raises(CorruptionError, match=reason) as info:
-        log.read(sid)
-    assert info.value.key == key
+    error = _refused(store, log, sid, key, cbor2.dumps(mutate(obj), canonical=True), CorruptionError, match=reason)  # type: ignore[operator]
+    assert error.key == key
     assert gc.isenabled()  # the collector, paused while records decode, is back on
 
 
@@ -290,10 +287,8 @@ def test_a_format_this_build_cannot_read_is_refused(version: object) -> None:
     store = s3log.MemoryStore()
     log, sid = _v2_session(store)
     key, obj = _segment(store, log, sid)
-    store.put_raw(key, cbor2.dumps({**obj, "v": version}, canonical=True))
-    with pytest.raises(FormatVersionError) as info:
-        log.read(sid)
-    assert info.value.key == key and info.value.found == version
+    error = _refused(store, log, sid, key, cbor2.dumps({**obj, "v": version}, canonical=True), FormatVersionError)
+    assert error.key == key and error.found == version
     hkey = log.layout.head(sid)
     head_obj = cbor2.loads(store.get(hkey).body)
     store.put_raw(hkey, cbor2.dumps({**head_obj, "v": version}, canonical=True))

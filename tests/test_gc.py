@@ -23,7 +23,7 @@ from s3log.errors import (
     StoreError,
 )
 from tests.delete_hooks import Clock
-from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
+from tests.helpers import DEADLINE, commit_until, deadline_log, head_of, writer_beside_gc
 from tests.test_pending_hostile import ClockStore
 from tests.tombstones import tombstone_idle
 
@@ -56,9 +56,7 @@ def test_gc_waits_twice_the_deadline_for_an_unreferenced_segment() -> None:
 def test_gc_decides_nothing_against_a_head_in_flight_past_the_deadline() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = deadline_log(store, clock, pending_max_bytes=0)
-    gc_store, gc_log = gc_beside(store, clock, pending_max_bytes=0)
-    w = log.create("s1")
+    _log, gc_store, gc_log, w = writer_beside_gc(store, clock, pending_max_bytes=0)
     ran: list[str] = []
 
     def slow(key: str, body: bytes) -> None:

@@ -228,12 +228,24 @@ def data_id(e: s3log.Entry) -> str | None:
 WRITERS, COMMITS = 4, 8
 
 
-def test_racing_writers_over_http_under_faults_leave_a_clean_history(s3log_server: LocalS3) -> None:
-    bucket = s3log_server.create_bucket()
-    plain = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
-    sid = plain.create().session_id
-    h = History()
+def _race_ground(server: LocalS3) -> tuple[str, s3log.Log, str, History, s3log.LogConfig]:
+    """A new bucket, a plain log on it holding one new session, an empty history and the
+    racing writers' config (two attempts, short backoffs)."""
+    bucket = server.create_bucket()
+    plain = s3log.Log(s3log.S3Store(bucket, endpoint_url=server.endpoint_url))
     config = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=2, initial=0.001, max_backoff=0.002))
+    return bucket, plain, plain.create().session_id, History(), config
+
+
+def _check_final_reads(h: History, plain: s3log.Log) -> None:
+    """Record a final read of every session, then check the whole history: no violation."""
+    for s in plain.list_session_ids():
+        h.read(0, "end", s, positions(s, plain.read(s).entries, data_id), final=True)
+    assert check(h) == []
+
+
+def test_racing_writers_over_http_under_faults_leave_a_clean_history(s3log_server: LocalS3) -> None:
+    bucket, plain, sid, h, config = _race_ground(s3log_server)
 
     stores: list[FaultyStore] = []
 
@@ -267,9 +279,7 @@ def test_racing_writers_over_http_under_faults_leave_a_clean_history(s3log_serve
     for t in threads:
         t.join()
     assert not errors, errors
-    for s in plain.list_session_ids():
-        h.read(0, "end", s, positions(s, plain.read(s).entries, data_id), final=True)
-    assert check(h) == []
+    _check_final_reads(h, plain)
     acked = [p for ev in h.events if isinstance(ev, Ack) for p in ev.positions]
     assert len(acked) == WRITERS * COMMITS
     assert any(isinstance(ev, Fork) for ev in h.events)  # the race really forked, and was checked
@@ -278,11 +288,7 @@ def test_racing_writers_over_http_under_faults_leave_a_clean_history(s3log_serve
 
 
 async def test_racing_async_writers_over_http_under_faults_leave_a_clean_history(s3log_server: LocalS3) -> None:
-    bucket = s3log_server.create_bucket()
-    plain = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url))
-    sid = plain.create().session_id
-    h = History()
-    config = s3log.LogConfig(retry=s3log.RetryPolicy(attempts=2, initial=0.001, max_backoff=0.002))
+    bucket, plain, sid, h, config = _race_ground(s3log_server)
     stores: list[AsyncFaultyStore] = []
     inner = s3log.AsyncS3Store(bucket, endpoint_url=s3log_server.endpoint_url)  # one client: they are slow to start
 
@@ -303,9 +309,7 @@ async def test_racing_async_writers_over_http_under_faults_leave_a_clean_history
         await asyncio.gather(*(writer(n) for n in range(WRITERS)))
     finally:
         await inner.aclose()
-    for s in plain.list_session_ids():
-        h.read(0, "end", s, positions(s, plain.read(s).entries, data_id), final=True)
-    assert check(h) == []
+    _check_final_reads(h, plain)
     assert len([p for ev in h.events if isinstance(ev, Ack) for p in ev.positions]) == WRITERS * COMMITS
     assert any(isinstance(ev, HeadWrite) for ev in h.events) and sum(len(f.injected) for f in stores) > 0
 

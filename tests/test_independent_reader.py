@@ -240,6 +240,22 @@ def _load(root: Path, prefix: str = PREFIX, **config: Any) -> s3log.Log:
     return s3log.Log(store, prefix=prefix, config=s3log.LogConfig(**config))
 
 
+def _refused_by_both(root: Path, sid: str) -> Any:
+    """The independent reader (trusting ``trusted.pem``) reports ``sid`` not ok, and s3log
+    refuses it with SignatureError: the reader's report of ``sid``."""
+    from cryptography.hazmat.primitives import serialization
+
+    from s3log.signing import PublicKeyVerifier, SignatureError
+
+    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
+    assert got[sid]["ok"] is False, got[sid]
+    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
+    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
+    with pytest.raises(SignatureError):
+        reader.read(sid)
+    return got[sid]
+
+
 def _changed_copy(dump: tuple[Path, dict[str, str], Any], tmp_path: Path, name: str,
                   change: Callable[[Path, str], None]) -> tuple[Path, str, dict[str, Any]]:
     """A copy of the dump with session ``name`` changed, and the independent reader's output."""
@@ -375,26 +391,15 @@ def test_both_readers_refuse_a_tombstone_with_a_malformed_head(
 
 def test_with_trusted_keys_both_readers_refuse_an_unsigned_tombstone(
         dump: tuple[Path, dict[str, str], Any], tmp_path: Path) -> None:
-    from cryptography.hazmat.primitives import serialization
-
-    from s3log.signing import PublicKeyVerifier, SignatureError
-
     root, sid, _ = _changed_copy(dump, tmp_path, "signed", _tombstone)
-    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
-    assert got[sid]["ok"] is False and "expired" not in got[sid] and "sign" in got[sid]["error"], got[sid]
-    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
-    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
-    with pytest.raises(SignatureError):
-        reader.read(sid)
+    report = _refused_by_both(root, sid)
+    assert "expired" not in report and "sign" in report["error"], report
 
 
 @pytest.mark.parametrize("change", ["an item's seq", "an item added", "the window dropped"])
 def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_append_keys_changed(
         dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
     # The window answers retries with stored entries: it is signed with the head.
-    from cryptography.hazmat.primitives import serialization
-
-    from s3log.signing import PublicKeyVerifier, SignatureError
 
     def edit(obj: Any) -> None:
         if change == "an item's seq":
@@ -405,12 +410,8 @@ def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_append_keys_c
             del obj["append_keys"]
 
     root, sid, _ = _changed_copy(dump, tmp_path, "signed_keys", lambda r, s: _edit(_head(r, s), edit))
-    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
-    assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
-    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
-    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
-    with pytest.raises(SignatureError):
-        reader.read(sid)
+    report = _refused_by_both(root, sid)
+    assert "not a valid signature" in report["error"], report
 
 
 @pytest.mark.parametrize("change", ["the mark's last tip", "the mark dropped", "created_at", "creator"])
@@ -418,9 +419,6 @@ def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_compaction_ma
         dump: tuple[Path, dict[str, str], Any], tmp_path: Path, change: str) -> None:
     # A writer settling a lost reply acknowledges what the mark names (for the session
     # its creation names): both are signed with the head.
-    from cryptography.hazmat.primitives import serialization
-
-    from s3log.signing import PublicKeyVerifier, SignatureError
 
     def edit(obj: Any) -> None:
         if change == "the mark's last tip":
@@ -433,12 +431,8 @@ def test_with_trusted_keys_both_readers_refuse_a_signed_head_whose_compaction_ma
             obj["creator"] = "someone-else"
 
     root, sid, _ = _changed_copy(dump, tmp_path, "signed_compacted", lambda r, s: _edit(_head(r, s), edit))
-    got = _read(root, "--trusted-ed25519", str(root / "trusted.pem"), "--log-id", f"{BUCKET}/{PREFIX}")
-    assert got[sid]["ok"] is False and "not a valid signature" in got[sid]["error"], got[sid]
-    key = serialization.load_pem_public_key((root / "trusted.pem").read_bytes())
-    reader = s3log.Log(_load(root).store, config=s3log.LogConfig(verifier=PublicKeyVerifier([key])))  # type: ignore[list-item]
-    with pytest.raises(SignatureError):
-        reader.read(sid)
+    report = _refused_by_both(root, sid)
+    assert "not a valid signature" in report["error"], report
 
 
 # ------------------------------------------------------- signed heads name their log

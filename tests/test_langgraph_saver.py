@@ -23,6 +23,7 @@ from s3log.config import LogConfig
 from s3log.env import Env
 from s3log.integrations.langgraph import AsyncS3LogSaver, S3LogSaver
 from tests.delete_hooks import Clock
+from tests.helpers import one_node_graph
 
 
 def _sync_saver() -> S3LogSaver:
@@ -231,7 +232,6 @@ class _YieldingStore(s3log.AsyncMemoryStore):
 
 
 def test_async_saver_serves_contended_appends_on_one_loop_after_another() -> None:
-    import operator
 
     State = TypedDict("State", {"steps": Annotated[list[str], operator.add]})  # noqa: UP013
     g = StateGraph(State)
@@ -261,17 +261,6 @@ def test_async_saver_serves_contended_appends_on_one_loop_after_another() -> Non
     assert len(saver._locks) <= 1
 
 
-def _strict_graph(saver: Any) -> Any:
-    import operator
-
-    State = TypedDict("State", {"steps": Annotated[list[str], operator.add]})  # noqa: UP013
-    g = StateGraph(State)
-    g.add_node("a", lambda _: {"steps": ["a"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", END)
-    return g.compile(checkpointer=saver)
-
-
 def _raw(store: Any, tid: str = "t") -> list[tuple[str, str]]:
     from s3log.integrations.langgraph import session_for
 
@@ -281,7 +270,7 @@ def _raw(store: Any, tid: str = "t") -> list[tuple[str, str]]:
 
 def test_strict_savers_taking_turns_on_a_thread_build_on_what_they_read() -> None:
     store = s3log.MemoryStore()
-    apps = [_strict_graph(S3LogSaver(s3log.Log(store), strict=True)) for _ in range(2)]
+    apps = [one_node_graph(S3LogSaver(s3log.Log(store), strict=True)) for _ in range(2)]
     cfg = {"configurable": {"thread_id": "t"}}
     for i in range(4):  # A, B, A, B: never at once, each reading the thread first
         out = apps[i % 2].invoke({"steps": [f"req{i}"]}, cfg)
@@ -303,14 +292,14 @@ class _Interleaved(S3LogSaver):
 
 def test_strict_refuses_a_run_whose_thread_moved_since_its_read_and_stores_none_of_its_writes() -> None:
     store = s3log.MemoryStore()
-    plain = _strict_graph(S3LogSaver(s3log.Log(store), strict=True))
+    plain = one_node_graph(S3LogSaver(s3log.Log(store), strict=True))
     cfg = {"configurable": {"thread_id": "t"}}
     plain.invoke({"steps": ["first"]}, cfg)
     saver = _Interleaved(s3log.Log(store), strict=True)
     saver.other = S3LogSaver(s3log.Log(store))
     before = _raw(store)
     with pytest.raises(s3log.ConflictError):
-        _strict_graph(saver).invoke({"steps": ["second"]}, cfg)
+        one_node_graph(saver).invoke({"steps": ["second"]}, cfg)
     after = _raw(store)
     stored = {cid for kind, cid in after if kind == "lg.checkpoint"}
     # The other server's checkpoint only: nothing of the refused run, no orphan writes.
@@ -376,7 +365,7 @@ def test_bad_thread_ids_are_refused_naming_the_argument_before_anything_is_writt
         saver.get_tuple(cfg)
     if not isinstance(tid, int):  # LangGraph passes a graph's int thread id on as text
         with pytest.raises(IntegrationError, match="thread_id"):
-            _strict_graph(saver).invoke({"steps": ["x"]}, {"configurable": {"thread_id": tid}})
+            one_node_graph(saver).invoke({"steps": ["x"]}, {"configurable": {"thread_id": tid}})
     saver.put(_cfg("src"), generate_checkpoint(), generate_metadata(), {})
     objects = dict(store._objects)
     with pytest.raises(IntegrationError, match="target_thread_id"):
@@ -448,21 +437,6 @@ T0 = 1_800_000_000_000
 DAY = 86_400_000
 
 
-class State(TypedDict):
-    steps: Annotated[list[str], operator.add]
-
-
-def _one_node_graph(saver: Any) -> Any:
-    """A LangGraph graph of one node appending "a" to ``steps``, checkpointed by ``saver``."""
-    from langgraph.graph import END, START, StateGraph
-
-    g = StateGraph(State)
-    g.add_node("a", lambda s: {"steps": ["a"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", END)
-    return g.compile(checkpointer=saver)
-
-
 def _run_across_expiry(strict: bool) -> Any:
     """A one-node graph run on thread t1, its session expired 40 days later, then the graph
     run again through a new saver: the state the thread ends with."""
@@ -471,10 +445,10 @@ def _run_across_expiry(strict: bool) -> Any:
     clock = Clock(T0)
     log = s3log.Log(s3log.MemoryStore(), config=LogConfig(env=Env.deterministic(1, clock)))
     cfg = {"configurable": {"thread_id": "t1"}}
-    _one_node_graph(S3LogSaver(log, strict=strict)).invoke({"steps": ["start"]}, cfg)
+    one_node_graph(S3LogSaver(log, strict=strict)).invoke({"steps": ["start"]}, cfg)
     clock.t += 40 * DAY
     assert len(log.expire(idle_for=timedelta(days=30)).expired) == 1
-    app = _one_node_graph(S3LogSaver(log, strict=strict))
+    app = one_node_graph(S3LogSaver(log, strict=strict))
     app.invoke({"steps": ["again"]}, cfg)
     return app.get_state(cfg).values
 

@@ -25,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 import s3log
 from s3log.integrations.langgraph import S3LogSaver, session_for
 from s3log.testing.plugin import LocalS3
+from tests.helpers import one_node_graph
 
 # msgpack ext codes LangGraph's JsonPlusSerializer reads as "import module.name, call it".
 EXT_CALL_ONE_ARG = 0
@@ -113,7 +114,7 @@ def test_a_planted_os_system_does_not_run(s3log_server: LocalS3, tmp_path: Path)
 def test_a_graph_resuming_a_planted_thread_calls_nothing(s3log_server: LocalS3) -> None:
     log = _log(s3log_server)
     _plant(log, "victim", checkpoint_value=[_ext(EXT_CALL_ONE_ARG, planted.__module__, planted.__name__, "x")])
-    app = _graph(S3LogSaver(log))
+    app = one_node_graph(S3LogSaver(log))
     cfg = {"configurable": {"thread_id": "victim"}}
     app.get_state(cfg)
     list(app.get_state_history(cfg))
@@ -238,7 +239,7 @@ def test_a_permissive_serializer_inside_encryption_is_refused() -> None:
         S3LogSaver(log, serde=EncryptedSerializer(Cipher(), JsonPlusSerializer()))
     # A strict inner serializer is fine, and round-trips.
     saver = S3LogSaver(log, serde=EncryptedSerializer(Cipher(), JsonPlusSerializer(allowed_msgpack_modules=None)))
-    app = _graph(saver)
+    app = one_node_graph(saver)
     cfg = {"configurable": {"thread_id": "enc"}}
     app.invoke({"steps": ["x"]}, cfg)
     assert app.get_state(cfg).values["steps"] == ["x", "a"]
@@ -250,13 +251,3 @@ def test_bad_allowed_types_are_refused(bad: Any) -> None:
         S3LogSaver(s3log.Log(s3log.MemoryStore()), allowed_types=bad)
 
 
-class State(TypedDict):
-    steps: Annotated[list[str], operator.add]
-
-
-def _graph(saver: Any) -> Any:
-    g = StateGraph(State)
-    g.add_node("a", lambda s: {"steps": ["a"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", END)
-    return g.compile(checkpointer=saver)

@@ -18,7 +18,7 @@ from s3log._protocol import write
 from s3log.env import Env
 from s3log.errors import TransientStoreError
 from tests.delete_hooks import Clock
-from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of
+from tests.helpers import DEADLINE, commit_until, deadline_log, gc_beside, head_of, writer_beside_gc
 from tests.test_pending_hostile import FAST, ClockStore
 
 
@@ -84,9 +84,7 @@ def test_a_head_beside_its_segment_answered_past_the_deadline_is_acknowledged() 
 def test_a_writer_opening_a_late_head_promotes_its_pending_segment_safely() -> None:
     clock = Clock()
     store = ClockStore(clock)
-    log = deadline_log(store, clock, pending_max_bytes=4096)
-    gc_store, gc_log = gc_beside(store, clock, pending_max_bytes=4096)
-    w = log.create("s1")
+    _log, gc_store, gc_log, w = writer_beside_gc(store, clock, pending_max_bytes=4096)
     ran: list[str] = []
     seg_written = threading.Event()
     put_if_absent = store.put_if_absent
@@ -139,9 +137,7 @@ def test_a_fork_whose_child_head_lands_past_the_deadline_keeps_its_parent_marker
             return super().put_if_absent(key, body)
 
     store = SlowCreate(clock)
-    log = deadline_log(store, clock)
-    gc_store, gc_log = gc_beside(store, clock)
-    w = log.create("s1")
+    log, gc_store, gc_log, w = writer_beside_gc(store, clock)
     w.append("msg", {"text": "a"})
     w.commit()
 

@@ -41,6 +41,7 @@ from s3log._format.layout import Layout
 from s3log._format.records import _seq_fronts
 from s3log._format.values import Entry, Head, entry_record
 from s3log.errors import CorruptionError
+from tests.helpers import run_threads
 
 _L = Layout()
 
@@ -460,7 +461,11 @@ def _old_tree(tmp: Path) -> Path | None:
 _RUNNER = r'''
 import importlib, importlib.util, json, pickle, sys, warnings
 import s3log
-from s3log import analytics
+try:
+    from s3log.analytics import reading as analytics
+    from s3log._format import codec
+except ImportError:  # the earlier build is laid out flat
+    from s3log import analytics, codec
 from s3log.store.memory import MemoryStore
 
 # The eager build keeps the codec at s3log.codec, this tree at s3log._format.codec (and
@@ -689,11 +694,7 @@ def test_many_threads_reading_many_lazy_heads_every_way_see_one_tail() -> None:
             if got != want:
                 problems.append(f"head {i} way {what}")
 
-    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(reader)
     assert problems == []
     for h in heads:
         assert _lazy(h) is None and h.tail is h.tail and type(h.tail) is LinkedRun

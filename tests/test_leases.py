@@ -36,6 +36,7 @@ from s3log.agent import (
     SessionBusy,
 )
 from s3log.testing.plugin import LocalS3
+from tests.helpers import one_entry
 from tests.test_agent import later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -474,52 +475,46 @@ def test_writer_hold_and_release_lease() -> None:
     clock = Clock()
     log = clocked(s3log.MemoryStore(), clock)
     w = log.create()
+    sid = w.session_id
+
+    def lease_after(x: s3log.Writer[Any], data: int) -> Lease | None:
+        """Commit ``data`` with ``x``: the head's lease then."""
+        x.append("k", data)
+        x.commit()
+        return log.head(sid).lease
+
     w.hold_lease("a", 1000)
     assert w.lease_owner == "a"
-    w.append("k", 1)
-    w.commit()
-    sid = w.session_id
-    assert log.head(sid).lease == Lease("a", T0 + 1000)
+    assert lease_after(w, 1) == Lease("a", T0 + 1000)
     clock.advance(0.5)
-    w.append("k", 2)
-    w.commit()  # every commit extends it
-    assert log.head(sid).lease == Lease("a", T0 + 1500)
+    assert lease_after(w, 2) == Lease("a", T0 + 1500)  # every commit extends it
 
     # A writer that never held a lease leaves another's alone, whatever the time.
     clock.advance(10)
     other = log.open(sid)
     assert other.lease_owner is None
-    other.append("k", 3)
-    other.commit()
-    assert log.head(sid).lease == Lease("a", T0 + 1500)
+    assert lease_after(other, 3) == Lease("a", T0 + 1500)
 
     # Releasing someone else's lease is not possible: a release clears only its own.
     b = log.open(sid)
     b.hold_lease("b", 1000)
     b.release_lease()
     assert b.lease_owner is None
-    b.append("k", 4)
-    b.commit()
-    assert log.head(sid).lease == Lease("a", T0 + 1500)
+    assert lease_after(b, 4) == Lease("a", T0 + 1500)
 
     a = log.open(sid)
     a.hold_lease("a", 1000)
-    a.append("k", 5)
-    a.commit()
-    assert log.head(sid).lease == Lease("a", clock.now + 1000)
+    assert lease_after(a, 5) == Lease("a", clock.now + 1000)
     a.release_lease()
     assert a.lease_owner is None
-    a.append("k", 6)
-    a.commit()  # the release is written with this commit
-    assert log.head(sid).lease is None
+    assert lease_after(a, 6) is None  # the release is written with this commit
     b = log.open(sid)
     b.hold_lease("b", 1000)
     b.append("k", 7)
     b.commit()
     a = log.open(sid)
-    a.append("k", 8)
-    a.commit()  # released before: later commits leave the head's lease alone
-    assert log.head(sid).lease == Lease("b", clock.now + 1000)
+    # Released before: later commits leave the head's lease alone.
+    assert lease_after(a, 8) == Lease("b", clock.now + 1000)
     assert [e.data for e in log.read(sid).entries] == [1, 2, 3, 4, 5, 6, 7, 8]
     log.verify(sid)
 
@@ -555,9 +550,7 @@ def test_writer_renew_lease_is_one_put_and_appends_nothing(s3log_store: Any) -> 
 
 def test_writer_renew_lease_takes_a_conflict_mode_for_that_renewal_only() -> None:
     log = s3log.Log(s3log.MemoryStore())
-    w = log.create()
-    w.append("k", 1)
-    w.commit()
+    w = one_entry(log)
     other = log.open(w.session_id)
     other.append("k", 2)
     other.commit()

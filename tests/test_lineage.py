@@ -11,7 +11,7 @@ import s3log
 from s3log.cli.app import app
 from s3log.config import LogConfig
 from s3log.env import Env
-from s3log.testing.plugin import LocalS3
+from tests.cli_env import log_of
 from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
 
@@ -65,12 +65,9 @@ def test_a_parent_that_moved_on_is_still_the_parent() -> None:
     assert steps[0].parent is not None and steps[0].parent.seq == 39
 
 
-def test_the_cli_roots_a_family_below_a_replaced_parent(s3log_server: LocalS3) -> None:
-    bucket = s3log_server.create_bucket()
-    env = {**s3log_server.env(), "S3LOG_BUCKET": bucket, "S3LOG_PREFIX": "s3log"}
+def test_the_cli_roots_a_family_below_a_replaced_parent(env: dict[str, str]) -> None:
     clock = Clock(T0)
-    log = s3log.Log(s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url),
-                    config=LogConfig(env=Env.deterministic(3, clock)))
+    log = log_of(env, LogConfig(env=Env.deterministic(3, clock)))
     log.create("parent").append_durable("k", 1)
     log.open(log.fork("parent", child_id="child")).append_durable("k", 2)
     clock.t += 40 * DAY

@@ -11,17 +11,13 @@ import pytest
 import s3log
 from s3log.config import LogConfig, RetryPolicy
 from s3log.testing.faults import FaultyStore
+from tests.helpers import stale_writer
 
 FAST = LogConfig(retry=RetryPolicy(attempts=6, initial=0.0001, max_backoff=0.0005))
 
 
 def test_a_fork_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    log = s3log.Log(s3log.MemoryStore())
-    a = log.create()
-    b = log.open(a.session_id)
-    a.append("k", 1)
-    a.commit()
-    b.append("k", 2)
+    _, b = stale_writer(s3log.Log(s3log.MemoryStore()))
     with caplog.at_level(logging.INFO, logger="s3log"):
         result = b.commit()
     assert result.fork is not None
@@ -60,12 +56,7 @@ def test_commit_result_repr_is_readable() -> None:
 
 
 def _conflict_fork(caplog: pytest.LogCaptureFixture) -> tuple[s3log.CommitResult, list[logging.LogRecord]]:
-    log = s3log.Log(s3log.MemoryStore())
-    a = log.create()
-    b = log.open(a.session_id)
-    a.append("k", 1)
-    a.commit()
-    b.append("k", 2)
+    _, b = stale_writer(s3log.Log(s3log.MemoryStore()))
     with caplog.at_level(logging.INFO, logger="s3log"):
         result = b.commit()
     return result, [r for r in caplog.records if r.levelno == logging.WARNING]

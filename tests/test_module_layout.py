@@ -1,12 +1,17 @@
-"""Types live where their name says, and I/O is typed.
+"""Types live where their name says, I/O is typed, and the package stays readable.
 
 ``s3log.config`` holds the tunables, ``s3log.results`` what the verbs return,
-``s3log._api.core`` the commit queue and the log's procedures. The typed request helpers of
+``s3log._api.queue`` a writer's commit queue, ``s3log._api.core`` the log's procedures. The typed request helpers of
 ``s3log._protocol.ops`` return what both drivers send back.
+
+No module is over :data:`MAX_MODULE_LINES` and no function over
+:data:`MAX_FUNCTION_LINES` (docs/decisions/0046-folders-by-layer.md); the import
+contracts in pyproject.toml (``make lint``) check what each layer may import.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import subprocess
@@ -145,3 +150,38 @@ def test_the_layers_above_the_log_drive_it_through_its_public_verbs() -> None:
                         or (node.attr.startswith("_") and not node.attr.startswith("__"))):
                     reached.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
     assert reached == []
+
+
+PACKAGE = Path(__file__).resolve().parent.parent / "s3log"
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 80
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_module_is_over_the_limit(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{_name(path)} has {lines} lines (at most {MAX_MODULE_LINES}): split it"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_function_is_over_the_limit(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{_name(path)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+def test_the_layers_are_folders() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"_format", "_protocol", "_drive", "_api", "store", "agent", "integrations", "analytics", "cli",
+            "testing"} <= folders

@@ -23,17 +23,10 @@ from s3log._protocol import read
 from s3log._protocol.ops import Op, Parallel, PutIfAbsent, PutIfMatch
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError
+from tests.delete_hooks import Clock
 from tests.scripted import recorded
 
 TAIL = 1024
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.t
 
 
 class BreakingStore(s3log.MemoryStore):

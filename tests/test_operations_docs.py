@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import s3log
+from tests.helpers import stale_writer
 
 DOC = Path(__file__).parent.parent / "docs" / "operations.md"
 
@@ -66,12 +67,7 @@ def test_observability_snippet_routes_a_fork_record_by_its_attributes(capsys: An
     level, handlers = logger.level, list(logger.handlers)
     try:
         exec(compile(code, "docs/operations.md", "exec"), {})
-        log = s3log.Log(s3log.MemoryStore())
-        a = log.create()
-        b = log.open(a.session_id)
-        a.append("k", 1)
-        a.commit()
-        b.append("k", 2)
+        a, b = stale_writer(s3log.Log(s3log.MemoryStore()))
         fork = b.commit().fork
         assert fork is not None
         assert capsys.readouterr().out == f"{a.session_id} forked into {fork.child} (conflict)\n"

@@ -27,19 +27,12 @@ from s3log._protocol import delete, read, state
 from s3log.config import RetryPolicy
 from s3log.env import Env
 from s3log.errors import CorruptionError, StoreError, TransientStoreError
+from tests.delete_hooks import Clock
 from tests.tombstones import tombstone_idle
 
 TAIL = 1024
 #: Backoffs are real sleeps in the blocking driver: keep them negligible.
 FAST = RetryPolicy(initial=0.0001, max_backoff=0.0001)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.t
 
 
 class ClockStore(s3log.MemoryStore):
@@ -82,6 +75,22 @@ def _head(store: s3log.MemoryStore, sid: str = "s1") -> s3log.Head:
 def _fill(w: s3log.Writer[Any], tag: str, n: int = 1, size: int = 300) -> None:
     for i in range(n):
         w.append("msg", {"tag": tag, "i": i, "text": "x" * size})
+
+
+def _world(**kw: Any) -> tuple[Clock, ClockStore, s3log.Log, s3log.Writer[Any]]:
+    """A log on a :class:`ClockStore` (config ``kw``) and a writer of a new session ``s1``."""
+    clock = Clock()
+    store = ClockStore(clock)
+    log = _log(store, clock, **kw)
+    return clock, store, log, log.create("s1")
+
+
+def _two_logs() -> tuple[Clock, ClockStore, s3log.Log, s3log.Log, s3log.Writer[Any]]:
+    """Two processes' logs (seeds 1 and 2) on one :class:`ClockStore`; the first's writer of ``s1``."""
+    clock = Clock()
+    store = ClockStore(clock)
+    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
+    return clock, store, log_a, log_b, log_a.create("s1")
 
 
 def _until_pending(store: s3log.MemoryStore, w: s3log.Writer[Any], tag: str, sid: str = "s1",
@@ -190,10 +199,7 @@ def test_a_head_naming_a_pending_segment_stays_within_twice_the_tail_bound() -> 
 
 
 def test_two_writers_that_both_confirmed_a_pending_segment_cannot_both_promote_it() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    _clock, store, log_a, log_b, wa = _two_logs()
     acked = _until_pending(store, wa, "a")
     pending = _head(store).pending
     assert pending is not None and wa._core.ws.confirmed == pending.key  # its own PUT's 2xx
@@ -214,10 +220,7 @@ def test_two_writers_that_both_confirmed_a_pending_segment_cannot_both_promote_i
 def test_a_promotion_by_a_lease_touch_is_adopted_by_the_writer_whose_entries_it_holds() -> None:
     """B restores, confirms A's pending segment and renews a lease (no entries): the head
     moved but ends with A's entries, so A adopts it and commits on top, no fork."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    _clock, store, log_a, log_b, wa = _two_logs()
     acked = _until_pending(store, wa, "a")
     pending = _head(store).pending
     assert pending is not None
@@ -239,10 +242,7 @@ def test_a_promotion_by_a_lease_touch_is_adopted_by_the_writer_whose_entries_it_
 def test_lost_responses_on_the_parallel_pair_lose_nothing_and_reference_only_stored_segments(lose: str) -> None:
     """Both PUTs land, their responses are lost: the head is found by its nonce (or
     adopted); a segment whose 2xx was not seen is never trusted, and nothing dangles."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
     # One flag per request: the pair goes out concurrently, in either order.
     armed = {"seg": True, "head": True}
     real_absent, real_match = store.put_if_absent, store.put_if_match
@@ -277,10 +277,7 @@ def test_lost_responses_on_the_parallel_pair_lose_nothing_and_reference_only_sto
 
 
 def test_a_crash_after_the_head_lands_beside_a_failed_segment_loses_nothing_on_restore() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
 
     def refuse(key: str, body: bytes) -> None:
         if "/seg/" in key:
@@ -305,10 +302,7 @@ def test_a_writer_adopting_its_own_landed_head_does_not_trust_the_pending_segmen
     """The head lands beside a refused segment, its response is lost and so is the
     re-read: the commit fails, its entries stay queued. The next commit meets its own
     head (412), adopts it, and must not take the segment that head names as confirmed."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
     state = {"on": True}
     real_match, real_get = store.put_if_match, store.get
 
@@ -358,10 +352,7 @@ def test_a_writer_adopting_its_own_landed_head_does_not_trust_the_pending_segmen
 def test_gc_collecting_a_dropped_pending_segment_cannot_break_a_writer_that_confirmed_it() -> None:
     """B confirmed S (by GET) while A, whose PUT of S lost its response, dropped it; gc
     collects S; B's promotion of S must not land anywhere."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log_a, log_b = _log(store, clock, seed=1), _log(store, clock, seed=2)
-    wa = log_a.create("s1")
+    clock, store, log_a, log_b, wa = _two_logs()
     real_absent = store.put_if_absent
     armed = [True]
 
@@ -396,10 +387,7 @@ def test_gc_collecting_a_dropped_pending_segment_cannot_break_a_writer_that_conf
 def test_a_promoted_merge_keeps_the_segments_it_replaced_for_readers_of_the_old_head() -> None:
     """A pending segment merging ``take`` segments, promoted: a reader holding the head
     from before the promotion still reads the segments it lists for gc's grace period."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock, fanout=2)
-    w = log.create("s1")
+    clock, store, log, w = _world(fanout=2)
     acked = _until_pending(store, w, "a", want=lambda h: h.pending is not None and h.pending.take > 0)
     old = _head(store)
     old_etag = store.get(log.layout.head("s1")).etag
@@ -435,10 +423,7 @@ def _forge(store: s3log.MemoryStore, log: s3log.Log, sid: str, change: Callable[
 @pytest.mark.parametrize("forge", ["take-huge", "last-negative", "last-beyond", "key-listed", "key-other-first",
                                    "take-wrong"])
 def test_a_mangled_pending_field_is_never_promoted_and_the_chain_reads(forge: str) -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
     acked = _until_pending(store, w, "a", want=lambda h: bool(h.segments))
     h = _head(store)
     p = h.pending
@@ -474,10 +459,7 @@ def test_a_pending_segment_forged_into_a_signed_head_cannot_change_what_a_verify
     key = Ed25519PrivateKey.generate()
     signer = Ed25519Signer(key)
     verifier = PublicKeyVerifier([key.public_key()])
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock, signer=signer, verifier=verifier)
-    w = log.create("s1")
+    clock, store, log, w = _world(signer=signer, verifier=verifier)
     acked = _until_pending(store, w, "a")
     h = _head(store)
     assert h.pending is not None
@@ -503,10 +485,7 @@ def test_a_pending_segment_forged_into_a_signed_head_cannot_change_what_a_verify
 
 
 def test_a_format_v1_writer_continuing_a_head_with_a_pending_segment_writes_no_pending() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    clock, store, log, w = _world()
     acked = _until_pending(store, w, "a")
     pending = _head(store).pending
     assert pending is not None
@@ -522,10 +501,7 @@ def test_a_format_v1_writer_continuing_a_head_with_a_pending_segment_writes_no_p
 
 
 def test_compacting_a_session_whose_head_names_a_pending_segment() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    clock, store, log, w = _world()
     acked = _until_pending(store, w, "a", want=lambda h: h.seq >= 5)
     old_pending = _head(store).pending
     assert old_pending is not None
@@ -544,10 +520,7 @@ def test_compacting_a_session_whose_head_names_a_pending_segment() -> None:
 
 
 def test_expiring_a_session_whose_head_names_a_pending_segment_collects_it_and_forks_its_writer() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    clock, store, log, w = _world()
     acked = _until_pending(store, w, "a")
     pending = _head(store).pending
     assert pending is not None
@@ -565,10 +538,7 @@ def test_expiring_a_session_whose_head_names_a_pending_segment_collects_it_and_f
 
 
 def test_forking_inside_the_inline_entries_of_a_pending_segment() -> None:
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
     acked = _until_pending(store, w, "a", want=lambda h: bool(h.segments))
     h = _head(store)
     assert h.pending is not None
@@ -683,10 +653,7 @@ async def test_a_commit_cancelled_while_its_parallel_pair_is_in_flight(lands: bo
 def test_confirmation_by_get_needs_exact_entries_not_just_a_matching_key() -> None:
     """The restoring writer's GET check, directly: a pending segment holding one entry
     fewer (or more) than the pending range is not confirmed."""
-    clock = Clock()
-    store = ClockStore(clock)
-    log = _log(store, clock)
-    w = log.create("s1")
+    _clock, store, log, w = _world()
     _until_pending(store, w, "a")
     h = _head(store)
     assert h.pending is not None

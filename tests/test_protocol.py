@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import s3log
 from s3log._format.manifest import max_manifest_length, plan_merge
 from s3log.config import LogConfig
+from tests.helpers import run_threads
 
 
 def test_merge_plan_keeps_fewer_than_fanout_segments_per_level() -> None:
@@ -137,11 +138,7 @@ def test_threads_appending_durably_share_commits() -> None:
             with lock:
                 results.append(e)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker)
     assert len(results) == 160 and len({e.seq for e in results}) == 160
     view = log.read(w.session_id)
     assert sorted(e.seq for e in results) == [e.seq for e in view.entries]

@@ -320,6 +320,19 @@ def test_bad_kms_keys_are_refused_up_front_and_kms_failures_write_nothing(s3log_
 # -------------------------------------------------------------------- payload spec
 
 
+def _signs_payload(head: Any, signer: Ed25519Signer, more: dict[str, Any]) -> bytes:
+    """The documented payload of ``head`` (no parent, empty meta, a memory log) with the
+    ``more`` keys: what ``head_payload`` gives and what ``head.sig`` signs."""
+    expected = cbor2.dumps({
+        "purpose": "s3log/head", "v": head.v, "session": head.session, "seq": head.seq, "hash": head.hash,
+        "parent": None, "meta_digest": hashlib.sha256(cbor2.dumps({}, canonical=True)).digest(),
+        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log", **more,
+    }, canonical=True)
+    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
+    signer.public_key.verify(head.sig.value, expected)
+    return expected
+
+
 def test_a_head_with_append_keys_signs_their_digest_too(ed_key: Ed25519PrivateKey) -> None:
     signer = Ed25519Signer(ed_key)
     log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(signer=signer))
@@ -329,15 +342,10 @@ def test_a_head_with_append_keys_signs_their_digest_too(ed_key: Ed25519PrivateKe
     assert head.append_keys and head.sig is not None
     # docs/format.md, "Signed heads": an eleventh key, after meta_digest (longer).
     window = [[a.key, a.seq, a.digest] for a in head.append_keys]
-    expected = cbor2.dumps({
-        "purpose": "s3log/head", "v": head.v, "session": w.session_id, "seq": head.seq, "hash": head.hash,
-        "parent": None, "meta_digest": hashlib.sha256(cbor2.dumps({}, canonical=True)).digest(),
-        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log",
+    expected = _signs_payload(head, signer, {
         "append_keys_digest": hashlib.sha256(cbor2.dumps(window, canonical=True)).digest(),
-    }, canonical=True)
+    })
     assert expected[:1] == b"\xab"  # eleven pairs
-    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
-    signer.public_key.verify(head.sig.value, expected)
 
 
 def test_a_compacted_head_signs_its_mark_with_the_sessions_creation(ed_key: Ed25519PrivateKey) -> None:
@@ -353,17 +361,12 @@ def test_a_compacted_head_signs_its_mark_with_the_sessions_creation(ed_key: Ed25
     assert head.extra.get("compacted") and head.append_keys and head.creator and head.sig is not None
     # docs/format.md, "Signed heads": a twelfth key, between meta_digest and append_keys_digest.
     mark = cbor2.dumps([head.extra["compacted"], head.created_at, head.creator], canonical=True)
-    expected = cbor2.dumps({
-        "purpose": "s3log/head", "v": head.v, "session": w.session_id, "seq": head.seq, "hash": head.hash,
-        "parent": None, "meta_digest": hashlib.sha256(cbor2.dumps({}, canonical=True)).digest(),
-        "alg": "Ed25519", "key_id": signer.key_id, "log": "memory/s3log",
+    expected = _signs_payload(head, signer, {
         "compacted_digest": hashlib.sha256(mark).digest(),
         "append_keys_digest": hashlib.sha256(cbor2.dumps([a.to_list() for a in head.append_keys],
                                                          canonical=True)).digest(),
-    }, canonical=True)
+    })
     assert expected[:1] == b"\xac"  # twelve pairs
-    assert head_payload(head, ED25519, signer.key_id, "memory/s3log") == expected
-    signer.public_key.verify(head.sig.value, expected)
 
 
 def test_payload_is_the_documented_canonical_cbor_map(ed_key: Ed25519PrivateKey) -> None:

@@ -148,17 +148,6 @@ class Subject:
             assert self.store.requests.snapshot() == self.sent()
 
 
-@pytest.fixture(scope="module")
-def proxy(s3log_server: LocalS3) -> Iterator[FaultProxy]:
-    with FaultProxy(s3log_server.host, s3log_server.port) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def bucket(s3log_server: LocalS3) -> str:
-    return s3log_server.create_bucket()
-
-
 def http_target(request: pytest.FixtureRequest, kind: str) -> tuple[FaultProxy, str, Any, list[Callable[[], None]]]:
     """The proxy and bucket an HTTP store of ``kind`` is pointed at, its server besides moto
     (None on moto), and what closes them: a new proxy and bucket on such a server."""

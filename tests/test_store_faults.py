@@ -7,29 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import s3log
 from s3log.errors import StoreError, TransientStoreError
-from s3log.testing.plugin import LocalS3
 from tests.fault_proxy import CutShort, FaultProxy, NoETag, Stall
 from tests.test_store_contract import HTTP_STORES, SERVER_STORES, _make, http_target
 
 _ns = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def proxy(s3log_server: LocalS3) -> Iterator[FaultProxy]:
-    with FaultProxy(s3log_server.host, s3log_server.port) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def bucket(s3log_server: LocalS3) -> str:
-    return s3log_server.create_bucket()
 
 
 CUTS = [CutShort(), CutShort(reset=True), CutShort(declare_length=False)]

@@ -29,6 +29,7 @@ from s3log._protocol.decide import etags_equal
 from s3log.errors import ConditionalDeleteUnsupported, ObjectNotFound, PreconditionFailed, StoreError
 from s3log.store.azure import AsyncAzureStore, AzureStore
 from s3log.testing.sim import SimStore
+from tests.helpers import race_writers
 from tests.invariants import check_no_loss_no_duplicates
 from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY
 
@@ -112,24 +113,7 @@ def test_sixteen_racing_conditional_puts_have_exactly_one_winner_per_version(
 def test_threads_racing_on_one_session_lose_nothing(kind: str, request: pytest.FixtureRequest) -> None:
     log = s3log.Log(make_store(_spec(request, kind)), prefix=_prefix())
     sid = log.create().session_id
-    acked: list[Any] = []
-    versions: list[tuple[str, int]] = []
-    lock = threading.Lock()
-
-    def worker(n: int) -> None:
-        w = log.open(sid)
-        for i in range(6):
-            w.append("k", {"w": n, "i": i})
-            r = w.commit()
-            with lock:
-                acked.extend(e.data for e in r.acked)
-                versions.append((r.session_id, r.head.version))
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    acked, versions = race_writers(log, sid, writers=4, commits=6)
     assert len(acked) == 24
     assert len(set(versions)) == len(versions), "two commits share a head version"
     check_no_loss_no_duplicates(log, acked)

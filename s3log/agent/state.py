@@ -55,63 +55,46 @@ _READ_ONLY = (
 )
 
 
-class ReadOnlyDict(dict[str, Any]):
+class _ReadOnly:
+    """What the read-only containers share: every change refused, copies and pickles plain."""
+
+    __slots__ = ()
+    #: The plain container a copy, a deep copy or a pickle gives.
+    _plain: type[Any]
+
+    def __init_subclass__(cls, *, plain: type[Any], refuse: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plain = plain
+        for name in refuse:
+            setattr(cls, name, _ReadOnly._refuse)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(_READ_ONLY)
+
+    def __copy__(self) -> Any:
+        return self._plain(self)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return thaw(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles (and unpickles) as the plain container: the read-only view is for in-process readers.
+        return (self._plain, (self._plain(self),))
+
+
+class ReadOnlyDict(_ReadOnly, dict[str, Any], plain=dict, refuse=(
+        "__setitem__", "__delitem__", "__ior__", "clear", "pop", "popitem", "setdefault", "update")):
     """A ``dict`` that refuses every change (``TypeError``); ``copy.deepcopy`` gives a plain one."""
 
     __slots__ = ()
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(_READ_ONLY)
 
-    __setitem__ = _refuse
-    __delitem__ = _refuse
-    __ior__ = _refuse
-    clear = _refuse
-    pop = _refuse
-    popitem = _refuse
-    setdefault = _refuse
-    update = _refuse
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: Any) -> dict[str, Any]:
-        return thaw(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles (and unpickles) as a plain dict: the read-only view is for in-process readers.
-        return (dict, (dict(self),))
-
-
-class ReadOnlyList(list[Any]):
+class ReadOnlyList(_ReadOnly, list[Any], plain=list, refuse=(
+        "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop", "remove",
+        "clear", "sort", "reverse")):
     """A ``list`` that refuses every change (``TypeError``); ``copy.deepcopy`` gives a plain one."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(_READ_ONLY)
-
-    __setitem__ = _refuse
-    __delitem__ = _refuse
-    __iadd__ = _refuse
-    __imul__ = _refuse
-    append = _refuse
-    extend = _refuse
-    insert = _refuse
-    pop = _refuse
-    remove = _refuse
-    clear = _refuse
-    sort = _refuse
-    reverse = _refuse
-
-    def __copy__(self) -> list[Any]:
-        return list(self)
-
-    def __deepcopy__(self, memo: Any) -> list[Any]:
-        return thaw(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))
 
 
 def freeze(obj: Any) -> Any:
