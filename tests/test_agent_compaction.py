@@ -49,8 +49,8 @@ def _restore_gets(store: s3log.MemoryStore, log: s3log.Log, sid: str) -> tuple[i
     return spent.get("GET", 0), restored
 
 
-@pytest.mark.parametrize("after", [3])
-def test_a_restore_costs_the_same_requests_however_long_the_summarized_history(after: int) -> None:
+def test_a_restore_costs_the_same_requests_however_long_the_summarized_history() -> None:
+    after = 3  # turns after the summary
     counts = {}
     for entries in (50, 5_000):
         store, log, session = _session(entries)
@@ -280,3 +280,28 @@ def test_openai_summarize_refuses_an_empty_session_and_non_lists() -> None:
     with pytest.raises(IntegrationError, match="list of items"):
         asyncio.run(s.summarize({"role": "assistant"}))  # type: ignore[arg-type]
     assert store.requests["PUT"] == 0
+
+
+def test_a_signed_session_restores_from_the_summary_under_trusted_keys() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from s3log.signing import Ed25519Signer, PublicKeyVerifier
+
+    signer = Ed25519Signer(Ed25519PrivateKey.generate())
+    # A small tail: the summary and what follows it go to segments, read back under the key.
+    config = s3log.LogConfig(signer=signer, verifier=PublicKeyVerifier([signer.public_key]),
+                             tail_per_commit=0, tail_max_bytes=600)
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=config)
+    session = AgentSession.create(log, system_prompt="sys")
+    for i in range(30):
+        _turn(session, i)
+    span = session.summarize({"role": "system", "content": "summary"})
+    for i in range(5):
+        _turn(session, 100 + i)
+    head = log.head(session.session_id)
+    needed = sum(1 for _, _, last in segment_ranges(head) if last >= span.seq) if span.seq < head.tail_first_seq else 0
+    gets, restored = _restore_gets(store, log, session.session_id)
+    assert gets == 1 + needed  # the head, then the segments from the newest back to the summary's
+    assert restored.state == collect_state(log.read(session.session_id).entries)
+    assert log.verify(session.session_id).entries == head.seq + 1
