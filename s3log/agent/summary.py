@@ -18,6 +18,8 @@ from s3log._format.values import Entry
 from s3log._upper import Proc, call
 from s3log.agent.errors import SummarySpanError
 from s3log.agent.state import SessionState, SummarySpan
+from s3log.aio import AsyncLog
+from s3log.log import Log
 
 
 def _seq_arg(session: str, name: str, value: Any) -> int | None:
@@ -44,7 +46,7 @@ def _hash_arg(session: str, name: str, value: Any) -> str | None:
 
 
 def span_proc(
-    log: Any, session: str, state: SessionState, last_committed: int,
+    log: Log | AsyncLog, session: str, state: SessionState, last_committed: int,
     first_seq: Any, first_hash: Any, last_seq: Any, last_hash: Any,
 ) -> Proc[SummarySpan]:
     """The span a summary of ``session`` (committed up to ``last_committed``) stands for,
