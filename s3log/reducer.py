@@ -52,6 +52,12 @@ class Reducer(Protocol[S]):
 # A reducer may also define ``fork_meta(meta, parent, seed) -> meta``: the header of a
 # fork made from its state, given the parent's header and the ParentRef. Without it a
 # fork keeps its parent's header unchanged.
+#
+# A reducer may also define ``restarts(entry) -> bool``: True for an entry whose state
+# does not depend on any entry before it (``apply(anything, entry)`` gives the same
+# state as the whole fold up to it, such as an agent session's summary). ``open`` then
+# reads the chain backwards only to the newest such entry and folds from there, so
+# opening costs what follows that entry, not the whole history. It must not raise.
 
 
 class EntriesReducer:

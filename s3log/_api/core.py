@@ -12,6 +12,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
@@ -30,7 +31,14 @@ from s3log._protocol.latest import append_latest
 from s3log._protocol.listing import list_all, list_head_rows, list_session_ids
 from s3log._protocol.ops import ObjectInfo, Proc
 from s3log._protocol.probe import probe_preconditions
-from s3log._protocol.read import load, load_latest_from, load_runs_from_head, load_suffix, read_head
+from s3log._protocol.read import (
+    load,
+    load_latest_from,
+    load_runs_from_head,
+    load_suffix,
+    load_suffix_data,
+    read_head,
+)
 from s3log._protocol.state import (
     ChainPosition,
     SessionData,
@@ -143,10 +151,22 @@ class LogCore:
         return self.writing(create_session(self.layout, self.config, ws))
 
     def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
-        """Load and verify a session, and replay it into a chain position."""
-        data: SessionData = yield from load(self.layout, validate_session_id(session_id),
-                                                     confirm_pending=True)
-        return writer_state_from(data, reducer or self.reducer, self.config)
+        """Load and verify a session, and replay it into a chain position.
+
+        A reducer with a ``restarts(entry)`` method (see :mod:`s3log.reducer`) is replayed
+        from the newest entry it restarts at: the chain is read backwards (the head's
+        tail, then one segment at a time) only until one is found, so the requests do not
+        grow with what came before it.
+        """
+        sid = validate_session_id(session_id)
+        reducer = reducer or self.reducer
+        restarts: Callable[[Entry], bool] | None = getattr(reducer, "restarts", None)
+        if restarts is None:
+            data: SessionData = yield from load(self.layout, sid, confirm_pending=True)
+            return writer_state_from(data, reducer, self.config)
+        data = yield from load_suffix_data(self.layout, sid, lambda es: any(restarts(e) for e in es))
+        start = max((i for i, e in enumerate(data.entries) if restarts(e)), default=0)
+        return writer_state_from(replace(data, entries=data.entries[start:]), reducer, self.config)
 
     def read(self, session_id: str) -> Proc[SessionView]:
         """Load and verify a session."""

@@ -336,19 +336,30 @@ def load_suffix(
     needs the latest N items does not replay the whole log. The suffix read is
     verified (seqs, links, hashes, keys, and the head against its last entry).
     """
+    data = yield from load_suffix_data(layout, session, enough)
+    return data.head, data.entries
+
+
+def load_suffix_data(
+    layout: Layout, session: str, enough: Callable[[Sequence[Entry]], bool]
+) -> Proc[SessionData]:
+    """:func:`load_suffix` with the head's ETag, for a writer continuing from the suffix
+    (its ``segments`` are those read; no pending segment is confirmed)."""
     head, etag = yield from read_head(layout, session)
     for _ in range(3):
         try:
-            return (yield from _suffix_from(layout, session, head, enough))
+            head, entries, read = yield from _suffix_from(layout, session, head, enough)
+            return SessionData(session, head, etag, entries, dict(read), None)
         except SegmentMissing as missing:
             head, etag = yield from _moved_on(layout, session, etag, missing)
-    return (yield from _suffix_from(layout, session, head, enough))
+    head, entries, read = yield from _suffix_from(layout, session, head, enough)
+    return SessionData(session, head, etag, entries, dict(read), None)
 
 
 def _suffix_from(
     layout: Layout, session: str, head: Head, enough: Callable[[Sequence[Entry]], bool]
-) -> Proc[tuple[Head, list[Entry]]]:
-    """:func:`load_suffix` from ``head``, already read."""
+) -> Proc[tuple[Head, list[Entry], list[tuple[str, tuple[Entry, ...]]]]]:
+    """:func:`load_suffix` from ``head``, already read; also the segments read (key, entries)."""
     entries = list(head.tail)
     read: list[tuple[str, Segment]] = []
     remaining = list(head.segments)
@@ -358,7 +369,7 @@ def _suffix_from(
         read.insert(0, (key, segs[key]))
         entries = list(segs[key].entries) + entries
     _verify_suffix(layout, head, read, entries, whole=not remaining)
-    return head, entries
+    return head, entries, [(key, seg.entries) for key, seg in read]
 
 
 def _verify_suffix(

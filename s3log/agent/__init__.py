@@ -15,7 +15,8 @@ answered by ``{"role": "tool", "tool_call_id": ...}``).
 
 The package: :mod:`~s3log.agent.state` (kinds, state, fold), :mod:`~s3log.agent.core`
 (every decision, as I/O-free procedures of calls of the log's public verbs),
-:mod:`~s3log.agent.args` (argument checks), :mod:`~s3log.agent.errors`,
+:mod:`~s3log.agent.args` (argument checks), :mod:`~s3log.agent.summary` (summaries
+that keep history: the span checks), :mod:`~s3log.agent.errors`,
 :mod:`~s3log.agent.registry` (live sessions, drained at close and exit), and
 :mod:`~s3log.agent.sync` and :mod:`~s3log.agent.aio` (the shells that perform them,
 through :mod:`s3log._upper`).
@@ -25,7 +26,14 @@ from __future__ import annotations
 
 from s3log.agent.aio import AsyncAgentSession, aclose, adrain
 from s3log.agent.core import ForkCallback
-from s3log.agent.errors import AgentArgumentError, AgentItemError, RecordsLostWarning, SessionBusy, SessionScopeError
+from s3log.agent.errors import (
+    AgentArgumentError,
+    AgentItemError,
+    RecordsLostWarning,
+    SessionBusy,
+    SessionScopeError,
+    SummarySpanError,
+)
 from s3log.agent.state import (
     ASSISTANT_ITEMS,
     CACHE_LOCKED,
@@ -38,6 +46,7 @@ from s3log.agent.state import (
     REPAIRED,
     SESSION_START,
     STATUSES,
+    SUMMARY,
     TOOL_RESULTS,
     TOOL_STARTED,
     TURN_END,
@@ -48,6 +57,7 @@ from s3log.agent.state import (
     ReadOnlyList,
     SessionState,
     Status,
+    SummarySpan,
     collect_state,
     freeze,
     group_items,
@@ -59,9 +69,9 @@ from s3log.agent.sync import AgentSession, close, drain
 
 __all__ = [
     "ASSISTANT_ITEMS", "CACHE_LOCKED", "CACHE_UNLOCKED", "CONFIG_CHANGED", "HOOK_ITEMS", "KINDS", "NOT_RUN",
-    "OUTCOME", "REPAIRED", "SESSION_START", "STATUSES", "TOOL_RESULTS", "TOOL_STARTED", "TURN_END",
+    "OUTCOME", "REPAIRED", "SESSION_START", "STATUSES", "SUMMARY", "TOOL_RESULTS", "TOOL_STARTED", "TURN_END",
     "UNKNOWN_OUTCOME", "USER_INPUT", "AgentArgumentError", "AgentItemError", "AgentReducer", "AgentSession",
     "AsyncAgentSession", "ForkCallback", "ReadOnlyDict", "ReadOnlyList", "RecordsLostWarning", "SessionBusy",
-    "SessionScopeError", "SessionState", "Status", "aclose", "adrain", "close", "collect_state", "drain", "freeze",
-    "group_items", "repair_items", "repair_records", "thaw",
+    "SessionScopeError", "SessionState", "Status", "SummarySpan", "SummarySpanError", "aclose", "adrain",
+    "close", "collect_state", "drain", "freeze", "group_items", "repair_items", "repair_records", "thaw",
 ]

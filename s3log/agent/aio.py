@@ -13,7 +13,7 @@ from typing import Any
 from s3log._upper import Proc, arun
 from s3log.agent import args, core, registry
 from s3log.agent.core import SessionCore, T
-from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status, SummarySpan
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import S3LogError
 from s3log.results import ForkInfo, SessionInfo
@@ -162,6 +162,18 @@ class AsyncAgentSession(SessionCore):
     ) -> None:
         """Record a whole turn's new history items, grouped by kind, then end the turn."""
         await self._run(self._p_record_turn(new_items, outcome, message))
+
+    async def summarize(
+        self, summary: Items, *, keep_last: int = 0, first_seq: int | None = None,
+        first_hash: bytes | str | None = None, last_seq: int | None = None, last_hash: bytes | str | None = None,
+    ) -> SummarySpan:
+        """Commit a summary that stands for a span of this session's chain (as
+        :meth:`AgentSession.summarize`, awaited): from then on the history is ``summary``
+        followed by the latest ``keep_last`` items, and a restore reads back only to it.
+        Nothing is rewritten. Raises :class:`~s3log.agent.SummarySpanError` for a span
+        that is not the chain's, before anything is written; returns the span."""
+        span = {"first_seq": first_seq, "first_hash": first_hash, "last_seq": last_seq, "last_hash": last_hash}
+        return await self._run(self._p_summarize(summary, keep_last, span))
 
     # ------------------------------------------------------------------- committing
 

@@ -51,15 +51,18 @@ from s3log.agent.state import (
     CONFIG_CHANGED,
     OUTCOME,
     SESSION_START,
+    SUMMARY,
     TOOL_STARTED,
     TURN_END,
     AgentReducer,
     ReadOnlyDict,
     SessionState,
+    SummarySpan,
     freeze,
     group_items,
     repair_records,
 )
+from s3log.agent.summary import span_proc, summary_data
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, EntryNotFound, InvalidEntryError, S3LogError
 from s3log.log import Log, Writer
@@ -527,6 +530,40 @@ class SessionCore(ABC):
             w.hold_lease(self.owner, 1)
             w.release_lease()
             yield call(w.renew_lease)
+
+    def _p_summarize(self, summary: Any, keep_last: Any, span: Mapping[str, Any]) -> Proc[SummarySpan]:
+        """Store a summary of the history (see ``AgentSession.summarize``): everything
+        buffered is committed first, the span is checked against the stored chain, then
+        the summary is committed alone, raising on conflict (a span checked against one
+        chain must not land in a fork of it)."""
+        self._check_usable()
+        sid = self.session_id
+        items = items_arg(SUMMARY, summary, session=sid, name="summary")
+        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
+            raise AgentArgumentError(f"keep_last must be an integer >= 0, not {keep_last!r}")
+        if self._pending_state.turn_open:
+            raise AgentArgumentError(f"session {sid}: a turn is open; summarize between turns")
+        yield from self._p_flush(force=True)
+        w = self._writer
+        state = self._durable_state()
+        checked = yield from span_proc(self.log, w.session_id, state, w.head.seq, span.get("first_seq"),
+                                       span.get("first_hash"), span.get("last_seq"), span.get("last_hash"))
+        data = summary_data(state, checked, items, keep_last)
+        normalize_data_cbor(SUMMARY, data, session=w.session_id)
+        ticket = w.append(SUMMARY, data)
+        try:
+            yield call(w.renew_lease, on_conflict="raise")
+        except ConflictError:
+            w.withdraw(ticket)
+            raise
+        finally:
+            track(self)
+        self._buffered_bytes = 0
+        self._oldest = None
+        self._pending_state = self._durable_state()
+        done = self._pending_state.summary
+        assert done is not None  # the summary just committed was folded in
+        return done
 
     def _p_fork(self, labels: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Proc[Self]:
         options_arg(options)

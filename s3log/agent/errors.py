@@ -64,5 +64,21 @@ class AgentItemError(InvalidEntryError, AgentArgumentError):
     wrong shape; raised before anything is buffered."""
 
 
+class SummarySpanError(AgentArgumentError):
+    """The span a summary names is not a contiguous span of the session's committed
+    chain, or a hash it names is not the entry's at that seq. ``session`` and ``seq``
+    (the seq at fault, or None) say where; nothing was written."""
+
+    def __init__(self, session: str, seq: int | None, reason: str) -> None:
+        self.session = session
+        self.seq = seq
+        self.reason = reason
+        where = f"session {session}" if seq is None else f"session {session}, seq {seq}"
+        super().__init__(f"summary span refused ({where}): {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SummarySpanError, (self.session, self.seq, self.reason))
+
+
 class RecordsLostWarning(UserWarning):
     """Buffered records of an agent session could not be committed before the interpreter exited."""

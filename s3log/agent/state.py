@@ -28,10 +28,13 @@ CACHE_UNLOCKED = "agent.cache_unlocked"
 OUTCOME = "agent.outcome"
 CONFIG_CHANGED = "agent.config_changed"
 REPAIRED = "agent.repaired"
+#: A summary standing for a span of the session's own chain (see :class:`SummarySpan`):
+#: the state after it is the one it carries, so a restore starts there.
+SUMMARY = "agent.summary"
 
 KINDS = (
     SESSION_START, USER_INPUT, ASSISTANT_ITEMS, TOOL_STARTED, TOOL_RESULTS, HOOK_ITEMS, TURN_END,
-    CACHE_LOCKED, CACHE_UNLOCKED, OUTCOME, CONFIG_CHANGED, REPAIRED,
+    CACHE_LOCKED, CACHE_UNLOCKED, OUTCOME, CONFIG_CHANGED, REPAIRED, SUMMARY,
 )
 ITEM_KINDS = (USER_INPUT, ASSISTANT_ITEMS, TOOL_RESULTS, HOOK_ITEMS)
 
@@ -126,6 +129,38 @@ _EMPTY: Any = ReadOnlyDict()
 
 
 @dataclass(frozen=True)
+class SummarySpan:
+    """The span of a session's chain a summary stands for: its first and last entry,
+    by seq and hash (hex), both inclusive; ``seq`` / ``hash`` are the summary's own
+    entry (None before it is committed)."""
+
+    first_seq: int
+    first_hash: str
+    last_seq: int
+    last_hash: str
+    seq: int | None = None
+    hash: str | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """The span as stored in the summary entry."""
+        return {"first_seq": self.first_seq, "first_hash": self.first_hash,
+                "last_seq": self.last_seq, "last_hash": self.last_hash}
+
+    @staticmethod
+    def from_entry(entry: Entry) -> SummarySpan | None:
+        """The span a summary entry names (None if it names none in the stored shape)."""
+        data = entry.data if isinstance(entry.data, Mapping) else {}
+        span = data.get("span")
+        if not isinstance(span, Mapping):
+            return None
+        try:
+            return SummarySpan(int(span["first_seq"]), str(span["first_hash"]), int(span["last_seq"]),
+                               str(span["last_hash"]), entry.seq, entry.hash.hex())
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class SessionState:
     """An agent session rebuilt from its entries. Read-only, items included."""
 
@@ -145,6 +180,8 @@ class SessionState:
     open_calls: Mapping[str, str] = field(default_factory=ReadOnlyDict)
     #: Those of ``open_calls`` that were recorded as started.
     started_calls: frozenset[str] = frozenset()
+    #: The newest summary folded in (its span and its own entry), if any.
+    summary: SummarySpan | None = None
 
     def __post_init__(self) -> None:
         # A state built by hand gets the same read-only guarantee as a folded one.
@@ -280,7 +317,17 @@ class AgentReducer:
             return replace(s, locked_prefix_len=None)
         if k == CONFIG_CHANGED:
             return replace(s, config=freeze(dict(data.get("config") or {})))
+        if k == SUMMARY and isinstance(data.get("state"), Mapping):
+            # Everything is the summary's: the state before it is not needed (restarts).
+            return replace(SessionState.from_seed(data.get("state")), head_hash=s.head_hash, seed_len=0,
+                           summary=SummarySpan.from_entry(entry))
         return s
+
+    def restarts(self, entry: Entry) -> bool:
+        """Whether the state after ``entry`` depends on no entry before it (a summary):
+        ``Log.open`` and so a restore read the chain back only to the newest one."""
+        return entry.kind == SUMMARY and isinstance(entry.data, Mapping) \
+            and isinstance(entry.data.get("state"), Mapping)
 
     def to_seed(self, state: SessionState) -> Any:
         """The state as a fork seed."""

@@ -13,7 +13,7 @@ from typing import Any
 from s3log._upper import Proc, run
 from s3log.agent import args, core, registry
 from s3log.agent.core import SessionCore, T
-from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status
+from s3log.agent.state import ASSISTANT_ITEMS, HOOK_ITEMS, TOOL_RESULTS, USER_INPUT, SessionState, Status, SummarySpan
 from s3log.errors import S3LogError
 from s3log.log import Log, Writer
 from s3log.results import ForkInfo, SessionInfo
@@ -180,6 +180,27 @@ class AgentSession(SessionCore):
     def record_turn(self, new_items: Items, *, outcome: Status | None = None, message: str | None = None) -> None:
         """Record a whole turn's new history items, grouped by kind, then end the turn."""
         self._run(self._p_record_turn(new_items, outcome, message))
+
+    def summarize(
+        self, summary: Items, *, keep_last: int = 0, first_seq: int | None = None,
+        first_hash: bytes | str | None = None, last_seq: int | None = None, last_hash: bytes | str | None = None,
+    ) -> SummarySpan:
+        """Commit a summary that stands for a span of this session's chain: from then on
+        the history is ``summary`` (one message dict or a list) followed by the latest
+        ``keep_last`` items, and a restore reads back only to it. Nothing is rewritten:
+        every entry it stands for stays in the chain (read, verify, fork_at, analytics).
+
+        The span defaults to the newest summary's own entry (or seq 0) through the last
+        committed entry; a span given (seqs, hashes as bytes or hex) is checked against
+        the stored chain first. Buffered records are committed first; then the summary
+        alone, raising ConflictError if another writer moved the session meanwhile.
+        Raises :class:`~s3log.agent.SummarySpanError` (naming the session and seq) for a
+        span that is not a contiguous span of the chain or a hash that does not match,
+        and :class:`~s3log.agent.AgentArgumentError` while a turn is open, before
+        anything is written. Returns the span, with the summary entry's seq and hash.
+        """
+        span = {"first_seq": first_seq, "first_hash": first_hash, "last_seq": last_seq, "last_hash": last_hash}
+        return self._run(self._p_summarize(summary, keep_last, span))
 
     # ------------------------------------------------------------------- committing
 

@@ -4,10 +4,11 @@ A ``SessionABC`` of the SDK, over an s3log :class:`~s3log.AsyncLog` (awaited dir
 or :class:`~s3log.Log` (run in a worker thread), through the log's public verbs
 (:func:`s3log._upper.acall` makes that choice). Stored items are plain CBOR data
 (dicts, lists, strings, numbers): reading them imports and calls nothing. Nothing is ever deleted: ``add_items`` is one
-``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed) and
-``clear_session`` appends ``oa.clear``, so the chain stays verifiable and every past
-state can be forked from. ``get_items(limit)`` reads the session backwards (tail, then
-segments from the newest) only until it has ``limit`` items. Needs the
+``oa.items`` entry, ``pop_item`` appends ``oa.pop`` (carrying the item it removed),
+``clear_session`` appends ``oa.clear`` and ``summarize`` (the SDK's compaction) appends
+``oa.summary``, so the chain stays verifiable and every past state can be forked from.
+``get_items(limit)`` reads the session backwards (tail, then segments from the newest)
+only until it has ``limit`` items (or meets the newest summary or clear). Needs the
 ``openai-agents`` extra.
 
 A call that raised (or was cancelled) stored nothing of its own unless its commit's
@@ -35,6 +36,7 @@ from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError, _log_from_url
 from s3log.log import Log, Writer
+from s3log.reducer import NullReducer
 
 __all__ = ["S3LogSession"]
 
@@ -48,6 +50,10 @@ with extra("openai-agents"):
 ITEMS = "oa.items"
 POP = "oa.pop"
 CLEAR = "oa.clear"
+#: The items that replace the session's items from here on, naming the span of the
+#: chain they stand for (``{"span": {first_seq, first_hash, last_seq, last_hash},
+#: "items": [...]}``); everything before stays stored. A reader stops at the newest.
+SUMMARY = "oa.summary"
 
 
 #: The form of a hashed id: a safe id of this form is refused, or it would name the
@@ -108,7 +114,7 @@ def latest_items(entries: Sequence[Entry], limit: int | None) -> tuple[list[Any]
         elif kind == FORK_KIND:
             seed = data.get("seed") if isinstance(data, dict) else None
             stream.extend((m["kind"], m["data"]) for m in reversed(seed or []))
-        elif kind == ITEMS:
+        elif kind in (ITEMS, SUMMARY):
             for item in reversed(data.get("items") or []):
                 if pops:
                     pops -= 1
@@ -116,8 +122,31 @@ def latest_items(entries: Sequence[Entry], limit: int | None) -> tuple[list[Any]
                 newest_first.append(item)
                 if limit is not None and len(newest_first) >= limit:
                     return newest_first[::-1], True
+            if kind == SUMMARY:  # nothing before it is an item any more
+                return newest_first[::-1], True
     complete = not entries or entries[0].seq == 0
     return newest_first[::-1], complete
+
+
+def _reaches_summary(entries: Sequence[Entry]) -> bool:
+    return any(e.kind == SUMMARY for e in entries)
+
+
+def summary_span(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The span a new summary stands for, from a suffix read back to the newest summary
+    (or to seq 0): from that summary's entry (or the first entry) to the last."""
+    first = next((e for e in reversed(entries) if e.kind == SUMMARY), entries[0])
+    last = entries[-1]
+    return {"first_seq": first.seq, "first_hash": first.hash.hex(), "last_seq": last.seq, "last_hash": last.hash.hex()}
+
+
+class _Appending(NullReducer):
+    """The reducer of the session's writer: it keeps no state (items are read back with
+    ``read_suffix``), so opening the writer reads only the newest entry's run."""
+
+    def restarts(self, entry: Entry) -> bool:
+        """Every entry: the state after it (none) depends on nothing before it."""
+        return True
 
 
 class S3LogSession(SessionABC):
@@ -183,7 +212,8 @@ class S3LogSession(SessionABC):
     async def _open(self) -> Writer | AsyncWriter:
         meta = {"openai_agents": {"session_id": self.session_id}}
         try:
-            writer: Writer | AsyncWriter = await acall(self.log.open, self.sid, on_conflict="raise")
+            writer: Writer | AsyncWriter = await acall(self.log.open, self.sid, reducer=_Appending(),
+                                                       on_conflict="raise")
         except SessionNotFound:
             writer = await acall(self.log.create, self.sid, meta=meta, lazy=True, on_conflict="raise")
         return writer
@@ -315,6 +345,42 @@ class S3LogSession(SessionABC):
 
         async with self._bind():
             return await self._append(make)
+
+    async def summarize(self, items: list[Any]) -> dict[str, Any]:
+        """Replace the session's items with ``items`` (a summary of them, such as the
+        output of the Responses API's compact), as one appended entry naming the exact
+        span of the chain it stands for; returns that span (first and last seq and hash).
+
+        Nothing is deleted: every earlier entry stays readable, verifiable and forkable
+        (:meth:`fork_at`), while :meth:`get_items` reads back only to the newest summary.
+        ``items`` as for :meth:`add_items` (an empty list is allowed: it empties the
+        session). Raises :class:`~s3log.integrations.IntegrationError` on a session
+        with nothing stored, before anything is written.
+        """
+        if isinstance(items, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(items, Iterable):
+            raise IntegrationError(f"summarize takes a list of items, got {type(items).__name__}")
+        payload = [dict(i) if isinstance(i, dict) else i for i in items]
+
+        async def make() -> _Step:
+            try:
+                _, entries = await acall(self.log.read_suffix, self.sid, _reaches_summary)
+            except SessionNotFound:
+                entries = []
+            if not entries:
+                raise IntegrationError(f"session {self.sid} has nothing stored to summarize")
+            span = summary_span(entries)
+            return SUMMARY, {"span": span, "items": payload}, span
+
+        async with self._bind():
+            result: dict[str, Any] = await self._append(make)
+            return result
+
+    async def _atomic_replace_items(self, items: list[Any]) -> bool:
+        """The SDK's hook for ``OpenAIResponsesCompactionSession``: its compaction's
+        output replaces the items as a summary (:meth:`summarize`), in one commit, and
+        the compacted history stays in the chain."""
+        await self.summarize(items)
+        return True
 
     async def clear_session(self) -> None:
         """Forget every item (appends a clear marker; history stays in the chain)."""
