@@ -40,7 +40,7 @@ HOMES = {
     "AsyncLog": "s3log.aio", "AsyncWriter": "s3log.aio", "Writer": "s3log.log",
     "AgentSession": "s3log.agent.sync", "AsyncAgentSession": "s3log.agent.aio",
     "AgentReducer": "s3log.agent.state", "SessionState": "s3log.agent.state",
-    "ReadOnlyDict": "s3log.agent.state", "ReadOnlyList": "s3log.agent.state",
+    "ReadOnlyDict": "s3log.agent.state", "ReadOnlyList": "s3log.agent.state", "SummarySpan": "s3log.agent.state",
     "S3LogSaver": "s3log.integrations.langgraph.sync", "AsyncS3LogSaver": "s3log.integrations.langgraph.aio",
     "S3LogSession": "s3log.integrations.openai_agents",
     "ObstoreStore": "s3log.store.obstore", "AsyncObstoreStore": "s3log.store.obstore",
