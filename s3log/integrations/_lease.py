@@ -1,0 +1,99 @@
+"""Run leases for the integrations: one run at a time on a LangGraph thread or an
+OpenAI Agents session, opt in (docs/decisions/0048-a-run-lease-for-the-integrations.md).
+
+A run lease is the agent layer's lease (``Head.lease``, decision 0023) taken for the
+length of a caller's run instead of a turn: :func:`acquire` records it in the session's
+head with a head-only conditional PUT, or raises :class:`~s3log.agent.SessionBusy` when
+another owner's lease is live; :func:`release` clears it. Writers that hold no lease
+(every append of the savers and the session) leave it in the head as they found it, so
+it stays there for the whole run. Both are procedures of public-verb calls
+(:mod:`s3log._upper`): each integration performs them blocking or awaited, as it
+performs everything else.
+
+Its own room: the LangGraph savers and the OpenAI session share it, and neither
+imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from s3log._upper import Proc, call
+from s3log.agent.args import default_owner
+from s3log.agent.errors import SessionBusy
+from s3log.aio import AsyncLog
+from s3log.errors import ConflictError, SessionExists, SessionNotFound
+from s3log.integrations import IntegrationError
+from s3log.log import Log
+
+__all__ = ["RunLease", "acquire", "release"]
+
+#: How often a release tries again when other writers keep moving the head.
+_RELEASE_ATTEMPTS = 8
+
+
+class RunLease:
+    """What a caller's run holds: the session, the owner and the lease's length.
+
+    ``owner`` defaults to ``host:pid:random`` (each lease its own owner); ``ttl`` is in
+    seconds and must cover the whole run (the lease is recorded once, when the run starts).
+    """
+
+    def __init__(self, session_id: str, owner: str | None, ttl: float) -> None:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0.001 <= ttl <= 10**9:
+            raise IntegrationError(f"ttl must be a number of seconds from 0.001 to 10**9, got {ttl!r}")
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise IntegrationError(f"owner must be a non-empty string, got {owner!r}")
+        self.session_id = session_id
+        self.owner = owner or default_owner()
+        self.ttl_ms = int(ttl * 1000)
+
+
+def acquire(log: Log | AsyncLog, lease: RunLease, meta: Mapping[str, Any]) -> Proc[None]:
+    """Record ``lease`` in its session's head (creating the session with ``meta`` if it
+    does not exist yet), or raise :class:`~s3log.agent.SessionBusy` naming the live
+    lease of another owner. A conditional PUT: of two runs starting at once, one wins
+    and the other finds its lease."""
+    sid = lease.session_id
+    while True:
+        try:
+            writer = yield call(log.open, sid, on_conflict="raise")
+        except SessionNotFound:
+            try:
+                writer = yield call(log.create, sid, meta=dict(meta), on_conflict="raise")
+            except SessionExists:
+                continue  # created by another run meanwhile: read its lease
+        held = writer.head.lease
+        if held is not None and held.owner != lease.owner and held.live(log.config.env.now_ms()):
+            raise SessionBusy(sid, held.owner, held.expires_at)
+        writer.hold_lease(lease.owner, lease.ttl_ms)
+        try:
+            yield call(writer.renew_lease, on_conflict="raise")
+            return
+        except ConflictError as err:
+            if err.landed:
+                return
+            # Another writer moved the head since it was read: read its lease again.
+
+
+def release(log: Log | AsyncLog, lease: RunLease) -> Proc[None]:
+    """Clear ``lease`` from its session's head if the head still carries it (one
+    head-only PUT); another owner's lease, or none, is left alone. If other writers keep
+    moving the head, or the store cannot be reached, the lease is left to expire."""
+    for _ in range(_RELEASE_ATTEMPTS):
+        try:
+            writer = yield call(log.open, lease.session_id, on_conflict="raise")
+        except SessionNotFound:
+            return
+        held = writer.head.lease
+        if held is None or held.owner != lease.owner:
+            return
+        writer.hold_lease(lease.owner, 1)
+        writer.release_lease()
+        try:
+            yield call(writer.renew_lease, on_conflict="raise")
+            return
+        except ConflictError as err:
+            if err.landed:
+                return
