@@ -139,7 +139,7 @@ def _checkpoint(base: Any, messages: list[str], saver: Any) -> tuple[Any, Any]:
 
 def _lg_put(saver: Any, config: Any, base: Any, messages: list[str], who: str, step: int) -> tuple[Any, Any]:
     ckpt, versions = _checkpoint(base, messages, saver)
-    meta = {"source": "input" if step == 0 else "loop", "step": step, "parents": {}, "worker": who}
+    meta: dict[str, Any] = {"source": "input" if step == 0 else "loop", "step": step, "parents": {}, "worker": who}
     return saver.put(config, ckpt, meta, versions), ckpt
 
 
