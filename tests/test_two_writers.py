@@ -110,10 +110,53 @@ def test_a_lease_is_released_when_the_run_raises_and_an_expired_one_is_taken_ove
         assert s3log.Log(store, config=config).head(session_for("t-1", "")).lease.owner == "b"
 
 
-@pytest.mark.parametrize("ttl", [0, -1, True, "60", float("nan")])
-def test_a_bad_ttl_is_refused_before_anything_is_written(ttl: Any) -> None:
+def test_a_waiting_run_takes_over_a_dead_workers_lease_once_it_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = {"ms": 1_800_000_000_000}
+    config = s3log.LogConfig(env=Env.deterministic(1, lambda: now["ms"]))
+    # The shell's sleep moves the injected clock instead of waiting.
+    monkeypatch.setattr(S3LogSaver, "_pause", staticmethod(lambda s: now.update(ms=now["ms"] + int(s * 1000))))
     store = s3log.MemoryStore()
-    with pytest.raises(IntegrationError, match="ttl"), S3LogSaver(s3log.Log(store)).lease(CONFIG, ttl=ttl):
+    a, b = S3LogSaver(s3log.Log(store, config=config)), S3LogSaver(s3log.Log(store, config=config))
+    start = now["ms"]
+    dead = a.lease(CONFIG, owner="a", ttl=60)
+    dead.__enter__()  # a worker that dies holding the lease (kept: dropped, it would release)
+    with pytest.raises(SessionBusy):
+        b.lease(CONFIG, owner="b", wait=10).__enter__()  # the wait runs out first
+    assert start + 10_000 <= now["ms"] < start + 60_000
+    with b.lease(CONFIG, owner="b", ttl=60, wait=120):
+        assert now["ms"] >= start + 60_000  # taken once the dead worker's lease expired
+        assert s3log.Log(store, config=config).head(session_for("t-1", "")).lease.owner == "b"
+
+
+async def test_a_waiting_session_runs_after_the_first_run_on_its_history() -> None:
+    import asyncio
+
+    store = s3log.AsyncMemoryStore()
+    a, b = S3LogSession("conv-1", s3log.AsyncLog(store)), S3LogSession("conv-1", s3log.AsyncLog(store))
+    seen: list[list[str]] = []
+
+    async def second_run() -> None:
+        async with b.lease(owner="b", wait=30):
+            seen.append([i["content"] for i in await b.get_items()])
+            await b.add_items([{"role": "user", "content": "B: question"}])
+
+    async with a.lease(owner="a"):
+        waiting = asyncio.create_task(second_run())
+        await a.add_items([{"role": "user", "content": "A: question"}])
+        await asyncio.sleep(0)  # the second run reads the busy head and waits
+        await a.add_items([{"role": "assistant", "content": "A: answer"}])
+        assert not seen
+    await waiting
+    assert seen == [["A: question", "A: answer"]]
+    assert [i["content"] for i in await a.get_items()] == ["A: question", "A: answer", "B: question"]
+
+
+@pytest.mark.parametrize(("option", "value"), [("ttl", 0), ("ttl", -1), ("ttl", True), ("ttl", "60"),
+                                               ("ttl", float("nan")), ("wait", -1), ("wait", float("inf")),
+                                               ("wait", "1"), ("owner", "")])
+def test_bad_lease_options_are_refused_before_anything_is_written(option: str, value: Any) -> None:
+    store = s3log.MemoryStore()
+    with pytest.raises(IntegrationError, match=option), S3LogSaver(s3log.Log(store)).lease(CONFIG, **{option: value}):
         pass
     assert store.requests.total == 0
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -329,29 +330,30 @@ class S3LogSession(SessionABC):
 
     # ------------------------------------------------------------------ run leases
 
-    async def _perform(self, proc: Proc[T]) -> T:
+    async def _perform(self, make: Callable[[Callable[[float], Any]], Proc[T]]) -> T:
+        """Run the procedure ``make(sleep)`` returns, with the sleep its performer needs."""
         if isinstance(self.log, AsyncLog):
-            return await arun(proc)
-        return await asyncio.to_thread(run, proc)  # boto3 blocks: a worker thread
+            return await arun(make(asyncio.sleep))
+        return await asyncio.to_thread(run, make(time.sleep))  # boto3 blocks: a worker thread
 
     @contextlib.asynccontextmanager
-    async def lease(self, *, owner: str | None = None, ttl: float = 300.0) -> AsyncIterator[RunLease]:
+    async def lease(self, *, owner: str | None = None, ttl: float = 300.0,
+                    wait: float = 0.0) -> AsyncIterator[RunLease]:
         """Hold the session for one run: ``async with session.lease(): await Runner.run(...)``.
 
         Opt-in guard against two runs of one conversation at once (by default both
         runs' items are stored, interleaved, as the SDK's own sessions store them).
         Entering records a lease in the session's head (one conditional PUT; the session
         is created if new), or raises :class:`~s3log.agent.SessionBusy` before anything
-        is read or written when another owner's lease is live; leaving releases it.
-        ``ttl`` (seconds) must cover the run; a process that dies holding the lease
-        holds it until then.
+        is read or written when another owner's lease is live after waiting up to
+        ``wait`` seconds for it to be released; leaving releases it. ``ttl`` (seconds)
+        must cover the run; a process that dies holding the lease holds it until then.
         """
-        held = RunLease(self.sid, owner, ttl)
+        held = RunLease(self.sid, owner, ttl, wait)
         meta = {"openai_agents": {"session_id": self.session_id}}
-        async with self._bind():
-            await self._settle()
-            await self._perform(acquire(self.log, held, meta))
-            self._writer = None  # the lease's PUT moved the head it knew
+        await self._settle()
+        await self._perform(lambda sleep: acquire(self.log, held, meta, sleep))
+        self._writer = None  # the lease's PUT moved the head it knew
         try:
             yield held
         except BaseException:
@@ -363,7 +365,7 @@ class S3LogSession(SessionABC):
     async def _give_back(self, held: RunLease) -> None:
         async with self._bind():
             await self._settle()
-            await self._perform(release(self.log, held))
+            await self._perform(lambda sleep: release(self.log, held))
             self._writer = None
 
     # -------------------------------------------------------------------- branching
