@@ -23,10 +23,10 @@ from typing import Any
 from s3log._upper import Proc, call
 from s3log.agent.args import default_owner
 from s3log.agent.errors import SessionBusy
-from s3log.aio import AsyncLog
+from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError
-from s3log.log import Log
+from s3log.log import Log, Writer
 
 __all__ = ["RunLease", "acquire", "release"]
 
@@ -95,13 +95,9 @@ def acquire(log: Log | AsyncLog, lease: RunLease, meta: Mapping[str, Any],
             waited += pause
             continue
         writer.hold_lease(lease.owner, lease.ttl_ms)
-        try:
-            yield call(writer.renew_lease, on_conflict="raise")
+        if (yield from _put_head(writer)):
             return
-        except ConflictError as err:
-            if err.landed:
-                return
-            # Another writer moved the head since it was read: read its lease again.
+        # Another writer moved the head since it was read: read its lease again.
 
 
 def release(log: Log | AsyncLog, lease: RunLease) -> Proc[None]:
@@ -118,9 +114,15 @@ def release(log: Log | AsyncLog, lease: RunLease) -> Proc[None]:
             return
         writer.hold_lease(lease.owner, 1)
         writer.release_lease()
-        try:
-            yield call(writer.renew_lease, on_conflict="raise")
+        if (yield from _put_head(writer)):
             return
-        except ConflictError as err:
-            if err.landed:
-                return
+
+
+def _put_head(writer: Writer | AsyncWriter) -> Proc[bool]:
+    """Write the head with the lease the writer now holds (or releases): one conditional
+    PUT. False when another writer moved the head first (and this PUT did not land)."""
+    try:
+        yield call(writer.renew_lease, on_conflict="raise")
+    except ConflictError as err:
+        return bool(err.landed)
+    return True

@@ -110,16 +110,26 @@ def _alternate(runs: Sequence[Iterator[None]], refusals: tuple[type[BaseExceptio
 
 
 async def _aalternate(runs: Sequence[AsyncIterator[None]], refusals: tuple[type[BaseException], ...]) -> int:
+    """:func:`_alternate` for async runs: each step awaited, one at a time."""
+
+    async def step(run: AsyncIterator[None]) -> bool:
+        """Whether the run goes on (False once it has ended)."""
+        try:
+            await run.__anext__()
+        except StopAsyncIteration:
+            return False
+        return True
+
     live, refused = list(runs), 0
     while live:
         for run in list(live):
             try:
-                await run.__anext__()
-            except StopAsyncIteration:
-                live.remove(run)
+                going = await step(run)
             except refusals:
-                live.remove(run)
+                going = False
                 refused += 1
+            if not going:
+                live.remove(run)
     return refused
 
 
