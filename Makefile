@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-stores stores-tools lint demo bench checkov compat sim sim-ci sim-nightly soak clean
+.PHONY: install test test-stores stores-tools lint demo bench compare checkov compat sim sim-ci sim-nightly soak clean
 
 # The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -65,6 +65,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -c constraints.txt -e ".[bench]"
 	$(BIN)/python scripts/bench.py --docs docs/benchmarks.md
+
+# Two workers race on one thread (session) of LangGraph's SqliteSaver, PostgresSaver
+# (on a PostgreSQL the script starts on 127.0.0.1 when Debian's postgresql is installed;
+# its row is skipped otherwise), the OpenAI Agents SDK's SQLiteSession and s3log's
+# integrations: the table in docs/integrations.md.
+compare: $(STAMP)
+	$(BIN)/pip install -q -c constraints.txt -e ".[compare]"
+	$(BIN)/python scripts/compare.py
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
 CHECKOV_VENV := .venv-checkov

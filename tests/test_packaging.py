@@ -52,7 +52,7 @@ def test_the_core_is_boto3_and_cbor2_as_ranges() -> None:
 
 def test_every_extra_is_declared_and_none_pins_exactly() -> None:
     extras = PROJECT["optional-dependencies"]
-    assert set(EXTRAS) | {"test", "dev", "bench"} == set(extras)
+    assert set(EXTRAS) | {"test", "dev", "bench", "compare"} == set(extras)
     for name, reqs in extras.items():
         for text in reqs:
             r = Requirement(text)

@@ -21,9 +21,11 @@ to end, so ``get_items`` tells what became of it; check it before repeating the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from s3log._extras import extra
@@ -31,10 +33,11 @@ from s3log._format.cbor import dumps
 from s3log._format.ids import validate_session_id
 from s3log._format.values import FORK_KIND, Entry
 from s3log._loops import PerLoop
-from s3log._upper import acall
+from s3log._upper import Proc, T, acall, arun, run
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError, _log_from_url
+from s3log.integrations._lease import RunLease, acquire, release
 from s3log.log import Log, Writer
 from s3log.reducer import NullReducer
 
@@ -390,6 +393,46 @@ class S3LogSession(SessionABC):
 
         async with self._bind():
             await self._append(make)
+
+    # ------------------------------------------------------------------ run leases
+
+    async def _perform(self, make: Callable[[Callable[[float], Any]], Proc[T]]) -> T:
+        """Run the procedure ``make(sleep)`` returns, with the sleep its performer needs."""
+        if isinstance(self.log, AsyncLog):
+            return await arun(make(asyncio.sleep))
+        return await asyncio.to_thread(run, make(time.sleep))  # boto3 blocks: a worker thread
+
+    @contextlib.asynccontextmanager
+    async def lease(self, *, owner: str | None = None, ttl: float = 300.0,
+                    wait: float = 0.0) -> AsyncIterator[RunLease]:
+        """Hold the session for one run: ``async with session.lease(): await Runner.run(...)``.
+
+        Opt-in guard against two runs of one conversation at once (by default both
+        runs' items are stored, interleaved, as the SDK's own sessions store them).
+        Entering records a lease in the session's head (one conditional PUT; the session
+        is created if new), or raises :class:`~s3log.agent.SessionBusy` before anything
+        is read or written when another owner's lease is live after waiting up to
+        ``wait`` seconds for it to be released; leaving releases it. ``ttl`` (seconds)
+        must cover the run; a process that dies holding the lease holds it until then.
+        """
+        held = RunLease(self.sid, owner, ttl, wait)
+        meta = {"openai_agents": {"session_id": self.session_id}}
+        await self._settle()
+        await self._perform(lambda sleep: acquire(self.log, held, meta, sleep))
+        self._writer = None  # the lease's PUT moved the head it knew
+        try:
+            yield held
+        except BaseException:
+            with contextlib.suppress(Exception):  # the run's error wins; the lease expires
+                await self._give_back(held)
+            raise
+        await self._give_back(held)
+
+    async def _give_back(self, held: RunLease) -> None:
+        async with self._bind():
+            await self._settle()
+            await self._perform(lambda sleep: release(self.log, held))
+            self._writer = None
 
     # -------------------------------------------------------------------- branching
 

@@ -82,6 +82,11 @@ class AsyncS3LogSaver(SaverCore[AsyncLog]):
         """
         return self._locks.get().setdefault(sid, asyncio.Lock())
 
+    @staticmethod
+    async def _pause(seconds: float) -> None:
+        # Every procedure runs on the saver's loop (the sync verbs submit to it).
+        await asyncio.sleep(seconds)
+
     async def _async(self, proc: Proc[T]) -> T:
         self.loop = asyncio.get_running_loop()
         return await arun(proc)

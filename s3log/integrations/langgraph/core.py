@@ -27,6 +27,7 @@ from s3log._upper import Call, Each, Locked, Proc, call
 from s3log.aio import AsyncLog, AsyncWriter
 from s3log.errors import ConflictError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError
+from s3log.integrations._lease import RunLease, acquire, release
 from s3log.integrations.langgraph.serde import (
     AllowedType,
     UnsafePayloadError,
@@ -133,6 +134,11 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
     def _lock(self, sid: str) -> Any:
         """The shell's in-process lock on one session (a ``threading.Lock``, or the running
         loop's ``asyncio.Lock``), held by :class:`~s3log._upper.Locked`."""
+
+    @staticmethod
+    @abstractmethod
+    def _pause(seconds: float) -> Any:
+        """The shell's sleep (blocking, or awaitable), for a run lease's wait."""
 
     @abstractmethod
     def _sync(self, proc: Proc[T]) -> T:
@@ -502,6 +508,62 @@ class SaverCore(BaseCheckpointSaver[Any], Generic[L]):
             except ConflictError:
                 if attempt + 1 >= attempts:
                     raise  # the thread keeps moving: say so rather than loop
+
+    # ------------------------------------------------------------- run leases
+
+    def _run_lease(self, config: RunnableConfig, owner: str | None, ttl: float,
+                   wait: float) -> tuple[RunLease, dict[str, Any]]:
+        conf = config["configurable"]
+        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        return RunLease(session_for(thread_id, ns), owner, ttl, wait), create_meta(thread_id, ns)
+
+    def _take(self, lease: RunLease, meta: dict[str, Any]) -> Proc[None]:
+        # Not under the session's in-process lock: a wait would hold up this process's
+        # other appends to the thread (a run of its own releasing the lease, say).
+        yield from acquire(self.log, lease, meta, self._pause)
+        self._forget(lease.session_id)  # the lease's PUT moved the head this saver knew
+
+    def _give_back(self, lease: RunLease) -> Proc[None]:
+        yield Locked(self._lock(lease.session_id), release(self.log, lease))
+        self._forget(lease.session_id)
+
+    @contextlib.contextmanager
+    def lease(self, config: RunnableConfig, *, owner: str | None = None, ttl: float = 300.0,
+              wait: float = 0.0) -> Iterator[RunLease]:
+        """Hold the thread for one run: ``with saver.lease(cfg): app.invoke(inp, cfg)``.
+
+        Opt-in guard against two runs of one thread at once (by default both are
+        stored, as LangGraph's own savers store them, and one run's checkpoints end up
+        off the thread's latest chain). Entering records a lease in the head of the
+        config's thread and namespace (one conditional PUT), or raises
+        :class:`~s3log.agent.SessionBusy` before anything is read or written when
+        another owner's lease is live after waiting up to ``wait`` seconds for it to be
+        released; leaving releases it. ``ttl`` (seconds) must cover the run; a process
+        that dies holding the lease holds it until then.
+        """
+        held, meta = self._run_lease(config, owner, ttl, wait)
+        self._sync(self._take(held, meta))
+        try:
+            yield held
+        except BaseException:
+            with contextlib.suppress(Exception):  # the run's error wins; the lease expires
+                self._sync(self._give_back(held))
+            raise
+        self._sync(self._give_back(held))
+
+    @contextlib.asynccontextmanager
+    async def alease(self, config: RunnableConfig, *, owner: str | None = None,
+                     ttl: float = 300.0, wait: float = 0.0) -> AsyncIterator[RunLease]:
+        """Async :meth:`lease`: ``async with saver.alease(cfg): await app.ainvoke(inp, cfg)``."""
+        held, meta = self._run_lease(config, owner, ttl, wait)
+        await self._async(self._take(held, meta))
+        try:
+            yield held
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._async(self._give_back(held))
+            raise
+        await self._async(self._give_back(held))
 
     # ------------------------------------------------------------- sync verbs
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -64,6 +65,11 @@ class S3LogSaver(SaverCore[Log]):
     def _lock(self, sid: str) -> threading.Lock:
         # dict.setdefault is atomic: two threads get the same lock.
         return self._locks.setdefault(sid, threading.Lock())
+
+    @staticmethod
+    def _pause(seconds: float) -> None:
+        # Both verbs' procedures run blocking (the async ones in a worker thread).
+        time.sleep(seconds)
 
     def _sync(self, proc: Proc[T]) -> T:
         return run(proc)
