@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from s3log import results
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -48,22 +49,6 @@ from s3log._protocol.state import (
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
-from s3log.results import (
-    ActiveSessions,
-    CommitResult,
-    DeletePlan,
-    EntryRun,
-    ExpireProgress,
-    ExpireReport,
-    GcReport,
-    HeadRow,
-    LineageStep,
-    ProbeReport,
-    SessionInfo,
-    SessionView,
-    VerifyReport,
-    head_outside,
-)
 from s3log.signing import default_log_id
 
 T = TypeVar("T")
@@ -123,7 +108,7 @@ class LogCore:
         self._verified = True
         return (yield from proc)
 
-    def probe(self) -> Proc[ProbeReport]:
+    def probe(self) -> Proc[results.ProbeReport]:
         """Run the precondition probe now, whatever was found before."""
         return probe_preconditions(self.layout, self.config)
 
@@ -168,15 +153,15 @@ class LogCore:
         start = max((i for i, e in enumerate(data.entries) if restarts(e)), default=0)
         return writer_state_from(replace(data, entries=data.entries[start:]), reducer, self.config)
 
-    def read(self, session_id: str) -> Proc[SessionView]:
+    def read(self, session_id: str) -> Proc[results.SessionView]:
         """Load and verify a session."""
         data: SessionData = yield from load(self.layout, validate_session_id(session_id))
-        return SessionView(data.session, data.head, data.etag, data.entries)
+        return results.SessionView(data.session, data.head, data.etag, data.entries)
 
-    def verify(self, session_id: str) -> Proc[VerifyReport]:
+    def verify(self, session_id: str) -> Proc[results.VerifyReport]:
         """Load and verify a session; report what was checked."""
         data: SessionData = yield from load(self.layout, validate_session_id(session_id))
-        return VerifyReport(data.session, len(data.entries), len(data.head.segments), data.head.version)
+        return results.VerifyReport(data.session, len(data.entries), len(data.head.segments), data.head.version)
 
     def fork(
         self,
@@ -202,13 +187,13 @@ class LogCore:
                                             at_seq=at_seq, at_hash=at_hash, meta=meta, child=child)
         return ws.session
 
-    def session_infos(self, ids: Sequence[str]) -> Proc[list[SessionInfo]]:
+    def session_infos(self, ids: Sequence[str]) -> Proc[list[results.SessionInfo]]:
         """Rows for ``ids`` (sessions deleted meanwhile are left out)."""
         rows = yield from list_head_rows(self.layout, ids)
         # Expired: gone, as far as listings go.
-        return [SessionInfo.from_row(r) for r in rows if r.head is None or not r.head.expired]
+        return [results.SessionInfo.from_row(r) for r in rows if r.head is None or not r.head.expired]
 
-    def lineage(self, session_id: str) -> Proc[list[LineageStep]]:
+    def lineage(self, session_id: str) -> Proc[list[results.LineageStep]]:
         """``session_id`` and its ancestors."""
         return lineage(self.layout, validate_session_id(session_id))
 
@@ -216,11 +201,11 @@ class LogCore:
         """Sessions forked from ``session_id``."""
         return children(self.layout, validate_session_id(session_id))
 
-    def child_heads(self, session_id: str) -> Proc[list[HeadRow]]:
+    def child_heads(self, session_id: str) -> Proc[list[results.HeadRow]]:
         """Sessions forked from ``session_id``, with their heads (read once)."""
         return child_heads(self.layout, validate_session_id(session_id))
 
-    def delete_plan(self, session_id: str) -> Proc[DeletePlan]:
+    def delete_plan(self, session_id: str) -> Proc[results.DeletePlan]:
         """What deleting a session would remove now and leave for gc or expire (reads only)."""
         return plan_delete(self.layout, validate_session_id(session_id), self.config)
 
@@ -228,7 +213,7 @@ class LogCore:
         """Delete a session and everything under it (probed first)."""
         return self.writing(delete_session(self.layout, validate_session_id(session_id), self.config))
 
-    def gc(self, older_than_ms: int, dry_run: bool) -> Proc[GcReport]:
+    def gc(self, older_than_ms: int, dry_run: bool) -> Proc[results.GcReport]:
         """Collect unreferenced segments and dangling fork markers older than the grace period
         (probed first, unless a dry run, which deletes nothing)."""
         if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool) or older_than_ms < 0:
@@ -244,9 +229,9 @@ class LogCore:
         session_id: str,
         entries: Sequence[tuple[str, Any]],
         create_meta: Mapping[str, Any] | None,
-        after: CommitResult | None,
+        after: results.CommitResult | None,
         keys: Sequence[str | None] | None = None,
-    ) -> Proc[CommitResult]:
+    ) -> Proc[results.CommitResult]:
         """Validate ``(kind, data)`` pairs (and their append ``keys``, one per entry or
         None) and append them at the session's latest head."""
         sid = validate_session_id(session_id)
@@ -259,20 +244,20 @@ class LogCore:
         return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),
                                                    create_meta=meta, hint=hint))
 
-    def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[SessionView | None]:
+    def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[results.SessionView | None]:
         """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
         head, etag = yield from read_head(self.layout, validate_session_id(session_id))
-        if head_outside(head, since, until):
+        if results.head_outside(head, since, until):
             return None
         data: SessionData = yield from load_latest_from(self.layout, head, etag)
-        return SessionView(data.session, data.head, data.etag, data.entries)
+        return results.SessionView(data.session, data.head, data.etag, data.entries)
 
     def read_runs(
         self, session_id: str, since: int | None, until: int | None
-    ) -> Proc[tuple[Head, list[EntryRun]] | None]:
+    ) -> Proc[tuple[Head, list[results.EntryRun]] | None]:
         """:meth:`read_window` as the runs the chain is stored in (see :func:`load_runs_from_head`)."""
         head, etag = yield from read_head(self.layout, validate_session_id(session_id))
-        if head_outside(head, since, until):
+        if results.head_outside(head, since, until):
             return None
         return (yield from load_runs_from_head(self.layout, head, etag))
 
@@ -282,7 +267,7 @@ class LogCore:
         """The newest entries of a session, read backwards until ``enough(entries)``."""
         return load_suffix(self.layout, validate_session_id(session_id), enough)
 
-    def heads(self, session_ids: Sequence[str]) -> Proc[list[HeadRow]]:
+    def heads(self, session_ids: Sequence[str]) -> Proc[list[results.HeadRow]]:
         """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
         return list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
 
@@ -309,19 +294,19 @@ class LogCore:
 
     def session_page(
         self, want: int, labels: Mapping[str, str] | None, after: str | None, batch: int
-    ) -> Proc[tuple[list[SessionInfo], str | None]]:
+    ) -> Proc[tuple[list[results.SessionInfo], str | None]]:
         """Up to ``want`` sessions before ``after``, newest first (:func:`s3log._protocol.listing.session_page`)."""
         rows, cursor = yield from listing.session_page(
             self.layout, want, labels=labels, after=after, now=self.config.env.now_ms(), batch=batch)
-        return [SessionInfo.from_row(r) for r in rows], cursor
+        return [results.SessionInfo.from_row(r) for r in rows], cursor
 
     def expire(
         self,
         idle_for: object,
         labels: object,
         dry_run: bool,
-        progress: Callable[[ExpireProgress], None] | None,
-    ) -> Proc[ExpireReport]:
+        progress: Callable[[results.ExpireProgress], None] | None,
+    ) -> Proc[results.ExpireReport]:
         """Delete sessions idle for ``idle_for`` (:func:`s3log._protocol.retention.expire`); arguments
         checked first, then the store probed (unless a dry run, which deletes nothing)."""
         ms = retention.idle_ms(idle_for)
@@ -336,7 +321,7 @@ class LogCore:
         return self.writing(compact_session(self.layout, self.config, validate_session_id(session_id),
                                                      select))
 
-    def active_sessions(self, since: object) -> Proc[ActiveSessions]:
+    def active_sessions(self, since: object) -> Proc[results.ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log._protocol.retention.active_sessions`)."""
         return retention.active_sessions(self.layout, retention.since_ms(since, self.config.env.now_ms()))
 

@@ -117,16 +117,6 @@ class CommitQueue(Generic[S]):
         self._began: Head | None = ws.head if self._fork_keys is None else None
 
     @property
-    def session_id(self) -> str:
-        """The session this writer appends to (changes when it forks)."""
-        return self.ws.session
-
-    @property
-    def state(self) -> S:
-        """The reducer state of the committed chain."""
-        return self.ws.state
-
-    @property
     def pending_count(self) -> int:
         """Entries appended but not yet committed."""
         with self._lock:
@@ -309,9 +299,9 @@ class CommitQueue(Generic[S]):
     def hold_lease(self, owner: str, ttl_ms: int) -> None:
         """Record a lease for ``owner`` lasting ``ttl_ms`` with every commit from now on."""
         if not isinstance(owner, str) or not owner:
-            raise InvalidArgumentError("owner", f"must be a non-empty string, not {owner!r}", session=self.session_id)
+            raise InvalidArgumentError("owner", f"must be a non-empty string, not {owner!r}", session=self.ws.session)
         if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0:
-            raise InvalidArgumentError("ttl_ms", f"must be a positive integer, not {ttl_ms!r}", session=self.session_id)
+            raise InvalidArgumentError("ttl_ms", f"must be a positive integer, not {ttl_ms!r}", session=self.ws.session)
         self.lease = LeasePlan(owner, ttl_ms)
 
     def release_lease(self) -> None:

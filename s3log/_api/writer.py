@@ -7,6 +7,7 @@ from typing import Generic
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._format.values import Head
 from s3log.config import OnConflict
+from s3log.errors import InvalidArgumentError
 from s3log.reducer import S
 from s3log.results import ForkInfo
 
@@ -22,7 +23,7 @@ class WriterVerbs(Generic[S]):
     @property
     def session_id(self) -> str:
         """The session this writer appends to now (changes when it forks)."""
-        return self._core.session_id
+        return self._core.ws.session
 
     @property
     def head(self) -> Head:
@@ -32,7 +33,7 @@ class WriterVerbs(Generic[S]):
     @property
     def state(self) -> S:
         """The reducer state of the committed chain."""
-        return self._core.state
+        return self._core.ws.state
 
     @property
     def forks(self) -> list[ForkInfo]:
@@ -52,7 +53,8 @@ class WriterVerbs(Generic[S]):
     @on_conflict.setter
     def on_conflict(self, value: OnConflict) -> None:
         if value not in ("fork", "raise"):
-            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {value!r}")
+            raise InvalidArgumentError("on_conflict", f"must be 'fork' or 'raise', not {value!r}",
+                                       session=self._core.ws.session)
         self._core.on_conflict = value
 
     def hold_lease(self, owner: str, ttl_ms: int) -> None:
