@@ -15,6 +15,7 @@ from s3log._api.core import LogCore, LogVerbs
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import AsyncDriver
+from s3log._format.ids import validate_session_id
 from s3log._format.values import Entry, Head
 from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
@@ -262,6 +263,10 @@ class AsyncLog(LogVerbs):
         self._driver = AsyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
+        enc = self._core.config.encryption
+        # The key objects' store (decision 0049): the log's own unless one is given.
+        self._key_driver = self._driver if enc is None or enc.key_store is None else AsyncDriver(
+            enc.key_store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env)
         self._close_hooks: list[Callable[[], Awaitable[None] | None]] = []
 
 
@@ -281,6 +286,8 @@ class AsyncLog(LogVerbs):
             except Exception as exc:  # every hook must get its chance
                 first = first or exc
         self._driver.close()
+        if self._key_driver is not self._driver:
+            self._key_driver.close()
         closer = getattr(self.store, "aclose", None)
         if closer is not None:
             await closer()
@@ -309,9 +316,12 @@ class AsyncLog(LogVerbs):
     ) -> AsyncWriter[S]:
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
+        ring = self._core.keyring
+        # The data key is stored (or a racing writer's adopted) before anything is sealed.
+        key = None if ring is None else await self._key_driver.run(ring.current(ws.session))
         if not lazy:
             ws = await self._run(self._core.create(ws))
-        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     async def open(
         self,
@@ -322,17 +332,39 @@ class AsyncLog(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> AsyncWriter[S]:
         """Continue a stored session: read, verify and replay it."""
-        ws = await self._run(self._core.open(session_id, reducer))
-        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        ring = self._core.keyring
+        if ring is None:
+            ws = await self._run(self._core.open(session_id, reducer))
+            return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        data = await self._run(self._core.load_sealed(session_id))
+        await self._key_driver.run(ring.fetch(data.entries, data.session))
+        key = await self._key_driver.run(ring.current(data.session))
+        ws = self._core.replay(data, reducer, key)
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     async def read(self, session_id: str) -> SessionView:
-        """Read and verify a session."""
+        """Read and verify a session (decrypted, for a log with a key provider)."""
         if otel.TRACER is None or not otel.recording():
-            return await self._run(self._core.read(session_id))
+            return await self._opened(await self._run(self._core.read(session_id)))
         with otel.verb_span("read", self._store_id(), session_id) as span:
-            view = await self._run(self._core.read(session_id))
+            view = await self._opened(await self._run(self._core.read(session_id)))
             span.set_attribute("gen_ai.memory.record.count", len(view.entries))
             return view
+
+    async def _opened(self, view: SessionView) -> SessionView:
+        ring = self._core.keyring
+        if ring is not None:
+            await self._key_driver.run(ring.fetch(view.entries, view.session_id))
+        return self._core.opened(view)
+
+    async def rotate_key(self, session_id: str) -> str:
+        """Start a new data key for a session; return its ref (see :meth:`s3log.Log.rotate_key`)."""
+        return (await self._key_driver.run(self._core.ring("rotate_key").rotate(
+            validate_session_id(session_id)))).ref
+
+    async def shred(self, session_id: str) -> list[str]:
+        """Destroy every data key of a session (see :meth:`s3log.Log.shred`); return their refs."""
+        return await self._key_driver.run(self._core.ring("shred").shred(validate_session_id(session_id)))
 
     def _store_id(self) -> str:
         return otel.store_id(self.store, self._core.layout.prefix)

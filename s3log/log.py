@@ -12,6 +12,7 @@ from s3log._api.core import LogCore, LogVerbs
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
+from s3log._format.ids import validate_session_id
 from s3log._format.values import Entry, Head
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
@@ -189,6 +190,10 @@ class Log(LogVerbs):
         self._driver = SyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
+        enc = self._core.config.encryption
+        # The key objects' store (decision 0049): the log's own unless one is given.
+        self._key_driver = self._driver if enc is None or enc.key_store is None else SyncDriver(
+            enc.key_store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env)
         self._close_hooks: list[Callable[[], None]] = []
 
 
@@ -219,6 +224,8 @@ class Log(LogVerbs):
             except Exception as exc:  # every hook must get its chance
                 first = first or exc
         self._driver.close()
+        if self._key_driver is not self._driver:
+            self._key_driver.close()
         if first is not None:
             raise first
 
@@ -244,9 +251,12 @@ class Log(LogVerbs):
         ``lazy``: then nothing is stored until the first commit.
         """
         ws = self._core.new_session(session_id, meta, reducer)
+        ring = self._core.keyring
+        # The data key is stored (or a racing writer's adopted) before anything is sealed.
+        key = None if ring is None else self._key_driver.run(ring.current(ws.session))
         if not lazy:
             ws = self._run(self._core.create(ws))
-        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     def open(
         self,
@@ -257,17 +267,44 @@ class Log(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> Writer[S]:
         """Continue a stored session: read, verify and replay it."""
-        ws = self._run(self._core.open(session_id, reducer))
-        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        ring = self._core.keyring
+        if ring is None:
+            ws = self._run(self._core.open(session_id, reducer))
+            return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        data = self._run(self._core.load_sealed(session_id))
+        self._key_driver.run(ring.fetch(data.entries, data.session))
+        key = self._key_driver.run(ring.current(data.session))
+        ws = self._core.replay(data, reducer, key)
+        return Writer(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     def read(self, session_id: str) -> SessionView:
-        """Read and verify a session."""
+        """Read and verify a session (decrypted, for a log with a key provider)."""
         if otel.TRACER is None or not otel.recording():
-            return self._run(self._core.read(session_id))
+            return self._opened(self._run(self._core.read(session_id)))
         with otel.verb_span("read", self._store_id(), session_id) as span:
-            view = self._run(self._core.read(session_id))
+            view = self._opened(self._run(self._core.read(session_id)))
             span.set_attribute("gen_ai.memory.record.count", len(view.entries))
             return view
+
+    def _opened(self, view: SessionView) -> SessionView:
+        ring = self._core.keyring
+        if ring is not None:
+            self._key_driver.run(ring.fetch(view.entries, view.session_id))
+        return self._core.opened(view)
+
+    def rotate_key(self, session_id: str) -> str:
+        """Start a new data key for a session; return its ref. Writers created or opened
+        after this seal with it; entries sealed before stay readable with theirs."""
+        return self._key_driver.run(self._core.ring("rotate_key").rotate(validate_session_id(session_id))).ref
+
+    def shred(self, session_id: str) -> list[str]:
+        """Destroy every data key of a session (crypto-shredding); return their refs.
+
+        Its data becomes unreadable to everyone (reads raise SessionShredded) while its
+        chain, signatures and listings still verify. Irreversible. A fork's entries sealed
+        under this session's key are shredded with it; shred each fork for its own.
+        """
+        return self._key_driver.run(self._core.ring("shred").shred(validate_session_id(session_id)))
 
     def head(self, session_id: str) -> Head:
         """A session's head (one GET, not verified against the chain)."""

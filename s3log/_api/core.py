@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from s3log._api.keyring import Keyring, refuse_sealed
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -38,6 +39,7 @@ from s3log._protocol.state import (
     writer_state_from,
 )
 from s3log.config import LogConfig, OnConflict, Selector
+from s3log.encryption.envelope import DataKey
 from s3log.errors import InvalidArgumentError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.results import (
@@ -87,6 +89,9 @@ class LogCore:
                                        f"LogConfig(log_id=...)")
         self.layout = Layout(layout.prefix, verifier=self.config.verifier, log_id=log_id)
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
+        enc = self.config.encryption
+        #: The data keys of an encrypting log (decision 0049); None: data is stored as given.
+        self.keyring = Keyring(enc, layout.prefix) if enc is not None else None
         self.store = store
         # Stores that are known to honour conditional writes (the in-memory ones say so)
         # are never probed; the others once per store object and process.
@@ -125,9 +130,15 @@ class LogCore:
         reducer: Reducer[S] | None,
         on_conflict: OnConflict,
         on_fork: ForkListener | None,
+        key: DataKey | None = None,
     ) -> CommitQueue[S]:
-        """The commit queue of a writer starting at ``ws``."""
-        return CommitQueue(self.layout, self.config, ws, reducer or self.reducer, on_conflict, on_fork)
+        """The commit queue of a writer starting at ``ws`` (sealing with ``key`` if given)."""
+        red = reducer or self.reducer
+        if key is not None and self.keyring is not None:
+            red = self.keyring.reducer(red, key, ws.session)
+        queue = CommitQueue(self.layout, self.config, ws, red, on_conflict, on_fork)
+        queue.sealer = key
+        return queue
 
     def new_session(
         self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[S] | None
@@ -146,12 +157,41 @@ class LogCore:
         """Load and verify a session, and replay it into a chain position."""
         data: SessionData = yield from load(self.layout, validate_session_id(session_id),
                                                      confirm_pending=True)
+        if self.keyring is None:
+            refuse_sealed(data.entries, data.session)
         return writer_state_from(data, reducer or self.reducer, self.config)
 
+    def load_sealed(self, session_id: str) -> Proc[SessionData]:
+        """Load and verify an encrypted session for a writer (:meth:`open` with the keys
+        fetched between the load and the replay: :meth:`replay`)."""
+        data: SessionData = yield from load(self.layout, validate_session_id(session_id), confirm_pending=True)
+        return data
+
+    def replay(self, data: SessionData, reducer: Reducer[S] | None, key: DataKey) -> ChainPosition[S]:
+        """The chain position of an encrypted session loaded by :meth:`load_sealed`."""
+        assert self.keyring is not None
+        return writer_state_from(data, self.keyring.reducer(reducer or self.reducer, key, data.session),
+                                 self.config)
+
     def read(self, session_id: str) -> Proc[SessionView]:
-        """Load and verify a session."""
+        """Load and verify a session (its data as stored: :meth:`opened` decrypts it)."""
         data: SessionData = yield from load(self.layout, validate_session_id(session_id))
+        if self.keyring is None:
+            refuse_sealed(data.entries, data.session)
         return SessionView(data.session, data.head, data.etag, data.entries)
+
+    def ring(self, verb: str) -> Keyring:
+        """This log's keyring; InvalidArgumentError naming ``verb`` if it does not encrypt."""
+        if self.keyring is None:
+            raise InvalidArgumentError("config", f"{verb} needs LogConfig(encryption=Encryption(provider))")
+        return self.keyring
+
+    def opened(self, view: SessionView) -> SessionView:
+        """``view`` with its entries decrypted (their keys fetched: Keyring.fetch)."""
+        if self.keyring is None:
+            return view
+        return SessionView(view.session_id, view.head, view.etag,
+                           self.keyring.open_entries(view.entries, view.session_id))
 
     def verify(self, session_id: str) -> Proc[VerifyReport]:
         """Load and verify a session; report what was checked."""

@@ -9,6 +9,7 @@ log's: the two change for different reasons.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,7 +31,8 @@ from s3log._protocol.state import (
     LeasePlan,
 )
 from s3log.config import LogConfig, OnConflict
-from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError
+from s3log.encryption.envelope import ENVELOPE_TAG, NONCE_LEN, DataKey, is_envelope
+from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, InvalidEntryError
 from s3log.reducer import Reducer, S
 from s3log.results import (
     AckedEntry,
@@ -115,6 +117,8 @@ class CommitQueue(Generic[S]):
         self._fork_keys: dict[str, tuple[AppendKey, Head]] | None = \
             None if ws.etag is not None and ws.head.version > 1 else {}
         self._began: Head | None = ws.head if self._fork_keys is None else None
+        #: The data key this writer seals entries with (decision 0049); None: plain data.
+        self.sealer: DataKey | None = None
 
     @property
     def session_id(self) -> str:
@@ -151,10 +155,17 @@ class CommitQueue(Generic[S]):
         else:
             check_ts(kind, ts, session=self.ws.session)
         value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
+        if is_envelope(value):
+            raise InvalidEntryError(kind, f"data may not be a CBOR tag {ENVELOPE_TAG} (an encrypted entry's "
+                                    "envelope)", session=self.ws.session)
         digest = b""
+        sealer = self.sealer
         if key is not None:
             check_append_key(key, self.ws.session)
-            digest = append_digest(kind, encoded)
+            digest = append_digest(kind, encoded) if sealer is None else sealer.digest(kind, encoded)
+        if sealer is not None:
+            value = sealer.seal(kind, encoded, os.urandom(NONCE_LEN))
+            encoded = dumps(value)
         entry = PendingEntry(kind, ts, value, encoded, key, digest)
         with self._lock:
             if key is not None:

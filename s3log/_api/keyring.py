@@ -1,0 +1,196 @@
+"""A log's data keys: created, adopted, fetched, rotated and shredded; and what turns
+stored envelopes back into data.
+
+:class:`Keyring` holds the data keys this log has unwrapped and hands out procedures
+over the key store (``{prefix}/keys/{session}/{n:06d}``): :meth:`Keyring.current`
+finds or creates a session's newest data key (a create-only PUT; a writer that loses
+the race adopts the winner's key, so no entry is ever sealed under a key that was not
+stored first), :meth:`Keyring.fetch` unwraps the keys a list of entries names. The key
+provider is called through the ``Wrap`` and ``Unwrap`` ops, which the drivers perform.
+Its own room: the API layer's side of encryption (decision 0049).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, TypeVar
+
+from s3log._format.cbor import dumps
+from s3log._format.values import FORK_KIND, Entry, new_entry
+from s3log._protocol import ops
+from s3log._protocol.listing import list_all
+from s3log.encryption import Encryption
+from s3log.encryption.envelope import DataKey, envelope_parts, is_envelope, key_object, key_ref, parse_key_object
+from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionShredded
+from s3log.reducer import Reducer
+
+S = TypeVar("S")
+
+
+class Keyring:
+    """The data keys of one log, unwrapped as they are needed (thread-safe)."""
+
+    def __init__(self, encryption: Encryption, prefix: str) -> None:
+        self.encryption = encryption
+        self.provider = encryption.provider
+        self.base = f"{prefix}/keys/" if prefix else "keys/"
+        self._keys: dict[str, DataKey] = {}
+        self._lock = threading.Lock()
+
+    def object_key(self, ref: str) -> str:
+        """Where the key object of data key ``ref`` is stored."""
+        return self.base + ref
+
+    def current(self, session: str) -> ops.Proc[DataKey]:
+        """The newest data key of ``session``, created (the first) if it has none."""
+        refs = yield from self.refs_of(session)
+        if refs:
+            yield from self.fetch_refs([refs[-1]], session)
+            return self._keys[refs[-1]]
+        return (yield from self.create(session, 1))
+
+    def rotate(self, session: str) -> ops.Proc[DataKey]:
+        """A new data key for ``session``, after its newest (writers opened later use it)."""
+        refs = yield from self.refs_of(session)
+        return (yield from self.create(session, int(refs[-1].rsplit("/", 1)[1]) + 1 if refs else 1))
+
+    def create(self, session: str, n: int) -> ops.Proc[DataKey]:
+        """Store data key ``n`` of ``session`` (If-None-Match), or adopt the one a racing
+        writer stored first. The key is durable before anything is sealed with it."""
+        ref = key_ref(session, n)
+        fresh = os.urandom(32)
+        try:
+            kek, wrapped = yield ops.Wrap(self.provider, ref, fresh)
+        except EncryptionError as exc:
+            raise EncryptionError(session, str(exc), key_ref=ref) from None
+        try:
+            yield from ops.put_if_absent(self.object_key(ref), key_object(ref, kek, wrapped))
+        except PreconditionFailed:
+            yield from self.fetch_refs([ref], session)  # the winner's key: adopt it
+            return self._keys[ref]
+        key = DataKey(ref, fresh)
+        with self._lock:
+            self._keys[ref] = key
+        return key
+
+    def refs_of(self, session: str) -> ops.Proc[list[str]]:
+        """The refs of ``session``'s stored data keys, oldest first."""
+        objects, _ = yield from list_all(self.base + session + "/")
+        return sorted(o.key[len(self.base):] for o in objects)
+
+    def fetch_refs(self, refs: Iterable[str], session: str) -> ops.Proc[None]:
+        """Unwrap every key of ``refs`` not held yet. SessionShredded if one is gone."""
+        for ref in refs:
+            if ref in self._keys:
+                continue
+            where = self.object_key(ref)
+            try:
+                blob = yield from ops.get(where)
+            except ObjectNotFound:
+                raise SessionShredded(session, ref) from None
+            kek, wrapped = parse_key_object(blob.body, where)
+            try:
+                raw = yield ops.Unwrap(self.provider, ref, kek, wrapped)
+            except EncryptionError as exc:
+                raise EncryptionError(session, str(exc), key_ref=ref) from None
+            with self._lock:
+                self._keys[ref] = DataKey(ref, bytes(raw))
+
+    def fetch(self, entries: Iterable[Entry], session: str) -> ops.Proc[None]:
+        """Unwrap the keys ``entries`` are sealed with (a fork's seed included)."""
+        yield from self.fetch_refs(sorted(refs_in(entries) - self._keys.keys()), session)
+
+    def shred(self, session: str) -> ops.Proc[list[str]]:
+        """Delete every data key of ``session``; return their refs."""
+        refs = yield from self.refs_of(session)
+        for ref in refs:
+            yield from ops.delete(self.object_key(ref))
+        with self._lock:
+            for ref in refs:
+                self._keys.pop(ref, None)
+        return refs
+
+    def open_data(self, kind: str, data: Any, session: str) -> Any:
+        """``data`` with its envelope opened (held keys only), or as it is if not sealed."""
+        parts = envelope_parts(data)
+        if parts is None:
+            return data
+        ref, nonce, ct = parts
+        key = self._keys.get(ref)
+        if key is None:
+            raise SessionShredded(session, ref)
+        return key.open(kind, nonce, ct, session)
+
+    def open_entries(self, entries: Sequence[Entry], session: str) -> list[Entry]:
+        """``entries`` with their data decrypted (hash and stored record unchanged)."""
+        out: list[Entry] = []
+        for e in entries:
+            data = self._open_entry_data(e, session)
+            out.append(e if data is e.data else new_entry(e.seq, e.prev, e.kind, e.ts, data, e.hash, e.raw))
+        return out
+
+    def _open_entry_data(self, e: Entry, session: str) -> Any:
+        if e.seq == 0 and e.kind == FORK_KIND and isinstance(e.data, dict) and is_envelope(e.data.get("seed")):
+            return {**e.data, "seed": self.open_data(FORK_KIND, e.data["seed"], session)}
+        return self.open_data(e.kind, e.data, session)
+
+    def reducer(self, inner: Reducer[S], key: DataKey, session: str) -> SealingReducer[S]:
+        """``inner`` folding decrypted entries, its fork seeds sealed under ``key``."""
+        return SealingReducer(inner, self, key, session)
+
+
+def refs_in(entries: Iterable[Entry]) -> set[str]:
+    """The data keys ``entries`` are sealed with (a fork entry's sealed seed included)."""
+    refs: set[str] = set()
+    for e in entries:
+        data = e.data
+        if e.seq == 0 and e.kind == FORK_KIND and isinstance(data, dict):
+            data = data.get("seed")
+        parts = envelope_parts(data)
+        if parts is not None:
+            refs.add(parts[0])
+    return refs
+
+
+def refuse_sealed(entries: Iterable[Entry], session: str) -> None:
+    """EncryptionError if any of ``entries`` is sealed: this log has no key provider."""
+    if refs_in(entries):
+        raise EncryptionError(session, "the session is encrypted and this log has no key provider: "
+                              "pass LogConfig(encryption=Encryption(provider))")
+
+
+class SealingReducer(Generic[S]):
+    """A reducer over plaintext: it opens each entry before ``inner`` folds it, and
+    seals the seed a fork of its state carries (the seed is the state: plaintext)."""
+
+    def __init__(self, inner: Reducer[S], keyring: Keyring, key: DataKey, session: str) -> None:
+        self.inner = inner
+        self.keyring = keyring
+        self.key = key
+        self.session = session
+
+    def initial(self) -> S:
+        """The inner reducer's initial state."""
+        return self.inner.initial()
+
+    def apply(self, state: S, entry: Entry) -> S:
+        """Fold ``entry``, its data decrypted."""
+        data = self.keyring.open_data(entry.kind, entry.data, self.session)
+        if data is not entry.data:
+            entry = new_entry(entry.seq, entry.prev, entry.kind, entry.ts, data, entry.hash, entry.raw)
+        return self.inner.apply(state, entry)
+
+    def to_seed(self, state: S) -> Any:
+        """The inner seed, sealed."""
+        seed = self.inner.to_seed(state)
+        return None if seed is None else self.key.seal(FORK_KIND, dumps(seed), os.urandom(12))
+
+    def from_seed(self, seed: Any) -> S:
+        """The inner state of a (sealed or plain) seed."""
+        return self.inner.from_seed(self.keyring.open_data(FORK_KIND, seed, self.session))
+
+    def __getattr__(self, name: str) -> Any:
+        # Optional hooks of the inner reducer (fork_meta...) pass through.
+        return getattr(self.inner, name)
