@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from s3log import otel
 from s3log._api.core import LogCore, LogVerbs
+from s3log._api.keyring import SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
@@ -292,6 +293,15 @@ class Log(LogVerbs):
             self._key_driver.run(ring.fetch(view.entries, view.session_id))
         return self._core.opened(view)
 
+    def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> Reducer[Any]:
+        """``reducer`` over the decrypted entries of an encrypted ``session_id``, sealing
+        the seed of a fork of it (its keys fetched first: a reducer does no I/O)."""
+        ring = self._core.ring("fork")
+        view = self._run(self._core.read(session_id))
+        self._key_driver.run(ring.fetch(view.entries, view.session_id))
+        key = self._key_driver.run(ring.current(view.session_id))
+        return ring.reducer(reducer or self._core.reducer, key, view.session_id)
+
     def rotate_key(self, session_id: str) -> str:
         """Start a new data key for a session; return its ref. Writers created or opened
         after this seal with it; entries sealed before stay readable with theirs."""
@@ -329,14 +339,17 @@ class Log(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return self._run(self._core.append_latest(session_id, entries, create_meta, after, keys))
+        ring = self._core.keyring
+        key = None if ring is None else self._key_driver.run(ring.current(validate_session_id(session_id)))
+        return self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
 
     def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
     ) -> SessionView | None:
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
-        return self._run(self._core.read_window(session_id, since, until))
+        view = self._run(self._core.read_window(session_id, since, until))
+        return None if view is None else self._opened(view)
 
     def read_runs(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -347,7 +360,12 @@ class Log(LogVerbs):
         (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
-        return self._run(self._core.read_runs(session_id, since, until))
+        got = self._run(self._core.read_runs(session_id, since, until))
+        ring = self._core.keyring
+        if got is None or ring is None:
+            return got
+        self._key_driver.run(ring.fetch_runs(got[1], session_id))
+        return got[0], ring.open_runs(got[1], session_id)
 
     def compact(self, session_id: str, select: Selector) -> bool:
         """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
@@ -363,7 +381,15 @@ class Log(LogVerbs):
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> tuple[Head, list[Entry]]:
         """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
-        return self._run(self._core.read_suffix(session_id, enough))
+        ring = self._core.keyring
+        if ring is None:
+            return self._run(self._core.read_suffix(session_id, enough))
+        while True:  # again once per key first met (SuffixProbe)
+            probe = SuffixProbe(ring, session_id, enough)
+            head, entries = self._run(self._core.read_suffix(session_id, probe))
+            if not probe.missing:
+                return head, ring.open_entries(entries, session_id)
+            self._key_driver.run(ring.fetch_refs(sorted(probe.missing), session_id))
 
     def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
         """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
@@ -388,6 +414,8 @@ class Log(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
+        if self._core.keyring is not None:
+            reducer = self._sealing(session_id, reducer)
         if otel.TRACER is None or not otel.recording():
             return self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:

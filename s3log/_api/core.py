@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from s3log._api.keyring import Keyring, refuse_sealed
+from s3log._api.keyring import Keyring, refuse_sealed, seal_pending
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -39,8 +39,8 @@ from s3log._protocol.state import (
     writer_state_from,
 )
 from s3log.config import LogConfig, OnConflict, Selector
-from s3log.encryption.envelope import DataKey
-from s3log.errors import InvalidArgumentError, PreconditionsIgnoredError
+from s3log.encryption.envelope import ENVELOPE_TAG, DataKey, is_envelope
+from s3log.errors import InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.results import (
     ActiveSessions,
@@ -266,14 +266,20 @@ class LogCore:
         create_meta: Mapping[str, Any] | None,
         after: CommitResult | None,
         keys: Sequence[str | None] | None = None,
+        key: DataKey | None = None,
     ) -> Proc[CommitResult]:
         """Validate ``(kind, data)`` pairs (and their append ``keys``, one per entry or
-        None) and append them at the session's latest head."""
+        None) and append them at the session's latest head (sealed under ``key`` if given)."""
         sid = validate_session_id(session_id)
         now = self.config.env.now_ms()
         pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        if any(is_envelope(p.data) for p in pending):
+            raise InvalidEntryError("", "data may not be an encrypted entry's envelope (a CBOR tag "
+                                    f"{ENVELOPE_TAG})", session=sid)
         if keys is not None:
             pending = _keyed(sid, entries, pending, keys)
+        if key is not None:
+            pending = seal_pending(pending, key)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
         return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),

@@ -14,17 +14,29 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from s3log._format.cbor import dumps
+from s3log._format.chain import PendingEntry
+from s3log._format.columns import RunColumns
 from s3log._format.values import FORK_KIND, Entry, new_entry
 from s3log._protocol import ops
 from s3log._protocol.listing import list_all
 from s3log.encryption import Encryption
-from s3log.encryption.envelope import DataKey, envelope_parts, is_envelope, key_object, key_ref, parse_key_object
+from s3log.encryption.envelope import (
+    NONCE_LEN,
+    DataKey,
+    envelope_parts,
+    is_envelope,
+    key_object,
+    key_ref,
+    parse_key_object,
+)
 from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionShredded
 from s3log.reducer import Reducer
+from s3log.results import EntryRun
 
 S = TypeVar("S")
 
@@ -37,6 +49,9 @@ class Keyring:
         self.provider = encryption.provider
         self.base = f"{prefix}/keys/" if prefix else "keys/"
         self._keys: dict[str, DataKey] = {}
+        # Each session's newest key this log knows (sealing with an older one is safe:
+        # it is stored, so what it seals stays readable); dropped by shred and rotate.
+        self._current: dict[str, DataKey] = {}
         self._lock = threading.Lock()
 
     def object_key(self, ref: str) -> str:
@@ -45,16 +60,26 @@ class Keyring:
 
     def current(self, session: str) -> ops.Proc[DataKey]:
         """The newest data key of ``session``, created (the first) if it has none."""
+        known = self._current.get(session)
+        if known is not None:
+            return known
         refs = yield from self.refs_of(session)
         if refs:
             yield from self.fetch_refs([refs[-1]], session)
-            return self._keys[refs[-1]]
-        return (yield from self.create(session, 1))
+            key = self._keys[refs[-1]]
+        else:
+            key = yield from self.create(session, 1)
+        with self._lock:
+            self._current[session] = key
+        return key
 
     def rotate(self, session: str) -> ops.Proc[DataKey]:
         """A new data key for ``session``, after its newest (writers opened later use it)."""
         refs = yield from self.refs_of(session)
-        return (yield from self.create(session, int(refs[-1].rsplit("/", 1)[1]) + 1 if refs else 1))
+        key = yield from self.create(session, int(refs[-1].rsplit("/", 1)[1]) + 1 if refs else 1)
+        with self._lock:
+            self._current[session] = key
+        return key
 
     def create(self, session: str, n: int) -> ops.Proc[DataKey]:
         """Store data key ``n`` of ``session`` (If-None-Match), or adopt the one a racing
@@ -110,6 +135,7 @@ class Keyring:
         with self._lock:
             for ref in refs:
                 self._keys.pop(ref, None)
+            self._current.pop(session, None)
         return refs
 
     def open_data(self, kind: str, data: Any, session: str) -> Any:
@@ -124,12 +150,35 @@ class Keyring:
         return key.open(kind, nonce, ct, session)
 
     def open_entries(self, entries: Sequence[Entry], session: str) -> list[Entry]:
-        """``entries`` with their data decrypted (hash and stored record unchanged)."""
+        """``entries`` with their data decrypted. The hash stays the stored one (over the
+        sealed record); the record is dropped, so the data's bytes are the plaintext's."""
         out: list[Entry] = []
         for e in entries:
             data = self._open_entry_data(e, session)
-            out.append(e if data is e.data else new_entry(e.seq, e.prev, e.kind, e.ts, data, e.hash, e.raw))
+            out.append(e if data is e.data else new_entry(e.seq, e.prev, e.kind, e.ts, data, e.hash, b""))
         return out
+
+    def open_runs(self, runs: Sequence[EntryRun], session: str) -> list[EntryRun]:
+        """Bulk readers' runs (:meth:`s3log.Log.read_runs`) with their data decrypted."""
+        out: list[EntryRun] = []
+        for run in runs:
+            if not isinstance(run, RunColumns):
+                out.append(tuple(self.open_entries(run, session)))
+                continue
+            values = [self.open_data(k, v, session) for k, v in zip(run.kinds, run.values, strict=True)]
+            data = [d if v is w else dumps(w) for d, v, w in zip(run.data, run.values, values, strict=True)]
+            out.append(replace(run, data=data, values=values))
+        return out
+
+    def fetch_runs(self, runs: Sequence[EntryRun], session: str) -> ops.Proc[None]:
+        """Unwrap the keys ``runs`` are sealed with."""
+        refs: set[str] = set()
+        for run in runs:
+            if isinstance(run, RunColumns):
+                refs.update(p[0] for p in map(envelope_parts, run.values) if p is not None)
+            else:
+                refs |= refs_in(run)
+        yield from self.fetch_refs(sorted(refs - self._keys.keys()), session)
 
     def _open_entry_data(self, e: Entry, session: str) -> Any:
         if e.seq == 0 and e.kind == FORK_KIND and isinstance(e.data, dict) and is_envelope(e.data.get("seed")):
@@ -139,6 +188,36 @@ class Keyring:
     def reducer(self, inner: Reducer[S], key: DataKey, session: str) -> SealingReducer[S]:
         """``inner`` folding decrypted entries, its fork seeds sealed under ``key``."""
         return SealingReducer(inner, self, key, session)
+
+
+class SuffixProbe:
+    """``enough`` of a suffix read, over decrypted entries. A reducer-like callback does
+    no I/O: an entry under a key not held yet stops the read (``missing``), and the
+    caller fetches the key and reads again."""
+
+    def __init__(self, ring: Keyring, session: str, enough: Callable[[Sequence[Entry]], bool]) -> None:
+        self.ring = ring
+        self.session = session
+        self.enough = enough
+        self.missing: set[str] = set()
+
+    def __call__(self, entries: Sequence[Entry]) -> bool:
+        missing = refs_in(entries) - self.ring._keys.keys()
+        if missing:
+            self.missing |= missing
+            return True
+        return self.enough(self.ring.open_entries(entries, self.session))
+
+
+def seal_pending(pending: Sequence[PendingEntry], key: DataKey) -> list[PendingEntry]:
+    """``pending`` sealed under ``key`` (their append keys' digests keyed too)."""
+    out: list[PendingEntry] = []
+    for p in pending:
+        encoded = p.data_cbor or dumps(p.data)
+        value = key.seal(p.kind, encoded, os.urandom(NONCE_LEN))
+        digest = key.digest(p.kind, encoded) if p.key is not None else p.digest
+        out.append(PendingEntry(p.kind, p.ts, value, dumps(value), p.key, digest))
+    return out
 
 
 def refs_in(entries: Iterable[Entry]) -> set[str]:
@@ -179,13 +258,13 @@ class SealingReducer(Generic[S]):
         """Fold ``entry``, its data decrypted."""
         data = self.keyring.open_data(entry.kind, entry.data, self.session)
         if data is not entry.data:
-            entry = new_entry(entry.seq, entry.prev, entry.kind, entry.ts, data, entry.hash, entry.raw)
+            entry = new_entry(entry.seq, entry.prev, entry.kind, entry.ts, data, entry.hash, b"")
         return self.inner.apply(state, entry)
 
     def to_seed(self, state: S) -> Any:
         """The inner seed, sealed."""
         seed = self.inner.to_seed(state)
-        return None if seed is None else self.key.seal(FORK_KIND, dumps(seed), os.urandom(12))
+        return None if seed is None else self.key.seal(FORK_KIND, dumps(seed), os.urandom(NONCE_LEN))
 
     def from_seed(self, seed: Any) -> S:
         """The inner state of a (sealed or plain) seed."""
