@@ -18,6 +18,7 @@ from typing import Any
 import cbor2
 
 from s3log._format.cbor import dumps, loads
+from s3log._format.values import APPEND_DIGEST_LEN
 from s3log.errors import CorruptionError, EncryptionError
 
 #: The CBOR tag of an encrypted entry's data (first-come-first-served range, unassigned).
@@ -62,8 +63,9 @@ class DataKey:
 
     def digest(self, kind: str, encoded: bytes) -> bytes:
         """An idempotency key's digest of an append, keyed: the head stores it, and a
-        plain hash of low-entropy data would let a reader of the head guess it."""
-        return hmac.new(self.key, kind.encode("utf-8") + b"\x00" + encoded, hashlib.sha256).digest()
+        plain hash of low-entropy data would let a reader of the head guess it. As long as
+        :func:`~s3log._format.values.append_digest`'s, which heads hold."""
+        return hmac.new(self.key, dumps(kind) + encoded, hashlib.sha256).digest()[:APPEND_DIGEST_LEN]
 
 
 def _aad(ref: str, kind: str) -> bytes:

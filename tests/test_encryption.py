@@ -1,0 +1,307 @@
+"""Encrypted sessions (decision 0049): entry data sealed with a per-session data key,
+wrapped by a key provider; readers with the provider see plaintext, the chain verifies
+without it, and shredding the data key erases the data while the chain still verifies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import cbor2
+import pytest
+
+import s3log
+from s3log import Encryption, LocalKeyProvider
+from s3log.agent import AgentSession
+from s3log.encryption import ENVELOPE_TAG, KmsKeyProvider
+from s3log.errors import EncryptionError, InvalidEntryError, PreconditionFailed, SessionShredded
+from s3log.testing.plugin import LocalS3
+
+from .cli_env import invoke, log_of
+
+KEY = bytes(range(32))
+OTHER = bytes(range(1, 33))
+SECRET = "the patient's diagnosis"
+
+
+def _enc(key: bytes = KEY, kid: str = "k1") -> s3log.LogConfig:
+    return s3log.LogConfig(encryption=Encryption(LocalKeyProvider({kid: key})))
+
+
+def _stored_bytes(store: s3log.MemoryStore) -> bytes:
+    out = b""
+    token = None
+    while True:
+        page = store.list("", token=token)
+        out += b"".join(store.get(o.key).body for o in page.objects)
+        if page.next_token is None:
+            return out
+        token = page.next_token
+
+
+def _session(log: s3log.Log, n: int = 5, sid: str | None = None) -> str:
+    w = log.create(sid, meta={"user": "alice"})
+    for i in range(n):
+        w.append("msg", {"i": i, "text": f"{SECRET} {i}"})
+        if i % 2:
+            w.commit()
+    w.commit()
+    return w.session_id
+
+
+def test_round_trip_and_verify_without_the_key() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300, **_enc_kw()))
+    sid = _session(log, 12)
+    assert [e.data["i"] for e in log.read(sid).entries] == list(range(12))
+    w = log.open(sid)
+    assert [m["data"]["text"] for m in w.state] == [f"{SECRET} {i}" for i in range(12)]
+    w.append("msg", {"i": 12})
+    w.commit()
+    assert SECRET.encode() not in _stored_bytes(store)
+    # No key: the chain verifies, lists and collects; its data is refused, by name.
+    plain = s3log.Log(store)
+    assert plain.verify(sid).entries == 13
+    assert plain.list_session_ids() == [sid]
+    plain.gc(older_than_ms=0)
+    with pytest.raises(EncryptionError, match=sid):
+        plain.read(sid)
+    version = plain.head(sid).version
+    with pytest.raises(EncryptionError, match=sid):
+        plain.open(sid)
+    assert plain.head(sid).version == version
+    assert [e.data["i"] for e in log.read(sid).entries] == list(range(13))
+
+
+def _enc_kw() -> dict[str, Any]:
+    return {"encryption": Encryption(LocalKeyProvider({"k1": KEY}))}
+
+
+def test_every_read_verb_decrypts() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    sid = _session(log, 6)
+    view = log.read_window(sid, since=0)
+    assert view is not None and view.entries[0].data["text"] == f"{SECRET} 0"
+    _, runs = log.read_runs(sid) or (None, [])
+    values = [v for run in runs for v in (run.values if hasattr(run, "values") else [e.data for e in run])]
+    assert [v["i"] for v in values] == list(range(6))
+    _, suffix = log.read_suffix(sid, lambda es: len(es) >= 2)
+    assert [e.data["i"] for e in suffix][-2:] == [4, 5]
+    result = log.append_latest(sid, [("msg", {"i": 6, "text": SECRET})])
+    assert result.acked
+    assert log.read(sid).entries[-1].data == {"i": 6, "text": SECRET}
+    assert SECRET.encode() not in _stored_bytes(store)
+
+
+def test_async_log_round_trip_rotation_and_shred() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store, config=_enc())
+        w = await log.create()
+        w.append("msg", {"text": SECRET})
+        await w.commit()
+        sid = w.session_id
+        assert await log.rotate_key(sid) == f"{sid}/000002"
+        w = await log.open(sid)
+        w.append("msg", {"text": "after"})
+        await w.commit()
+        view = await log.read(sid)
+        assert [e.data["text"] for e in view.entries] == [SECRET, "after"]
+        assert [e.data.value[0] for e in (await s3log.AsyncLog(store, config=_enc())._run(
+            log._core.read(sid))).entries] == [f"{sid}/000001", f"{sid}/000002"]
+        assert await log.shred(sid) == [f"{sid}/000001", f"{sid}/000002"]
+        assert (await s3log.AsyncLog(store).verify(sid)).entries == 2
+        with pytest.raises(SessionShredded, match=sid):
+            await s3log.AsyncLog(store, config=_enc()).read(sid)
+        await log.aclose()
+
+    asyncio.run(main())
+
+
+def test_shredded_session_verifies_lists_and_reads_as_shredded() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    sid = _session(log)
+    keep = _session(log)
+    assert log.shred(sid) == [f"{sid}/000001"]
+    fresh = s3log.Log(store, config=_enc())
+    assert fresh.verify(sid).ok and s3log.Log(store).verify(sid).ok
+    assert set(fresh.list_session_ids()) == {sid, keep}
+    with pytest.raises(SessionShredded, match=sid):
+        fresh.read(sid)
+    with pytest.raises(SessionShredded, match=sid):
+        fresh.open(sid)
+    with pytest.raises(SessionShredded):
+        log.read(sid)  # the shredding log forgot the key too
+    assert fresh.read(keep).entries[0].data["i"] == 0
+
+
+class _RacingStore(s3log.MemoryStore):
+    """Runs ``before`` (once) just before the first create-only PUT of a key object."""
+
+    before: Any = None
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        hook, self.before = self.before, None
+        if hook is not None and "/keys/" in key:
+            hook()
+        return super().put_if_absent(key, body)
+
+
+def test_racing_writers_adopt_the_key_stored_first() -> None:
+    store = _RacingStore()
+    s3log.Log(store).create("s")  # a session from before encryption: no data key yet
+    a, b = s3log.Log(store, config=_enc()), s3log.Log(store, config=_enc())
+    won: list[Any] = []
+    store.before = lambda: won.append(b.open("s"))  # b stores its key between a's LIST and PUT
+    wa = a.open("s")
+    wb = won[0]
+    assert wa._core.sealer is not None and wb._core.sealer is not None
+    assert wa._core.sealer.key == wb._core.sealer.key  # a adopted b's key
+    wb.append("msg", {"by": "b"})
+    wb.commit()
+    wa.append("msg", {"by": "a"})
+    result = wa.commit()  # a lost the race for the head: its entry is in a fork
+    third = s3log.Log(store, config=_enc())
+    assert third.read("s").entries[0].data == {"by": "b"}
+    assert result.fork is not None and third.read(result.session_id).entries[-1].data == {"by": "a"}
+    assert store.list("s3log/keys/").objects[0].key == "s3log/keys/s/000001"
+    assert len(store.list("s3log/keys/").objects) == 1
+
+
+def test_a_failed_key_create_acknowledges_nothing() -> None:
+    class Failing(s3log.MemoryStore):
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            if "/keys/" in key:
+                raise PreconditionFailed(key)
+            return super().put_if_absent(key, body)
+
+    store = Failing()
+    with pytest.raises(s3log.S3LogError):
+        s3log.Log(store, config=_enc()).create("s")  # no key object to adopt: refused
+    assert s3log.Log(store).list_session_ids() == []
+
+
+def test_fork_of_an_encrypted_session() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    sid = _session(log, 4)
+    child = log.fork(sid, at_seq=2)
+    seed = log.read(child).entries[0].data["seed"]
+    assert [m["data"]["i"] for m in seed] == [0, 1, 2]
+    raw = s3log.Log(store, config=_enc())._run(log._core.read(child)).entries[0].data["seed"]
+    assert isinstance(raw, cbor2.CBORTag) and raw.tag == ENVELOPE_TAG  # the seed is sealed too
+    w = log.open(child)
+    assert [m["data"]["i"] for m in w.state] == [0, 1, 2]
+    w.append("child", {"text": SECRET})
+    w.commit()
+    assert log.read(child).entries[-1].data == {"text": SECRET}
+    assert SECRET.encode() not in _stored_bytes(store)
+    assert s3log.Log(store).verify(child).ok
+    # Shredding the parent erases what the fork inherited from it.
+    log.shred(sid)
+    with pytest.raises(SessionShredded, match=sid):
+        s3log.Log(store, config=_enc()).read(child)
+
+
+def test_wrong_key_is_refused_naming_the_session_before_anything_is_written() -> None:
+    store = s3log.MemoryStore()
+    sid = _session(s3log.Log(store, config=_enc()))
+    wrong = s3log.Log(store, config=_enc(OTHER))
+    with pytest.raises(EncryptionError, match=f"session {sid}.*wrong key"):
+        wrong.read(sid)
+    version = s3log.Log(store).head(sid).version
+    with pytest.raises(EncryptionError, match=sid):
+        wrong.open(sid)
+    with pytest.raises(EncryptionError, match=sid):
+        wrong.append_latest(sid, [("msg", {"x": 1})])
+    assert s3log.Log(store).head(sid).version == version
+    with pytest.raises(EncryptionError, match="not held"):
+        s3log.Log(store, config=_enc(KEY, "other-id")).read(sid)
+
+
+def test_wrapping_key_rotation_keeps_old_sessions_readable() -> None:
+    store = s3log.MemoryStore()
+    old = _session(s3log.Log(store, config=_enc()))
+    both = s3log.Log(store, config=s3log.LogConfig(encryption=Encryption(
+        LocalKeyProvider({"k1": KEY, "k2": OTHER}, current="k2"))))
+    new = _session(both)
+    assert both.read(old).entries[0].data["i"] == 0
+    assert both.read(new).entries[0].data["i"] == 0
+    with pytest.raises(EncryptionError):
+        s3log.Log(store, config=_enc()).read(new)  # wrapped by k2
+    body = cbor2.loads(store.get(f"s3log/keys/{new}/000001").body)
+    assert body["kek"] == "k2" and body["alg"] == "AES-256-GCM"
+
+
+def test_envelope_data_and_plaintext_digests_are_refused_or_hidden() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    w = log.create()
+    with pytest.raises(InvalidEntryError, match=str(ENVELOPE_TAG)):
+        w.append("msg", cbor2.CBORTag(ENVELOPE_TAG, ["x", b"0" * 12, b""]))
+    # An idempotency key retried is stored once; the head keeps no plain hash of the data.
+    w.append("msg", {"text": SECRET}, key="req-1")
+    w.commit()
+    w2 = log.open(w.session_id)
+    w2.append("msg", {"text": SECRET}, key="req-1")
+    w2.commit()
+    assert len(log.read(w.session_id).entries) == 1
+    from s3log._format.values import append_digest
+    from s3log._format.cbor import dumps
+    head = log.head(w.session_id)
+    assert all(k.digest != append_digest("msg", dumps({"text": SECRET})) for k in head.append_keys)
+
+
+def test_agent_session_and_analytics_scan() -> None:
+    pytest.importorskip("pyarrow")
+    from s3log import analytics
+
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    s = AgentSession.create(log, system_prompt=SECRET)
+    s.user_input("hello")
+    s.assistant_items([{"role": "assistant", "content": "hi"}])
+    s.turn_end()
+    s.flush()
+    r = AgentSession.restore(log, s.session_id)
+    assert r.state.system_prompt == SECRET and r.state.turn_count == 1
+    assert SECRET.encode() not in _stored_bytes(store)
+    table = analytics.to_arrow(store, encryption=Encryption(LocalKeyProvider({"k1": KEY})))
+    assert SECRET in json.dumps([cbor2.loads(b) for b in table.column("data_cbor").to_pylist()], default=str)
+    sealed = analytics.to_arrow(store)
+    assert SECRET.encode() not in b"".join(sealed.column("data_cbor").to_pylist())
+
+
+def test_kms_key_provider(s3log_server: LocalS3, s3log_bucket: str) -> None:
+    kms = boto3.session.Session().client("kms", endpoint_url=s3log_server.endpoint_url, region_name="us-east-1")
+    key_id = kms.create_key(KeyUsage="ENCRYPT_DECRYPT", KeySpec="SYMMETRIC_DEFAULT")["KeyMetadata"]["KeyId"]
+    store = s3log.S3Store(s3log_bucket, endpoint_url=s3log_server.endpoint_url)
+    log = s3log.Log(store, config=s3log.LogConfig(encryption=Encryption(KmsKeyProvider(kms, key_id))))
+    sid = _session(log, 3)
+    assert [e.data["i"] for e in s3log.Log(store, config=log.config).read(sid).entries] == [0, 1, 2]
+    assert s3log.Log(store).verify(sid).ok
+    log.shred(sid)
+    with pytest.raises(SessionShredded):
+        s3log.Log(store, config=log.config).read(sid)
+
+
+def test_cli_show_and_export_with_a_data_key(env: dict[str, str], tmp_path: Path) -> None:
+    keyfile = tmp_path / "k1.key"
+    keyfile.write_text(KEY.hex())
+    log = log_of(env, _enc())
+    sid = _session(log, 3)
+    result = invoke(env, "--data-key", f"k1={keyfile}", "show", sid, "--json")
+    assert result.exit_code == 0, result.output
+    assert [e["data"]["text"] for e in json.loads(result.output)["entries"]][0] == f"{SECRET} 0"
+    result = invoke(env, "show", sid, "--json")
+    assert result.exit_code != 0 and sid in result.output and "encrypted" in result.output
+    assert invoke(env, "verify", sid).exit_code == 0
+    out = tmp_path / "out"
+    result = invoke(env, "--data-key", f"k1={keyfile}", "export", "--format", "jsonl", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert SECRET in (out / "entries.jsonl").read_text()
