@@ -305,3 +305,21 @@ def test_cli_show_and_export_with_a_data_key(env: dict[str, str], tmp_path: Path
     result = invoke(env, "--data-key", f"k1={keyfile}", "export", "--format", "jsonl", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert SECRET in (out / "entries.jsonl").read_text()
+
+
+def test_key_objects_in_a_store_of_their_own() -> None:
+    """With Object Lock on the log's bucket, key objects live elsewhere: shredding
+    deletes them there, and the log's store holds no key object at all."""
+    store, keys = s3log.MemoryStore(), s3log.MemoryStore()
+    config = s3log.LogConfig(encryption=Encryption(LocalKeyProvider({"k1": KEY}), key_store=keys))
+    log = s3log.Log(store, config=config)
+    sid = _session(log, 3)
+    assert store.list("s3log/keys/").objects == []
+    assert [o.key for o in keys.list("s3log/keys/").objects] == [f"s3log/keys/{sid}/000001"]
+    assert s3log.Log(store, config=config).read(sid).entries[2].data["i"] == 2
+    log.shred(sid)
+    assert keys.list("s3log/keys/").objects == []
+    with pytest.raises(SessionShredded):
+        s3log.Log(store, config=config).read(sid)
+    assert s3log.Log(store).verify(sid).ok
+    log.close()
