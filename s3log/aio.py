@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from s3log import otel
 from s3log._api.core import LogCore, LogVerbs
-from s3log._api.keyring import SuffixProbe
+from s3log._api.keyring import SealingReducer, SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import AsyncDriver
@@ -23,7 +23,7 @@ from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError
-from s3log.reducer import Reducer, S
+from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
     ActiveSessions,
@@ -358,7 +358,7 @@ class AsyncLog(LogVerbs):
             await self._key_driver.run(ring.fetch(view.entries, view.session_id))
         return self._core.opened(view)
 
-    async def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> Reducer[Any]:
+    async def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> SealingReducer[Any]:
         """As :meth:`s3log.Log._sealing`."""
         ring = self._core.ring("fork")
         view = await self._run(self._core.read(session_id))
@@ -437,7 +437,9 @@ class AsyncLog(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return await self._run(self._core.compact(session_id, select))
+        # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
+        sealing = None if self._core.keyring is None else await self._sealing(session_id, EntriesReducer())
+        return await self._run(self._core.compact(session_id, select, sealing))
 
     async def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from s3log import otel
 from s3log._api.core import LogCore, LogVerbs
-from s3log._api.keyring import SuffixProbe
+from s3log._api.keyring import SealingReducer, SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import SyncDriver
@@ -19,7 +19,7 @@ from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError
-from s3log.reducer import Reducer, S
+from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
     ActiveSessions,
@@ -293,7 +293,7 @@ class Log(LogVerbs):
             self._key_driver.run(ring.fetch(view.entries, view.session_id))
         return self._core.opened(view)
 
-    def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> Reducer[Any]:
+    def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> SealingReducer[Any]:
         """``reducer`` over the decrypted entries of an encrypted ``session_id``, sealing
         the seed of a fork of it (its keys fetched first: a reducer does no I/O)."""
         ring = self._core.ring("fork")
@@ -375,7 +375,9 @@ class Log(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return self._run(self._core.compact(session_id, select))
+        # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
+        sealing = None if self._core.keyring is None else self._sealing(session_id, EntriesReducer())
+        return self._run(self._core.compact(session_id, select, sealing))
 
     def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]

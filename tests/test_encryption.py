@@ -15,6 +15,8 @@ import pytest
 
 import s3log
 from s3log import Encryption, LocalKeyProvider
+from s3log._format.cbor import dumps
+from s3log._format.values import append_digest
 from s3log.agent import AgentSession
 from s3log.encryption import ENVELOPE_TAG, KmsKeyProvider
 from s3log.errors import EncryptionError, InvalidEntryError, PreconditionFailed, SessionShredded
@@ -251,8 +253,6 @@ def test_envelope_data_and_plaintext_digests_are_refused_or_hidden() -> None:
     w2.append("msg", {"text": SECRET}, key="req-1")
     w2.commit()
     assert len(log.read(w.session_id).entries) == 1
-    from s3log._format.values import append_digest
-    from s3log._format.cbor import dumps
     head = log.head(w.session_id)
     assert all(k.digest != append_digest("msg", dumps({"text": SECRET})) for k in head.append_keys)
 
@@ -297,7 +297,7 @@ def test_cli_show_and_export_with_a_data_key(env: dict[str, str], tmp_path: Path
     sid = _session(log, 3)
     result = invoke(env, "--data-key", f"k1={keyfile}", "show", sid, "--json")
     assert result.exit_code == 0, result.output
-    assert [e["data"]["text"] for e in json.loads(result.output)["entries"]][0] == f"{SECRET} 0"
+    assert json.loads(result.output)["entries"][0]["data"]["text"] == f"{SECRET} 0"
     result = invoke(env, "show", sid, "--json")
     assert result.exit_code != 0 and sid in result.output and "encrypted" in result.output
     assert invoke(env, "verify", sid).exit_code == 0
@@ -323,3 +323,35 @@ def test_key_objects_in_a_store_of_their_own() -> None:
         s3log.Log(store, config=config).read(sid)
     assert s3log.Log(store).verify(sid).ok
     log.close()
+
+
+def test_a_commit_acknowledges_plaintext_equal_to_what_is_read() -> None:
+    log = s3log.Log(s3log.MemoryStore(), config=_enc())
+    w = log.create()
+    ticket = w.submit("msg", {"text": SECRET})
+    w.append("msg", {"n": 2})
+    result = w.commit()
+    assert [e.data for e in result.acked] == [{"text": SECRET}, {"n": 2}]
+    assert result.acked == log.read(w.session_id).entries
+    assert w.wait(ticket).data == {"text": SECRET}
+    assert w.append_durable("msg", {"n": 3}).data == {"n": 3}
+
+
+def test_compaction_sees_plaintext_and_keeps_it_sealed() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    sid = _session(log, 4)
+    child = log.open(log.fork(sid, at_seq=1))  # a fork: its history starts with a sealed seed
+    child.append("msg", {"i": 9, "text": SECRET})
+    child.commit()
+    seen: list[Any] = []
+
+    def summarize(history: list[dict[str, Any]], head: Any) -> list[dict[str, Any]]:
+        seen.extend(m["data"] for m in history)
+        return [{"kind": "summary", "ts": history[-1]["ts"], "data": {"text": f"summary: {SECRET}"}}]
+
+    assert log.compact(child.session_id, summarize)
+    assert [d["i"] for d in seen] == [0, 1, 9]
+    assert [e.data for e in log.read(child.session_id).entries] == [{"text": f"summary: {SECRET}"}]
+    assert SECRET.encode() not in _stored_bytes(store)
+    assert s3log.Log(store).verify(child.session_id).ok

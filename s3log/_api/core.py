@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from s3log._api.keyring import Keyring, refuse_sealed, seal_pending
+from s3log._api.keyring import Keyring, SealingReducer, refuse_sealed, seal_pending, sealing_selector
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -137,7 +137,10 @@ class LogCore:
         if key is not None and self.keyring is not None:
             red = self.keyring.reducer(red, key, ws.session)
         queue = CommitQueue(self.layout, self.config, ws, red, on_conflict, on_fork)
-        queue.sealer = key
+        if key is not None and self.keyring is not None:
+            ring, session = self.keyring, ws.session
+            queue.sealer = key
+            queue.opener = lambda entries: ring.open_acked(entries, session)
         return queue
 
     def new_session(
@@ -356,11 +359,15 @@ class LogCore:
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
 
-    def compact(self, session_id: str, select: Selector) -> Proc[bool]:
+    def compact(self, session_id: str, select: Selector, sealing: SealingReducer[Any] | None = None) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see
-        :func:`compact_session`; probed first)."""
+        :func:`compact_session`; probed first). ``sealing``: an encrypted session's
+        reducer (:meth:`s3log.Log._sealing`): the selector sees plaintext, and what it
+        keeps is sealed again."""
+        if sealing is not None:
+            select = sealing_selector(select, sealing.key, sealing.session)
         return self.writing(compact_session(self.layout, self.config, validate_session_id(session_id),
-                                                     select))
+                                            select, sealing))
 
     def active_sessions(self, since: object) -> Proc[ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log._protocol.retention.active_sessions`)."""

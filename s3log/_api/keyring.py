@@ -21,9 +21,11 @@ from typing import Any, Generic, TypeVar
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
 from s3log._format.columns import RunColumns
-from s3log._format.values import FORK_KIND, Entry, new_entry
+from s3log._format.entries import normalize_data_cbor
+from s3log._format.values import FORK_KIND, Entry, Head, new_entry
 from s3log._protocol import ops
 from s3log._protocol.listing import list_all
+from s3log.config import Selector
 from s3log.encryption import Encryption
 from s3log.encryption.envelope import (
     NONCE_LEN,
@@ -36,7 +38,7 @@ from s3log.encryption.envelope import (
 )
 from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionShredded
 from s3log.reducer import Reducer
-from s3log.results import EntryRun
+from s3log.results import AckedEntry, EntryRun
 
 S = TypeVar("S")
 
@@ -158,6 +160,19 @@ class Keyring:
             out.append(e if data is e.data else new_entry(e.seq, e.prev, e.kind, e.ts, data, e.hash, b""))
         return out
 
+    def open_acked(self, entries: Sequence[AckedEntry], session: str) -> list[AckedEntry]:
+        """A commit's acknowledged entries with their data decrypted, so they equal the
+        same entries as read (one under a key not held, from another writer's fork, stays
+        sealed: a commit result is no place to fetch keys)."""
+        out: list[AckedEntry] = []
+        for e in entries:
+            if refs_in([e]) - self._keys.keys():
+                out.append(e)
+                continue
+            data = self._open_entry_data(e, session)
+            out.append(e if data is e.data else replace(e, data=data, raw=b""))
+        return out
+
     def open_runs(self, runs: Sequence[EntryRun], session: str) -> list[EntryRun]:
         """Bulk readers' runs (:meth:`s3log.Log.read_runs`) with their data decrypted."""
         out: list[EntryRun] = []
@@ -218,6 +233,27 @@ def seal_pending(pending: Sequence[PendingEntry], key: DataKey) -> list[PendingE
         digest = key.digest(p.kind, encoded) if p.key is not None else p.digest
         out.append(PendingEntry(p.kind, p.ts, value, dumps(value), p.key, digest))
     return out
+
+
+def sealing_selector(select: Selector, key: DataKey, session: str) -> Selector:
+    """``select`` (a compaction's) whose kept maps have their data sealed under ``key``:
+    it sees plaintext (the history of a :class:`SealingReducer`), and a compaction must
+    not store what it returns in the clear. Items that are not entry maps pass as they
+    are, for the compaction to refuse by name."""
+
+    def sealed(history: list[dict[str, Any]], head: Head) -> list[dict[str, Any]] | None:
+        kept = select(history, head)
+        if kept is None or not isinstance(kept, list):
+            return kept
+        out: list[Any] = []
+        for m in kept:
+            if isinstance(m, dict) and isinstance(m.get("kind"), str) and "data" in m:
+                _, encoded = normalize_data_cbor(m["kind"], m["data"], session=session)
+                m = {**m, "data": key.seal(m["kind"], encoded, os.urandom(NONCE_LEN))}
+            out.append(m)
+        return out
+
+    return sealed
 
 
 def refs_in(entries: Iterable[Entry]) -> set[str]:

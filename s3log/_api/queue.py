@@ -119,6 +119,8 @@ class CommitQueue(Generic[S]):
         self._began: Head | None = ws.head if self._fork_keys is None else None
         #: The data key this writer seals entries with (decision 0049); None: plain data.
         self.sealer: DataKey | None = None
+        #: What decrypts the entries a commit acknowledges (set with ``sealer``).
+        self.opener: Callable[[list[AckedEntry]], list[AckedEntry]] | None = None
 
     @property
     def session_id(self) -> str:
@@ -408,6 +410,8 @@ class CommitQueue(Generic[S]):
             raise
         with self._lock:
             self._fork_doubts = {}
+        if self.opener is not None:  # an encrypting writer's results hold plaintext, as reads do
+            result = replace(result, entries=self.opener(result.entries), acked=self.opener(result.acked))
         self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:
