@@ -19,7 +19,13 @@ from s3log._format.cbor import dumps
 from s3log._format.values import append_digest
 from s3log.agent import AgentSession
 from s3log.encryption import ENVELOPE_TAG, KmsKeyProvider
-from s3log.errors import EncryptionError, InvalidEntryError, PreconditionFailed, SessionShredded
+from s3log.errors import (
+    EncryptionError,
+    InvalidEntryError,
+    PreconditionFailed,
+    SessionShredded,
+    TransientStoreError,
+)
 from s3log.testing.plugin import LocalS3
 
 from .cli_env import invoke, log_of
@@ -140,6 +146,11 @@ def test_shredded_session_verifies_lists_and_reads_as_shredded() -> None:
     with pytest.raises(SessionShredded):
         log.read(sid)  # the shredding log forgot the key too
     assert fresh.read(keep).entries[0].data["i"] == 0
+    # No writer makes a shredded session a new key (its entries would read as a wrong key).
+    with pytest.raises(SessionShredded, match=sid):
+        fresh.append_latest(sid, [("msg", {"x": 1})])
+    assert [o.key for o in store.list(f"s3log/keys/{sid}/").objects] == [f"s3log/keys/{sid}/shredded"]
+    assert log.shred(sid) == []  # again: nothing left to delete
 
 
 class _RacingStore(s3log.MemoryStore):
@@ -186,6 +197,28 @@ def test_a_failed_key_create_acknowledges_nothing() -> None:
     with pytest.raises(s3log.S3LogError):
         s3log.Log(store, config=_enc()).create("s")  # no key object to adopt: refused
     assert s3log.Log(store).list_session_ids() == []
+
+
+def test_a_key_create_whose_reply_is_lost_is_found_and_adopted_by_the_retry() -> None:
+    class LostReply(s3log.MemoryStore):
+        lose = True
+
+        def put_if_absent(self, key: str, body: bytes) -> str:
+            etag = super().put_if_absent(key, body)
+            if "/keys/" in key and self.lose:
+                self.lose = False
+                raise TransientStoreError(f"connection reset after PUT {key} was sent")
+            return etag
+
+    store = LostReply()
+    with pytest.raises(s3log.StoreError):
+        s3log.Log(store, config=_enc()).create("s")  # refused: nothing sealed, nothing acknowledged
+    stored = store.get("s3log/keys/s/000001").body
+    w = s3log.Log(store, config=_enc()).create("s")
+    w.append("msg", {"text": SECRET})
+    w.commit()
+    assert store.get("s3log/keys/s/000001").body == stored  # the stored key was adopted
+    assert s3log.Log(store, config=_enc()).read("s").entries[0].data == {"text": SECRET}
 
 
 def test_fork_of_an_encrypted_session() -> None:
@@ -289,6 +322,17 @@ def test_kms_key_provider(s3log_server: LocalS3, s3log_bucket: str) -> None:
     with pytest.raises(SessionShredded):
         s3log.Log(store, config=log.config).read(sid)
 
+    async def in_an_async_log() -> list[Any]:  # a blocking provider, called off the event loop
+        alog = s3log.AsyncLog(s3log.AsyncMemoryStore(), config=log.config)
+        w = await alog.create()
+        w.append("msg", {"text": SECRET})
+        await w.commit()
+        entries = (await s3log.AsyncLog(alog.store, config=log.config).read(w.session_id)).entries
+        await alog.aclose()
+        return [e.data for e in entries]
+
+    assert asyncio.run(in_an_async_log()) == [{"text": SECRET}]
+
 
 def test_cli_show_and_export_with_a_data_key(env: dict[str, str], tmp_path: Path) -> None:
     keyfile = tmp_path / "k1.key"
@@ -318,7 +362,7 @@ def test_key_objects_in_a_store_of_their_own() -> None:
     assert [o.key for o in keys.list("s3log/keys/").objects] == [f"s3log/keys/{sid}/000001"]
     assert s3log.Log(store, config=config).read(sid).entries[2].data["i"] == 2
     log.shred(sid)
-    assert keys.list("s3log/keys/").objects == []
+    assert [o.key for o in keys.list("s3log/keys/").objects] == [f"s3log/keys/{sid}/shredded"]
     with pytest.raises(SessionShredded):
         s3log.Log(store, config=config).read(sid)
     assert s3log.Log(store).verify(sid).ok

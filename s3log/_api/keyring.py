@@ -12,6 +12,7 @@ Its own room: the API layer's side of encryption (decision 0049).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +42,8 @@ from s3log.reducer import Reducer
 from s3log.results import AckedEntry, EntryRun
 
 S = TypeVar("S")
+#: The name, among a session's key objects, of the marker a shred leaves.
+SHREDDED = "shredded"
 
 
 class Keyring:
@@ -103,9 +106,14 @@ class Keyring:
         return key
 
     def refs_of(self, session: str) -> ops.Proc[list[str]]:
-        """The refs of ``session``'s stored data keys, oldest first."""
+        """The refs of ``session``'s stored data keys, oldest first. SessionShredded if
+        the session was shredded: no key is made for it again (a new key under a ref
+        its entries name would turn "shredded" into "wrong key")."""
         objects, _ = yield from list_all(self.base + session + "/")
-        return sorted(o.key[len(self.base):] for o in objects)
+        names = sorted(o.key[len(self.base):] for o in objects)
+        if f"{session}/{SHREDDED}" in names:
+            raise SessionShredded(session, f"{session}/{SHREDDED}")
+        return names
 
     def fetch_refs(self, refs: Iterable[str], session: str) -> ops.Proc[None]:
         """Unwrap every key of ``refs`` not held yet. SessionShredded if one is gone."""
@@ -130,8 +138,16 @@ class Keyring:
         yield from self.fetch_refs(sorted(refs_in(entries) - self._keys.keys()), session)
 
     def shred(self, session: str) -> ops.Proc[list[str]]:
-        """Delete every data key of ``session``; return their refs."""
-        refs = yield from self.refs_of(session)
+        """Delete every data key of ``session``; return their refs. The shred marker is
+        stored first, so no writer makes the session a key again once the keys are gone."""
+        try:
+            refs = yield from self.refs_of(session)
+        except SessionShredded:  # shredded before (or half way): finish deleting
+            objects, _ = yield from list_all(self.base + session + "/")
+            refs = [r for r in (o.key[len(self.base):] for o in objects) if not r.endswith("/" + SHREDDED)]
+        else:
+            with contextlib.suppress(PreconditionFailed):  # a concurrent shred stored it
+                yield from ops.put_if_absent(self.object_key(f"{session}/{SHREDDED}"), dumps({"v": 1, "refs": refs}))
         for ref in refs:
             yield from ops.delete(self.object_key(ref))
         with self._lock:
