@@ -512,4 +512,5 @@ def test_the_independent_reader_verifies_encrypted_sessions_without_their_key(
         assert sealed and all(d["$tag"] == 21299 and len(d["value"]) == 3 for d in sealed), name
     refs = {e["data"]["value"][0] for e in got[names["encrypted"]]["entries"]}
     assert refs == {f"{names['encrypted']}/000001", f"{names['encrypted']}/000002"}
-    assert not (root / PREFIX / "keys" / names["encrypted_shredded"]).exists()
+    shredded = root / PREFIX / "keys" / names["encrypted_shredded"]
+    assert [p.name for p in shredded.iterdir()] == ["shredded"]  # its data key is gone
