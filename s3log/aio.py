@@ -451,7 +451,8 @@ class AsyncLog(LogVerbs):
         while True:  # again once per key first met (SuffixProbe)
             probe = SuffixProbe(ring, session_id, enough)
             head, entries = await self._run(self._core.read_suffix(session_id, probe))
-            if not probe.missing:
+            if not probe.missing:  # enough saw plaintext; a read that ran out may hold more keys
+                await self._key_driver.run(ring.fetch(entries, session_id))
                 return head, ring.open_entries(entries, session_id)
             await self._key_driver.run(ring.fetch_refs(sorted(probe.missing), session_id))
 

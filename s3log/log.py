@@ -389,7 +389,8 @@ class Log(LogVerbs):
         while True:  # again once per key first met (SuffixProbe)
             probe = SuffixProbe(ring, session_id, enough)
             head, entries = self._run(self._core.read_suffix(session_id, probe))
-            if not probe.missing:
+            if not probe.missing:  # enough saw plaintext; a read that ran out may hold more keys
+                self._key_driver.run(ring.fetch(entries, session_id))
                 return head, ring.open_entries(entries, session_id)
             self._key_driver.run(ring.fetch_refs(sorted(probe.missing), session_id))
 

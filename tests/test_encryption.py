@@ -99,6 +99,11 @@ def test_every_read_verb_decrypts() -> None:
     assert [v["i"] for v in values] == list(range(6))
     _, suffix = log.read_suffix(sid, lambda es: len(es) >= 2)
     assert [e.data["i"] for e in suffix][-2:] == [4, 5]
+    # A fresh log holds no key: a suffix read that runs out of entries fetches them too.
+    _, whole = s3log.Log(store, config=_enc()).read_suffix(sid, lambda es: False)
+    assert [e.data["i"] for e in whole] == list(range(6))
+    _, last = s3log.Log(store, config=_enc()).read_suffix(sid, lambda es: es[0].data["i"] <= 4)
+    assert [e.data["i"] for e in last][-2:] == [4, 5]
     result = log.append_latest(sid, [("msg", {"i": 6, "text": SECRET})])
     assert result.acked
     assert log.read(sid).entries[-1].data == {"i": 6, "text": SECRET}
@@ -399,3 +404,31 @@ def test_compaction_sees_plaintext_and_keeps_it_sealed() -> None:
     assert [e.data for e in log.read(child.session_id).entries] == [{"text": f"summary: {SECRET}"}]
     assert SECRET.encode() not in _stored_bytes(store)
     assert s3log.Log(store).verify(child.session_id).ok
+
+
+def test_integrations_read_and_write_plaintext_through_an_encrypted_log() -> None:
+    pytest.importorskip("langgraph")
+    pytest.importorskip("agents")
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from s3log.integrations.langgraph import S3LogSaver
+    from s3log.integrations.openai_agents import S3LogSession
+
+    store = s3log.MemoryStore()
+    saver = S3LogSaver(s3log.Log(store, config=_enc()))
+    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    checkpoint = generate_checkpoint()
+    checkpoint["channel_values"] = {"note": SECRET}
+    saver.put(cfg, checkpoint, generate_metadata(step=1), {"note": 1})
+    got = S3LogSaver(s3log.Log(store, config=_enc())).get_tuple(cfg)
+    assert got is not None and got.checkpoint["channel_values"] == {"note": SECRET}
+
+    async def chat() -> list[Any]:
+        alog = s3log.AsyncLog(s3log.AsyncMemoryStore(), config=_enc())
+        await S3LogSession("conv-1", alog).add_items([{"role": "user", "content": SECRET}])
+        items = await S3LogSession("conv-1", s3log.AsyncLog(alog.store, config=_enc())).get_items()
+        await alog.aclose()
+        return [i["content"] for i in items]
+
+    assert asyncio.run(chat()) == [SECRET]
+    assert SECRET.encode() not in _stored_bytes(store)
