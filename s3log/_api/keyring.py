@@ -323,5 +323,8 @@ class SealingReducer(Generic[S]):
         return self.inner.from_seed(self.keyring.open_data(FORK_KIND, seed, self.session))
 
     def __getattr__(self, name: str) -> Any:
-        # Optional hooks of the inner reducer (fork_meta...) pass through.
+        # Optional hooks of the inner reducer (fork_meta...) pass through; "inner" itself
+        # is looked up here only before __init__ set it (a copy): no recursion then.
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)

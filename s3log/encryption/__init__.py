@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from s3log._extras import require
 from s3log.encryption.envelope import ENVELOPE_TAG, DataKey
 from s3log.encryption.providers import KeyProvider, KmsKeyProvider, LocalKeyProvider
 from s3log.errors import EncryptionError, InvalidArgumentError, SessionShredded
@@ -38,6 +39,7 @@ class Encryption:
     key_store: Any = None
 
     def __post_init__(self) -> None:
+        require("cryptography.hazmat.primitives.ciphers.aead", "sign")  # AES-GCM: refused now, not at a commit
         for method in ("wrap", "unwrap"):
             if not callable(getattr(self.provider, method, None)):
                 raise InvalidArgumentError("encryption", f"the key provider has no {method}() method")
