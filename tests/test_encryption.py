@@ -295,6 +295,29 @@ def test_envelope_data_and_plaintext_digests_are_refused_or_hidden() -> None:
     assert all(k.digest != append_digest("msg", dumps({"text": SECRET})) for k in head.append_keys)
 
 
+def test_a_keyed_retry_by_another_process_is_stored_once_even_from_a_fork() -> None:
+    """A keyed append seals to the same bytes each time (its nonce derived from its key
+    and content), so a retry by a restarted writer, which holds no plaintext of the first
+    attempt, is found in the head's window or in the fork a lost race made."""
+    store = s3log.MemoryStore()
+    sid = s3log.Log(store, config=_enc()).create().session_id
+    s3log.Log(store, config=_enc()).open(sid).append_durable("k", {"turn": 0}, key="req-0")
+    again = s3log.Log(store, config=_enc()).open(sid).append_durable("k", {"turn": 0}, key="req-0")
+    assert again.seq == 0 and again.data == {"turn": 0}
+    # Lost a race: the entry is in a fork the crashed writer never reported.
+    log = s3log.Log(store, config=_enc())
+    w = log.open(sid)
+    log.open(sid).append_durable("k", "winner")
+    x = w.append_durable("k", {"turn": 1}, key="req-x")
+    assert w.forks and x.session_id != sid
+    restarted = s3log.Log(store, config=_enc()).open(sid)
+    found = restarted.append_durable("k", {"turn": 1}, key="req-x")
+    assert found.session_id == x.session_id and found.seq == x.seq
+    assert [e.data for e in s3log.Log(store, config=_enc()).read(sid).entries] == [{"turn": 0}, "winner"]
+    with pytest.raises(s3log.AppendKeyReused):
+        restarted.append_durable("k", {"turn": "other"}, key="req-x")
+
+
 def test_agent_session_and_analytics_scan() -> None:
     pytest.importorskip("pyarrow")
     from s3log import analytics

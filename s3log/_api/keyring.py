@@ -23,7 +23,7 @@ from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
 from s3log._format.columns import RunColumns
 from s3log._format.entries import normalize_data_cbor
-from s3log._format.values import FORK_KIND, Entry, Head, new_entry
+from s3log._format.values import FORK_KIND, Entry, Head, append_digest, new_entry
 from s3log._protocol import ops
 from s3log._protocol.listing import list_all
 from s3log.config import Selector
@@ -181,12 +181,19 @@ class Keyring:
         same entries as read (one under a key not held, from another writer's fork, stays
         sealed: a commit result is no place to fetch keys)."""
         out: list[AckedEntry] = []
+        keys = self._keys
         for e in entries:
-            if refs_in([e]) - self._keys.keys():
+            parts = envelope_parts(e.data)
+            if parts is None and e.seq == 0 and e.kind == FORK_KIND:
+                if refs_in([e]) - keys.keys():
+                    out.append(e)
+                    continue
+            elif parts is None or parts[0] not in keys:
                 out.append(e)
                 continue
             data = self._open_entry_data(e, session)
-            out.append(e if data is e.data else replace(e, data=data, raw=b""))
+            out.append(e if data is e.data else
+                       AckedEntry(e.seq, e.prev, e.kind, e.ts, data, e.hash, b"", session_id=e.session_id))
         return out
 
     def open_runs(self, runs: Sequence[EntryRun], session: str) -> list[EntryRun]:
@@ -241,13 +248,15 @@ class SuffixProbe:
 
 
 def seal_pending(pending: Sequence[PendingEntry], key: DataKey) -> list[PendingEntry]:
-    """``pending`` sealed under ``key`` (their append keys' digests keyed too)."""
+    """``pending`` sealed under ``key``: a keyed one deterministically, its digest over
+    what is stored (as :meth:`s3log._api.queue.CommitQueue.add` does)."""
     out: list[PendingEntry] = []
     for p in pending:
         encoded = p.data_cbor or dumps(p.data)
-        value = key.seal(p.kind, encoded, os.urandom(NONCE_LEN))
-        digest = key.digest(p.kind, encoded) if p.key is not None else p.digest
-        out.append(PendingEntry(p.kind, p.ts, value, dumps(value), p.key, digest))
+        nonce = os.urandom(NONCE_LEN) if p.key is None else key.synthetic_nonce(p.key, p.kind, encoded)
+        value, sealed = key.seal_cbor(p.kind, encoded, nonce, p.data)
+        out.append(PendingEntry(p.kind, p.ts, value, sealed, p.key,
+                                p.digest if p.key is None else append_digest(p.kind, sealed)))
     return out
 
 

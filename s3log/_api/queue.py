@@ -161,13 +161,17 @@ class CommitQueue(Generic[S]):
             raise InvalidEntryError(kind, f"data may not be a CBOR tag {ENVELOPE_TAG} (an encrypted entry's "
                                     "envelope)", session=self.ws.session)
         digest = b""
-        sealer = self.sealer
         if key is not None:
             check_append_key(key, self.ws.session)
-            digest = append_digest(kind, encoded) if sealer is None else sealer.digest(kind, encoded)
+        sealer = self.sealer
         if sealer is not None:
-            value = sealer.seal(kind, encoded, os.urandom(NONCE_LEN))
-            encoded = dumps(value)
+            # A keyed append is sealed deterministically (its nonce derived from its key and
+            # content): a retry seals to the same bytes, so the digest below, over what is
+            # stored, finds it as for plain data, and reveals nothing of the plaintext.
+            nonce = os.urandom(NONCE_LEN) if key is None else sealer.synthetic_nonce(key, kind, encoded)
+            value, encoded = sealer.seal_cbor(kind, encoded, nonce, value)
+        if key is not None:
+            digest = append_digest(kind, encoded)
         entry = PendingEntry(kind, ts, value, encoded, key, digest)
         with self._lock:
             if key is not None:
@@ -257,7 +261,10 @@ class CommitQueue(Generic[S]):
             if entry is not None:
                 self._waiting.discard(ticket)
                 self._claimed.add(ticket)
-            return entry
+        if entry is not None and self.opener is not None:
+            # One found stored (a retry's, read from the head or a fork) is still sealed.
+            entry = self.opener([entry])[0]
+        return entry
 
     def status(self, ticket: int) -> TicketStatus:
         """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
@@ -411,7 +418,10 @@ class CommitQueue(Generic[S]):
         with self._lock:
             self._fork_doubts = {}
         if self.opener is not None:  # an encrypting writer's results hold plaintext, as reads do
-            result = replace(result, entries=self.opener(result.entries), acked=self.opener(result.acked))
+            acked = self.opener(result.acked)
+            opened = {id(a): b for a, b in zip(result.acked, acked, strict=True)}
+            entries = [opened.get(id(e)) or self.opener([e])[0] for e in result.entries]
+            result = CommitResult(result._ws, entries, acked, result.fork, result.forks)
         self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:

@@ -17,8 +17,7 @@ from typing import Any
 
 import cbor2
 
-from s3log._format.cbor import dumps, loads
-from s3log._format.values import APPEND_DIGEST_LEN
+from s3log._format.cbor import _length_head, dumps, loads
 from s3log.errors import CorruptionError, EncryptionError
 
 #: The CBOR tag of an encrypted entry's data (first-come-first-served range, unassigned).
@@ -28,12 +27,18 @@ ALGORITHM = "AES-256-GCM"
 NONCE_LEN = 12
 KEY_LEN = 32
 _AAD = b"s3log/enc/1\x00"
+_NONCE_LABEL = b"s3log/nonce/1\x00"
+_NONCE_HEAD = b"\x4c"  # the head of a 12-byte string
+_MISSING: Any = object()
+#: Envelopes a writer sealed whose data it keeps, so its reducer and its commit's
+#: results need not decrypt them again (cleared when full: a cache, not a record).
+_RECENT_MAX = 4096
 
 
 class DataKey:
     """A session's data key, unwrapped: ``ref`` (``{session}/{n:06d}``) and its bytes."""
 
-    __slots__ = ("_cipher", "key", "ref")
+    __slots__ = ("_aads", "_cipher", "_prefix", "_recent", "key", "ref")
 
     def __init__(self, ref: str, key: bytes) -> None:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -41,31 +46,62 @@ class DataKey:
         self.ref = ref
         self.key = key
         self._cipher = AESGCM(key)  # made once: a commit seals with it every entry
+        self._recent: dict[tuple[str, bytes, bytes], Any] = {}
+        self._aads: dict[str, bytes] = {}
+        # An envelope's encoding up to its nonce: the tag, the array head, the ref.
+        self._prefix = dumps(cbor2.CBORTag(ENVELOPE_TAG, [ref]))[:-len(dumps([ref]))] + b"\x83" + dumps(ref)
 
     def __repr__(self) -> str:
         return f"DataKey({self.ref!r})"
 
-    def seal(self, kind: str, plaintext: bytes, nonce: bytes) -> cbor2.CBORTag:
-        """The envelope of ``plaintext`` (a data item's deterministic CBOR)."""
-        ct = self._cipher.encrypt(nonce, plaintext, _aad(self.ref, kind))
-        return cbor2.CBORTag(ENVELOPE_TAG, [self.ref, nonce, ct])
+    def seal(self, kind: str, plaintext: bytes, nonce: bytes, value: Any = _MISSING) -> cbor2.CBORTag:
+        """The envelope of ``plaintext`` (a data item's deterministic CBOR); ``value``, its
+        decoded form if given, is what :meth:`open` returns for this very envelope."""
+        return self.seal_cbor(kind, plaintext, nonce, value)[0]
+
+    def seal_cbor(self, kind: str, plaintext: bytes, nonce: bytes,
+                  value: Any = _MISSING) -> tuple[cbor2.CBORTag, bytes]:
+        """:meth:`seal`, and the envelope's deterministic encoding (laid out here: a
+        writer seals every entry it appends)."""
+        ct = self._cipher.encrypt(nonce, plaintext, self._aad(kind))
+        if value is not _MISSING:
+            recent = self._recent
+            if len(recent) >= _RECENT_MAX:
+                recent.clear()
+            recent[(kind, nonce, ct)] = value
+        encoded = b"".join((self._prefix, _NONCE_HEAD, nonce, _length_head(0x40, len(ct)), ct))
+        return cbor2.CBORTag(ENVELOPE_TAG, [self.ref, nonce, ct]), encoded
+
+    def _aad(self, kind: str) -> bytes:
+        aad = self._aads.get(kind)
+        if aad is None:
+            aad = _aad(self.ref, kind)
+            if len(self._aads) < 4096:  # kinds are few; a flood of new ones is not cached
+                self._aads[kind] = aad
+        return aad
 
     def open(self, kind: str, nonce: bytes, ciphertext: bytes, session: str | None) -> Any:
         """The data an envelope sealed; EncryptionError if it does not authenticate."""
         from cryptography.exceptions import InvalidTag
 
+        # One this key sealed, byte for byte (its tag included): authentic as sealed.
+        value = self._recent.get((kind, nonce, ciphertext), _MISSING)
+        if value is not _MISSING:
+            return value
         try:
-            plain = self._cipher.decrypt(nonce, ciphertext, _aad(self.ref, kind))
+            plain = self._cipher.decrypt(nonce, ciphertext, self._aad(kind))
         except InvalidTag:
             raise EncryptionError(session, "entry data does not authenticate under its data key "
                                   "(a wrong key, or changed ciphertext)", key_ref=self.ref) from None
         return loads(plain)
 
-    def digest(self, kind: str, encoded: bytes) -> bytes:
-        """An idempotency key's digest of an append, keyed: the head stores it, and a
-        plain hash of low-entropy data would let a reader of the head guess it. As long as
-        :func:`~s3log._format.values.append_digest`'s, which heads hold."""
-        return hmac.new(self.key, dumps(kind) + encoded, hashlib.sha256).digest()[:APPEND_DIGEST_LEN]
+    def synthetic_nonce(self, append_key: str, kind: str, plaintext: bytes) -> bytes:
+        """The nonce of an append with an idempotency key: HMAC-SHA-256 under the data key
+        of the key, kind and data, cut to 12 bytes. A retry seals to the same bytes (so the
+        head's digest of it, over what is stored, finds it); a nonce repeats only with
+        the very plaintext it sealed before, which GCM allows."""
+        msg = b"".join((_NONCE_LABEL, dumps(append_key), dumps(kind), plaintext))
+        return hmac.new(self.key, msg, hashlib.sha256).digest()[:NONCE_LEN]
 
 
 def _aad(ref: str, kind: str) -> bytes:
