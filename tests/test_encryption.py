@@ -80,7 +80,9 @@ def test_round_trip_and_verify_without_the_key() -> None:
     version = plain.head(sid).version
     with pytest.raises(EncryptionError, match=sid):
         plain.open(sid)
-    assert plain.head(sid).version == version
+    with pytest.raises(EncryptionError, match=sid):
+        plain.fork(sid, at_seq=3)
+    assert plain.head(sid).version == version and plain.children(sid) == []
     assert [e.data["i"] for e in log.read(sid).entries] == list(range(13))
 
 

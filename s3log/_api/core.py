@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from s3log._api.keyring import Keyring, SealingReducer, refuse_sealed, seal_pending, sealing_selector
+from s3log._api.keyring import Keyring, PlainOnly, SealingReducer, refuse_sealed, seal_pending, sealing_selector
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -221,7 +221,10 @@ class LogCore:
         self, session_id: str, at_seq: int | None, at_hash: bytes | str | None,
         meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None, child: str | None,
     ) -> Proc[str]:
-        ws, _ = yield from fork_at(self.layout, self.config, session_id, reducer or self.reducer,
+        red = reducer or self.reducer
+        if self.keyring is None:  # an encrypted parent is refused, not seeded with envelopes
+            red = PlainOnly(red, session_id)
+        ws, _ = yield from fork_at(self.layout, self.config, session_id, red,
                                             at_seq=at_seq, at_hash=at_hash, meta=meta, child=child)
         return ws.session
 

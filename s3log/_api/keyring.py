@@ -294,11 +294,46 @@ def refs_in(entries: Iterable[Entry]) -> set[str]:
     return refs
 
 
-def refuse_sealed(entries: Iterable[Entry], session: str) -> None:
-    """EncryptionError if any of ``entries`` is sealed: this log has no key provider."""
-    if refs_in(entries):
+def refuse_sealed(entries: Iterable[Entry], session: str, *, sealed: bool = False) -> None:
+    """EncryptionError if any of ``entries`` is sealed (or ``sealed``): this log has no
+    key provider."""
+    if sealed or refs_in(entries):
         raise EncryptionError(session, "the session is encrypted and this log has no key provider: "
                               "pass LogConfig(encryption=Encryption(provider))")
+
+
+class PlainOnly(Generic[S]):
+    """``inner``, for a log with no key provider: an entry it folds that is sealed raises
+    EncryptionError naming the session (a fork of an encrypted session is refused before
+    anything is written, not seeded with envelopes)."""
+
+    def __init__(self, inner: Reducer[S], session: str) -> None:
+        self.inner = inner
+        self.session = session
+
+    def initial(self) -> S:
+        """The inner reducer's initial state."""
+        return self.inner.initial()
+
+    def apply(self, state: S, entry: Entry) -> S:
+        """Fold ``entry``; EncryptionError if it is sealed."""
+        refuse_sealed((entry,), self.session)
+        return self.inner.apply(state, entry)
+
+    def to_seed(self, state: S) -> Any:
+        """The inner seed."""
+        return self.inner.to_seed(state)
+
+    def from_seed(self, seed: Any) -> S:
+        """The inner state of a seed; EncryptionError if it is sealed."""
+        if is_envelope(seed):
+            refuse_sealed((), self.session, sealed=True)
+        return self.inner.from_seed(seed)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # before __init__ set it (a copy): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 class SealingReducer(Generic[S]):
