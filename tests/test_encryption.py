@@ -128,8 +128,16 @@ def test_async_log_round_trip_rotation_and_shred() -> None:
         assert [e.data["text"] for e in view.entries] == [SECRET, "after"]
         assert [e.data.value[0] for e in (await s3log.AsyncLog(store, config=_enc())._run(
             log._core.read(sid))).entries] == [f"{sid}/000001", f"{sid}/000002"]
+        fresh = s3log.AsyncLog(store, config=_enc())
+        child = await fresh.fork(sid, at_seq=0)
+        assert (await fresh.read(child)).entries[0].data["seed"][0]["data"] == {"text": SECRET}
+        await fresh.append_latest(sid, [("msg", {"text": "latest"})])
+        _, suffix = await s3log.AsyncLog(store, config=_enc()).read_suffix(sid, lambda es: False)
+        assert [e.data["text"] for e in suffix] == [SECRET, "after", "latest"]
+        assert await fresh.compact(sid, lambda history, head: history[-1:])
+        assert [e.data for e in (await fresh.read(sid)).entries] == [{"text": "latest"}]
         assert await log.shred(sid) == [f"{sid}/000001", f"{sid}/000002"]
-        assert (await s3log.AsyncLog(store).verify(sid)).entries == 2
+        assert (await s3log.AsyncLog(store).verify(sid)).entries == 1
         with pytest.raises(SessionShredded, match=sid):
             await s3log.AsyncLog(store, config=_enc()).read(sid)
         await log.aclose()
