@@ -297,6 +297,7 @@ class EncryptionError(S3LogError):
     def __init__(self, session: str | None, reason: str, *, key_ref: str | None = None) -> None:
         self.session = session
         self.key_ref = key_ref
+        self.reason = reason
         where = f"session {session}" if session else "encrypted data"
         key = f" (data key {key_ref})" if key_ref else ""
         super().__init__(f"{where}{key}: {reason}")

@@ -94,7 +94,7 @@ class Keyring:
         try:
             kek, wrapped = yield ops.Wrap(self.provider, ref, fresh)
         except EncryptionError as exc:
-            raise EncryptionError(session, str(exc), key_ref=ref) from None
+            raise EncryptionError(session, exc.reason, key_ref=ref) from None
         try:
             yield from ops.put_if_absent(self.object_key(ref), key_object(ref, kek, wrapped))
         except PreconditionFailed:
@@ -110,10 +110,11 @@ class Keyring:
         the session was shredded: no key is made for it again (a new key under a ref
         its entries name would turn "shredded" into "wrong key")."""
         objects, _ = yield from list_all(self.base + session + "/")
-        names = sorted(o.key[len(self.base):] for o in objects)
+        names = [o.key[len(self.base):] for o in objects]
         if f"{session}/{SHREDDED}" in names:
             raise SessionShredded(session, f"{session}/{SHREDDED}")
-        return names
+        # Only data keys ({n:06d}); anything else put there is not one.
+        return sorted(r for r in names if r.rsplit("/", 1)[1].isdigit() and r.count("/") == 1)
 
     def fetch_refs(self, refs: Iterable[str], session: str) -> ops.Proc[None]:
         """Unwrap every key of ``refs`` not held yet. SessionShredded if one is gone."""
@@ -129,7 +130,7 @@ class Keyring:
             try:
                 raw = yield ops.Unwrap(self.provider, ref, kek, wrapped)
             except EncryptionError as exc:
-                raise EncryptionError(session, str(exc), key_ref=ref) from None
+                raise EncryptionError(session, exc.reason, key_ref=ref) from None
             with self._lock:
                 self._keys[ref] = DataKey(ref, bytes(raw))
 
