@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from s3log._format.values import Entry, Head, ParentRef
     from s3log.aio import AsyncLog, AsyncWriter
     from s3log.config import LogConfig, OnConflict, RetryPolicy, Selector
+    from s3log.encryption import Encryption, KmsKeyProvider, LocalKeyProvider
     from s3log.env import Env
     from s3log.errors import (
         AppendKeyReused,
         ConflictError,
         CorruptionError,
+        EncryptionError,
         EntryNotFound,
         FormatVersionError,
         InvalidArgumentError,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         SessionExpired,
         SessionNotFound,
         SessionReplaced,
+        SessionShredded,
         StoreError,
         WriterBusyError,
     )
@@ -75,6 +78,11 @@ _LAZY = {
     "ConflictError": ("s3log.errors", "ConflictError"),
     "CorruptionError": ("s3log.errors", "CorruptionError"),
     "EntryNotFound": ("s3log.errors", "EntryNotFound"),
+    "EncryptionError": ("s3log.errors", "EncryptionError"),
+    "SessionShredded": ("s3log.errors", "SessionShredded"),
+    "Encryption": ("s3log.encryption", "Encryption"),
+    "LocalKeyProvider": ("s3log.encryption", "LocalKeyProvider"),
+    "KmsKeyProvider": ("s3log.encryption", "KmsKeyProvider"),
     "FormatVersionError": ("s3log.errors", "FormatVersionError"),
     "InvalidArgumentError": ("s3log.errors", "InvalidArgumentError"),
     "InvalidEntryError": ("s3log.errors", "InvalidEntryError"),
@@ -144,6 +152,7 @@ __all__ = [
     "NullReducer", "ObstoreStore", "OnConflict", "ParentRef", "Reducer", "RetryPolicy", "S3LogError", "S3Store",
     "SessionExists", "Selector", "SessionExpired", "SessionReplaced", "ExpireReport",
     "SessionInfo", "SessionNotFound", "SessionView", "StoreError", "VerifyReport", "Writer", "WriterBusyError",
+    "Encryption", "EncryptionError", "KmsKeyProvider", "LocalKeyProvider", "SessionShredded",
     "open_async_log", "open_log",
 ]
 

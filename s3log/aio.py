@@ -12,16 +12,18 @@ from typing import Any, TypeVar
 
 from s3log import otel
 from s3log._api.core import LogCore, LogVerbs
+from s3log._api.keyring import SealingReducer, SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._api.writer import WriterVerbs
 from s3log._drive.drivers import AsyncDriver
+from s3log._format.ids import validate_session_id
 from s3log._format.values import Entry, Head
 from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.errors import InvalidArgumentError
-from s3log.reducer import Reducer, S
+from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
     ActiveSessions,
@@ -262,8 +264,21 @@ class AsyncLog(LogVerbs):
         self._driver = AsyncDriver(
             store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env
         )
+        enc = self._core.config.encryption
+        # The key objects' store (decision 0049): the log's own unless one is given.
+        self._key_driver = self._driver if enc is None or enc.key_store is None else AsyncDriver(
+            enc.key_store, self._core.config.retry, self._core.config.max_parallel, self._core.config.env)
+        # Key objects are created and destroyed under conditions too: the key store is
+        # probed before its first write, as the log's store is (decision 0034).
+        self._key_core = self._core if enc is None or enc.key_store is None else LogCore(
+            enc.key_store, prefix, config, reducer)
         self._close_hooks: list[Callable[[], Awaitable[None] | None]] = []
 
+
+
+    async def _keys(self, proc: Proc[T]) -> T:
+        """A keyring procedure on the key store, which is probed before its first write."""
+        return await self._key_driver.run(self._key_core.writing(proc))
 
     def add_close_hook(self, hook: Callable[[], Awaitable[None] | None]) -> None:
         """Call (and await) ``hook`` when this log closes, before its store is closed."""
@@ -281,6 +296,8 @@ class AsyncLog(LogVerbs):
             except Exception as exc:  # every hook must get its chance
                 first = first or exc
         self._driver.close()
+        if self._key_driver is not self._driver:
+            self._key_driver.close()
         closer = getattr(self.store, "aclose", None)
         if closer is not None:
             await closer()
@@ -309,9 +326,12 @@ class AsyncLog(LogVerbs):
     ) -> AsyncWriter[S]:
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
+        ring = self._core.keyring
+        # The data key is stored (or a racing writer's adopted) before anything is sealed.
+        key = None if ring is None else await self._keys(ring.current(ws.session))
         if not lazy:
             ws = await self._run(self._core.create(ws))
-        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     async def open(
         self,
@@ -322,17 +342,46 @@ class AsyncLog(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> AsyncWriter[S]:
         """Continue a stored session: read, verify and replay it."""
-        ws = await self._run(self._core.open(session_id, reducer))
-        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        ring = self._core.keyring
+        if ring is None:
+            ws = await self._run(self._core.open(session_id, reducer))
+            return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork))
+        data = await self._run(self._core.load_sealed(session_id))
+        await self._key_driver.run(ring.fetch(data.entries, data.session))
+        key = await self._keys(ring.current(data.session))
+        ws = self._core.replay(data, reducer, key)
+        return AsyncWriter(self, self._core.writer(ws, reducer, on_conflict, on_fork, key))
 
     async def read(self, session_id: str) -> SessionView:
-        """Read and verify a session."""
+        """Read and verify a session (decrypted, for a log with a key provider)."""
         if otel.TRACER is None or not otel.recording():
-            return await self._run(self._core.read(session_id))
+            return await self._opened(await self._run(self._core.read(session_id)))
         with otel.verb_span("read", self._store_id(), session_id) as span:
-            view = await self._run(self._core.read(session_id))
+            view = await self._opened(await self._run(self._core.read(session_id)))
             span.set_attribute("gen_ai.memory.record.count", len(view.entries))
             return view
+
+    async def _opened(self, view: SessionView) -> SessionView:
+        ring = self._core.keyring
+        if ring is not None:
+            await self._key_driver.run(ring.fetch(view.entries, view.session_id))
+        return self._core.opened(view)
+
+    async def _sealing(self, session_id: str, reducer: Reducer[Any] | None) -> SealingReducer[Any]:
+        """As :meth:`s3log.Log._sealing`."""
+        ring = self._core.ring("fork")
+        view = await self._run(self._core.read(session_id))
+        await self._key_driver.run(ring.fetch(view.entries, view.session_id))
+        key = await self._keys(ring.current(view.session_id))
+        return ring.reducer(reducer or self._core.reducer, key, view.session_id)
+
+    async def rotate_key(self, session_id: str) -> str:
+        """Start a new data key for a session; return its ref (see :meth:`s3log.Log.rotate_key`)."""
+        return (await self._keys(self._core.ring("rotate_key").rotate(validate_session_id(session_id)))).ref
+
+    async def shred(self, session_id: str) -> list[str]:
+        """Destroy every data key of a session (see :meth:`s3log.Log.shred`); return their refs."""
+        return await self._keys(self._core.ring("shred").shred(validate_session_id(session_id)))
 
     def _store_id(self) -> str:
         return otel.store_id(self.store, self._core.layout.prefix)
@@ -360,14 +409,17 @@ class AsyncLog(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
-        return await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys))
+        ring = self._core.keyring
+        key = None if ring is None else await self._keys(ring.current(validate_session_id(session_id)))
+        return await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
 
     async def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None
     ) -> SessionView | None:
         """Read and verify a session, or None when its head shows no entry in ``[since, until)``
         (ms): a time-window reader skips a session's segments from its head alone."""
-        return await self._run(self._core.read_window(session_id, since, until))
+        view = await self._run(self._core.read_window(session_id, since, until))
+        return None if view is None else await self._opened(view)
 
     async def read_runs(
         self, session_id: str, *, since: int | None = None, until: int | None = None
@@ -378,7 +430,12 @@ class AsyncLog(LogVerbs):
         (:class:`s3log._format.columns.RunColumns`, no Entry made), and the tail too when its
         decoder made them (records in the shape s3log writes).
         The same checks and errors as :meth:`read_window`, and None when it gives None."""
-        return await self._run(self._core.read_runs(session_id, since, until))
+        got = await self._run(self._core.read_runs(session_id, since, until))
+        ring = self._core.keyring
+        if got is None or ring is None:
+            return got
+        await self._key_driver.run(ring.fetch_runs(got[1], session_id))
+        return got[0], ring.open_runs(got[1], session_id)
 
     async def compact(self, session_id: str, select: Selector) -> bool:
         """Rewrite a session, at its id, as a new root chain of the entries ``select`` keeps.
@@ -388,13 +445,24 @@ class AsyncLog(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
-        return await self._run(self._core.compact(session_id, select))
+        # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
+        sealing = None if self._core.keyring is None else await self._sealing(session_id, EntriesReducer())
+        return await self._run(self._core.compact(session_id, select, sealing))
 
     async def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
     ) -> tuple[Head, list[Entry]]:
         """The newest entries, read backwards (tail, then segments) until ``enough(entries)``; verified."""
-        return await self._run(self._core.read_suffix(session_id, enough))
+        ring = self._core.keyring
+        if ring is None:
+            return await self._run(self._core.read_suffix(session_id, enough))
+        while True:  # again once per key first met (SuffixProbe)
+            probe = SuffixProbe(ring, session_id, enough)
+            head, entries = await self._run(self._core.read_suffix(session_id, probe))
+            if not probe.missing:  # enough saw plaintext; a read that ran out may hold more keys
+                await self._key_driver.run(ring.fetch(entries, session_id))
+                return head, ring.open_entries(entries, session_id)
+            await self._key_driver.run(ring.fetch_refs(sorted(probe.missing), session_id))
 
     async def heads(self, session_ids: Sequence[str]) -> list[HeadRow]:
         """The heads of sessions, fetched in parallel (unreadable ones as rows with ``error``)."""
@@ -419,6 +487,8 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
+        if self._core.keyring is not None:
+            reducer = await self._sealing(session_id, reducer)
         if otel.TRACER is None or not otel.recording():
             return await self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
         with otel.verb_span("fork", self._store_id(), session_id) as span:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from s3log._format.codec import check_format_version
 from s3log._format.layout import MAX_SEGMENTS
@@ -20,6 +20,9 @@ from s3log._format.values import FORMAT_VERSION, Head
 from s3log.env import DEFAULT_ENV, Env
 from s3log.errors import InvalidArgumentError
 from s3log.signing import Signer, Verifier, check_log_id
+
+if TYPE_CHECKING:
+    from s3log.encryption import Encryption
 
 #: The largest merge fan-out whose manifest stays within the MAX_SEGMENTS a reader
 #: accepts, however many segments a session writes (2**64 bounds any count): a level
@@ -117,6 +120,10 @@ class LogConfig:
     #: 0037): a retry is recognised while fewer than this many keyed appends followed
     #: the first. 0 remembers none (keys still join retries within one writer).
     append_key_window: int = 32
+    #: Encrypts the data of every entry this log appends (:mod:`s3log.encryption`), and
+    #: decrypts what it reads; None: data is stored as given (and an encrypted session
+    #: is refused where its data would be needed).
+    encryption: Encryption | None = None
 
     def __post_init__(self) -> None:
         check_format_version(self.format_version)

@@ -287,3 +287,26 @@ class MissingExtraError(S3LogError, ImportError):
         self.extra = extra
         text = f"{module} is not installed: it comes with s3log's {extra} extra: pip install 's3log[{extra}]'"
         super().__init__(text + (f" ({detail})" if detail else ""), name=module)
+
+
+class EncryptionError(S3LogError):
+    """An encrypted session's data cannot be sealed or opened: no key provider configured,
+    a key provider that cannot unwrap its data key (a wrong key), or a ciphertext that
+    fails authentication. Names the session and the data key involved."""
+
+    def __init__(self, session: str | None, reason: str, *, key_ref: str | None = None) -> None:
+        self.session = session
+        self.key_ref = key_ref
+        self.reason = reason
+        where = f"session {session}" if session else "encrypted data"
+        key = f" (data key {key_ref})" if key_ref else ""
+        super().__init__(f"{where}{key}: {reason}")
+
+
+class SessionShredded(EncryptionError):
+    """A data key of this session's entries was destroyed (:meth:`s3log.Log.shred`): its
+    chain still verifies, its data can no longer be read by anyone."""
+
+    def __init__(self, session: str | None, key_ref: str) -> None:
+        super().__init__(session, "its data key was destroyed (crypto-shredded): the chain verifies, "
+                         "the data cannot be read", key_ref=key_ref)

@@ -23,7 +23,11 @@ Starts the embedded local S3 once and, in one run, measures for each system:
 - OpenTelemetry (``otel``): a small commit with the API absent, present without an SDK,
   and recording spans; the share of a commit the absent case's checks cost.
 
-``--parts`` runs a subset (``append,restore,concurrent,cpu,signing,startup,coldstart,scan_latency,tail,otel``):
+- encryption (``encryption``): the CPU of an encrypted small commit over a plain one
+  (MemoryStore; decision 0049).
+
+``--parts`` runs a subset
+(``append,restore,concurrent,cpu,signing,encryption,startup,coldstart,scan_latency,tail,otel``):
 the peers are in ``append``, which takes longest.
 
 Peers (the ``bench`` extra): delta-rs (``write_deltalake`` append), SlateDB (``put`` +
@@ -594,6 +598,35 @@ def signing_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
             "added_us_per_commit": (signed - plain) * 1000}
 
 
+def encryption_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
+    """CPU per small commit on MemoryStore, plain and encrypted (a local key provider):
+    one entry sealed (AES-256-GCM) at append and opened again by the writer's reducer.
+
+    Measured in process CPU time (MemoryStore makes a commit pure CPU); the two writers
+    take turns, ``rounds`` times, so the machine's noise falls on both alike.
+    """
+    from s3log.encryption import Encryption, LocalKeyProvider
+
+    def writer(encryption: Any) -> Any:
+        log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(encryption=encryption))
+        return log.create(meta={"user": "bench"})
+
+    writers = {"plain": writer(None),
+               "encrypted": writer(Encryption(LocalKeyProvider({"bench": bytes(range(32))})))}
+    cpu_s: dict[str, float] = {name: 0.0 for name in writers}
+    per = n // rounds
+    for _ in range(rounds):
+        for name, w in writers.items():
+            t0 = time.process_time()
+            for i in range(per):
+                w.append("event", {"i": i, "text": "hello"})
+                w.commit()
+            cpu_s[name] += time.process_time() - t0
+    plain, enc = cpu_s["plain"] / n * 1000, cpu_s["encrypted"] / n * 1000
+    return {"plain_ms_per_commit": plain, "encrypted_ms_per_commit": enc, "ratio": enc / plain,
+            "added_us_per_commit": (enc - plain) * 1000}
+
+
 def signing_overhead_http(server: LocalS3, n: int = 60, rounds: int = 3) -> dict[str, Any]:
     """Median per small durable commit over the local S3 (boto3), without and with Ed25519."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -780,7 +813,8 @@ def otel_overhead(n: int = 4000, rounds: int = 10) -> dict[str, Any]:
             "modes": {name: {"ms_per_commit": _ms(v), "ratio": _ms(v) / base} for name, v in samples.items()}}
 
 
-PARTS = ("append", "restore", "concurrent", "cpu", "signing", "startup", "coldstart", "scan_latency", "tail", "otel")
+PARTS = ("append", "restore", "concurrent", "cpu", "signing", "encryption", "startup", "coldstart", "scan_latency",
+         "tail", "otel")
 
 
 def main() -> None:
@@ -883,6 +917,8 @@ def main() -> None:
         with LocalS3() as server:
             os.environ.update(server.env())
             results["signing_http"] = signing_overhead_http(server)
+    if "encryption" in parts:
+        results["encryption"] = encryption_overhead()
     if "startup" in parts:
         results["startup"] = startup()
     if "coldstart" in parts:
@@ -1026,6 +1062,12 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         add("Ed25519-signed vs unsigned small commit over the local S3 (boto3)", v,
             f"{v:.2f}x ({g['plain_ms_per_commit']:.2f} -> {g['signed_ms_per_commit']:.2f} ms; "
             f"+{m['added_us_per_commit']:.0f} us of CPU, {m['ratio']:.2f}x on MemoryStore)", "<= 1.10x", v <= 1.10)
+    if "encryption" in r:
+        e = r["encryption"]
+        v = e["ratio"]
+        add("encrypted vs plain small commit, CPU (MemoryStore, local key provider)", v,
+            f"{v:.2f}x ({e['plain_ms_per_commit'] * 1000:.0f} -> {e['encrypted_ms_per_commit'] * 1000:.0f} us; "
+            f"+{e['added_us_per_commit']:.0f} us)", "<= 1.20x", v <= 1.20)
     if "otel" in r:
         o = r["otel"]
         v = o["absent_share"]

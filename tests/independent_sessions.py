@@ -78,7 +78,7 @@ def rep(value: Any) -> Any:
         return value
     if isinstance(value, bytes):
         return {"$bytes": value.hex()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # cbor2 gives a tag's array as a tuple
         return [rep(v) for v in value]
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
@@ -90,8 +90,9 @@ def rep(value: Any) -> Any:
 
 
 def expected(log: s3log.Log, sid: str) -> dict[str, Any]:
-    """What s3log reads from ``sid``, in the reader's output form."""
-    view = log.read(sid)
+    """What s3log reads from ``sid``, in the reader's output form (an encrypted
+    session's data as stored: its envelopes, as a reader without the key sees them)."""
+    view = log._run(log._core.read(sid)) if log.config.encryption is not None else log.read(sid)
     parent = view.head.parent
     return {
         "ok": True,
@@ -219,9 +220,35 @@ def write_sessions(store: s3log.MemoryStore) -> tuple[dict[str, str], Ed25519Pri
     signed.open(w.session_id).append_durable("signed", {"i": "after"}, key="req-after")
     out["signed_compacted"] = w.session_id
 
+    _write_encrypted(store, out)
     lg.close()
     log.close()
     return out, key
+
+
+#: The wrapping key of the encrypted sessions (the reader never needs it).
+LOCAL_KEY = bytes(range(32, 64))
+
+
+def _write_encrypted(store: s3log.MemoryStore, out: dict[str, str]) -> None:
+    """Encrypted sessions: one with a rotated data key, a fork of it, one shredded."""
+    enc = s3log.Log(store, config=s3log.LogConfig(
+        tail_per_commit=0, tail_max_bytes=4 * 1024,
+        encryption=s3log.Encryption(s3log.LocalKeyProvider({"local-1": LOCAL_KEY}))))
+    w = enc.create()
+    _commit_each(w, [("msg", {"i": i, "text": "secret " * 20}) for i in range(40)], 6)
+    enc.rotate_key(w.session_id)
+    w = enc.open(w.session_id)
+    _commit_each(w, [("msg", {"i": i, "after": "rotation"}) for i in range(40, 50)], 4)
+    out["encrypted"] = w.session_id
+    w = enc.open(enc.fork(w.session_id, at_seq=30))
+    _commit_each(w, [("child", {"i": i}) for i in range(5)], 2)
+    out["encrypted_fork"] = w.session_id
+    w = enc.create()
+    _commit_each(w, [("msg", {"i": i}) for i in range(8)], 3)
+    enc.shred(w.session_id)
+    out["encrypted_shredded"] = w.session_id
+    enc.close()
 
 
 def dump(store: s3log.MemoryStore, root: Path) -> None:
@@ -244,8 +271,11 @@ def main(root: Path) -> dict[str, str]:
     names, key = write_sessions(store)
     dump(store, root)
     log = s3log.Log(store)
+    raw = s3log.Log(store, config=s3log.LogConfig(
+        encryption=s3log.Encryption(s3log.LocalKeyProvider({"local-1": LOCAL_KEY}))))
     (root / "expected.json").write_text(json.dumps(
-        {"names": names, "sessions": {sid: expected(log, sid) for sid in names.values()}}, indent=1))
+        {"names": names, "sessions": {sid: expected(raw if name.startswith("encrypted") else log, sid)
+                                      for name, sid in names.items()}}, indent=1))
     (root / "trusted.pem").write_bytes(key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return names

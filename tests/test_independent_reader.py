@@ -489,3 +489,22 @@ def test_the_independent_reader_needs_the_log_to_check_signatures(dump: tuple[Pa
     proc = subprocess.run([NODE, str(READER), str(dump[0]), "--trusted-ed25519", str(dump[0] / "trusted.pem")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--bucket or --log-id" in proc.stderr
+
+
+def test_the_independent_reader_verifies_encrypted_sessions_without_their_key(
+        dump: tuple[Path, dict[str, str], Any]) -> None:
+    """Encrypted sessions, one with a rotated data key, a fork and a shredded one: the
+    reader, which has no key, verifies each chain and sees each entry's data as the
+    envelope docs/format.md specifies ("Encrypted sessions")."""
+    root, names, expected = dump
+    got = _read(root, *[a for name in ("encrypted", "encrypted_fork", "encrypted_shredded")
+                        for a in ("--session", names[name])])
+    for name in ("encrypted", "encrypted_fork", "encrypted_shredded"):
+        sid = names[name]
+        assert got[sid]["ok"] is True and _same(got[sid], expected[sid]), name
+        sealed = [e["data"] for e in got[sid]["entries"] if e["kind"] != "s3log.fork"]
+        assert sealed and all(d["$tag"] == 21299 and len(d["value"]) == 3 for d in sealed), name
+    refs = {e["data"]["value"][0] for e in got[names["encrypted"]]["entries"]}
+    assert refs == {f"{names['encrypted']}/000001", f"{names['encrypted']}/000002"}
+    shredded = root / PREFIX / "keys" / names["encrypted_shredded"]
+    assert [p.name for p in shredded.iterdir()] == ["shredded"]  # its data key is gone

@@ -76,9 +76,18 @@ def test_observability_snippet_routes_a_fork_record_by_its_attributes(capsys: An
         logger.handlers[:] = handlers
 
 
+def test_encrypted_sessions_snippet_reads_verifies_rotates_and_shreds(capsys: Any) -> None:
+    (code,) = _snippets("Encrypted sessions")
+    ns: dict[str, Any] = {}
+    exec(compile(code, "docs/operations.md", "exec"), ns)
+    sid = ns["sid"]
+    assert capsys.readouterr().out.split("\n")[:4] == [
+        "my card", "True", str([f"{sid}/000001", f"{sid}/000002"]), "SessionShredded True"]
+
+
 def test_every_python_block_of_the_page_is_run_by_a_test() -> None:
     # The sections above, and the three of "Signed heads and checkpoints" that
     # tests/test_signing.py::test_operations_doc_snippets_run runs: a new block needs a test.
     run = (len(_snippets("Many appenders on one writer")) + len(_snippets("Signed heads and checkpoints")) + 1
-           + len(_snippets("Observability")))
-    assert DOC.read_text().count("```python\n") == run == 6
+           + len(_snippets("Observability")) + len(_snippets("Encrypted sessions")))
+    assert DOC.read_text().count("```python\n") == run == 7

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log import Encryption, LocalKeyProvider
 from s3log._drive.drivers import SyncDriver
 from s3log._format.layout import Layout
 from s3log._protocol.ops import Op, Parallel
@@ -400,6 +401,11 @@ class AsyncIgnoresConditions(s3log.AsyncMemoryStore):
 
 
 #: Verbs that write or delete, each as one call on a log holding session "s1".
+def _encrypting(log: Any) -> Any:
+    """A log of the same kind over the same store, with a local data-key provider."""
+    return type(log)(log.store, config=s3log.LogConfig(encryption=Encryption(LocalKeyProvider({"k1": bytes(32)}))))
+
+
 LOG_WRITES: dict[str, Callable[[Any], Any]] = {
     "create": lambda log: log.create("new"),
     "append_latest": lambda log: log.append_latest("s1", [("k", 1)]),
@@ -408,10 +414,14 @@ LOG_WRITES: dict[str, Callable[[Any], Any]] = {
     "delete": lambda log: log.delete("s1"),
     "gc": lambda log: log.gc(older_than_ms=0),
     "expire": lambda log: log.expire(idle_for=1),
+    # Key objects: made and destroyed under conditions on the key store (the log's here).
+    "rotate_key": lambda log: _encrypting(log).rotate_key("s1"),
+    "shred": lambda log: _encrypting(log).shred("s1"),
 }
 #: Verbs that only read (a dry run of gc or expire too: it writes and deletes nothing).
-LOG_READS = {"active_sessions", "child_heads", "children", "delete_plan", "head", "heads", "lineage", "list_session_ids",
-             "list_sessions", "object_keys", "open", "read", "read_runs", "read_suffix", "read_window", "verify"}
+LOG_READS = {"active_sessions", "child_heads", "children", "delete_plan", "head", "heads", "lineage",
+             "list_session_ids", "list_sessions", "object_keys", "open", "read", "read_runs", "read_suffix",
+             "read_window", "verify"}
 #: No verb: the probe itself, running a procedure as given, hooks and closing.
 LOG_OTHER = {"check_store", "add_close_hook", "close", "aclose"}
 #: A writer's verbs that send requests: each makes an entry durable or writes the head.
@@ -464,6 +474,18 @@ def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any
         call()
     assert store.calls, "the probe must have run"
     assert [c for c in store.calls if "/_probe/" not in c[1]] == []
+
+
+@pytest.mark.parametrize("verb", ["create", "rotate_key", "shred"])
+def test_a_separate_key_store_that_ignores_conditions_is_refused_before_a_key_is_written(verb: str) -> None:
+    # Two writers both "creating" key n of a session on such a store would each seal
+    # entries under a key the other overwrote: acknowledged data no key opens.
+    keys = IgnoresConditions()
+    log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(
+        encryption=Encryption(LocalKeyProvider({"k1": bytes(32)}), key_store=keys)))
+    calls = {"create": lambda: log.create("s1"), "rotate_key": lambda: log.rotate_key("s1"),
+             "shred": lambda: log.shred("s1")}
+    _refused_before_any_request(keys, calls[verb])
 
 
 class IgnoresOnlyIfMatchOnDelete(IgnoresConditions):

@@ -26,7 +26,7 @@ PUBLIC = [
 #: ``results``, the format's values in ``values``. Otherwise the module (or its
 #: package) is named after one of the words of the class name.
 KIND_HOMES = [
-    (re.compile(r"(Error|Exists|NotFound|Expired|Replaced|Busy|Warning|Reused|Rejected)$"), None),
+    (re.compile(r"(Error|Exists|NotFound|Expired|Replaced|Busy|Warning|Reused|Rejected|Shredded)$"), None),
     (re.compile(r"(Info|Report|Step|View|Result|Entry|Sessions|Progress)$"), {"s3log.results"}),
     (re.compile(r"^(Entry|Head|ParentRef|Signature)$"), {"s3log._format.values"}),
     (re.compile(r"(Config|Policy)$"), {"s3log.config"}),

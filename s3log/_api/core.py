@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from s3log import results
+from s3log._api.keyring import Keyring, PlainOnly, SealingReducer, refuse_sealed, seal_pending, sealing_selector
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -47,7 +48,8 @@ from s3log._protocol.state import (
     writer_state_from,
 )
 from s3log.config import LogConfig, OnConflict, Selector
-from s3log.errors import InvalidArgumentError, PreconditionsIgnoredError
+from s3log.encryption.envelope import ENVELOPE_TAG, DataKey, is_envelope
+from s3log.errors import InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.signing import default_log_id
 
@@ -80,6 +82,9 @@ class LogCore:
                                        f"LogConfig(log_id=...)")
         self.layout = Layout(layout.prefix, verifier=self.config.verifier, log_id=log_id)
         self.reducer: Reducer[Any] = reducer or EntriesReducer()
+        enc = self.config.encryption
+        #: The data keys of an encrypting log (decision 0049); None: data is stored as given.
+        self.keyring = Keyring(enc, layout.prefix) if enc is not None else None
         self.store = store
         # Stores that are known to honour conditional writes (the in-memory ones say so)
         # are never probed; the others once per store object and process.
@@ -118,9 +123,18 @@ class LogCore:
         reducer: Reducer[S] | None,
         on_conflict: OnConflict,
         on_fork: ForkListener | None,
+        key: DataKey | None = None,
     ) -> CommitQueue[S]:
-        """The commit queue of a writer starting at ``ws``."""
-        return CommitQueue(self.layout, self.config, ws, reducer or self.reducer, on_conflict, on_fork)
+        """The commit queue of a writer starting at ``ws`` (sealing with ``key`` if given)."""
+        red = reducer or self.reducer
+        if key is not None and self.keyring is not None:
+            red = self.keyring.reducer(red, key, ws.session)
+        queue = CommitQueue(self.layout, self.config, ws, red, on_conflict, on_fork)
+        if key is not None and self.keyring is not None:
+            ring, session = self.keyring, ws.session
+            queue.sealer = key
+            queue.opener = lambda entries: ring.open_acked(entries, session)
+        return queue
 
     def new_session(
         self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[S] | None
@@ -148,15 +162,46 @@ class LogCore:
         restarts: Callable[[Entry], bool] | None = getattr(reducer, "restarts", None)
         if restarts is None:
             data: SessionData = yield from load(self.layout, sid, confirm_pending=True)
+            if self.keyring is None:
+                refuse_sealed(data.entries, data.session)
             return writer_state_from(data, reducer, self.config)
         data = yield from load_suffix_data(self.layout, sid, lambda es: any(restarts(e) for e in es))
+        if self.keyring is None:
+            refuse_sealed(data.entries, data.session)
         start = max((i for i, e in enumerate(data.entries) if restarts(e)), default=0)
         return writer_state_from(replace(data, entries=data.entries[start:]), reducer, self.config)
 
+    def load_sealed(self, session_id: str) -> Proc[SessionData]:
+        """Load and verify an encrypted session for a writer (:meth:`open` with the keys
+        fetched between the load and the replay: :meth:`replay`)."""
+        data: SessionData = yield from load(self.layout, validate_session_id(session_id), confirm_pending=True)
+        return data
+
+    def replay(self, data: SessionData, reducer: Reducer[S] | None, key: DataKey) -> ChainPosition[S]:
+        """The chain position of an encrypted session loaded by :meth:`load_sealed`."""
+        assert self.keyring is not None
+        return writer_state_from(data, self.keyring.reducer(reducer or self.reducer, key, data.session),
+                                 self.config)
+
     def read(self, session_id: str) -> Proc[results.SessionView]:
-        """Load and verify a session."""
+        """Load and verify a session (its data as stored: :meth:`opened` decrypts it)."""
         data: SessionData = yield from load(self.layout, validate_session_id(session_id))
+        if self.keyring is None:
+            refuse_sealed(data.entries, data.session)
         return results.SessionView(data.session, data.head, data.etag, data.entries)
+
+    def ring(self, verb: str) -> Keyring:
+        """This log's keyring; InvalidArgumentError naming ``verb`` if it does not encrypt."""
+        if self.keyring is None:
+            raise InvalidArgumentError("config", f"{verb} needs LogConfig(encryption=Encryption(provider))")
+        return self.keyring
+
+    def opened(self, view: results.SessionView) -> results.SessionView:
+        """``view`` with its entries decrypted (their keys fetched: Keyring.fetch)."""
+        if self.keyring is None:
+            return view
+        return results.SessionView(view.session_id, view.head, view.etag,
+                           self.keyring.open_entries(view.entries, view.session_id))
 
     def verify(self, session_id: str) -> Proc[results.VerifyReport]:
         """Load and verify a session; report what was checked."""
@@ -183,7 +228,10 @@ class LogCore:
         self, session_id: str, at_seq: int | None, at_hash: bytes | str | None,
         meta: Mapping[str, Any] | None, reducer: Reducer[Any] | None, child: str | None,
     ) -> Proc[str]:
-        ws, _ = yield from fork_at(self.layout, self.config, session_id, reducer or self.reducer,
+        red = reducer or self.reducer
+        if self.keyring is None:  # an encrypted parent is refused, not seeded with envelopes
+            red = PlainOnly(red, session_id)
+        ws, _ = yield from fork_at(self.layout, self.config, session_id, red,
                                             at_seq=at_seq, at_hash=at_hash, meta=meta, child=child)
         return ws.session
 
@@ -231,14 +279,20 @@ class LogCore:
         create_meta: Mapping[str, Any] | None,
         after: results.CommitResult | None,
         keys: Sequence[str | None] | None = None,
+        key: DataKey | None = None,
     ) -> Proc[results.CommitResult]:
         """Validate ``(kind, data)`` pairs (and their append ``keys``, one per entry or
-        None) and append them at the session's latest head."""
+        None) and append them at the session's latest head (sealed under ``key`` if given)."""
         sid = validate_session_id(session_id)
         now = self.config.env.now_ms()
         pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        if any(is_envelope(p.data) for p in pending):
+            raise InvalidEntryError("", "data may not be an encrypted entry's envelope (a CBOR tag "
+                                    f"{ENVELOPE_TAG})", session=sid)
         if keys is not None:
             pending = _keyed(sid, entries, pending, keys)
+        if key is not None:
+            pending = seal_pending(pending, key)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
         return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),
@@ -315,11 +369,15 @@ class LogCore:
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
 
-    def compact(self, session_id: str, select: Selector) -> Proc[bool]:
+    def compact(self, session_id: str, select: Selector, sealing: SealingReducer[Any] | None = None) -> Proc[bool]:
         """Rewrite a session as a new root chain of what ``select`` keeps (see
-        :func:`compact_session`; probed first)."""
+        :func:`compact_session`; probed first). ``sealing``: an encrypted session's
+        reducer (:meth:`s3log.Log._sealing`): the selector sees plaintext, and what it
+        keeps is sealed again."""
+        if sealing is not None:
+            select = sealing_selector(select, sealing.key, sealing.session)
         return self.writing(compact_session(self.layout, self.config, validate_session_id(session_id),
-                                                     select))
+                                            select, sealing))
 
     def active_sessions(self, since: object) -> Proc[results.ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log._protocol.retention.active_sessions`)."""

@@ -9,6 +9,7 @@ log's: the two change for different reasons.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,7 +31,8 @@ from s3log._protocol.state import (
     LeasePlan,
 )
 from s3log.config import LogConfig, OnConflict
-from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError
+from s3log.encryption.envelope import ENVELOPE_TAG, NONCE_LEN, DataKey, is_envelope
+from s3log.errors import AppendKeyReused, ConflictError, EntryNotFound, InvalidArgumentError, InvalidEntryError
 from s3log.reducer import Reducer, S
 from s3log.results import (
     AckedEntry,
@@ -115,6 +117,10 @@ class CommitQueue(Generic[S]):
         self._fork_keys: dict[str, tuple[AppendKey, Head]] | None = \
             None if ws.etag is not None and ws.head.version > 1 else {}
         self._began: Head | None = ws.head if self._fork_keys is None else None
+        #: The data key this writer seals entries with (decision 0049); None: plain data.
+        self.sealer: DataKey | None = None
+        #: What decrypts the entries a commit acknowledges (set with ``sealer``).
+        self.opener: Callable[[list[AckedEntry]], list[AckedEntry]] | None = None
 
     @property
     def pending_count(self) -> int:
@@ -141,9 +147,20 @@ class CommitQueue(Generic[S]):
         else:
             check_ts(kind, ts, session=self.ws.session)
         value, encoded = normalize_data_cbor(kind, data, session=self.ws.session)
+        if is_envelope(value):
+            raise InvalidEntryError(kind, f"data may not be a CBOR tag {ENVELOPE_TAG} (an encrypted entry's "
+                                    "envelope)", session=self.ws.session)
         digest = b""
         if key is not None:
             check_append_key(key, self.ws.session)
+        sealer = self.sealer
+        if sealer is not None:
+            # A keyed append is sealed deterministically (its nonce derived from its key and
+            # content): a retry seals to the same bytes, so the digest below, over what is
+            # stored, finds it as for plain data, and reveals nothing of the plaintext.
+            nonce = os.urandom(NONCE_LEN) if key is None else sealer.synthetic_nonce(key, kind, encoded)
+            value, encoded = sealer.seal_cbor(kind, encoded, nonce, value)
+        if key is not None:
             digest = append_digest(kind, encoded)
         entry = PendingEntry(kind, ts, value, encoded, key, digest)
         with self._lock:
@@ -234,7 +251,10 @@ class CommitQueue(Generic[S]):
             if entry is not None:
                 self._waiting.discard(ticket)
                 self._claimed.add(ticket)
-            return entry
+        if entry is not None and self.opener is not None:
+            # One found stored (a retry's, read from the head or a fork) is still sealed.
+            entry = self.opener([entry])[0]
+        return entry
 
     def status(self, ticket: int) -> TicketStatus:
         """Where the entry of a waited-for ticket stands (see :class:`TicketStatus`)."""
@@ -387,6 +407,11 @@ class CommitQueue(Generic[S]):
             raise
         with self._lock:
             self._fork_doubts = {}
+        if self.opener is not None:  # an encrypting writer's results hold plaintext, as reads do
+            acked = self.opener(result.acked)
+            opened = {id(a): b for a, b in zip(result.acked, acked, strict=True)}
+            entries = [opened.get(id(e)) or self.opener([e])[0] for e in result.entries]
+            result = CommitResult(result._ws, entries, acked, result.fork, result.forks)
         self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:

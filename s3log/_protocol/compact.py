@@ -23,7 +23,7 @@ from s3log._protocol.state import ChainPosition
 from s3log._protocol.write import write_head
 from s3log.config import LogConfig, Selector
 from s3log.errors import ConflictError, InvalidArgumentError, InvalidEntryError, StoreError
-from s3log.reducer import replay
+from s3log.reducer import Reducer, replay
 
 log = logging.getLogger("s3log")
 
@@ -114,7 +114,8 @@ def _kept_entries(session: str, kept: object) -> list[PendingEntry]:
     return out
 
 
-def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Selector) -> Proc[bool]:
+def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Selector,
+                    reducer: Reducer[list[dict[str, Any]]] | None = None) -> Proc[bool]:
     """Rewrite a session, at the same id, as a new root chain of what ``select`` keeps.
 
     The head is replaced with If-Match on the ETag just read, so a concurrent commit
@@ -122,12 +123,14 @@ def compact_session(layout: Layout, cfg: LogConfig, session: str, select: Select
     referenced; ``retired_at`` gives readers holding the old head gc's grace period.
     Nothing kept deletes the session. Returns whether anything changed. For retention
     (pruning a checkpointer's old states): the new chain does not verify against the
-    old one, by design.
+    old one, by design. ``reducer``: what folds the entries into the history the
+    selector sees (default :class:`~s3log.reducer.EntriesReducer`; an encrypted
+    session's opens them first).
     """
     from s3log.reducer import EntriesReducer
 
     data = yield from load(layout, session)
-    reducer = EntriesReducer()
+    reducer = reducer or EntriesReducer()
     history = replay(reducer, data.entries)
     kept = select(history, data.head)
     if kept is None:

@@ -155,6 +155,28 @@ class Verify:
 
 
 @dataclass(frozen=True, slots=True)
+class Wrap:
+    """Wrap a new data key ``key`` (named ``ref``) with ``provider`` (a
+    :class:`s3log.encryption.KeyProvider`). Result: ``(kek, wrapped)``; the provider's
+    EncryptionError is thrown in. Performed as :class:`Sign`: no store request."""
+
+    provider: Any = field(compare=False)
+    ref: str
+    key: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Unwrap:
+    """Unwrap the data key ``ref`` (wrapped by ``kek``) with ``provider``. Result: the
+    key's bytes; the provider's EncryptionError is thrown in. Performed as :class:`Sign`."""
+
+    provider: Any = field(compare=False)
+    ref: str
+    kek: str
+    wrapped: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Parallel:
     """Run ops concurrently. Result: a list, per op, of its result or its StoreError."""
 
@@ -163,8 +185,8 @@ class Parallel:
 
 #: The ops a store performs (the drivers match on them, one store method each).
 StoreOp = Get | PutIfAbsent | PutIfMatch | ListKeys | Delete | DeleteIfMatch
-#: The ops a key performs (a signer or a verifier): no store request.
-KeyOp = Sign | Verify
+#: The ops a key performs (a signer, a verifier or a key provider): no store request.
+KeyOp = Sign | Verify | Wrap | Unwrap
 Op = StoreOp | KeyOp | Sleep | Parallel
 #: A protocol procedure returning ``T``.
 Proc = Generator[Op, Any, T]
@@ -178,9 +200,13 @@ def is_retryable(op: Op) -> bool:
 
 
 def call_key(op: KeyOp) -> Any:
-    """Perform ``op`` with its key: the one place a signer or verifier is called."""
+    """Perform ``op`` with its key: the one place a signer, verifier or key provider is called."""
     if isinstance(op, Sign):
         return op.signer.sign(op.payload)
+    if isinstance(op, Wrap):
+        return op.provider.wrap(op.ref, op.key)
+    if isinstance(op, Unwrap):
+        return op.provider.unwrap(op.ref, op.kek, op.wrapped)
     op.verifier.verify(op.payload, op.sig)
     return None
 
@@ -188,7 +214,8 @@ def call_key(op: KeyOp) -> Any:
 def blocks(op: KeyOp) -> bool:
     """Whether ``op``'s key may block (a network call: KMS), so an async driver runs it in a
     thread. A key says so with a ``blocking`` attribute; one that does not is assumed to."""
-    key = op.signer if isinstance(op, Sign) else op.verifier
+    key = (op.signer if isinstance(op, Sign) else op.provider if isinstance(op, (Wrap, Unwrap))
+           else op.verifier)
     return bool(getattr(key, "blocking", True))
 
 

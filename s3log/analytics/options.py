@@ -17,6 +17,7 @@ from typing import Any
 from s3log._format.ids import validate_session_id
 from s3log._format.times import to_ms
 from s3log.config import LogConfig
+from s3log.encryption import Encryption
 from s3log.errors import InvalidArgumentError
 from s3log.signing import Verifier
 from s3log.store.base import ObjectStore
@@ -146,6 +147,7 @@ def _check_verifier(verifier: object) -> None:
         raise InvalidArgumentError("verifier", f"must be a s3log.signing.Verifier, not {verifier!r}")
 
 
-def _config(parallelism: int, verifier: Verifier | None, log_id: str | None) -> LogConfig:
+def _config(parallelism: int, verifier: Verifier | None, log_id: str | None,
+            encryption: Encryption | None = None) -> LogConfig:
     # LogConfig checks log_id (InvalidArgumentError naming it) at the call, before any read.
-    return LogConfig(max_parallel=parallelism, verifier=verifier, log_id=log_id)
+    return LogConfig(max_parallel=parallelism, verifier=verifier, log_id=log_id, encryption=encryption)

@@ -34,7 +34,8 @@ from s3log._format.values import Head
 from s3log.analytics.columns import _TS_OF, SCHEMA, SESSIONS_SCHEMA, TS_RANGE, _Columns, _session_row, _sessions_batch
 from s3log.analytics.options import _check_verifier, _config, _ms, _names, _positive, _session_list, open_store
 from s3log.config import LogConfig
-from s3log.errors import CorruptionError, FormatVersionError, InvalidArgumentError, SessionNotFound
+from s3log.encryption import Encryption
+from s3log.errors import CorruptionError, EncryptionError, FormatVersionError, InvalidArgumentError, SessionNotFound
 from s3log.log import Log
 from s3log.results import EntryRun, head_outside
 from s3log.signing import Verifier
@@ -149,6 +150,7 @@ def scan(
     log_id: str | None = None,
     storage_options: dict[str, str] | None = None,
     batch_bytes: int | None = None,
+    encryption: Encryption | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the entries of many sessions as Arrow record batches of :data:`~s3log.analytics.SCHEMA`.
 
@@ -167,6 +169,9 @@ def scan(
     :class:`~s3log.signing.SignatureError`); without it signatures are not checked.
     ``log_id``: the identity heads are verified as heads of (as ``LogConfig(log_id=...)``;
     default ``<bucket>/<prefix>``): a copy of a whole log names its original's.
+    ``encryption`` (as ``LogConfig(encryption=...)``): encrypted sessions' data is
+    decrypted (a shredded one is skipped with a warning, or raises with ``strict``);
+    without it their ``data`` is the stored envelope (a CBOR tag 21299).
 
     ``store`` may be a log URL (``s3://bucket/prefix``) opened with ``storage_options``
     (:func:`~s3log.analytics.options.open_store`). A batch holds ``batch_size`` rows, or with ``batch_bytes``
@@ -186,7 +191,7 @@ def scan(
         if fn is not None and not callable(fn):
             raise InvalidArgumentError(name, f"must be callable, not {fn!r}")
     _check_verifier(verifier)
-    config = _config(parallelism, verifier, log_id)
+    config = _config(parallelism, verifier, log_id, encryption)
     store, prefix = open_store(store, storage_options, prefix)
     return _scan(store, wanted, lo, hi, kind_set, prefix, batch_size, batch_bytes, strict, progress, on_head,
                  config)
@@ -218,7 +223,7 @@ def _scan(
             return got
         except SessionNotFound:
             return None  # deleted since it was listed
-        except (CorruptionError, FormatVersionError) as exc:
+        except (CorruptionError, FormatVersionError, EncryptionError) as exc:
             if strict:
                 raise
             warnings.warn(f"skipping session {sid}: {exc}", CorruptSessionWarning, stacklevel=4)

@@ -134,6 +134,10 @@ def _main(
              "every command then refuses (or skips, scanning) a session whose head it did not sign."),
     kms_key_ids: list[str] = typer.Option(
         None, "--kms-key-id", metavar="ID", help="Trust heads signed by this KMS key (repeatable; kms:Verify)."),
+    data_keys: list[str] = typer.Option(
+        None, "--data-key", metavar="ID=FILE|kms:KEY_ID",
+        help="Decrypt encrypted sessions: ID=FILE a 32-byte wrapping key (raw, or 64 hex digits) a "
+             "LocalKeyProvider names ID (repeatable), or kms:KEY_ID a KMS key (kms:Decrypt)."),
     log_id: str = typer.Option(
         None, "--log-id", envvar="S3LOG_LOG_ID", metavar="ID",
         help="The identity signed heads are checked against (default BUCKET/PREFIX); a copy of a whole log "
@@ -144,7 +148,7 @@ def _main(
 ) -> None:
     ctx.obj = Settings(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, profile=profile, region=region,
                        debug=debug, public_keys=tuple(public_keys or ()), kms_key_ids=tuple(kms_key_ids or ()),
-                       log_id=log_id)
+                       log_id=log_id, data_keys=tuple(data_keys or ()))
 
 
 from s3log.cli import export, maintenance, sessions  # noqa: E402,F401  (registers the commands)

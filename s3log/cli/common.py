@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import typer
@@ -70,6 +71,8 @@ class Settings:
     kms_key_ids: tuple[str, ...] = ()
     #: ``--log-id``: the identity signed heads are bound to (None: ``BUCKET/PREFIX``).
     log_id: str | None = None
+    #: ``--data-key``: the keys that unwrap encrypted sessions' data keys.
+    data_keys: tuple[str, ...] = ()
     #: The endpoint the store actually talks to (for error messages), once known.
     resolved_endpoint: str | None = None
 
@@ -129,10 +132,38 @@ def open_log(ctx: typer.Context | None = None) -> Any:
     client = _s3_client(s)
     s.resolved_endpoint = str(client.meta.endpoint_url)
     verifier = verifier_for(s, s.public_keys, s.kms_key_ids)
-    config = LogConfig(retry=CLI_RETRY, verifier=verifier, log_id=s.log_id)
+    config = LogConfig(retry=CLI_RETRY, verifier=verifier, log_id=s.log_id, encryption=encryption_for(s))
     log = Log(S3Store(s.bucket, client=client), prefix=s.prefix, config=config)
     ctx.call_on_close(log.close)
     return log
+
+
+def encryption_for(s: Settings) -> Any:
+    """The encryption ``--data-key`` asks for (None without the option): local wrapping
+    keys from ``ID=FILE``, or a KMS key from ``kms:KEY_ID`` (one of the two kinds)."""
+    if not s.data_keys:
+        return None
+    from s3log.encryption import Encryption, KmsKeyProvider, LocalKeyProvider
+
+    kms = [arg[4:] for arg in s.data_keys if arg.startswith("kms:")]
+    if kms:
+        if len(kms) != len(s.data_keys) or len(kms) > 1:
+            fail("--data-key: give one kms:KEY_ID, or local keys (ID=FILE), not both", 2)
+        import boto3
+
+        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
+        return Encryption(KmsKeyProvider(client, kms[0]))
+    keys: dict[str, bytes] = {}
+    for arg in s.data_keys:
+        key_id, sep, path = arg.partition("=")
+        if not sep or not key_id:
+            fail(f"--data-key {arg!r}: expected ID=FILE or kms:KEY_ID", 2)
+        try:
+            raw = Path(path).read_bytes()
+            keys[key_id] = raw if len(raw) == 32 else bytes.fromhex(raw.strip().decode("ascii"))
+        except (OSError, ValueError) as exc:
+            fail(f"--data-key {arg!r}: cannot read a 32-byte key (raw or hex) from {path}: {exc}", 2)
+    return Encryption(LocalKeyProvider(keys, current=next(iter(keys))))
 
 
 def verifier_for(s: Settings, public_keys: Sequence[str], kms_key_ids: Sequence[str]) -> Verifier | None:

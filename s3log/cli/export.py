@@ -160,7 +160,7 @@ def export(
     try:
         with scan_progress("exporting", quiet) as progress:
             options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier,
-                           log_id=log.config.log_id)
+                           log_id=log.config.log_id, encryption=log.config.encryption)
             if fmt == "parquet":
                 rows = analytics.to_parquet(log.store, str(out), mode=export_mode, **options)
             else:
