@@ -804,6 +804,8 @@ def main() -> None:
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.quick:
+        if args.docs:
+            parser.error("--quick measures too few samples for the docs; run without it")
         parts = {"latency"}
     if not parts <= set(PARTS):
         parser.error(f"unknown parts {sorted(parts - set(PARTS))}; choose from {', '.join(PARTS)}")
