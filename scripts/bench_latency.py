@@ -393,12 +393,22 @@ def restore_under_models(server: LocalS3, entries: int, n: int, seed: int) -> di
     trips = _read_trips(mlog, sid)
     sha = hashlib.sha256
     floor = _best_cpu(7, lambda: [(sha(b).digest(), cbor2.loads(b)) for b in bodies])
+    loads = cbor2.loads
+
+    def nested(body: bytes) -> list[Any]:
+        # An entry's data is stored as its own CBOR item (a segment's "data" column, a
+        # head's "tail" records), so that its hash is checked before it is decoded:
+        # getting the values means decoding those items too.
+        obj = loads(body)
+        return [loads(x) for x in obj.get("data", obj.get("tail", []))]
+    full = _best_cpu(7, lambda: [(sha(b).digest(), nested(b)) for b in bodies])
     records = [e.raw for e in mlog.read(sid).entries]
     per_entry = _best_cpu(7, lambda: [sha(r).digest() for r in records])
     cpu = _best_cpu(7, lambda: mlog.read(sid))
     out: dict[str, Any] = {"entries": entries, "objects": len(keys), "bytes": sum(map(len, bodies)),
                            "round_trips": trips, "cpu_ms": cpu * 1000, "floor_ms": floor * 1000,
-                           "cpu_ratio": cpu / floor, "sha256_per_entry_ms": per_entry * 1000}
+                           "cpu_ratio": cpu / floor, "sha256_per_entry_ms": per_entry * 1000,
+                           "nested_floor_ms": full * 1000}
     bucket = server.create_bucket()
     direct = s3log.S3Store(bucket, endpoint_url=server.endpoint_url)
     for k, body in zip(keys, bodies, strict=True):
@@ -501,10 +511,11 @@ def targets(lat: dict[str, Any], add: Callable[[str, float | None, str, str, boo
         add(f"restore {r['entries']:,} entries: sequential round trips (counted)", r["round_trips"],
             f"{r['round_trips']} ({r['objects']} objects, {r['bytes']:,} bytes)", "<= 2", r["round_trips"] <= 2)
         v = r["cpu_ratio"]
+        verifying = r["nested_floor_ms"] + r["sha256_per_entry_ms"]
         add(f"restore {r['entries']:,} entries: CPU vs one SHA-256 + one CBOR decode of the same stored bytes", v,
-            f"{v:.1f}x ({r['cpu_ms']:.1f} vs {r['floor_ms']:.1f} ms; verifying each entry needs a SHA-256 of each "
-            f"record too, {r['sha256_per_entry_ms']:.1f} ms: floor with it "
-            f"{(r['floor_ms'] + r['sha256_per_entry_ms']) / r['floor_ms']:.1f}x)", "<= 2x", v <= 2)
+            f"{v:.1f}x ({r['cpu_ms']:.1f} vs {r['floor_ms']:.1f} ms; with each entry's data item decoded too "
+            f"{r['nested_floor_ms']:.1f} ms, and a SHA-256 of each record to verify it, "
+            f"{r['sha256_per_entry_ms']:.1f} ms: that floor {verifying / r['floor_ms']:.1f}x)", "<= 2x", v <= 2)
         for model in ("express", "standard"):
             m = r.get(model)
             if m:
