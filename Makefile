@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-stores stores-tools lint demo bench compare checkov compat sim sim-ci sim-nightly soak clean
+.PHONY: install test test-stores stores-tools lint demo bench bench-quick compare checkov compat sim sim-ci sim-nightly soak clean
 
 # The project's own environment: pyproject.toml's ranges, pinned by constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -73,6 +73,10 @@ bench: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/pip install -q -c constraints.txt -e ".[compare]"
 	$(BIN)/python scripts/compare.py
+
+# Only the latency model's targets, with fewer samples (about a minute; docs untouched).
+bench-quick: $(STAMP)
+	$(BIN)/python scripts/bench.py --quick
 
 # checkov pins an old boto3: it gets a virtualenv of its own, never the project's.
 CHECKOV_VENV := .venv-checkov

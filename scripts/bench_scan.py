@@ -82,17 +82,19 @@ def sequential(client: object, bucket: str) -> int:
 
 
 class ProxyProcess:
-    """scripts/latency_proxy.py in a process of its own, in front of ``upstream``."""
+    """scripts/latency_proxy.py in a process of its own, in front of ``upstream``
+    (``args``: more of its options, such as ``("--model", "express", "--seed", "7")``)."""
 
-    def __init__(self, upstream: str, delay_ms: float) -> None:
+    def __init__(self, upstream: str, delay_ms: float, args: tuple[str, ...] = ()) -> None:
         self.upstream = upstream
         self.delay_ms = delay_ms
+        self.args = args
         self.endpoint_url = ""
 
     def __enter__(self) -> ProxyProcess:
         script = Path(__file__).with_name("latency_proxy.py")
         self._proc = subprocess.Popen(
-            [sys.executable, str(script), "--upstream", self.upstream, "--delay-ms", str(self.delay_ms)],
+            [sys.executable, str(script), "--upstream", self.upstream, "--delay-ms", str(self.delay_ms), *self.args],
             stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         self.endpoint_url = self._proc.stdout.readline().strip()

@@ -1,4 +1,8 @@
-"""A delaying HTTP reverse proxy: every request waits a fixed time, then is forwarded.
+"""A delaying HTTP reverse proxy: every request waits, then is forwarded.
+
+The wait is fixed (``delay_ms``) or drawn per request from a latency model
+(:class:`LatencyModel`: a log-normal fitted to a published band, :data:`MODELS`),
+from a seeded generator, so a run draws the same delays in the same order again.
 
 It stands in for the round-trip time of a real object store in front of the local S3
 (moto on 127.0.0.1, which answers in well under a millisecond of network time): a
@@ -12,6 +16,7 @@ accepts it). Only the hop-by-hop framing headers are rewritten; bodies are buffe
 keep-alive connection upstream, so concurrent requests are delayed concurrently.
 
 ``python scripts/latency_proxy.py --upstream http://127.0.0.1:PORT --delay-ms 30``
+(or ``--model express --seed 7``)
 prints ``http://127.0.0.1:PORT`` of the proxy on its first line and serves until
 stopped (scripts/bench_scan.py runs it so, in a process of its own, so that the
 proxy's work does not share the GIL of the client being measured).
@@ -21,10 +26,15 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import math
+import random
+import re
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from statistics import NormalDist
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,15 +48,99 @@ _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "traile
                   "proxy-connection", "content-length"})
 
 
+#: z of the 99th percentile of a standard normal.
+_Z99 = NormalDist().inv_cdf(0.99)
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Per-request delays log-normally distributed, fitted to a published band read as
+    its median (``p50_ms``) and 99th percentile (``p99_ms``).
+
+    A log-normal is the usual shape of a service's response times: bounded below,
+    with a right tail. Two quantiles fix its two parameters: ``mu = ln(p50)`` and
+    ``sigma = ln(p99 / p50) / z(0.99)``.
+    """
+
+    name: str
+    p50_ms: float
+    p99_ms: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.p50_ms <= self.p99_ms:
+            raise ValueError(f"need 0 < p50_ms <= p99_ms (got {self.p50_ms}, {self.p99_ms})")
+
+    @property
+    def sigma(self) -> float:
+        """The log-normal's sigma (of the delay's natural log)."""
+        return math.log(self.p99_ms / self.p50_ms) / _Z99
+
+    def quantile_ms(self, q: float) -> float:
+        """The model's ``q`` quantile, in milliseconds."""
+        return self.p50_ms * math.exp(self.sigma * NormalDist().inv_cdf(q))
+
+    def sample_ms(self, rng: random.Random) -> float:
+        """One delay drawn with ``rng``, in milliseconds."""
+        return rng.lognormvariate(math.log(self.p50_ms), self.sigma)
+
+
+#: The bands docs/benchmarks.md cites ("The latency model"): S3 Standard PUT roughly
+#: 50-100 ms, S3 Express One Zone single-digit milliseconds (5-10 ms).
+MODELS = {
+    "standard": LatencyModel("S3 Standard", 50.0, 100.0, "PUT roughly 50-100 ms"),
+    "express": LatencyModel("S3 Express One Zone", 5.0, 10.0, "single-digit ms, up to 10x faster than Standard"),
+}
+
+
+class Delays:
+    """The delay of each request: fixed, or drawn from ``model`` with generators seeded
+    from ``seed``.
+
+    Requests whose path matches ``side_pattern`` draw from a second generator of their
+    own, so that the draws of the others do not depend on how many of those there were
+    (scripts/bench_latency.py: a commit's head PUT gets the same delay as the raw PUT
+    it is compared with, whether or not a segment went out beside it). :meth:`reset`
+    restarts both sequences.
+    """
+
+    def __init__(self, fixed_ms: float = 0.0, model: LatencyModel | None = None, seed: int = 0,
+                 side_pattern: str | None = None) -> None:
+        if fixed_ms < 0:
+            raise ValueError(f"delay_ms must be at least 0 (got {fixed_ms})")
+        self.fixed_ms, self.model, self.seed = fixed_ms, model, seed
+        self._side = re.compile(side_pattern) if side_pattern else None
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Start both sequences of draws again from the seed."""
+        with self._lock:
+            self._main = random.Random(f"{self.seed}:main")
+            self._side_rng = random.Random(f"{self.seed}:side")
+
+    def next_ms(self, path: str = "") -> float:
+        """The delay of the next request to ``path``, in milliseconds."""
+        if self.model is None:
+            return self.fixed_ms
+        with self._lock:
+            rng = self._side_rng if self._side is not None and self._side.search(path) else self._main
+            return self.model.sample_ms(rng)
+
+
+#: A request to this path resets the proxy's draws (:meth:`Delays.reset`); not forwarded.
+RESET_PATH = "/__latency__/reset"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # Many clients connect at once (a scan's pool): a deep backlog drops no SYN.
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], upstream: tuple[str, int], delay_s: float) -> None:
+    def __init__(self, address: tuple[str, int], upstream: tuple[str, int], delays: Delays) -> None:
         super().__init__(address, _Handler)
         self.upstream = upstream
-        self.delay_s = delay_s
+        self.delays = delays
         self.count_lock = threading.Lock()
         self.requests = 0
 
@@ -112,9 +206,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """Delay, forward, relay the reply (every method alike)."""
         body = self._body()
+        if self.path == RESET_PATH:
+            self.server.delays.reset()
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         with self.server.count_lock:
             self.server.requests += 1
-        time.sleep(self.server.delay_s)  # the round trip a real store would cost
+        time.sleep(self.server.delays.next_ms(self.path) / 1000)  # the round trip a real store would cost
         status, reason, headers, data = self._forward(body)
         self.send_response(status, reason)
         for k, v in headers:
@@ -129,19 +229,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LatencyProxy:
-    """A proxy in front of ``upstream`` (``http://host:port``) adding ``delay_ms`` per request.
+    """A proxy in front of ``upstream`` (``http://host:port``) adding ``delay_ms`` per
+    request, or a delay drawn from ``model`` (seeded with ``seed``; ``side_pattern``:
+    see :class:`Delays`).
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`; threads of this
     process serve it.
     """
 
-    def __init__(self, upstream: str, delay_ms: float, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, upstream: str, delay_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, *,
+                 model: LatencyModel | None = None, seed: int = 0, side_pattern: str | None = None) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream must be http://host:port, not {upstream!r}")
-        if delay_ms < 0:
-            raise ValueError(f"delay_ms must be at least 0 (got {delay_ms})")
-        self._server = _Server((host, port), (parts.hostname, parts.port), delay_ms / 1000)
+        delays = Delays(delay_ms, model, seed, side_pattern)
+        self._server = _Server((host, port), (parts.hostname, parts.port), delays)
         self._thread: threading.Thread | None = None
 
     @property
@@ -178,9 +280,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", required=True, help="http://host:port of the server to forward to")
     parser.add_argument("--delay-ms", type=float, default=30.0)
+    parser.add_argument("--model", choices=sorted(MODELS), default=None,
+                        help="draw each delay from this latency model instead of --delay-ms")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model's draws")
+    parser.add_argument("--side-pattern", default=None,
+                        help="requests whose path matches this regex draw from a sequence of their own")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    proxy = LatencyProxy(args.upstream, args.delay_ms, port=args.port)
+    proxy = LatencyProxy(args.upstream, args.delay_ms, port=args.port,
+                         model=MODELS[args.model] if args.model else None, seed=args.seed,
+                         side_pattern=args.side_pattern)
     print(proxy.endpoint_url, flush=True)
     try:
         proxy._server.serve_forever()

@@ -69,7 +69,7 @@ def test_the_repository_docs_carry_one_block_of_targets() -> None:
     text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert text.count(bd.BEGIN) == 1 and text.count(bd.END) == 1
     block = text[text.index(bd.BEGIN) : text.index(bd.END)]
-    rows = [line for line in block.splitlines() if line.startswith("| ✔ |") or line.startswith("| ✘ |")]
+    rows = [line for line in block.splitlines() if line.startswith(("| ✔ |", "| ✘ |", "| · |"))]
     assert rows, "the block holds the targets of a run"
     assert all(line.count(" | ") >= 3 for line in rows)
 
@@ -132,3 +132,38 @@ def test_the_paired_split_counts_puts_in_flight_together_once() -> None:
     store2.put_if_match("h", b"", "e")
     store2.put_if_absent("s", b"")
     assert len(spent2) == 2  # one after the other: two spans
+
+
+def test_a_named_block_is_replaced_between_its_markers(tmp_path: Path) -> None:
+    """The latency-model run writes its table of acknowledgement latencies between
+    markers a hand-written section places; a file without them is refused untouched."""
+    bd = _bench_docs()
+    doc = tmp_path / "benchmarks.md"
+    text = "# B\n\nBefore.\n<!-- bench:latency-peers:begin -->\nold\n<!-- bench:latency-peers:end -->\n\nAfter.\n"
+    doc.write_text(text, encoding="utf-8")
+    bd.write_block(doc, "latency-peers", "| a | b |\n")
+    assert doc.read_text(encoding="utf-8") == text.replace("\nold\n", "\n| a | b |\n")
+    bd.write_block(doc, "latency-peers", "| c |\n")
+    assert doc.read_text(encoding="utf-8").count("| c |") == 1 and "| a | b |" not in doc.read_text(encoding="utf-8")
+    bare = tmp_path / "bare.md"
+    bare.write_text("# B\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no <!-- bench:latency-peers:begin -->"):
+        bd.write_block(bare, "latency-peers", "x\n")
+    assert bare.read_text(encoding="utf-8") == "# B\n"
+
+
+def test_informational_rows_are_marked_and_not_counted_as_targets() -> None:
+    bd = _bench_docs()
+    results = {**RESULTS, "targets": [*RESULTS["targets"],
+                                      {"measure": "local", "shown": "1.2x", "target": "informational", "ok": None}]}
+    block = bd.targets_block(results, WHEN)
+    assert "| · | local | 1.2x | informational |" in block
+    assert "1 of 2 targets met (1 rows informational" in block
+
+
+def test_the_repository_docs_carry_the_published_and_measured_latencies() -> None:
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    begin, end = "<!-- bench:latency-peers:begin -->", "<!-- bench:latency-peers:end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1
+    block = text[text.index(begin) : text.index(end)]
+    assert "S2" in block and "WarpStream" in block and "s3log / obstore" in block

@@ -13,6 +13,8 @@ from typing import Any
 
 import cbor2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s3log
 from s3log._format.cbor import _LAYOUTS, dumps
@@ -140,3 +142,51 @@ def test_hand_laid_records_past_the_kind_cache_bound() -> None:
     data, data_cbor = normalize_data_cbor("kind-3-ééé", None)
     assert make_entry(9, b"\x01" * 32, "kind-3-ééé", 0, data, data_cbor).raw == dumps(
         {"seq": 9, "prev": b"\x01" * 32, "kind": "kind-3-ééé", "ts": 0, "data": None})
+
+
+_FLAT_KEYS = st.one_of(st.text(alphabet=st.characters(max_codepoint=127), max_size=30),
+                       st.sampled_from(["", "a", "b", "aa", "z" * 23, "z" * 24, "y" * 24, "k" * 256]))
+_FLAT_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.binary(max_size=40),
+    st.text(max_size=30), st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 1.5, float("inf"), 65504.0, 1e300]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_FLAT_KEYS, _FLAT_VALUES, max_size=30))
+def test_flat_maps_are_normalized_as_a_round_trip_through_cbor_gives(data: dict[str, Any]) -> None:
+    """A flat map of ASCII keys takes the path that encodes its items as one array and
+    builds the decoded value directly: the same bytes and the same value (keys in the
+    same order, values of the same types) as encoding the map and decoding it."""
+    value, encoded = normalize_data_cbor("k", data)
+    assert encoded == cbor2.dumps(data, canonical=True)
+    back = cbor2.loads(encoded)
+    assert list(value) == list(back)
+    for k in back:
+        v, b = value[k], back[k]
+        assert type(v) is type(b) and (v == b or (v != v and b != b)), (k, v, b)
+    assert all(type(k) is str for k in value)
+
+
+def test_flat_maps_the_fast_path_leaves_to_the_general_way() -> None:
+    """Keys that are not all ASCII text, values of other types, and NaN go the general
+    way, with its checks and errors."""
+    from s3log._format.entries import _FLAT_LAYOUTS, _flat_map_cbor
+
+    assert _flat_map_cbor("k", {"é": 1}, None) is None
+    assert _flat_map_cbor("k", {1: 1}, None) is None
+    assert _flat_map_cbor("k", {"a": [1]}, None) is None
+    assert _flat_map_cbor("k", {"a": float("nan")}, None) is None
+    assert _flat_map_cbor("k", {"a": 1.0, "b": True}, None) is not None
+
+    class Key(str):
+        pass
+
+    value, encoded = normalize_data_cbor("k", {Key("b"): 1, "a": 2})
+    assert list(value) == ["a", "b"] and all(type(k) is str for k in value)
+    assert encoded == cbor2.dumps({"a": 2, "b": 1}, canonical=True)
+    with pytest.raises(s3log.InvalidEntryError, match="lone surrogate"):
+        normalize_data_cbor("k", {"a": "x\ud800"})
+    _FLAT_LAYOUTS.clear()
+    for i in range(4200):
+        normalize_data_cbor("k", {f"key{i}": i})
+    assert len(_FLAT_LAYOUTS) == 4096

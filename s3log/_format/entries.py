@@ -20,7 +20,7 @@ from typing import Any
 
 import cbor2
 
-from s3log._format.cbor import _INT_LEN, _NULL, _array_head, _head_len, _uint, dumps, loads
+from s3log._format.cbor import _INT_LEN, _NULL, _array_head, _head_len, _length_head, _uint, dumps, loads
 from s3log._format.values import HASH_LEN, RESERVED_KIND_PREFIX, Entry, _new_entry, _record
 from s3log.errors import InvalidEntryError
 
@@ -239,6 +239,10 @@ def normalize_data_cbor(
     entries equal to what readers decode (a tuple becomes a list, for instance), so a
     hash is computed over exactly what is stored.
     """
+    if type(data) is dict and max_depth > 0:
+        flat = _flat_map_cbor(kind, data, session)
+        if flat is not None:
+            return flat
     plain = _check_tree(kind, data, session, max_depth)
     try:
         encoded = dumps(data)
@@ -259,6 +263,60 @@ def normalize_data_cbor(
             "(a tag read through or shared, such as 55799, 256, 28 or 29, or a tag 1 time); store the value "
             "it stands for instead", session=session)
     return value, encoded
+
+
+#: Scalars a flat map's values may be for :func:`_flat_map_cbor` (floats apart: see there).
+_FLAT_SCALARS = frozenset({int, bool, bytes, type(None)})
+#: A flat map's layout by its keys (in the caller's order), for :func:`_flat_map_cbor`:
+#: the keys in canonical order, the map's head, and how many bytes the head of an
+#: array of twice as many items takes.
+_FLAT_LAYOUTS: dict[tuple[Any, ...], tuple[tuple[str, ...], bytes, int]] = {}
+
+
+def _flat_layout(keys: tuple[Any, ...]) -> tuple[tuple[str, ...], bytes, int] | None:
+    """The layout of a map with these keys, if all are ASCII text (else None)."""
+    if not all(type(k) is str and k.isascii() for k in keys):
+        return None
+    # ASCII text encodes to a head growing with its length, then its bytes: the
+    # deterministic order (shorter encodings first, then bytewise) is by length, then text.
+    order = tuple(sorted(keys, key=lambda k: (len(k), k)))
+    layout = (order, _length_head(0xA0, len(keys)), _head_len(2 * len(keys)))
+    if len(_FLAT_LAYOUTS) < 4096:  # key sets are few; a flood of new ones is not cached
+        _FLAT_LAYOUTS[keys] = layout
+    return layout
+
+
+def _flat_map_cbor(kind: str, data: dict[Any, Any], session: str | None) -> tuple[Any, bytes] | None:
+    """:func:`normalize_data_cbor` of the common entry without the general encoder's
+    map and a decode: a map of ASCII text keys to text, ints, bools, bytes, None and
+    floats other than NaN. None for any other map (the general way then decides).
+
+    Its keys and values go to the encoder as one array in canonical key order (one C
+    call, no sorting of a map there) and the array's head is swapped for the map's, as
+    records are made (see above). What a decode would give back is built directly: the
+    same keys in canonical order, the same values (each of these types decodes to an
+    equal value of its own type; a NaN might come back as another NaN, so it is left to
+    the general way). tests/test_encoding_layouts.py checks both against the general way.
+    """
+    keys = tuple(data)
+    layout = _FLAT_LAYOUTS.get(keys) or _flat_layout(keys)
+    if layout is None:
+        return None
+    for v in data.values():
+        tv = type(v)
+        if tv is str:
+            if not v.isascii():
+                _check_text(kind, v, session)
+        elif tv is float:
+            if v != v:
+                return None
+        elif tv not in _FLAT_SCALARS:
+            return None
+    order, map_head, array_head_len = layout
+    # The value's keys are the layout's (plain str, even when the caller's keys only
+    # compare equal to them), as a decode would give.
+    value = {k: data[k] for k in order}
+    return value, map_head + dumps([x for kv in value.items() for x in kv])[array_head_len:]
 
 
 #: The end of a record after its data, up to prev's value, by kind (see make_entry).
