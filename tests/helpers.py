@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import s3log
@@ -286,3 +290,16 @@ def drive(store: Any, proc: Any, *, before: Any = None, stop: Any = None) -> Any
             error = results[0]
         else:
             value = results[0]
+
+
+def load_script(name: str) -> ModuleType:
+    """The module ``scripts/<name>.py`` (scripts are no package), imported once per process."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

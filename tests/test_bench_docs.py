@@ -5,23 +5,19 @@ repository's own docs/benchmarks.md is well formed."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench_docs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_docs", ROOT / "scripts" / "bench_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_docs", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_docs")
 
 
 RESULTS = {

@@ -3,24 +3,19 @@ drawn from seeded generators so that a benchmark run draws the same delays again
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _proxy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("latency_proxy", ROOT / "scripts" / "latency_proxy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("latency_proxy", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("latency_proxy")
 
 
 def test_the_models_are_fitted_to_their_bands() -> None:
