@@ -983,3 +983,13 @@ def test_an_explicit_endpoint_wins_over_aws_endpoint_url_s3(
     store = s3log.S3Store.fast(bucket, endpoint_url=s3log_server.endpoint_url)
     store.put_if_absent("k", b"x")
     assert s3log.S3Store(bucket, endpoint_url=s3log_server.endpoint_url).get("k").body == b"x"
+
+
+@pytest.mark.parametrize(("bucket", "express"), [("logs--usw2-az1--x-s3", "true"), ("logs", None)])
+def test_an_obstore_client_of_a_directory_bucket_takes_s3_express_sessions(bucket: str, express: str | None) -> None:
+    # botocore turns S3 Express session authentication on by the bucket's name alone;
+    # object_store only when told, so the obstore stores tell it (docs/stores.md).
+    pytest.importorskip("obstore")
+    from s3log.store._obstore_common import make_client
+
+    assert make_client(bucket, None, "us-west-2").config.get("s3_express") == express

@@ -12,6 +12,9 @@ from s3log._protocol.ops import Blob, ListPage, ObjectInfo
 from s3log.errors import InvalidArgumentError, ObjectNotFound, PreconditionFailed, StoreError, TransientStoreError
 from s3log.store.base import checked_etag, error_for_status
 
+#: The name suffix of an S3 Express One Zone directory bucket (``NAME--ZONE-ID--x-s3``).
+DIRECTORY_BUCKET_SUFFIX = "--x-s3"
+
 
 def make_client(
     bucket: str,
@@ -32,6 +35,10 @@ def make_client(
 
     endpoint, region = resolved(endpoint_url, region_name)
     kwargs: dict[str, Any] = {"region": region}
+    if bucket.endswith(DIRECTORY_BUCKET_SUFFIX):
+        # A directory bucket (S3 Express One Zone) takes session credentials from
+        # CreateSession; botocore does that by the name alone, object_store only when asked.
+        kwargs["s3_express"] = True
     client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": connect_timeout}
     if endpoint:
         kwargs["endpoint"] = endpoint
