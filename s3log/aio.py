@@ -513,19 +513,7 @@ class AsyncLog(LogVerbs):
     async def list_session_ids(
         self, *, prefix: str | None = None, since: datetime | timedelta | int | None = None
     ) -> list[str]:
-        """Session ids, newest first (UUIDv7 ids sort by time); no head is read.
-
-        ``prefix``: only the ids starting with it (one LIST per 1,000 of them).
-        ``since`` (an aware datetime, ms since the epoch, or a timedelta ago): only the
-        sessions that may have been committed to since then, a superset, never missing
-        one that was. When the activity index covers the window it answers (one LIST to
-        check it, then one per 1,000 markers of those days): sessions committed to on
-        since's first day, even before ``since``, and sessions deleted since may appear.
-        When it does not (the index is younger than the window, or
-        ``LogConfig.activity_index`` is off), every id is listed, as without ``since``.
-        For exactly the sessions active since then, read their heads
-        (:meth:`active_sessions`). Both arguments combine.
-        """
+        """Session ids, newest first; no head is read (see :meth:`s3log.Log.list_session_ids`)."""
         return await self._run(self._core.session_ids(prefix, since))
 
     async def list_sessions(

@@ -415,7 +415,7 @@ def concurrent_at_latency(server: LocalS3, appenders: int, delay_ms: float) -> d
     return group
 
 
-def _fill(log: s3log.Log, entries: int) -> str:
+def fill_session(log: s3log.Log, entries: int) -> str:
     """A session of ``entries`` entries of ~130 bytes, committed 50 at a time."""
     w = log.create()
     for i in range(entries):
@@ -430,7 +430,7 @@ def restore(server: LocalS3, entries: int, fast: bool) -> dict[str, Any]:
     bucket = server.create_bucket()
     store: Any = (s3log.S3Store.fast if fast else s3log.S3Store)(bucket, endpoint_url=server.endpoint_url)
     log = s3log.Log(store)
-    sid = _fill(log, entries)
+    sid = fill_session(log, entries)
     head = log.head(sid)
     # The same bytes as one object: the floor of a restore.
     keys = [*head.segments, f"s3log/sessions/{sid}/head"]
@@ -485,7 +485,7 @@ def restore_at_latency(server: LocalS3, entries: int, delay_ms: float, fast: boo
     make = s3log.S3Store.fast if fast else s3log.S3Store
     direct: Any = make(bucket, endpoint_url=server.endpoint_url)
     log = s3log.Log(direct)
-    sid = _fill(log, entries)
+    sid = fill_session(log, entries)
     head = log.head(sid)
     total = sum(len(direct.get(k).body) for k in [*head.segments, log.layout.head(sid)])
     direct.put_if_absent("floor/blob", b"z" * total)
@@ -535,7 +535,7 @@ def restore_memory(entries: int = 10_000) -> dict[str, Any]:
     out: dict[str, Any] = {"entries": entries}
     for v in (2, 1):
         log = s3log.Log(s3log.MemoryStore(), config=s3log.LogConfig(format_version=v))
-        sid = _fill(log, entries)
+        sid = fill_session(log, entries)
         out[f"v{v}_entries_per_s"] = entries / _best(5, partial(log.read, sid))
         log.close()
     out["v2_over_v1"] = out["v2_entries_per_s"] / out["v1_entries_per_s"]

@@ -340,17 +340,6 @@ def _best_cpu(reps: int, fn: Callable[[], Any]) -> float:
     return best
 
 
-def _fill(log: s3log.Log, entries: int) -> str:
-    """A session of ``entries`` entries of ~130 bytes, committed 50 at a time (as bench.py's)."""
-    w = log.create()
-    for i in range(entries):
-        w.append("event", {"i": i, "text": "y" * 100})
-        if i % 50 == 49:
-            w.commit()
-    w.commit()
-    return w.session_id
-
-
 def _read_trips(log: s3log.Log, sid: str) -> int:
     """Sequential round trips of a restore, counted exactly: every op the read procedure
     yields is one (a parallel batch is one)."""
@@ -386,7 +375,9 @@ def restore_under_models(server: LocalS3, entries: int, n: int, seed: int) -> di
 
     mem = s3log.MemoryStore()
     mlog = s3log.Log(mem)
-    sid = _fill(mlog, entries)
+    from bench import fill_session  # scripts/, next to this file
+
+    sid = fill_session(mlog, entries)
     head = mlog.head(sid)
     keys = [mlog.layout.head(sid), *head.segments]
     bodies = [mem.get(k).body for k in keys]
