@@ -217,3 +217,56 @@ def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
     code, text = _invoke(missing, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite")
     assert code == 1 and "no-such-bucket-here" in text
     assert _files(out) == before
+
+
+
+def test_an_overwrite_whose_scan_fails_leaves_no_file_of_an_upload_still_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyarrow uploads part files in the background; one it began before the scan
+    failed must not land after the staging folder is cleaned up. The server here holds
+    the corrupt head until a staging upload of each sound day has begun, and their later requests
+    until the export deletes something (or half a second passes)."""
+    import threading
+
+    uploading, cleaning = threading.Event(), threading.Event()
+    begun: list[str] = []
+    with LocalS3() as server:
+        wsgi = server._server._server
+        inner = wsgi.app
+        corrupt = ""
+
+        def gated(environ: Any, start_response: Any) -> Any:
+            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+            query = environ.get("QUERY_STRING", "")
+            if method == "DELETE" or (method == "POST" and "delete" in query):
+                cleaning.set()
+            elif corrupt and method == "GET" and path.endswith(corrupt):
+                uploading.wait(1.0)
+            elif ".s3log-staging-" in path and path.endswith(".parquet"):
+                if query == "uploads":
+                    begun.append(path)
+                    if len(begun) == len(ids) - 1:
+                        uploading.set()
+                else:
+                    cleaning.wait(0.5)
+            return inner(environ, start_response)
+
+        wsgi.app = gated
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        bucket = server.create_bucket()
+        store = s3log.S3Store(bucket, endpoint_url=server.endpoint_url)
+        log = s3log.Log(store)
+        ids = _populate(log, 6)
+        assert analytics.to_parquet(store, f"s3://{bucket}/export") == 6
+        before = _s3_keys(server, bucket, "export/")
+        server.client().put_object(Bucket=bucket, Key=log.layout.head(ids[-1]), Body=b"not a head")
+        corrupt = log.layout.head(ids[-1])
+        begun.clear()
+        uploading.clear()
+        cleaning.clear()
+        with pytest.raises(s3log.CorruptionError):
+            analytics.to_parquet(store, f"s3://{bucket}/export", mode="overwrite", sessions=ids, **FAILING_LATE)
+        assert uploading.is_set()
+        assert _s3_keys(server, bucket, "export/") == before

@@ -243,12 +243,19 @@ def _write_entries(batches: Iterable[pa.RecordBatch], filesystem: Any, where: st
     import pyarrow.dataset as ds
 
     rows = 0
+    failed: list[Exception] = []
 
     def counted() -> Iterator[pa.RecordBatch]:
+        # A scan that fails ends the stream instead of raising into pyarrow: raised there,
+        # write_dataset returns while its file uploads may still be in flight, and one
+        # landing after the staging directory is deleted would be left behind.
         nonlocal rows
-        for b in batches:
-            rows += b.num_rows
-            yield b
+        try:
+            for b in batches:
+                rows += b.num_rows
+                yield b
+        except Exception as exc:
+            failed.append(exc)
 
     partitioning = None
     if partition_by is not None:
@@ -260,6 +267,8 @@ def _write_entries(batches: Iterable[pa.RecordBatch], filesystem: Any, where: st
         basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore", max_rows_per_group=65_536,
     )
+    if failed:
+        raise failed[0]
     return rows
 
 
