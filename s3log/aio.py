@@ -22,7 +22,7 @@ from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
-from s3log.errors import InvalidArgumentError
+from s3log.errors import InvalidArgumentError, SessionExists, SessionShredded
 from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
@@ -327,6 +327,8 @@ class AsyncLog(LogVerbs):
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
         ws = self._core.new_session(session_id, meta, reducer)
         ring = self._core.keyring
+        if ring is not None and session_id is not None and not lazy and await self._run(self._core.exists(ws.session)):
+            raise SessionExists(ws.session)  # a taken id, refused before a data key is stored
         # The data key is stored (or a racing writer's adopted) before anything is sealed.
         key = None if ring is None else await self._keys(ring.current(ws.session))
         if not lazy:
@@ -375,6 +377,19 @@ class AsyncLog(LogVerbs):
         key = await self._keys(ring.current(view.session_id))
         return ring.reducer(reducer or self._core.reducer, key, view.session_id)
 
+    async def _sealed_run(self, proc: Callable[[], Proc[T]], sealing: SealingReducer[Any] | None) -> T:
+        """``proc()`` run; for an encrypted session, an entry under a key not held (one a
+        rotation made after :meth:`_sealing` fetched the keys) has that key fetched and
+        ``proc()`` run again: the session is live, not shredded."""
+        while True:
+            try:
+                return await self._run(proc())
+            except SessionShredded as exc:
+                if sealing is None or exc.key_ref is None or sealing.keyring.holds(exc.key_ref):
+                    raise
+                ring = sealing.keyring
+                await self._key_driver.run(ring.fetch_refs([exc.key_ref], sealing.session))
+
     async def rotate_key(self, session_id: str) -> str:
         """Start a new data key for a session; return its ref (see :meth:`s3log.Log.rotate_key`)."""
         return (await self._keys(self._core.ring("rotate_key").rotate(validate_session_id(session_id)))).ref
@@ -410,7 +425,13 @@ class AsyncLog(LogVerbs):
         (see :meth:`s3log.Writer.append`).
         """
         ring = self._core.keyring
-        key = None if ring is None else await self._keys(ring.current(validate_session_id(session_id)))
+        key = None
+        if ring is not None:
+            sid = validate_session_id(session_id)
+            # A session with no data key yet: its head is read for the refs its entries name.
+            key = await self._keys(ring.newest(sid))
+            if key is None:
+                key = await self._keys(ring.current(sid, await self._run(self._core.head_refs(sid))))
         return await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
 
     async def read_window(
@@ -447,7 +468,7 @@ class AsyncLog(LogVerbs):
         """
         # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
         sealing = None if self._core.keyring is None else await self._sealing(session_id, EntriesReducer())
-        return await self._run(self._core.compact(session_id, select, sealing))
+        return await self._sealed_run(lambda: self._core.compact(session_id, select, sealing), sealing)
 
     async def read_suffix(
         self, session_id: str, enough: Callable[[Sequence[Entry]], bool]
@@ -487,12 +508,15 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
-        if self._core.keyring is not None:
-            reducer = await self._sealing(session_id, reducer)
+        sealing = None if self._core.keyring is None else await self._sealing(session_id, reducer)
+        reducer = sealing or reducer
+
+        def proc() -> Proc[str]:
+            return self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id)
         if otel.TRACER is None or not otel.recording():
-            return await self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            return await self._sealed_run(proc, sealing)
         with otel.verb_span("fork", self._store_id(), session_id) as span:
-            child = await self._run(self._core.fork(session_id, at_seq, at_hash, meta, reducer, child_id))
+            child = await self._sealed_run(proc, sealing)
             otel.forked(span, session_id, child)
             return child
 

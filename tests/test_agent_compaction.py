@@ -305,3 +305,53 @@ def test_a_signed_session_restores_from_the_summary_under_trusted_keys() -> None
     assert gets == 1 + needed  # the head, then the segments from the newest back to the summary's
     assert restored.state == collect_state(log.read(session.session_id).entries)
     assert log.verify(session.session_id).entries == head.seq + 1
+
+
+# --- restores from a summary, then more commits: the whole fold, every entry once -----
+
+
+@pytest.mark.parametrize("tail_per_commit,cache_levels", [(0, 0), (0, 3), (1, 1), (4, 3)])
+def test_a_writer_opened_at_a_summary_then_merging_keeps_every_entry(tail_per_commit: int,
+                                                                     cache_levels: int) -> None:
+    """A writer opened from a suffix (reducer.restarts) has only the segments it read in
+    its merge cache; its commits then merge older segments. Nothing may be lost."""
+    store = s3log.MemoryStore()
+    cfg = s3log.LogConfig(tail_per_commit=tail_per_commit, tail_max_bytes=400, fanout=2,
+                          cache_levels=cache_levels)
+    log = s3log.Log(store, config=cfg)
+    s = AgentSession.create(log, system_prompt="sys")
+    for i in range(40):
+        s.record_turn([{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}])
+    s.summarize({"role": "system", "content": "sum"}, keep_last=2)
+    for i in range(5):
+        s.record_turn([{"role": "user", "content": f"r{i}"}, {"role": "assistant", "content": f"b{i}"}])
+    sid = s.session_id
+    n_before = len(log.read(sid).entries)
+    for round_ in range(6):
+        r = AgentSession.restore(s3log.Log(store, config=cfg), sid)
+        assert r.state == collect_state(log.read(sid).entries)
+        for i in range(7):
+            r.record_turn([{"role": "user", "content": f"x{round_}.{i}"}, {"role": "assistant", "content": "y"}])
+        r.close()
+    view = s3log.Log(store, config=cfg).read(sid)
+    assert s3log.Log(store).verify(sid).ok
+    assert [e.seq for e in view.entries] == list(range(len(view.entries)))
+    assert len(view.entries) == n_before + 6 * 7 * 3
+    assert AgentSession.restore(log, sid).state == collect_state(view.entries)
+
+
+def test_a_restore_of_a_fork_made_after_a_summary_is_the_whole_fold() -> None:
+    store = s3log.MemoryStore()
+    cfg = s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300)
+    log = s3log.Log(store, config=cfg)
+    s = AgentSession.create(log, system_prompt="sys")
+    for i in range(10):
+        s.record_turn([{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}])
+    s.summarize({"role": "system", "content": "sum"}, keep_last=2)
+    s.record_turn([{"role": "user", "content": "after"}, {"role": "assistant", "content": "b"}])
+    f = s.fork()
+    f.record_turn([{"role": "user", "content": "child"}, {"role": "assistant", "content": "c"}])
+    f.summarize({"role": "system", "content": "child-sum"}, keep_last=0)
+    f.record_turn([{"role": "user", "content": "child2"}, {"role": "assistant", "content": "d"}])
+    for sid in (s.session_id, f.session_id):
+        assert AgentSession.restore(log, sid).state == collect_state(log.read(sid).entries)

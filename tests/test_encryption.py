@@ -20,6 +20,7 @@ from s3log._format.values import append_digest
 from s3log.agent import AgentSession
 from s3log.encryption import ENVELOPE_TAG, KmsKeyProvider
 from s3log.errors import (
+    AppendKeyReused,
     EncryptionError,
     InvalidEntryError,
     PreconditionFailed,
@@ -504,3 +505,186 @@ def test_under_store_faults_every_acknowledged_entry_reads_back_once_in_plaintex
         assert e.data in seen[e.session_id], (seed, e)
         assert seen[e.session_id].count(e.data) == 1, (seed, e)
     assert SECRET.encode() not in _stored_bytes(inner)
+
+
+# --- key objects: never made twice under one ref, never after a shred ----------------
+
+
+def _enc_keys_in(keys: s3log.MemoryStore) -> s3log.LogConfig:
+    return s3log.LogConfig(encryption=Encryption(LocalKeyProvider({"k1": KEY}), key_store=keys))
+
+
+def test_a_writer_never_makes_a_second_key_under_a_ref_the_session_already_names() -> None:
+    """Two logs on one bucket, one keeping its key objects in a store of their own
+    (Encryption(key_store=...)), the other not (a deploy with the option missing). The
+    second finds no key object, so append_latest creates a *new* data key under the same
+    ref ``s/000001``: the session then holds entries under one ref sealed with two
+    different keys, and neither log can read it whole."""
+    store, keys = s3log.MemoryStore(), s3log.MemoryStore()
+    a = s3log.Log(store, config=_enc_keys_in(keys))
+    w = a.create("s")
+    w.append("msg", {"by": "a"})
+    w.commit()
+    b = s3log.Log(store, config=_enc())
+    with pytest.raises(SessionShredded, match="s/000001"):  # refused before writing
+        b.append_latest("s", [("msg", {"by": "b"})])
+    assert store.list("s3log/keys/").objects == []
+    # Every acknowledged entry must stay readable by the log configured as it was written.
+    assert [e.data for e in s3log.Log(store, config=_enc_keys_in(keys)).read("s").entries] == [{"by": "a"}]
+
+
+def test_a_writer_opened_after_a_shred_is_refused_even_by_a_log_that_held_the_key() -> None:
+    """Decision 0049: 'A writer that holds a key keeps sealing with it after a shred until
+    reopened'. A long-lived Log (a server process) that had the key cached keeps
+    handing it to every writer it opens and to append_latest after another process
+    shredded the session: their commits are acknowledged but no reader can ever open
+    them."""
+    store = s3log.MemoryStore()
+    server = s3log.Log(store, config=_enc())
+    w = server.create("s")
+    w.append("msg", {"i": 0})
+    w.commit()
+    s3log.Log(store, config=_enc()).shred("s")  # another process erases the session
+    with pytest.raises(SessionShredded):
+        w2 = server.open("s")  # reopened, as the docs advise
+        w2.append("msg", {"i": 1})
+        w2.commit()
+    with pytest.raises(SessionShredded):
+        server.append_latest("s", [("msg", {"i": 2})])
+
+
+class _RacingStore(s3log.MemoryStore):
+    """Runs ``before`` (once) just before the first create-only PUT of a key object."""
+
+    before: Any = None
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        hook, self.before = self.before, None
+        if hook is not None and "/keys/" in key:
+            hook()
+        return super().put_if_absent(key, body)
+
+
+def test_a_shred_that_returned_leaves_nothing_readable() -> None:
+    """A shred racing a writer's first key create: the shred lists no key, stores its
+    marker and returns; the writer's create-only PUT of key 1 then succeeds (nothing
+    re-checks the marker) and what it commits stays readable by everyone after the
+    erasure was reported done."""
+    store = _RacingStore()
+    s3log.Log(store).create("s")  # a session from before encryption: no data key yet
+    eraser = s3log.Log(store, config=_enc())
+    store.before = lambda: eraser.shred("s")
+    try:
+        w = s3log.Log(store, config=_enc()).open("s")
+        w.append("msg", {"text": SECRET})
+        w.commit()
+    except SessionShredded:
+        return  # refused: fine
+    with pytest.raises(SessionShredded):
+        s3log.Log(store, config=_enc()).read("s")
+
+
+def _rotate_and_commit(store: s3log.MemoryStore, sid: str) -> None:
+    other = s3log.Log(store, config=_enc())
+    other.rotate_key(sid)
+    w = other.open(sid)
+    w.append("msg", {"text": "after rotation"})
+    w.commit()
+
+
+def test_fork_racing_a_rotation_is_not_reported_as_a_shredded_session() -> None:
+    """Log.fork reads the parent once to fetch its keys (Log._sealing), then fork_at
+    reads it again: an entry committed in between under a newly rotated key reaches the
+    sealing reducer without its key, which raises SessionShredded for a live session."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    w = log.create("s")
+    w.append("msg", {"text": "before"})
+    w.commit()
+    sealing = log._sealing
+
+    def racing(session_id: str, reducer: Any) -> Any:
+        got = sealing(session_id, reducer)
+        _rotate_and_commit(store, session_id)  # another process, between the two reads
+        return got
+
+    log._sealing = racing  # type: ignore[method-assign]
+    child = log.fork("s")  # must fork (or raise a retryable conflict), not "shredded"
+    assert [m["data"]["text"] for m in log.read(child).entries[0].data["seed"]] == ["before", "after rotation"]
+
+
+def test_compact_racing_a_rotation_is_not_reported_as_a_shredded_session() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    w = log.create("s")
+    w.append("msg", {"text": "before"})
+    w.commit()
+    sealing = log._sealing
+
+    def racing(session_id: str, reducer: Any) -> Any:
+        got = sealing(session_id, reducer)
+        _rotate_and_commit(store, session_id)
+        return got
+
+    log._sealing = racing  # type: ignore[method-assign]
+    try:
+        log.compact("s", lambda history, head: history[-1:])
+    except SessionShredded as exc:  # pragma: no cover - the finding
+        pytest.fail(f"a live session was reported shredded: {exc}")
+    except s3log.ConflictError:
+        pass  # a retryable conflict would be fine
+
+
+def test_create_of_a_taken_id_writes_no_key_object() -> None:
+    """Bad input (an id that exists) is refused before anything is written."""
+    store = s3log.MemoryStore()
+    s3log.Log(store).create("s")  # a plain session
+    with pytest.raises(s3log.SessionExists):
+        s3log.Log(store, config=_enc()).create("s")
+    assert store.list("s3log/keys/").objects == []
+
+
+def test_plain_compaction_of_an_encrypted_fork_names_the_encryption() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    w = log.create("s")
+    w.append("msg", {"text": SECRET})
+    w.commit()
+    child = log.fork("s")
+    with pytest.raises(EncryptionError, match=child):
+        s3log.Log(store).compact(child, lambda history, head: history)
+
+
+# --- a conflict fork: its writer keeps the parent's key until reopened ------------------
+
+
+def _conflict_fork(log: s3log.Log, data: Any, key: str | None = None) -> tuple[str, s3log.Writer[Any], Any]:
+    sid = log.create().session_id
+    w = log.open(sid)
+    log.open(sid).append_durable("k", "winner")
+    x = w.append_durable("k", data, key=key)
+    assert x.session_id != sid  # landed in the conflict fork
+    return sid, w, x
+
+
+def test_what_a_writer_commits_in_its_conflict_fork_is_shredded_with_the_parent() -> None:
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    sid, _, x = _conflict_fork(log, {"text": SECRET})
+    log.shred(sid)
+    with pytest.raises(SessionShredded):
+        s3log.Log(store, config=_enc()).read(x.session_id)
+
+
+def test_a_restarted_writers_keyed_retry_in_a_conflict_fork_is_refused_not_stored_twice() -> None:
+    """The writer seals in its conflict fork under the parent's key; a restarted one
+    opening the fork seals under the fork's own key, to other bytes: refused as
+    AppendKeyReused (as across a rotation), and nothing is stored twice."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    _, w, x = _conflict_fork(log, {"turn": 1}, key="req-x")
+    y = w.append_durable("k", {"turn": 2}, key="req-y")
+    restarted = s3log.Log(store, config=_enc()).open(x.session_id)
+    with pytest.raises(AppendKeyReused):
+        restarted.append_durable("k", {"turn": 2}, key="req-y")
+    assert [e.data for e in log.read(y.session_id).entries[1:]] == [{"turn": 1}, {"turn": 2}]

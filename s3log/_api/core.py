@@ -16,7 +16,15 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from s3log import results
-from s3log._api.keyring import Keyring, PlainOnly, SealingReducer, refuse_sealed, seal_pending, sealing_selector
+from s3log._api.keyring import (
+    Keyring,
+    PlainOnly,
+    SealingReducer,
+    refs_in,
+    refuse_sealed,
+    seal_pending,
+    sealing_selector,
+)
 from s3log._api.queue import CommitQueue, ForkListener, check_append_key
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
@@ -49,7 +57,7 @@ from s3log._protocol.state import (
 )
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.encryption.envelope import ENVELOPE_TAG, DataKey, is_envelope
-from s3log.errors import InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError
+from s3log.errors import InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError, SessionNotFound
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.signing import default_log_id
 
@@ -344,6 +352,23 @@ class LogCore:
         """A session's head and ETag."""
         return read_head(self.layout, validate_session_id(session_id))
 
+    def exists(self, session_id: str) -> Proc[bool]:
+        """Whether a session's head is stored (one GET)."""
+        try:
+            yield from read_head(self.layout, validate_session_id(session_id))
+        except SessionNotFound:
+            return False
+        return True
+
+    def head_refs(self, session_id: str) -> Proc[set[str]]:
+        """The data keys the entries in a session's head name (none for a session not
+        stored yet): what a first data key must not be made again over."""
+        try:
+            head, _ = yield from read_head(self.layout, validate_session_id(session_id))
+        except SessionNotFound:
+            return set()
+        return refs_in(head.tail)
+
     # -------------------------------------------- bounded listings and retention
 
     def session_page(
@@ -374,10 +399,18 @@ class LogCore:
         :func:`compact_session`; probed first). ``sealing``: an encrypted session's
         reducer (:meth:`s3log.Log._sealing`): the selector sees plaintext, and what it
         keeps is sealed again."""
+        sid = validate_session_id(session_id)
+        reducer: Reducer[list[dict[str, Any]]]
         if sealing is not None:
             select = sealing_selector(select, sealing.key, sealing.session)
-        return self.writing(compact_session(self.layout, self.config, validate_session_id(session_id),
-                                            select, sealing))
+            reducer = sealing
+        elif self.keyring is None:
+            # A log with no key provider: a sealed entry or seed is refused by name, before
+            # the selector sees ciphertext or anything is written.
+            reducer = PlainOnly(EntriesReducer(), sid)
+        else:
+            reducer = EntriesReducer()
+        return self.writing(compact_session(self.layout, self.config, sid, select, reducer))
 
     def active_sessions(self, since: object) -> Proc[results.ActiveSessions]:
         """Sessions committed to since ``since`` (:func:`s3log._protocol.retention.active_sessions`)."""

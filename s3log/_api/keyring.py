@@ -54,37 +54,45 @@ class Keyring:
         self.provider = encryption.provider
         self.base = f"{prefix}/keys/" if prefix else "keys/"
         self._keys: dict[str, DataKey] = {}
-        # Each session's newest key this log knows (sealing with an older one is safe:
-        # it is stored, so what it seals stays readable); dropped by shred and rotate.
-        self._current: dict[str, DataKey] = {}
         self._lock = threading.Lock()
 
     def object_key(self, ref: str) -> str:
         """Where the key object of data key ``ref`` is stored."""
         return self.base + ref
 
-    def current(self, session: str) -> ops.Proc[DataKey]:
-        """The newest data key of ``session``, created (the first) if it has none."""
-        known = self._current.get(session)
-        if known is not None:
-            return known
+    def newest(self, session: str) -> ops.Proc[DataKey | None]:
+        """The newest stored data key of ``session``, or None if it has none.
+
+        The key objects are listed every time, a key held or not: a session shredded
+        by another process since is refused here (SessionShredded), not sealed into
+        under a key no reader will find.
+        """
         refs = yield from self.refs_of(session)
-        if refs:
-            yield from self.fetch_refs([refs[-1]], session)
-            key = self._keys[refs[-1]]
-        else:
-            key = yield from self.create(session, 1)
-        with self._lock:
-            self._current[session] = key
-        return key
+        if not refs:
+            return None
+        yield from self.fetch_refs([refs[-1]], session)
+        return self._keys[refs[-1]]
+
+    def current(self, session: str, named: Iterable[str] = ()) -> ops.Proc[DataKey]:
+        """The newest data key of ``session``, created (the first) if it has none.
+
+        ``named``: refs the session's stored entries name. One of this session's not
+        stored is refused (SessionShredded) instead of made again with other material:
+        its entries were sealed under a key this log cannot find (another
+        ``key_store``, or key objects deleted by hand).
+        """
+        key = yield from self.newest(session)
+        if key is not None:
+            return key
+        for ref in sorted(named):
+            if ref.startswith(session + "/"):
+                raise SessionShredded(session, ref)
+        return (yield from self.create(session, 1))
 
     def rotate(self, session: str) -> ops.Proc[DataKey]:
         """A new data key for ``session``, after its newest (writers opened later use it)."""
         refs = yield from self.refs_of(session)
-        key = yield from self.create(session, int(refs[-1].rsplit("/", 1)[1]) + 1 if refs else 1)
-        with self._lock:
-            self._current[session] = key
-        return key
+        return (yield from self.create(session, int(refs[-1].rsplit("/", 1)[1]) + 1 if refs else 1))
 
     def create(self, session: str, n: int) -> ops.Proc[DataKey]:
         """Store data key ``n`` of ``session`` (If-None-Match), or adopt the one a racing
@@ -100,10 +108,20 @@ class Keyring:
         except PreconditionFailed:
             yield from self.fetch_refs([ref], session)  # the winner's key: adopt it
             return self._keys[ref]
+        # A shred that listed no key before this PUT stored its marker and deleted
+        # nothing: the key goes again, unused, and the session is refused as shredded.
+        objects, _ = yield from list_all(self.base + session + "/")
+        if any(o.key.endswith("/" + SHREDDED) for o in objects):
+            yield from ops.delete(self.object_key(ref))
+            raise SessionShredded(session, f"{session}/{SHREDDED}")
         key = DataKey(ref, fresh)
         with self._lock:
             self._keys[ref] = key
         return key
+
+    def holds(self, ref: str) -> bool:
+        """Whether data key ``ref`` is unwrapped here."""
+        return ref in self._keys
 
     def refs_of(self, session: str) -> ops.Proc[list[str]]:
         """The refs of ``session``'s stored data keys, oldest first. SessionShredded if
@@ -154,7 +172,6 @@ class Keyring:
         with self._lock:
             for ref in refs:
                 self._keys.pop(ref, None)
-            self._current.pop(session, None)
         return refs
 
     def open_data(self, kind: str, data: Any, session: str) -> Any:
