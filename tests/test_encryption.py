@@ -688,3 +688,15 @@ def test_a_restarted_writers_keyed_retry_in_a_conflict_fork_is_refused_not_store
     with pytest.raises(AppendKeyReused):
         restarted.append_durable("k", {"turn": 2}, key="req-y")
     assert [e.data for e in log.read(y.session_id).entries[1:]] == [{"turn": 1}, {"turn": 2}]
+
+
+def test_a_log_without_the_provider_appends_nothing_in_the_clear_to_a_sealed_session() -> None:
+    store = s3log.MemoryStore()
+    w = s3log.Log(store, config=_enc()).create("s")
+    w.append("msg", {"text": SECRET})
+    w.commit()
+    before = {k: store.get(k).body for k in store.all_keys()}
+    with pytest.raises(EncryptionError, match="no key provider"):
+        s3log.Log(store).append_latest("s", [("msg", {"text": "in the clear"})])
+    assert {k: store.get(k).body for k in store.all_keys()} == before
+    assert [e.data for e in s3log.Log(store, config=_enc()).read("s").entries] == [{"text": SECRET}]

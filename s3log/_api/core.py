@@ -303,8 +303,11 @@ class LogCore:
             pending = seal_pending(pending, key)
         meta = None if create_meta is None else check_meta(create_meta, sid)
         hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
+        # A log with no key provider appends nothing in the clear to a session whose
+        # head shows sealed entries (refused by name, before anything is written).
+        check = None if key is not None or self.keyring is not None else (lambda head: refuse_sealed(head.tail, sid))
         return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),
-                                                   create_meta=meta, hint=hint))
+                                          create_meta=meta, hint=hint, check_head=check))
 
     def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[results.SessionView | None]:
         """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""

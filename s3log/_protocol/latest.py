@@ -8,11 +8,12 @@ loop around :func:`s3log._protocol.commit.take_over` and ``commit`` with its own
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from s3log._format.chain import PendingEntry
 from s3log._format.layout import Layout
+from s3log._format.values import Head
 from s3log._protocol import ops
 from s3log._protocol.append_keys import stored_by_key
 from s3log._protocol.commit import CommitPlan, commit, take_over
@@ -35,6 +36,7 @@ def append_latest(
     *,
     create_meta: Mapping[str, Any] | None = None,
     hint: ChainPosition[S] | None = None,
+    check_head: Callable[[Head], None] | None = None,
 ) -> Proc[CommitResult[S]]:
     """Append ``pending`` at the end of ``session`` whatever other writers did: never fork.
 
@@ -48,6 +50,7 @@ def append_latest(
     An entry with an append key (``PendingEntry.key``) the head it would go on
     remembers is not written again: the stored one is acknowledged in its place
     (decision 0037); AppendKeyReused, before anything is written, if it differs.
+    ``check_head`` sees every head read before anything goes on it, and may raise.
     """
     acked: dict[int, AckedEntry] = {}
     durable: list[AckedEntry] = []
@@ -63,6 +66,8 @@ def append_latest(
             yield from ops.sleep(cfg.retry.backoff(attempt - 1, cfg.env.rng))
         if ws is None:
             ws, takeover = yield from _start_from(layout, cfg, session, reducer, create_meta)
+            if check_head is not None and not takeover:
+                check_head(ws.head)
         if ws.head.append_keys and any(p.key is not None for p in pending):
             found = yield from stored_by_key(layout, ws.head, pending)
             acked.update((order[i], e) for i, e in found.items())
