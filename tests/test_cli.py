@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -184,10 +185,16 @@ def test_demo_command_through_the_runner(env: dict[str, str]) -> None:
     assert "lost: 0; duplicated: 0" in out and "every chain verified: yes" in out
     # It says where it writes: the bucket and the prefix it was given (S3LOG_PREFIX here).
     assert f"target: bucket {env['S3LOG_BUCKET']}, prefix {env['S3LOG_PREFIX']}/, on {env['AWS_ENDPOINT_URL']}" in out
-    assert "conflicts resolved by forking: 1 " in out
+    # The first turns race at a barrier: one fork. The second turns race only if they
+    # happen to overlap (a loaded machine): one more fork each time they do.
+    found = re.search(r"conflicts resolved by forking: (\d+) ", out)
+    assert found is not None, out
+    forks = int(found.group(1))
+    assert forks in (1, 2), out
     stored = next(line for line in out.splitlines() if line.startswith("entries stored: "))
-    assert stored.startswith("entries stored: 13 = 12 acknowledged to workers + 1 fork entries (each fork opens")
-    assert len(_log(env).list_session_ids()) == 2  # under the prefix given
+    assert stored.startswith(f"entries stored: {12 + forks} = 12 acknowledged to workers + {forks} fork entries "
+                             "(each fork opens"), out
+    assert len(_log(env).list_session_ids()) == 1 + forks  # under the prefix given
 
 
 def test_demo_writes_under_its_own_prefix_unless_given_one(env: dict[str, str]) -> None:
