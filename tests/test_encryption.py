@@ -517,9 +517,9 @@ def _enc_keys_in(keys: s3log.MemoryStore) -> s3log.LogConfig:
 def test_a_writer_never_makes_a_second_key_under_a_ref_the_session_already_names() -> None:
     """Two logs on one bucket, one keeping its key objects in a store of their own
     (Encryption(key_store=...)), the other not (a deploy with the option missing). The
-    second finds no key object, so append_latest creates a *new* data key under the same
-    ref ``s/000001``: the session then holds entries under one ref sealed with two
-    different keys, and neither log can read it whole."""
+    second finds no key object, but the head's entries name ``s/000001``: it is refused
+    instead of making a second key under that ref, which would leave the session's
+    entries under one ref sealed with two keys, readable whole by neither log."""
     store, keys = s3log.MemoryStore(), s3log.MemoryStore()
     a = s3log.Log(store, config=_enc_keys_in(keys))
     w = a.create("s")
@@ -534,11 +534,9 @@ def test_a_writer_never_makes_a_second_key_under_a_ref_the_session_already_names
 
 
 def test_a_writer_opened_after_a_shred_is_refused_even_by_a_log_that_held_the_key() -> None:
-    """Decision 0049: 'A writer that holds a key keeps sealing with it after a shred until
-    reopened'. A long-lived Log (a server process) that had the key cached keeps
-    handing it to every writer it opens and to append_latest after another process
-    shredded the session: their commits are acknowledged but no reader can ever open
-    them."""
+    """A long-lived Log (a server process) holding a session's key: after another
+    process shredded the session, a writer it opens and its append_latest are refused,
+    not acknowledged under a key no reader will find."""
     store = s3log.MemoryStore()
     server = s3log.Log(store, config=_enc())
     w = server.create("s")
@@ -553,23 +551,11 @@ def test_a_writer_opened_after_a_shred_is_refused_even_by_a_log_that_held_the_ke
         server.append_latest("s", [("msg", {"i": 2})])
 
 
-class _RacingStore(s3log.MemoryStore):
-    """Runs ``before`` (once) just before the first create-only PUT of a key object."""
-
-    before: Any = None
-
-    def put_if_absent(self, key: str, body: bytes) -> str:
-        hook, self.before = self.before, None
-        if hook is not None and "/keys/" in key:
-            hook()
-        return super().put_if_absent(key, body)
-
-
 def test_a_shred_that_returned_leaves_nothing_readable() -> None:
     """A shred racing a writer's first key create: the shred lists no key, stores its
-    marker and returns; the writer's create-only PUT of key 1 then succeeds (nothing
-    re-checks the marker) and what it commits stays readable by everyone after the
-    erasure was reported done."""
+    marker and returns; the writer's create-only PUT of key 1 lands after it. The writer
+    sees the marker, deletes that key and is refused: nothing readable is left after
+    the erasure was reported done."""
     store = _RacingStore()
     s3log.Log(store).create("s")  # a session from before encryption: no data key yet
     eraser = s3log.Log(store, config=_enc())
@@ -594,8 +580,8 @@ def _rotate_and_commit(store: s3log.MemoryStore, sid: str) -> None:
 
 def test_fork_racing_a_rotation_is_not_reported_as_a_shredded_session() -> None:
     """Log.fork reads the parent once to fetch its keys (Log._sealing), then fork_at
-    reads it again: an entry committed in between under a newly rotated key reaches the
-    sealing reducer without its key, which raises SessionShredded for a live session."""
+    reads it again: an entry committed in between under a newly rotated key has that
+    key fetched, and the fork goes on; the session is live, not shredded."""
     store = s3log.MemoryStore()
     log = s3log.Log(store, config=_enc())
     w = log.create("s")
