@@ -432,7 +432,9 @@ class AsyncLog(LogVerbs):
             key = await self._keys(ring.newest(sid))
             if key is None:
                 key = await self._keys(ring.current(sid, await self._run(self._core.head_refs(sid))))
-        return await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+        result = await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+        # An encrypting log's results hold plaintext, as reads and a writer's commits do.
+        return result if ring is None else ring.open_result(result, result.session_id)
 
     async def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None

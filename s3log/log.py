@@ -258,7 +258,8 @@ class Log(LogVerbs):
         """Start a session (a UUIDv7 id unless given) and return its writer.
 
         The head is stored at once (``SessionExists`` if the id is taken) unless
-        ``lazy``: then nothing is stored until the first commit.
+        ``lazy``: then nothing is stored until the first commit (an encrypting log
+        stores the session's data key at once either way).
         """
         ws = self._core.new_session(session_id, meta, reducer)
         ring = self._core.keyring
@@ -369,7 +370,9 @@ class Log(LogVerbs):
             sid = validate_session_id(session_id)
             # A session with no data key yet: its head is read for the refs its entries name.
             key = self._keys(ring.newest(sid)) or self._keys(ring.current(sid, self._run(self._core.head_refs(sid))))
-        return self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+        result = self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+        # An encrypting log's results hold plaintext, as reads and a writer's commits do.
+        return result if ring is None else ring.open_result(result, result.session_id)
 
     def read_window(
         self, session_id: str, *, since: int | None = None, until: int | None = None

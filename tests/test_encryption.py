@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -669,3 +670,289 @@ def test_a_log_without_the_provider_appends_nothing_in_the_clear_to_a_sealed_ses
         s3log.Log(store).append_latest("s", [("msg", {"text": "in the clear"})])
     assert {k: store.get(k).body for k in store.all_keys()} == before
     assert [e.data for e in s3log.Log(store, config=_enc()).read("s").entries] == [{"text": SECRET}]
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --- the same guards through AsyncLog ------------------------------------------------
+
+
+def test_async_never_makes_a_second_key_under_a_named_ref() -> None:
+    async def main() -> None:
+        store, keys = s3log.AsyncMemoryStore(), s3log.AsyncMemoryStore()
+        a = s3log.AsyncLog(store, config=s3log.LogConfig(
+            encryption=Encryption(LocalKeyProvider({"k1": KEY}), key_store=keys)))
+        w = await a.create("s")
+        w.append("msg", {"by": "a"})
+        await w.commit()
+        b = s3log.AsyncLog(store, config=_enc())
+        with pytest.raises(SessionShredded, match="s/000001"):
+            await b.append_latest("s", [("msg", {"by": "b"})])
+        assert store.sync.list("s3log/keys/").objects == []
+        assert [e.data for e in (await a.read("s")).entries] == [{"by": "a"}]
+    _run(main())
+
+
+def test_async_writer_opened_after_a_shred_is_refused_by_a_log_that_held_the_key() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        server = s3log.AsyncLog(store, config=_enc())
+        w = await server.create("s")
+        w.append("msg", {"i": 0})
+        await w.commit()
+        await s3log.AsyncLog(store, config=_enc()).shred("s")
+        with pytest.raises(SessionShredded):
+            w2 = await server.open("s")
+            w2.append("msg", {"i": 1})
+            await w2.commit()
+        with pytest.raises(SessionShredded):
+            await server.append_latest("s", [("msg", {"i": 2})])
+    _run(main())
+
+
+def test_async_a_shred_that_returned_leaves_nothing_readable() -> None:
+    async def main() -> None:
+        sync = _RacingStore()
+        store = s3log.AsyncMemoryStore(sync)
+        s3log.Log(sync).create("s")
+        sync.before = lambda: s3log.Log(sync, config=_enc()).shred("s")
+        try:
+            w = await s3log.AsyncLog(store, config=_enc()).open("s")
+            w.append("msg", {"text": SECRET})
+            await w.commit()
+        except SessionShredded:
+            return
+        with pytest.raises(SessionShredded):
+            await s3log.AsyncLog(store, config=_enc()).read("s")
+    _run(main())
+
+
+@pytest.mark.parametrize("verb", ["fork", "compact"])
+def test_async_fork_and_compact_racing_a_rotation_fetch_the_new_key(verb: str) -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store, config=_enc())
+        w = await log.create("s")
+        w.append("msg", {"text": "before"})
+        await w.commit()
+        sealing = log._sealing
+
+        async def racing(session_id: str, reducer: Any) -> Any:
+            got = await sealing(session_id, reducer)
+            other = s3log.Log(store.sync, config=_enc())
+            other.rotate_key(session_id)
+            ow = other.open(session_id)
+            ow.append("msg", {"text": "after rotation"})
+            ow.commit()
+            return got
+
+        log._sealing = racing  # type: ignore[method-assign]
+        if verb == "fork":
+            child = await log.fork("s")
+            seed = (await log.read(child)).entries[0].data["seed"]
+            assert [m["data"]["text"] for m in seed] == ["before", "after rotation"]
+        else:
+            assert await log.compact("s", lambda history, head: history[-1:])
+            got = await s3log.AsyncLog(store, config=_enc()).read("s")
+            assert [e.data for e in got.entries] == [{"text": "after rotation"}]
+    _run(main())
+
+
+def test_async_create_of_a_taken_id_writes_no_key_object() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        await s3log.AsyncLog(store).create("s")
+        with pytest.raises(s3log.SessionExists):
+            await s3log.AsyncLog(store, config=_enc()).create("s")
+        assert store.sync.list("s3log/keys/").objects == []
+    _run(main())
+
+
+def test_async_plain_compaction_of_an_encrypted_fork_names_the_encryption() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store, config=_enc())
+        w = await log.create("s")
+        w.append("msg", {"text": SECRET})
+        await w.commit()
+        child = await log.fork("s")
+        with pytest.raises(EncryptionError, match=child):
+            await s3log.AsyncLog(store).compact(child, lambda history, head: history)
+    _run(main())
+
+
+async def _aconflict_fork(log: s3log.AsyncLog, data: Any, key: str | None = None) -> tuple[str, Any, Any]:
+    sid = (await log.create()).session_id
+    w = await log.open(sid)
+    await (await log.open(sid)).append_durable("k", "winner")
+    x = await w.append_durable("k", data, key=key)
+    assert x.session_id != sid
+    return sid, w, x
+
+
+def test_async_conflict_fork_entries_are_shredded_with_the_parent() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store, config=_enc())
+        sid, _, x = await _aconflict_fork(log, {"text": SECRET})
+        await log.shred(sid)
+        with pytest.raises(SessionShredded):
+            await s3log.AsyncLog(store, config=_enc()).read(x.session_id)
+    _run(main())
+
+
+def test_async_restarted_writers_keyed_retry_in_a_conflict_fork_is_refused() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        log = s3log.AsyncLog(store, config=_enc())
+        _, w, x = await _aconflict_fork(log, {"turn": 1}, key="req-x")
+        y = await w.append_durable("k", {"turn": 2}, key="req-y")
+        restarted = await s3log.AsyncLog(store, config=_enc()).open(x.session_id)
+        with pytest.raises(AppendKeyReused):
+            await restarted.append_durable("k", {"turn": 2}, key="req-y")
+        got = await log.read(y.session_id)
+        assert [e.data for e in got.entries[1:]] == [{"turn": 1}, {"turn": 2}]
+    _run(main())
+
+
+def test_async_log_without_the_provider_appends_nothing_in_the_clear_to_a_sealed_session() -> None:
+    async def main() -> None:
+        store = s3log.AsyncMemoryStore()
+        w = await s3log.AsyncLog(store, config=_enc()).create("s")
+        w.append("msg", {"text": SECRET})
+        await w.commit()
+        before = {k: store.sync.get(k).body for k in store.sync.all_keys()}
+        with pytest.raises(EncryptionError, match="no key provider"):
+            await s3log.AsyncLog(store).append_latest("s", [("msg", {"text": "in the clear"})])
+        assert {k: store.sync.get(k).body for k in store.sync.all_keys()} == before
+    _run(main())
+
+
+# --- a shred racing the first key create --------------------------------------------
+
+
+class _Gated(s3log.MemoryStore):
+    """Parks the thread named in a gate at a request, until the test releases it.
+    ``gates[(thread, method, nth)] = (parked, release)``: the nth such request on
+    key objects of that thread (from 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: dict[tuple[str, str, int], tuple[threading.Event, threading.Event]] = {}
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def _gate(self, method: str, key: str) -> None:
+        if "/keys/" not in key:
+            return
+        name = threading.current_thread().name
+        n = self.seen[(name, method)] = self.seen.get((name, method), 0) + 1
+        gate = self.gates.get((name, method, n))
+        if gate is not None:
+            gate[0].set()
+            assert gate[1].wait(10)
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self._gate("put", key)
+        return super().put_if_absent(key, body)
+
+    def list(self, prefix: str, **kw: Any) -> Any:
+        self._gate("list", prefix)
+        return super().list(prefix, **kw)
+
+
+def _gate(store: _Gated, thread: str, method: str, n: int) -> tuple[threading.Event, threading.Event]:
+    store.gates[(thread, method, n)] = gate = (threading.Event(), threading.Event())
+    return gate
+
+
+def _start(name: str, fn: Any, out: dict[str, Any]) -> threading.Thread:
+    def body() -> None:
+        try:
+            out[name] = fn()
+        except BaseException as exc:
+            out[name] = exc
+
+    t = threading.Thread(target=body, name=name, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_shred_deletes_a_key_made_between_its_first_listing_and_its_marker() -> None:
+    """The shred lists no key; a writer's first key create (list, PUT, list) runs to the
+    end before the shred's marker PUT. The shred lists again after its marker, so it
+    deletes that key too: nothing stays readable once it reports the erasure done."""
+    store = _Gated()
+    s3log.Log(store).create("s")
+    parked, release = _gate(store, "eraser", "put", 1)  # the marker PUT
+    out: dict[str, Any] = {}
+    t = _start("eraser", lambda: s3log.Log(store, config=_enc()).shred("s"), out)
+    assert parked.wait(10)
+    w = s3log.Log(store, config=_enc()).open("s")  # lists (no marker yet), PUTs key 1, lists
+    w.append("msg", {"text": SECRET})
+    w.commit()
+    release.set()
+    t.join(10)
+    assert out["eraser"] == ["s/000001"]
+    with pytest.raises(SessionShredded):
+        s3log.Log(store, config=_enc()).read("s")
+
+
+def test_a_writer_adopting_a_key_made_while_a_shred_ran_is_refused() -> None:
+    """Writers A and B both list no key; a shred lists none and stores its marker; A's
+    create-only PUT of key 1 lands, B's meets A's key and adopts it (a GET: no LIST, so
+    B never saw the marker), and B lists once more after adopting it: both are refused,
+    so nothing is acknowledged under the key A then deletes."""
+    store = _Gated()
+    s3log.Log(store).create("s")
+    a_put = _gate(store, "A", "put", 1)
+    a_list = _gate(store, "A", "list", 2)  # A's LIST after its key PUT
+    b_put = _gate(store, "B", "put", 1)
+    out: dict[str, Any] = {}
+
+    def b() -> Any:
+        w = s3log.Log(store, config=_enc()).open("s")
+        w.append("msg", {"text": "by B"})
+        return w.commit()
+
+    ta = _start("A", lambda: s3log.Log(store, config=_enc()).open("s"), out)
+    tb = _start("B", b, out)
+    assert a_put[0].wait(10) and b_put[0].wait(10)  # both listed: no key, no marker
+    assert s3log.Log(store, config=_enc()).shred("s") == []  # marker stored, nothing to delete
+    a_put[1].set()
+    assert a_list[0].wait(10)  # A stored key 1, has not listed yet
+    b_put[1].set()
+    tb.join(10)
+    result = out["B"]
+    a_list[1].set()
+    ta.join(10)
+    assert isinstance(result, SessionShredded) and isinstance(out["A"], SessionShredded)
+    assert [o.key for o in store.list("s3log/keys/").objects] == ["s3log/keys/s/shredded"]
+
+
+# --- a keyless append_latest given a head to start from ------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_keyless_append_latest_with_after_appends_nothing_in_the_clear(mode: str) -> None:
+    """``after`` (a result of an encrypted log's call on the session) skips the head GET;
+    the head it names is checked all the same: nothing in the clear."""
+    store = s3log.MemoryStore()
+    r = s3log.Log(store, config=_enc()).append_latest("s", [("msg", {"text": SECRET})], create_meta={})
+    before = {k: store.get(k).body for k in store.all_keys()}
+    with pytest.raises(EncryptionError, match="no key provider"):
+        if mode == "sync":
+            s3log.Log(store).append_latest("s", [("msg", {"text": "in the clear"})], after=r)
+        else:
+            _run(s3log.AsyncLog(s3log.AsyncMemoryStore(store)).append_latest(
+                "s", [("msg", {"text": "in the clear"})], after=r))
+    assert {k: store.get(k).body for k in store.all_keys()} == before
+
+
+def test_append_latest_acknowledges_plaintext_equal_to_what_is_read() -> None:
+    """append_latest acknowledges plaintext, as Writer.commit does and reads return."""
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=_enc())
+    r = log.append_latest("s", [("msg", {"text": SECRET})], create_meta={})
+    assert r.acked[0].data == log.read("s").entries[0].data == {"text": SECRET}

@@ -39,7 +39,7 @@ from s3log.encryption.envelope import (
 )
 from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionShredded
 from s3log.reducer import Reducer
-from s3log.results import AckedEntry, EntryRun
+from s3log.results import AckedEntry, CommitResult, EntryRun
 
 S = TypeVar("S")
 #: The name, among a session's key objects, of the marker a shred leaves.
@@ -107,13 +107,17 @@ class Keyring:
             yield from ops.put_if_absent(self.object_key(ref), key_object(ref, kek, wrapped))
         except PreconditionFailed:
             yield from self.fetch_refs([ref], session)  # the winner's key: adopt it
+            # Unless a shred stored its marker meanwhile: the winner deletes that key
+            # (below), or the shred does; nothing is sealed with it here.
+            yield from self._refuse_if_shredded(session)
             return self._keys[ref]
-        # A shred that listed no key before this PUT stored its marker and deleted
-        # nothing: the key goes again, unused, and the session is refused as shredded.
-        objects, _ = yield from list_all(self.base + session + "/")
-        if any(o.key.endswith("/" + SHREDDED) for o in objects):
+        # A shred whose listings missed this key stored its marker first: the key goes
+        # again, unused, and the session is refused as shredded.
+        try:
+            yield from self._refuse_if_shredded(session)
+        except SessionShredded:
             yield from ops.delete(self.object_key(ref))
-            raise SessionShredded(session, f"{session}/{SHREDDED}")
+            raise
         key = DataKey(ref, fresh)
         with self._lock:
             self._keys[ref] = key
@@ -122,6 +126,10 @@ class Keyring:
     def holds(self, ref: str) -> bool:
         """Whether data key ``ref`` is unwrapped here."""
         return ref in self._keys
+
+    def _refuse_if_shredded(self, session: str) -> ops.Proc[None]:
+        """SessionShredded if ``session``'s shred marker is stored (one LIST)."""
+        yield from self.refs_of(session)
 
     def refs_of(self, session: str) -> ops.Proc[list[str]]:
         """The refs of ``session``'s stored data keys, oldest first. SessionShredded if
@@ -158,15 +166,19 @@ class Keyring:
 
     def shred(self, session: str) -> ops.Proc[list[str]]:
         """Delete every data key of ``session``; return their refs. The shred marker is
-        stored first, so no writer makes the session a key again once the keys are gone."""
+        stored before the keys are listed for deleting, so no writer makes the session a
+        key again once they are gone: a key created before the marker is in that listing,
+        and its creator, listing after its PUT, sees the marker."""
         try:
             refs = yield from self.refs_of(session)
         except SessionShredded:  # shredded before (or half way): finish deleting
-            objects, _ = yield from list_all(self.base + session + "/")
-            refs = [r for r in (o.key[len(self.base):] for o in objects) if not r.endswith("/" + SHREDDED)]
+            refs = []
         else:
             with contextlib.suppress(PreconditionFailed):  # a concurrent shred stored it
                 yield from ops.put_if_absent(self.object_key(f"{session}/{SHREDDED}"), dumps({"v": 1, "refs": refs}))
+        objects, _ = yield from list_all(self.base + session + "/")
+        listed = (o.key[len(self.base):] for o in objects)
+        refs = sorted(set(refs) | {r for r in listed if not r.endswith("/" + SHREDDED)})
         for ref in refs:
             yield from ops.delete(self.object_key(ref))
         with self._lock:
@@ -213,6 +225,13 @@ class Keyring:
             out.append(e if data is e.data else
                        AckedEntry(e.seq, e.prev, e.kind, e.ts, data, e.hash, b"", session_id=e.session_id))
         return out
+
+    def open_result(self, result: CommitResult[S], session: str) -> CommitResult[S]:
+        """A commit result whose entries hold plaintext, as the same entries read do."""
+        acked = self.open_acked(result.acked, session)
+        opened = {id(a): b for a, b in zip(result.acked, acked, strict=True)}
+        entries = [opened.get(id(e)) or self.open_acked([e], session)[0] for e in result.entries]
+        return CommitResult(result._ws, entries, acked, result.fork, result.forks)
 
     def open_runs(self, runs: Sequence[EntryRun], session: str) -> list[EntryRun]:
         """Bulk readers' runs (:meth:`s3log.Log.read_runs`) with their data decrypted."""

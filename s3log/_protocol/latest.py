@@ -57,6 +57,8 @@ def append_latest(
     # The index, in the call, of each entry of ``pending`` (which loses those stored).
     order = list(range(len(pending)))
     ws = hint
+    if hint is not None and check_head is not None:
+        check_head(hint.head)
     for attempt in range(1, cfg.retry.attempts + 1):
         takeover = False
         if attempt > 1:
