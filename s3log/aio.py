@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from s3log import otel
+from s3log._api.checks import check_callable, check_reducer, check_writer_args
 from s3log._api.core import LogCore, LogVerbs
 from s3log._api.keyring import SealingReducer, SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
@@ -22,7 +23,7 @@ from s3log._loops import PerLoop
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
-from s3log.errors import InvalidArgumentError, SessionExists, SessionShredded
+from s3log.errors import InvalidArgumentError, SessionExists, SessionNotFound, SessionShredded
 from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
@@ -325,7 +326,7 @@ class AsyncLog(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> AsyncWriter[S]:
         """Start a session and return its writer (see :meth:`s3log.Log.create`)."""
-        ws = self._core.new_session(session_id, meta, reducer)
+        ws = self._core.new_session(session_id, meta, reducer, on_conflict)
         ring = self._core.keyring
         if ring is not None and session_id is not None and not lazy and await self._run(self._core.exists(ws.session)):
             raise SessionExists(ws.session)  # a taken id, refused before a data key is stored
@@ -344,6 +345,7 @@ class AsyncLog(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> AsyncWriter[S]:
         """Continue a stored session: read, verify and replay it."""
+        check_writer_args(reducer, on_conflict, session_id if isinstance(session_id, str) else None)
         ring = self._core.keyring
         if ring is None:
             ws = await self._run(self._core.open(session_id, reducer))
@@ -392,11 +394,20 @@ class AsyncLog(LogVerbs):
 
     async def rotate_key(self, session_id: str) -> str:
         """Start a new data key for a session; return its ref (see :meth:`s3log.Log.rotate_key`)."""
-        return (await self._keys(self._core.ring("rotate_key").rotate(validate_session_id(session_id)))).ref
+        sid = validate_session_id(session_id)
+        ring = self._core.ring("rotate_key")
+        await self._keys(ring.ready())  # both stores probed before the head is read
+        if not await self._run(self._core.writing(self._core.exists(sid))):
+            raise SessionNotFound(sid)  # a typo: no key is made for it
+        return (await self._keys(ring.rotate(sid))).ref
 
     async def shred(self, session_id: str) -> list[str]:
         """Destroy every data key of a session (see :meth:`s3log.Log.shred`); return their refs."""
-        return await self._keys(self._core.ring("shred").shred(validate_session_id(session_id)))
+        sid = validate_session_id(session_id)
+        ring = self._core.ring("shred")
+        await self._keys(ring.ready())  # both stores probed before the head is read
+        stored = await self._run(self._core.writing(self._core.exists(sid)))
+        return await self._keys(ring.shred(sid, stored=stored))
 
     def _store_id(self) -> str:
         return otel.store_id(self.store, self._core.layout.prefix)
@@ -424,15 +435,18 @@ class AsyncLog(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
+        call = self._core.prepare_latest(session_id, entries, create_meta, after, keys)
         ring = self._core.keyring
         key = None
         if ring is not None:
-            sid = validate_session_id(session_id)
-            # A session with no data key yet: its head is read for the refs its entries name.
-            key = await self._keys(ring.newest(sid))
+            key = await self._keys(ring.newest(call.session))
             if key is None:
-                key = await self._keys(ring.current(sid, await self._run(self._core.head_refs(sid))))
-        result = await self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+                # A session with no data key yet: its head is read for the refs its entries name.
+                named = await self._run(self._core.head_refs(call.session))
+                if named is None and call.meta is None:
+                    raise SessionNotFound(call.session)  # before a key is made for it
+                key = await self._keys(ring.current(call.session, named or ()))
+        result = await self._run(self._core.append_latest(call, key))
         # An encrypting log's results hold plaintext, as reads and a writer's commits do.
         return result if ring is None else ring.open_result(result, result.session_id)
 
@@ -468,6 +482,7 @@ class AsyncLog(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
+        check_callable(select, "select")
         # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
         sealing = None if self._core.keyring is None else await self._sealing(session_id, EntriesReducer())
         return await self._sealed_run(lambda: self._core.compact(session_id, select, sealing), sealing)
@@ -510,6 +525,7 @@ class AsyncLog(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry; return the new id."""
+        check_reducer(reducer)
         sealing = None if self._core.keyring is None else await self._sealing(session_id, reducer)
         reducer = sealing or reducer
 

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from s3log import otel
+from s3log._api.checks import check_callable, check_reducer, check_writer_args
 from s3log._api.core import LogCore, LogVerbs
 from s3log._api.keyring import SealingReducer, SuffixProbe
 from s3log._api.queue import CommitQueue, ForkListener
@@ -18,7 +19,7 @@ from s3log._format.values import Entry, Head
 from s3log._protocol.listing import check_after, check_labels, check_limit
 from s3log._protocol.ops import Proc
 from s3log.config import LogConfig, OnConflict, Selector
-from s3log.errors import InvalidArgumentError, SessionExists, SessionShredded
+from s3log.errors import InvalidArgumentError, SessionExists, SessionNotFound, SessionShredded
 from s3log.reducer import EntriesReducer, Reducer, S
 from s3log.results import (
     AckedEntry,
@@ -261,7 +262,7 @@ class Log(LogVerbs):
         ``lazy``: then nothing is stored until the first commit (an encrypting log
         stores the session's data key at once either way).
         """
-        ws = self._core.new_session(session_id, meta, reducer)
+        ws = self._core.new_session(session_id, meta, reducer, on_conflict)
         ring = self._core.keyring
         if ring is not None and session_id is not None and not lazy and self._run(self._core.exists(ws.session)):
             raise SessionExists(ws.session)  # a taken id, refused before a data key is stored
@@ -280,6 +281,7 @@ class Log(LogVerbs):
         on_fork: ForkListener | None = None,
     ) -> Writer[S]:
         """Continue a stored session: read, verify and replay it."""
+        check_writer_args(reducer, on_conflict, session_id if isinstance(session_id, str) else None)
         ring = self._core.keyring
         if ring is None:
             ws = self._run(self._core.open(session_id, reducer))
@@ -330,7 +332,12 @@ class Log(LogVerbs):
     def rotate_key(self, session_id: str) -> str:
         """Start a new data key for a session; return its ref. Writers created or opened
         after this seal with it; entries sealed before stay readable with theirs."""
-        return self._keys(self._core.ring("rotate_key").rotate(validate_session_id(session_id))).ref
+        sid = validate_session_id(session_id)
+        ring = self._core.ring("rotate_key")
+        self._keys(ring.ready())  # both stores probed before the head is read
+        if not self._run(self._core.writing(self._core.exists(sid))):
+            raise SessionNotFound(sid)  # a typo: no key is made for it
+        return (self._keys(ring.rotate(sid))).ref
 
     def shred(self, session_id: str) -> list[str]:
         """Destroy every data key of a session (crypto-shredding); return their refs.
@@ -339,7 +346,11 @@ class Log(LogVerbs):
         chain, signatures and listings still verify. Irreversible. A fork's entries sealed
         under this session's key are shredded with it; shred each fork for its own.
         """
-        return self._keys(self._core.ring("shred").shred(validate_session_id(session_id)))
+        sid = validate_session_id(session_id)
+        ring = self._core.ring("shred")
+        self._keys(ring.ready())  # both stores probed before the head is read
+        stored = self._run(self._core.writing(self._core.exists(sid)))
+        return self._keys(ring.shred(sid, stored=stored))
 
     def head(self, session_id: str) -> Head:
         """A session's head (one GET, not verified against the chain)."""
@@ -364,13 +375,18 @@ class Log(LogVerbs):
         remembers is not appended again, the stored one is in ``acked`` in its place
         (see :meth:`s3log.Writer.append`).
         """
+        call = self._core.prepare_latest(session_id, entries, create_meta, after, keys)
         ring = self._core.keyring
         key = None
         if ring is not None:
-            sid = validate_session_id(session_id)
-            # A session with no data key yet: its head is read for the refs its entries name.
-            key = self._keys(ring.newest(sid)) or self._keys(ring.current(sid, self._run(self._core.head_refs(sid))))
-        result = self._run(self._core.append_latest(session_id, entries, create_meta, after, keys, key))
+            key = self._keys(ring.newest(call.session))
+            if key is None:
+                # A session with no data key yet: its head is read for the refs its entries name.
+                named = self._run(self._core.head_refs(call.session))
+                if named is None and call.meta is None:
+                    raise SessionNotFound(call.session)  # before a key is made for it
+                key = self._keys(ring.current(call.session, named or ()))
+        result = self._run(self._core.append_latest(call, key))
         # An encrypting log's results hold plaintext, as reads and a writer's commits do.
         return result if ring is None else ring.open_result(result, result.session_id)
 
@@ -406,6 +422,7 @@ class Log(LogVerbs):
         the session. Atomic against commits (ConflictError if one lands first); for
         retention of stores that keep only recent states (a checkpointer's prune).
         """
+        check_callable(select, "select")
         # An encrypted session's selector sees plaintext, and what it keeps is sealed again.
         sealing = None if self._core.keyring is None else self._sealing(session_id, EntriesReducer())
         return self._sealed_run(lambda: self._core.compact(session_id, select, sealing), sealing)
@@ -448,6 +465,7 @@ class Log(LogVerbs):
         child_id: str | None = None,
     ) -> str:
         """Fork a session at a committed entry (the latest by default); return the new id."""
+        check_reducer(reducer)
         sealing = None if self._core.keyring is None else self._sealing(session_id, reducer)
         reducer = sealing or reducer
 

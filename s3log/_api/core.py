@@ -12,10 +12,19 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from s3log import results
+from s3log._api.checks import (
+    check_callable,
+    check_keys,
+    check_pairs,
+    check_reducer,
+    check_session_ids,
+    check_type,
+    check_writer_args,
+)
 from s3log._api.keyring import (
     Keyring,
     PlainOnly,
@@ -31,6 +40,7 @@ from s3log._format.chain import PendingEntry
 from s3log._format.entries import check_kind, normalize_data
 from s3log._format.ids import validate_session_id
 from s3log._format.layout import DEFAULT_PREFIX, Layout
+from s3log._format.times import to_ms
 from s3log._format.values import Entry, Head, append_digest
 from s3log._protocol import listing, retention
 from s3log._protocol.commit import create_session
@@ -57,7 +67,13 @@ from s3log._protocol.state import (
 )
 from s3log.config import LogConfig, OnConflict, Selector
 from s3log.encryption.envelope import ENVELOPE_TAG, DataKey, is_envelope
-from s3log.errors import InvalidArgumentError, InvalidEntryError, PreconditionsIgnoredError, SessionNotFound
+from s3log.errors import (
+    CorruptionError,
+    InvalidArgumentError,
+    InvalidEntryError,
+    PreconditionsIgnoredError,
+    SessionNotFound,
+)
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.signing import default_log_id
 
@@ -81,6 +97,11 @@ class LogCore:
         config: LogConfig | None,
         reducer: Reducer[Any] | None,
     ) -> None:
+        if not callable(getattr(store, "put_if_absent", None)):
+            raise InvalidArgumentError("store", f"must be an s3log store (S3Store, MemoryStore, ...; or "
+                                       f"s3log.open_log for a URL), not {store!r:.80}")
+        check_type(config, LogConfig, "config")
+        check_reducer(reducer)
         self.config = config or LogConfig()
         layout = Layout(prefix if prefix is not None else DEFAULT_PREFIX)
         log_id = self.config.log_id or default_log_id(store, layout.prefix)
@@ -145,10 +166,13 @@ class LogCore:
         return queue
 
     def new_session(
-        self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[S] | None
+        self, session_id: str | None, meta: Mapping[str, Any] | None, reducer: Reducer[S] | None,
+        on_conflict: object = "fork",
     ) -> ChainPosition[S]:
-        """The chain position of a session not stored yet (validates the id and meta)."""
+        """The chain position of a session not stored yet (validates the id, meta and the
+        writer's arguments)."""
         sid = validate_session_id(session_id) if session_id is not None else self.config.env.new_id()
+        check_writer_args(reducer, on_conflict, sid)
         meta = check_meta(meta, sid)
         return new_writer_state(sid, reducer or self.reducer, meta, now=self.config.env.now_ms(),
                                          creator=self.config.env.nonce())
@@ -280,37 +304,46 @@ class LogCore:
         )
         return proc if dry_run else self.writing(proc)
 
-    def append_latest(
+    def prepare_latest(
         self,
         session_id: str,
-        entries: Sequence[tuple[str, Any]],
+        entries: object,
         create_meta: Mapping[str, Any] | None,
-        after: results.CommitResult | None,
-        keys: Sequence[str | None] | None = None,
-        key: DataKey | None = None,
-    ) -> Proc[results.CommitResult]:
-        """Validate ``(kind, data)`` pairs (and their append ``keys``, one per entry or
-        None) and append them at the session's latest head (sealed under ``key`` if given)."""
+        after: object,
+        keys: object = None,
+    ) -> LatestCall:
+        """Validate an ``append_latest`` call: ``(kind, data)`` pairs, their append
+        ``keys`` (one per entry or None), ``create_meta`` and ``after``; nothing is read."""
         sid = validate_session_id(session_id)
+        pairs = check_pairs(entries, sid)
+        keys = check_keys(keys, sid)
+        check_type(after, results.CommitResult, "after", session=sid)
         now = self.config.env.now_ms()
-        pending = [PendingEntry(check_kind(k), now, normalize_data(k, d, session=sid)) for k, d in entries]
+        pending = [PendingEntry(check_kind(k, session=sid), now, normalize_data(k, d, session=sid)) for k, d in pairs]
         if any(is_envelope(p.data) for p in pending):
             raise InvalidEntryError("", "data may not be an encrypted entry's envelope (a CBOR tag "
                                     f"{ENVELOPE_TAG})", session=sid)
         if keys is not None:
-            pending = _keyed(sid, entries, pending, keys)
-        if key is not None:
-            pending = seal_pending(pending, key)
+            pending = _keyed(sid, pairs, pending, keys)
         meta = None if create_meta is None else check_meta(create_meta, sid)
+        assert after is None or isinstance(after, results.CommitResult)
         hint = after._ws if after is not None and after.session_id == sid and after.etag is not None else None
+        return LatestCall(sid, pending, meta, hint)
+
+    def append_latest(self, call: LatestCall, key: DataKey | None = None) -> Proc[results.CommitResult]:
+        """Append a checked call's entries at the session's latest head (sealed under ``key`` if given)."""
+        sid = call.session
+        pending = call.pending if key is None else seal_pending(call.pending, key)
         # A log with no key provider appends nothing in the clear to a session whose
         # head shows sealed entries (refused by name, before anything is written).
         check = None if key is not None or self.keyring is not None else (lambda head: refuse_sealed(head.tail, sid))
         return self.writing(append_latest(self.layout, self.config, sid, pending, NullReducer(),
-                                          create_meta=meta, hint=hint, check_head=check))
+                                          create_meta=call.meta, hint=call.hint, check_head=check))
 
-    def read_window(self, session_id: str, since: int | None, until: int | None) -> Proc[results.SessionView | None]:
-        """Load and verify a session unless its head shows no entry can fall in ``[since, until)``."""
+    def read_window(self, session_id: str, since: object, until: object) -> Proc[results.SessionView | None]:
+        """Load and verify a session unless its head shows no entry can fall in ``[since, until)``
+        (ms, datetimes or ISO text, as listings take)."""
+        since, until = _bounds(since, until)
         head, etag = yield from read_head(self.layout, validate_session_id(session_id))
         if results.head_outside(head, since, until):
             return None
@@ -318,9 +351,10 @@ class LogCore:
         return results.SessionView(data.session, data.head, data.etag, data.entries)
 
     def read_runs(
-        self, session_id: str, since: int | None, until: int | None
+        self, session_id: str, since: object, until: object
     ) -> Proc[tuple[Head, list[results.EntryRun]] | None]:
         """:meth:`read_window` as the runs the chain is stored in (see :func:`load_runs_from_head`)."""
+        since, until = _bounds(since, until)
         head, etag = yield from read_head(self.layout, validate_session_id(session_id))
         if results.head_outside(head, since, until):
             return None
@@ -334,7 +368,7 @@ class LogCore:
 
     def heads(self, session_ids: Sequence[str]) -> Proc[list[results.HeadRow]]:
         """The heads of sessions (rows with ``error`` for unreadable ones; missing ones left out)."""
-        return list_head_rows(self.layout, [validate_session_id(s) for s in session_ids])
+        return list_head_rows(self.layout, [validate_session_id(s) for s in check_session_ids(session_ids)])
 
     def session_ids(self, prefix: object, since: object) -> Proc[list[str]]:
         """Session ids, newest first: those starting with ``prefix`` (if given) and, if
@@ -356,20 +390,22 @@ class LogCore:
         return read_head(self.layout, validate_session_id(session_id))
 
     def exists(self, session_id: str) -> Proc[bool]:
-        """Whether a session's head is stored (one GET)."""
+        """Whether a session's head is stored (one GET; a corrupt one is stored)."""
         try:
             yield from read_head(self.layout, validate_session_id(session_id))
         except SessionNotFound:
             return False
+        except CorruptionError:
+            return True
         return True
 
-    def head_refs(self, session_id: str) -> Proc[set[str]]:
-        """The data keys the entries in a session's head name (none for a session not
-        stored yet): what a first data key must not be made again over."""
+    def head_refs(self, session_id: str) -> Proc[set[str] | None]:
+        """The data keys the entries in a session's head name (None for a session not
+        stored): what a first data key must not be made again over."""
         try:
             head, _ = yield from read_head(self.layout, validate_session_id(session_id))
         except SessionNotFound:
-            return set()
+            return None
         return refs_in(head.tail)
 
     # -------------------------------------------- bounded listings and retention
@@ -393,6 +429,7 @@ class LogCore:
         checked first, then the store probed (unless a dry run, which deletes nothing)."""
         ms = retention.idle_ms(idle_for)
         wanted = listing.check_labels(labels)
+        check_callable(progress, "progress", optional=True)
         proc = retention.expire(self.layout, self.config, idle_for_ms=ms, now=self.config.env.now_ms(),
                                 labels=wanted, dry_run=bool(dry_run), progress=progress)
         return proc if dry_run else self.writing(proc)
@@ -483,3 +520,18 @@ class LogVerbs:
     def config(self) -> LogConfig:
         """This log's tunables."""
         return self._core.config
+
+
+@dataclass(frozen=True, slots=True)
+class LatestCall:
+    """A checked ``append_latest`` call (:meth:`LogCore.prepare_latest`), not sealed yet."""
+
+    session: str
+    pending: list[PendingEntry]
+    meta: Mapping[str, Any] | None
+    hint: ChainPosition[Any] | None
+
+
+def _bounds(since: object, until: object) -> tuple[int | None, int | None]:
+    """A read window's bounds as ms (each None, or a time :func:`to_ms` takes)."""
+    return (None if since is None else to_ms(since, "since"), None if until is None else to_ms(until, "until"))

@@ -37,7 +37,7 @@ from s3log.encryption.envelope import (
     key_ref,
     parse_key_object,
 )
-from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionShredded
+from s3log.errors import EncryptionError, ObjectNotFound, PreconditionFailed, SessionNotFound, SessionShredded
 from s3log.reducer import Reducer
 from s3log.results import AckedEntry, CommitResult, EntryRun
 
@@ -127,6 +127,12 @@ class Keyring:
         """Whether data key ``ref`` is unwrapped here."""
         return ref in self._keys
 
+    def ready(self) -> ops.Proc[None]:
+        """Nothing: run through a driver's probing (``LogCore.writing``), the key store
+        is probed before a verb reads anything else."""
+        return
+        yield
+
     def _refuse_if_shredded(self, session: str) -> ops.Proc[None]:
         """SessionShredded if ``session``'s shred marker is stored (one LIST)."""
         yield from self.refs_of(session)
@@ -164,16 +170,20 @@ class Keyring:
         """Unwrap the keys ``entries`` are sealed with (a fork's seed included)."""
         yield from self.fetch_refs(sorted(refs_in(entries) - self._keys.keys()), session)
 
-    def shred(self, session: str) -> ops.Proc[list[str]]:
+    def shred(self, session: str, stored: bool = True) -> ops.Proc[list[str]]:
         """Delete every data key of ``session``; return their refs. The shred marker is
         stored before the keys are listed for deleting, so no writer makes the session a
         key again once they are gone: a key created before the marker is in that listing,
-        and its creator, listing after its PUT, sees the marker."""
+        and its creator, listing after its PUT, sees the marker. ``stored``: whether the
+        session's head is; a session with neither a head nor a key is not one (a typo),
+        and no marker is left to refuse that id for ever."""
         try:
             refs = yield from self.refs_of(session)
         except SessionShredded:  # shredded before (or half way): finish deleting
             refs = []
         else:
+            if not refs and not stored:
+                raise SessionNotFound(session)
             with contextlib.suppress(PreconditionFailed):  # a concurrent shred stored it
                 yield from ops.put_if_absent(self.object_key(f"{session}/{SHREDDED}"), dumps({"v": 1, "refs": refs}))
         objects, _ = yield from list_all(self.base + session + "/")

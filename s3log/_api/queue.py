@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Generic
 
+from s3log._api.checks import check_on_conflict
 from s3log._format.cbor import dumps
 from s3log._format.chain import PendingEntry
 from s3log._format.entries import check_kind, check_ts, normalize_data_cbor
@@ -65,8 +66,7 @@ class CommitQueue(Generic[S]):
         on_conflict: OnConflict,
         on_fork: ForkListener | None = None,
     ) -> None:
-        if on_conflict not in ("fork", "raise"):
-            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {on_conflict!r}")
+        check_on_conflict(on_conflict, ws.session)
         self.layout = layout
         self.config = config
         self.ws = ws
@@ -141,7 +141,7 @@ class CommitQueue(Generic[S]):
         fork's the writer listed: :meth:`commit`) is not queued again: the ticket then
         stands for it. AppendKeyReused if that append had another kind or data.
         """
-        check_kind(kind)
+        check_kind(kind, session=self.ws.session)
         if ts is None:
             ts = self.config.env.now_ms()
         else:
@@ -351,8 +351,8 @@ class CommitQueue(Generic[S]):
 
     def _commit(self, *, touch: bool, on_conflict: OnConflict | None) -> Proc[CommitResult[S]]:
         # Checked at the call, before the procedure is driven (as the attribute's setter).
-        if on_conflict not in (None, "fork", "raise"):
-            raise ValueError(f"on_conflict must be 'fork' or 'raise', not {on_conflict!r}")
+        if on_conflict is not None:
+            check_on_conflict(on_conflict, self.ws.session)
         return self._committing(touch, on_conflict)
 
     def _committing(self, touch: bool, on_conflict: OnConflict | None) -> Proc[CommitResult[S]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Generic
 
+from s3log._api.checks import check_on_conflict
 from s3log._api.queue import CommitQueue, ForkListener
 from s3log._format.values import Head
 from s3log.config import OnConflict
-from s3log.errors import InvalidArgumentError
 from s3log.reducer import S
 from s3log.results import ForkInfo
 
@@ -52,9 +52,7 @@ class WriterVerbs(Generic[S]):
 
     @on_conflict.setter
     def on_conflict(self, value: OnConflict) -> None:
-        if value not in ("fork", "raise"):
-            raise InvalidArgumentError("on_conflict", f"must be 'fork' or 'raise', not {value!r}",
-                                       session=self._core.ws.session)
+        check_on_conflict(value, self._core.ws.session)
         self._core.on_conflict = value
 
     def hold_lease(self, owner: str, ttl_ms: int) -> None:

@@ -108,15 +108,15 @@ def _hash_items(entries: Iterable[Entry]) -> bytes:
     return b"".join(map(_add, repeat(_BYTES32), map(_HASH_OF, entries)))
 
 
-def check_kind(kind: object, *, allow_reserved: bool = False) -> str:
+def check_kind(kind: object, *, allow_reserved: bool = False, session: str | None = None) -> str:
     """Validate an entry kind: a non-empty string, not in the reserved namespace."""
     if not isinstance(kind, str) or not kind:
-        raise InvalidEntryError(kind, "kind must be a non-empty string")
+        raise InvalidEntryError(kind, "kind must be a non-empty string", session=session)
     if len(kind) > 256:
-        raise InvalidEntryError(kind, "kind is longer than 256 characters")
-    _check_text(kind, kind, None)
+        raise InvalidEntryError(kind, "kind is longer than 256 characters", session=session)
+    _check_text(kind, kind, session)
     if not allow_reserved and kind.startswith(RESERVED_KIND_PREFIX):
-        raise InvalidEntryError(kind, f"kinds starting with {RESERVED_KIND_PREFIX!r} are reserved")
+        raise InvalidEntryError(kind, f"kinds starting with {RESERVED_KIND_PREFIX!r} are reserved", session=session)
     return kind
 
 

@@ -360,7 +360,10 @@ def fork_at(
         try:
             at_hash = bytes.fromhex(at_hash)
         except ValueError:
-            raise EntryNotFound(session, f"hash {at_hash!r} is not hex") from None
+            raise InvalidArgumentError("at_hash", f"{at_hash!r} is not hex", session=session) from None
+    if at_hash is not None and len(at_hash) != 32:
+        raise InvalidArgumentError("at_hash", f"an entry hash is 32 bytes (64 hex digits), not {len(at_hash)}",
+                                   session=session)
     data = yield from load(layout, session, upto_seq=at_seq)
     entries = data.entries
     if at_hash is not None:

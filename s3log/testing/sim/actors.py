@@ -568,7 +568,8 @@ class CreatorActor(Actor):
             sid, names, self.entries = self.redo
             self.redo, self.sending = None, (sid, names)
             return (f"append {sim.short(sid)} {' '.join(names)} again",
-                    sim.core.append_latest(sid, self.entries, {"by": self.name}, None, [f"k.{p}" for p in names]))
+                    sim.core.append_latest(sim.core.prepare_latest(
+                        sid, self.entries, {"by": self.name}, None, [f"k.{p}" for p in names])))
         ended = [sid for sid, lives in sim.store.lives.items()
                  if any(lf.expired_at is not None or lf.deleted_at is not None for lf in lives)]
         if not ended:
@@ -588,7 +589,7 @@ class CreatorActor(Actor):
         if keys:
             sim.keyed.update(names)
         return (f"append {sim.short(sid)} {' '.join(names)}",
-                sim.core.append_latest(sid, entries, {"by": self.name}, None, keys))
+                sim.core.append_latest(sim.core.prepare_latest(sid, entries, {"by": self.name}, None, keys)))
 
     def done(self, sim: Simulation, value: Any) -> None:
         if isinstance(value, ChainPosition):
