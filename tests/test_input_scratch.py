@@ -5,9 +5,7 @@ raised before anything is written, nothing stored damaged) for one input that br
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,44 +106,6 @@ def test_rotate_key_of_a_session_that_does_not_exist_stores_no_key() -> None:
     with pytest.raises(s3log.SessionNotFound):
         log.rotate_key("typo")
     assert store.writes == []
-
-
-def test_to_parquet_to_an_empty_path_does_not_replace_the_working_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from s3log import analytics
-
-    store, _ = _log()
-    (tmp_path / "keep.txt").write_text("precious")
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(InvalidArgumentError, match="path"):
-        analytics.to_parquet(store, "", mode="overwrite", prefix="p")
-    assert (tmp_path / "keep.txt").read_text() == "precious"
-
-
-def test_cli_export_to_an_empty_out_does_not_replace_the_working_directory(
-    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tests.cli_env import invoke, log_of
-
-    log_of(env).create().append_durable("k", 1)
-    (tmp_path / "keep.txt").write_text("precious")
-    monkeypatch.chdir(tmp_path)
-    result = invoke(env, "export", "--out", "", "--mode", "overwrite")  # --out "$UNSET_VAR"
-    assert result.exit_code == 2, result.output
-    assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
-
-
-def test_to_parquet_overwrite_naming_a_session_that_does_not_exist_leaves_the_export(tmp_path: Path) -> None:
-    from s3log import analytics
-
-    store, _ = _log()
-    out = tmp_path / "out"
-    assert analytics.to_parquet(store, str(out), prefix="p") == 1
-    before = sorted(p.name for p in out.rglob("*"))
-    with pytest.raises(S3LogError, match="typo"):
-        analytics.to_parquet(store, str(out), mode="overwrite", prefix="p", sessions=["typo"])
-    assert sorted(p.name for p in out.rglob("*")) == before
 
 
 # ------------------------------------------------------------ bare Python exceptions
@@ -269,20 +229,6 @@ def test_log_verb_arguments_of_the_wrong_type_are_named(call: Any, name: str) ->
     assert store.writes == []
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda a, st, d: a.to_parquet(st, None), "path"),
-    (lambda a, st, d: a.to_parquet(st, str(d / "o"), filesystem="local"), "filesystem"),
-    (lambda a, st, d: list(a.scan(st, encryption="x")), "encryption"),
-    (lambda a, st, d: list(a.scan(None)), "store"),
-], ids=["to_parquet-path-none", "to_parquet-filesystem", "scan-encryption", "scan-store-none"])
-def test_analytics_arguments_of_the_wrong_type_are_named(call: Any, name: str, tmp_path: Path) -> None:
-    from s3log import analytics
-
-    store, _ = _log()
-    with pytest.raises(InvalidArgumentError, match=name):
-        call(analytics, store, tmp_path)
-
-
 def test_local_key_provider_with_keys_that_are_not_a_mapping_names_keys() -> None:
     from s3log.encryption import LocalKeyProvider
 
@@ -304,14 +250,6 @@ def test_agent_session_on_a_log_that_is_not_one_names_log() -> None:
 
     with pytest.raises(S3LogError, match="log"):
         AgentSession.create("my-bucket")  # type: ignore[arg-type]
-
-
-def test_cli_query_of_empty_sql_is_a_usage_error_not_a_python_error(env: dict[str, str]) -> None:
-    from tests.cli_env import invoke
-
-    result = invoke(env, "query", "")
-    assert "AttributeError" not in result.output, result.output
-    assert result.exit_code == 2, result.output
 
 
 # ------------------------------------------------------------ unclear messages, silent acceptance
