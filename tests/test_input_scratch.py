@@ -158,41 +158,6 @@ def test_log_with_a_store_or_config_of_the_wrong_type_names_it(make: Any) -> Non
         make()
 
 
-@pytest.mark.parametrize("kwargs", [{"endpoint_url": "localhost:9000"}, {"region_name": "not a region"},
-                                    {"endpoint_url": 9000}], ids=["endpoint-no-scheme", "region", "endpoint-int"])
-def test_s3store_with_a_bad_endpoint_or_region_raises_an_s3log_error(
-    kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with pytest.raises(InvalidArgumentError, match=next(iter(kwargs))):
-        s3log.S3Store("b", **kwargs)
-
-
-@pytest.mark.parametrize("bucket", [None, 5, "", "s3://my-bucket", "a/b"])
-def test_s3store_with_a_bucket_that_is_no_bucket_name_is_refused_when_made(
-    bucket: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with pytest.raises(InvalidArgumentError, match="bucket"):
-        s3log.S3Store(bucket)
-
-
-@pytest.mark.parametrize("bucket", [None, 5])
-def test_obstore_store_with_a_bucket_that_is_not_a_string_names_it(bucket: Any) -> None:
-    pytest.importorskip("obstore")
-    from s3log.store.obstore import ObstoreStore
-
-    with pytest.raises(InvalidArgumentError, match="bucket"):
-        ObstoreStore(bucket)
-
-
-def test_open_log_with_a_malformed_endpoint_url_raises_invalid_url_error() -> None:
-    from s3log.urls import InvalidURLError
-
-    with pytest.raises(InvalidURLError, match="endpoint"):
-        s3log.open_log("s3://b?endpoint=http://[::1")
-
-
 @pytest.mark.parametrize("call", [
     lambda log: log.open("s1", on_conflict="merge"),
     lambda log: log.open("s1").renew_lease(on_conflict="merge"),
