@@ -194,29 +194,6 @@ def test_log_verb_arguments_of_the_wrong_type_are_named(call: Any, name: str) ->
     assert store.writes == []
 
 
-def test_local_key_provider_with_keys_that_are_not_a_mapping_names_keys() -> None:
-    from s3log.encryption import LocalKeyProvider
-
-    with pytest.raises(InvalidArgumentError, match="keys"):
-        LocalKeyProvider([("k", KEY)])  # type: ignore[arg-type]
-
-
-def test_openai_agents_session_get_items_with_a_limit_that_is_not_an_int_names_it() -> None:
-    pytest.importorskip("agents")
-    from s3log.integrations.openai_agents import S3LogSession
-
-    session = S3LogSession("t1", s3log.Log(s3log.MemoryStore()))
-    with pytest.raises(S3LogError, match="limit"):
-        asyncio.run(session.get_items(limit="3"))  # type: ignore[arg-type]
-
-
-def test_agent_session_on_a_log_that_is_not_one_names_log() -> None:
-    from s3log.agent import AgentSession
-
-    with pytest.raises(S3LogError, match="log"):
-        AgentSession.create("my-bucket")  # type: ignore[arg-type]
-
-
 # ------------------------------------------------------------ unclear messages, silent acceptance
 
 
@@ -236,28 +213,3 @@ def test_a_bad_kind_names_the_session(call: Any) -> None:
     _, log = _log()
     with pytest.raises(s3log.InvalidEntryError, match="s1"):
         call(log)
-
-
-@pytest.mark.parametrize("record", [
-    lambda s: s.outcome("finished", message={"not": "text"}),
-    lambda s: s.outcome("finished", interrupted="yes"),
-    lambda s: s.tool_started(""),
-], ids=["outcome-message", "outcome-interrupted", "tool_started-empty-id"])
-def test_agent_records_of_the_wrong_type_are_refused_before_they_are_stored(record: Any) -> None:
-    from s3log.agent import AgentSession
-
-    store = CountingStore()
-    s = AgentSession.create(s3log.Log(store, prefix="p"), session_id="a1")
-    s.user_input("hi")
-    s.flush()
-    store.writes.clear()
-    with pytest.raises(S3LogError):
-        record(s)
-    assert store.writes == []
-
-
-def test_agent_session_system_prompt_that_is_not_text_is_refused() -> None:
-    from s3log.agent import AgentSession
-
-    with pytest.raises(S3LogError, match="system_prompt"):
-        AgentSession.create(s3log.Log(s3log.MemoryStore()), system_prompt={"role": "system"})  # type: ignore[arg-type]
