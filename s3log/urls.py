@@ -135,8 +135,12 @@ def parse_url(url: str) -> LogURL:
         return LogURL("memory", None, unquote(parts.netloc + parts.path).strip("/"))
     endpoint = params.get("endpoint")
     if endpoint is not None:
-        ep = urlsplit(endpoint)
-        if ep.scheme not in ("http", "https") or not ep.netloc:
+        try:
+            ep = urlsplit(endpoint)
+            _ = ep.port  # a port that is not a number raises here
+        except ValueError as exc:  # an unclosed [IPv6 address, say
+            raise bad(f"endpoint {endpoint!r} is not a URL: {exc}") from None
+        if ep.scheme not in ("http", "https") or not ep.hostname:
             raise bad(f"endpoint {endpoint!r} is not an http:// or https:// URL")
     if scheme == "az":
         container = parts.netloc

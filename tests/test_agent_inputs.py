@@ -86,3 +86,70 @@ def test_tool_started_takes_one_id(s3log_log: s3log.Log) -> None:
     s.assistant_items({"type": "function_call", "call_id": "call-1", "name": "f", "arguments": "{}"})
     s.tool_started("call-1")
     assert s.state.started_calls == frozenset({"call-1"})
+
+
+@pytest.mark.parametrize("log", ["my-bucket", None, s3log.MemoryStore(), s3log.AsyncLog(s3log.AsyncMemoryStore())],
+                         ids=["bucket-name", "none", "store", "async-log"])
+def test_an_agent_session_on_something_other_than_a_log_names_log(log: Any) -> None:
+    """Each verb that takes a log refuses anything but an s3log.Log, naming ``log``."""
+    for verb in (lambda: AgentSession.create(log), lambda: AgentSession.restore(log, "s1"),
+                 lambda: AgentSession.fork_at(log, "s1"), lambda: AgentSession.list(log)):
+        with pytest.raises(s3log.agent.AgentArgumentError, match=r"argument 'log' must be an s3log\.Log"):
+            verb()
+
+
+def test_an_async_agent_session_on_a_blocking_log_names_log() -> None:
+    """The async session takes an s3log.AsyncLog only."""
+    import asyncio
+
+    from s3log.agent import AsyncAgentSession
+
+    with pytest.raises(s3log.agent.AgentArgumentError, match=r"argument 'log' must be an s3log\.AsyncLog"):
+        asyncio.run(AsyncAgentSession.create(s3log.Log(s3log.MemoryStore())))  # type: ignore[arg-type]
+
+
+class _CountingStore(s3log.MemoryStore):
+    """A MemoryStore that records the keys it is asked to write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def put_if_absent(self, key: str, body: bytes) -> str:
+        self.writes.append(key)
+        return super().put_if_absent(key, body)
+
+    def put_if_match(self, key: str, body: bytes, etag: str) -> str:
+        self.writes.append(key)
+        return super().put_if_match(key, body, etag)
+
+
+@pytest.mark.parametrize(("record", "named"), [
+    (lambda s: s.outcome("finished", message={"not": "text"}), "message"),
+    (lambda s: s.outcome("finished", interrupted="yes"), "interrupted"),
+    (lambda s: s.record_turn([{"role": "assistant", "content": "x"}], outcome="finished", message=3), "message"),
+    (lambda s: s.tool_started(""), "call_ids"),
+    (lambda s: s.tool_started(["c1", ""]), "call_ids"),
+], ids=["outcome-message", "outcome-interrupted", "record_turn-message", "tool_started-empty",
+        "tool_started-one-empty"])
+def test_records_of_the_wrong_type_are_refused_before_they_are_stored(record: Any, named: str) -> None:
+    """An outcome's message is text, ``interrupted`` a bool, a call id non-empty: anything
+    else is an InvalidEntryError naming the argument, and nothing is written."""
+    store = _CountingStore()
+    s = AgentSession.create(s3log.Log(store), session_id="a1")
+    s.user_input("hi")
+    s.flush()
+    store.writes.clear()
+    with pytest.raises(InvalidEntryError, match=named):
+        record(s)
+    s.flush()
+    assert store.writes == []
+
+
+@pytest.mark.parametrize("prompt", [{"role": "system"}, 5, b"text"])
+def test_a_system_prompt_that_is_not_text_is_refused(prompt: Any) -> None:
+    """``system_prompt`` is text or None; anything else is refused, naming it, and nothing is stored."""
+    store = s3log.MemoryStore()
+    with pytest.raises(InvalidEntryError, match="system_prompt"):
+        AgentSession.create(s3log.Log(store), system_prompt=prompt)
+    assert store.list("").objects == []

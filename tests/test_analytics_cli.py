@@ -129,3 +129,10 @@ def test_piped_query_output_is_plain_and_unwrapped(s3log_server: LocalS3) -> Non
     assert lines[0].split() == ["kind", "n"]
     assert lines[1].split() == [long_kind, "1"]
     assert "│" not in proc.stdout and "┃" not in proc.stdout
+
+
+@pytest.mark.parametrize("sql", ["", "  ", ";", "/* nothing */"], ids=["empty", "blank", "semicolon", "comment"])
+def test_query_of_no_sql_statement_is_a_usage_error(env: dict[str, str], sql: str) -> None:
+    """SQL holding no statement is a usage error (exit 2) naming the SQL argument."""
+    code, text = _invoke(env, "query", sql)
+    assert code == 2 and "Invalid value for SQL" in text, text

@@ -62,6 +62,13 @@ def _session(log: s3log.Log, n: int = 5, sid: str | None = None) -> str:
     return w.session_id
 
 
+@pytest.mark.parametrize("keys", [[("k1", KEY)], "k1", None, 5], ids=["pairs", "text", "none", "int"])
+def test_a_local_key_provider_takes_only_a_mapping_of_keys(keys: Any) -> None:
+    """``keys`` that is not a mapping of ids to keys is an InvalidArgumentError naming it."""
+    with pytest.raises(s3log.InvalidArgumentError, match="keys"):
+        LocalKeyProvider(keys)
+
+
 def test_round_trip_and_verify_without_the_key() -> None:
     store = s3log.MemoryStore()
     log = s3log.Log(store, config=s3log.LogConfig(tail_per_commit=0, tail_max_bytes=300, **_enc_kw()))

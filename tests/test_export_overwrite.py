@@ -13,6 +13,7 @@ is deleted.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,54 @@ def test_to_parquet_overwrite_keeps_the_export_when_the_store_fails(tmp_path: Pa
     assert _files(out) == before
 
 
+@pytest.mark.parametrize("path", ["", " ", ".", "..", "work/.."], ids=["empty", "blank", "dot", "parent", "dot-dot"])
+def test_to_parquet_never_overwrites_the_working_directory_or_one_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str,
+) -> None:
+    """An empty path is refused (not taken as ``.``), and so is an overwrite of the
+    working directory or of a directory holding it: its files stay."""
+    store, _ = store_with(T0)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("precious")
+    monkeypatch.chdir(work)
+    with pytest.raises(s3log.InvalidArgumentError, match="path_or_uri"):
+        analytics.to_parquet(store, path, mode="overwrite")
+    assert sorted(os.listdir(tmp_path)) == ["work"]
+    assert sorted(os.listdir(work)) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "error", "append"])
+def test_to_parquet_naming_a_session_that_does_not_exist_writes_nothing(tmp_path: Path, mode: str) -> None:
+    """A session id with no head is a SessionNotFound naming it, raised before anything
+    is written: an export to overwrite or append to stays as it was."""
+    store, ids = store_with(T0)
+    out = tmp_path / "export"
+    assert analytics.to_parquet(store, str(out)) == 1
+    before = _contents(out)
+    target = out if mode != "error" else tmp_path / "new"
+    with pytest.raises(s3log.SessionNotFound, match="typo"):
+        analytics.to_parquet(store, str(target), mode=mode, sessions=[ids[0], "typo"])  # type: ignore[arg-type]
+    assert _contents(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda st, d: analytics.to_parquet(st, None), "path_or_uri"),
+    (lambda st, d: analytics.to_parquet(st, 5), "path_or_uri"),
+    (lambda st, d: analytics.to_parquet(st, str(d / "o"), filesystem="local"), "filesystem"),
+    (lambda st, d: list(analytics.scan(st, encryption="x")), "encryption"),
+    (lambda st, d: list(analytics.scan(None)), "store"),
+    (lambda st, d: analytics.to_parquet(None, str(d / "o")), "store"),
+], ids=["path-none", "path-int", "filesystem-str", "scan-encryption-str", "scan-store-none", "to_parquet-store-none"])
+def test_analytics_arguments_of_the_wrong_type_are_named(call: Any, name: str, tmp_path: Path) -> None:
+    """An argument of the wrong type is an InvalidArgumentError naming it; nothing is written."""
+    store, _ = store_with(T0)
+    with pytest.raises(s3log.InvalidArgumentError, match=name):
+        call(store, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
     result = runner.invoke(app, list(args), env=env)
     return result.exit_code, " ".join(result.output.split())
@@ -218,6 +267,41 @@ def test_cli_export_overwrite_deletes_nothing_on_a_bad_option_or_bucket(
     assert code == 1 and "no-such-bucket-here" in text
     assert _files(out) == before
 
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+@pytest.mark.parametrize("out, mode", [("", "overwrite"), ("", "append"), (".", "overwrite"), ("..", "overwrite")],
+                         ids=["empty-overwrite", "empty-append", "dot", "parent"])
+def test_cli_export_never_writes_over_the_working_directory(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, out: str, mode: str,
+) -> None:
+    """``--out ""`` (an unset variable) is a usage error, and so is ``--mode overwrite``
+    of the working directory or one holding it: nothing is read or written."""
+    _populate_env(env)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("precious")
+    monkeypatch.chdir(work)
+    code, text = _invoke(env, "export", "--format", fmt, "--out", out, "--mode", mode)
+    assert code == 2 and "--out" in text, text
+    assert sorted(os.listdir(tmp_path)) == ["work"]
+    assert sorted(os.listdir(work)) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_cli_export_naming_a_session_that_does_not_exist_keeps_the_export(
+    env: dict[str, str], tmp_path: Path, fmt: str,
+) -> None:
+    """``--session`` naming a session with no head fails, naming it, before --mode
+    overwrite replaces anything."""
+    _populate_env(env)
+    out = tmp_path / fmt
+    assert _invoke(env, "export", "--format", fmt, "--out", str(out), "-q")[0] == 0
+    before = _contents(out)
+    code, text = _invoke(env, "export", "--format", fmt, "--out", str(out), "--mode", "overwrite",
+                         "--session", "typo")
+    assert code == 1 and "typo" in text and "Traceback" not in text, text
+    assert _contents(out) == before
 
 
 def test_an_overwrite_whose_scan_fails_leaves_no_file_of_an_upload_still_in_flight(

@@ -273,3 +273,17 @@ def test_an_openai_session_on_an_expired_id_starts_afresh() -> None:
         assert await again.get_items() == [{"role": "user", "content": "again"}]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("limit", ["3", 2.5, True], ids=["text", "float", "bool"])
+def test_get_items_with_a_limit_that_is_not_an_int_names_limit(limit: Any) -> None:
+    """``limit`` (given, or from ``session_settings``) is an int or None; anything else is
+    an InvalidArgumentError naming it."""
+    from types import SimpleNamespace
+
+    log = s3log.Log(s3log.MemoryStore())
+    with pytest.raises(s3log.InvalidArgumentError, match="limit"):
+        asyncio.run(S3LogSession("t1", log).get_items(limit=limit))
+    settings: Any = SimpleNamespace(limit=limit)
+    with pytest.raises(s3log.InvalidArgumentError, match="limit"):
+        asyncio.run(S3LogSession("t1", log, session_settings=settings).get_items())

@@ -993,3 +993,62 @@ def test_an_obstore_client_of_a_directory_bucket_takes_s3_express_sessions(bucke
     from s3log.store._obstore_common import make_client
 
     assert make_client(bucket, None, "us-west-2").config.get("s3_express") == express
+
+
+def _constructor(kind: str) -> Callable[..., Any]:
+    """The store class of ``kind`` (a module skipped when its extra is missing)."""
+    if kind in ("obstore", "async-obstore"):
+        pytest.importorskip("obstore")
+        from s3log.store.obstore import AsyncObstoreStore, ObstoreStore
+
+        return ObstoreStore if kind == "obstore" else AsyncObstoreStore
+    if kind == "async-s3":
+        pytest.importorskip("aiobotocore")
+        from s3log.store.aio_s3 import AsyncS3Store
+
+        return AsyncS3Store
+    return s3log.S3Store
+
+
+@pytest.mark.parametrize("kind", HTTP_STORES)
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"bucket": None}, "bucket"), ({"bucket": 5}, "bucket"), ({"bucket": ""}, "bucket"),
+    ({"bucket": "s3://my-bucket"}, "bucket"), ({"bucket": "a/b"}, "bucket"), ({"bucket": "my bucket"}, "bucket"),
+    ({"endpoint_url": "localhost:9000"}, "endpoint_url"), ({"endpoint_url": 9000}, "endpoint_url"),
+    ({"endpoint_url": "http://[::1"}, "endpoint_url"), ({"endpoint_url": "http://h:port"}, "endpoint_url"),
+    ({"region_name": "not a region"}, "region_name"), ({"region_name": 5}, "region_name"),
+], ids=lambda v: repr(v) if not isinstance(v, dict) else "-".join(f"{k}={v[k]!r}" for k in v))
+def test_a_store_is_refused_a_bucket_endpoint_or_region_that_names_none(
+    kind: str, kwargs: dict[str, Any], named: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bucket, endpoint URL or region that cannot name one is an InvalidArgumentError
+    naming the argument, raised before a client is built."""
+    import boto3
+
+    def no_client(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("a client was built")
+
+    monkeypatch.setattr(boto3.session.Session, "client", no_client)
+    args = {"bucket": "logs", **kwargs}
+    with pytest.raises(s3log.InvalidArgumentError, match=named):
+        _constructor(kind)(args.pop("bucket"), **args)
+
+
+@pytest.mark.parametrize("kind", HTTP_STORES)
+@pytest.mark.parametrize("bucket", [
+    "b", "my.bucket", "Legacy_Bucket", "logs--usw2-az1--x-s3", "arn:aws:s3:us-west-2:123456789012:accesspoint/my-ap",
+])
+def test_every_form_of_bucket_name_makes_a_store(kind: str, bucket: str) -> None:
+    """Short, dotted, legacy (upper case, underscores) and directory bucket names, and
+    access point ARNs, are accepted as buckets; endpoints with a port and regions too."""
+    store = _constructor(kind)(bucket, endpoint_url="http://127.0.0.1:9", region_name="eu-west-1")
+    assert store.bucket == bucket
+
+
+def test_an_azure_store_is_refused_an_endpoint_that_is_no_url() -> None:
+    """An Azure endpoint that is not an http(s) URL is an InvalidArgumentError naming endpoint."""
+    pytest.importorskip("obstore")
+    from s3log.store.azure import AzureStore
+
+    with pytest.raises(s3log.InvalidArgumentError, match="endpoint"):
+        AzureStore("logs", endpoint="localhost:10000")

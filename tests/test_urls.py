@@ -164,6 +164,8 @@ def test_log_config_and_reducer_are_passed_to_the_log() -> None:
         ("s3://bad%20bucket/p", "not a valid bucket name"),
         ("s3://b/p?endpint=http://x", "unknown parameter 'endpint'"),
         ("s3://b/p?endpoint=127.0.0.1:9000", "not an http:// or https:// URL"),
+        ("s3://b/p?endpoint=http://[::1", "is not a URL"),
+        ("s3://b/p?endpoint=http://h:port", "is not a URL"),
         ("s3://b/p?endpoint=http://a&endpoint=http://b", "given twice"),
         ("s3://b/p?region=", "'region' is empty"),
         ("s3://b/p?region=US_EAST", "not a region name"),

@@ -63,6 +63,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Start a session lazily (see :meth:`s3log.agent.AgentSession.create`)."""
+        args.log_arg(log, AsyncLog)
         args.options_arg(options)
         head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         return await arun(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
@@ -80,6 +81,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """Rebuild a session, scoped and repaired (see :meth:`s3log.agent.AgentSession.restore`)."""
+        args.log_arg(log, AsyncLog)
         args.options_arg(options)
         with core.restore_span(log, session_id) as restored:
             session = await arun(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
@@ -98,6 +100,7 @@ class AsyncAgentSession(SessionCore):
         **options: Any,
     ) -> AsyncAgentSession:
         """A new session holding a stored point's state (see :meth:`s3log.agent.AgentSession.fork_at`)."""
+        args.log_arg(log, AsyncLog)
         return await arun(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
@@ -105,6 +108,7 @@ class AsyncAgentSession(SessionCore):
         cls, log: AsyncLog, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
+        args.log_arg(log, AsyncLog)
         return await arun(core.list_proc(log, labels, limit))
 
     async def renew_lease(self) -> None:

@@ -84,17 +84,28 @@ def check_item(kind: str, item: object, where: str, session: str | None) -> dict
 
 def call_ids_arg(value: Any, *, session: str | None = None) -> list[str]:
     """The ``call_ids`` argument of ``tool_started``: one id or an iterable of ids."""
-    if isinstance(value, str):
-        return [value]
     if not isinstance(value, Iterable) or isinstance(value, (bytes, bytearray, Mapping)):
         raise AgentItemError(TOOL_STARTED, f"argument 'call_ids' must be a call id or a list of them, "
                              f"not {type(value).__name__}", session=session)
-    out = list(value)
+    out = [value] if isinstance(value, str) else list(value)
     for i, c in enumerate(out):
         if not isinstance(c, str):
             raise AgentItemError(TOOL_STARTED, f"argument 'call_ids'[{i}] must be a string, "
                                  f"not {type(c).__name__}", session=session)
+        if not c:
+            # A result is matched to its call by id: an empty one matches no call.
+            raise AgentItemError(TOOL_STARTED, f"argument 'call_ids'[{i}] is empty: a call id names a call",
+                                 session=session)
     return out
+
+
+def log_arg(log: object, expected: type) -> None:
+    """Refuse a ``log`` that is not of the ``expected`` class (an :class:`~s3log.Log` for
+    an agent session, an :class:`~s3log.AsyncLog` for an async one): a bucket name, a
+    store or the other kind of log, before anything is read or written."""
+    if not isinstance(log, expected):
+        raise AgentArgumentError(f"argument 'log' must be an s3log.{expected.__name__}, not "
+                                 f"{type(log).__name__} {log!r:.60}")
 
 
 
@@ -221,4 +232,15 @@ def check_status(status: str, session: str) -> None:
     """Refuse an outcome ``status`` that is not one of :data:`~s3log.agent.state.STATUSES`."""
     if status not in STATUSES:
         raise InvalidEntryError(OUTCOME, f"argument 'status' must be one of {STATUSES}, not {status!r}",
+                                session=session)
+
+
+def check_outcome(message: object, interrupted: object, session: str) -> None:
+    """Refuse an outcome ``message`` that is not text (or None) and an ``interrupted``
+    that is not a bool: the state and every reader take them as such."""
+    if message is not None and not isinstance(message, str):
+        raise InvalidEntryError(OUTCOME, f"argument 'message' must be text or None, not {type(message).__name__}",
+                                session=session)
+    if not isinstance(interrupted, bool):
+        raise InvalidEntryError(OUTCOME, f"argument 'interrupted' must be a bool, not {interrupted!r}",
                                 session=session)

@@ -33,6 +33,7 @@ from s3log._format.values import Entry, Head
 from s3log._upper import Call, Proc, call
 from s3log.agent.args import (
     call_ids_arg,
+    check_outcome,
     check_scope,
     check_status,
     default_owner,
@@ -433,6 +434,9 @@ class SessionCore(ABC):
         self, system_prompt: str | None, config: Mapping[str, Any] | None, history: Sequence[Mapping[str, Any]]
     ) -> Proc[None]:
         items = items_arg(SESSION_START, history, session=self.session_id, name="history") if history else []
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise InvalidEntryError(SESSION_START, "argument 'system_prompt' must be text or None, not "
+                                    f"{type(system_prompt).__name__}", session=self.session_id)
         if config is not None and not isinstance(config, Mapping):
             raise InvalidEntryError(SESSION_START, f"argument 'config' must be a mapping, not {type(config).__name__}",
                                     session=self.session_id)
@@ -453,6 +457,7 @@ class SessionCore(ABC):
 
     def _p_outcome(self, status: str, message: str | None, interrupted: bool) -> Proc[None]:
         check_status(status, self.session_id)
+        check_outcome(message, interrupted, self.session_id)
         yield from self._p_record(OUTCOME, {"status": status, "message": message, "interrupted": interrupted})
         yield from self._p_flush()
 
@@ -476,6 +481,7 @@ class SessionCore(ABC):
         runs = group_items(items_arg("record_turn", new_items, session=self.session_id, name="new_items"))
         if outcome is not None:
             check_status(outcome, self.session_id)
+        check_outcome(message, False, self.session_id)
         records: list[tuple[str, dict[str, Any]]] = [(kind, {"items": items}) for kind, items in runs]
         if outcome is not None:
             records.append((OUTCOME, {"status": outcome, "message": message, "interrupted": False}))

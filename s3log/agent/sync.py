@@ -67,6 +67,7 @@ class AgentSession(SessionCore):
         """Start a session lazily: nothing is stored (and the id is not taken) until a
         record after the session start is committed, or, for a start seeded with
         ``history``, until the next :meth:`flush` or :meth:`close`."""
+        args.log_arg(log, Log)
         args.options_arg(options)
         head = args.header(meta=meta, labels=labels, delegation_depth=delegation_depth, parent_session=parent_session)
         return run(cls._p_create(log, session_id, head, (system_prompt, config, history), options))
@@ -93,6 +94,7 @@ class AgentSession(SessionCore):
         ``force=True`` repairs it anyway. Options ``owner`` (this worker's id) and
         ``lease_ttl`` (seconds a turn's lease lasts past each commit) set the lease.
         """
+        args.log_arg(log, Log)
         args.options_arg(options)
         with core.restore_span(log, session_id) as restored:
             session = run(cls._p_restore(log, session_id, labels, follow_forks, wait, force, options, _sleep))
@@ -112,6 +114,7 @@ class AgentSession(SessionCore):
     ) -> AgentSession:
         """A new session holding ``session_id``'s state at a stored point, exactly as
         replayed (an open turn stays open; an unknown point is an error)."""
+        args.log_arg(log, Log)
         return run(cls._p_fork_at(log, session_id, at_hash, at_seq, labels, options))
 
     @classmethod
@@ -119,6 +122,7 @@ class AgentSession(SessionCore):
         cls, log: Log, *, labels: Mapping[str, Any] | None = None, limit: int | None = None
     ) -> builtins.list[SessionInfo]:
         """Agent sessions whose header labels match ``labels``, newest first (reads every head)."""
+        args.log_arg(log, Log)
         return run(core.list_proc(log, labels, limit))
 
     def renew_lease(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -22,7 +23,7 @@ from s3log._format.values import Head
 from s3log.analytics.columns import SCHEMA, SESSIONS_SCHEMA, _session_row, _sessions_batch
 from s3log.analytics.options import _opened
 from s3log.analytics.reading import checked_scan, first_then
-from s3log.errors import InvalidArgumentError, S3LogError
+from s3log.errors import InvalidArgumentError, S3LogError, SessionNotFound
 from s3log.store.base import ObjectStore
 
 with extra("analytics"):
@@ -45,6 +46,21 @@ class OutputExistsError(S3LogError, FileExistsError):
         )
 
 
+def _checked_target(path_or_uri: object, filesystem: object) -> str:
+    """``path_or_uri`` as a string, it and ``filesystem`` checked (InvalidArgumentError
+    naming either): an empty path is refused, not taken as ``.``."""
+    from pyarrow import fs
+
+    if isinstance(path_or_uri, os.PathLike):
+        path_or_uri = os.fspath(path_or_uri)
+    if not isinstance(path_or_uri, str) or not path_or_uri.strip():
+        raise InvalidArgumentError(
+            "path_or_uri", f"must name a directory or s3://bucket/prefix, not {path_or_uri!r}")
+    if filesystem is not None and not isinstance(filesystem, fs.FileSystem):
+        raise InvalidArgumentError("filesystem", f"must be a pyarrow.fs.FileSystem, not {filesystem!r}")
+    return path_or_uri
+
+
 def _filesystem_for(path_or_uri: str, store: Any, filesystem: Any) -> tuple[Any, str]:
     from pyarrow import fs
 
@@ -52,9 +68,16 @@ def _filesystem_for(path_or_uri: str, store: Any, filesystem: Any) -> tuple[Any,
         return filesystem, path_or_uri
     if path_or_uri.startswith("s3://"):
         return _s3_filesystem(path_or_uri, _endpoint_of(store))
-    import os
-
     return fs.LocalFileSystem(), os.path.abspath(path_or_uri)
+
+
+def holds_working_dir(target: str) -> bool:
+    """Whether the local directory ``target`` is the working directory or one holding it
+    (``.``, ``..``, a home directory): an overwrite of it would replace the files of the
+    process, so :func:`check_output` refuses it."""
+    here = os.path.realpath(os.getcwd())
+    there = os.path.realpath(target)
+    return here == there or here.startswith(there.rstrip(os.sep) + os.sep)
 
 
 def prepare_output(filesystem: Any, target: str, mode: ExportMode) -> None:
@@ -70,9 +93,11 @@ def prepare_output(filesystem: Any, target: str, mode: ExportMode) -> None:
         filesystem.delete_dir_contents(target, missing_dir_ok=True)
 
 
-def check_output(filesystem: Any, target: str, mode: ExportMode) -> bool:
+def check_output(filesystem: Any, target: str, mode: ExportMode, argument: str = "path_or_uri") -> bool:
     """The checks of :func:`prepare_output`, deleting nothing: whether ``mode`` will
-    delete what the target holds (``overwrite`` of an existing directory)."""
+    delete what the target holds (``overwrite`` of an existing directory). A local
+    overwrite of the working directory or one holding it (:func:`holds_working_dir`)
+    is an :class:`~s3log.InvalidArgumentError` naming ``argument``."""
     from pyarrow import fs
 
     if mode not in ("error", "overwrite", "append"):
@@ -82,6 +107,10 @@ def check_output(filesystem: Any, target: str, mode: ExportMode) -> bool:
         return False
     if info.type != fs.FileType.Directory:
         raise OutputExistsError(target + " (a file, not a directory)")
+    if mode == "overwrite" and isinstance(filesystem, fs.LocalFileSystem) and holds_working_dir(target):
+        raise InvalidArgumentError(
+            argument, f"{target} is the working directory or holds it: an overwrite would replace "
+                      "it; name the export's own directory")
     if mode == "error" and filesystem.get_file_info(fs.FileSelector(target, recursive=False)):
         raise OutputExistsError(target)
     return mode == "overwrite"
@@ -110,8 +139,6 @@ def output_dir(filesystem: Any, target: str, clear: bool) -> Iterator[str]:
     local = isinstance(filesystem, fs.LocalFileSystem)
     tag = uuid.uuid4().hex[:12]
     if local:
-        import os
-
         target = os.path.normpath(target)
         parent, name = os.path.split(target)
         staging = os.path.join(parent, f".{name}.s3log-staging-{tag}")
@@ -197,8 +224,10 @@ def to_parquet(
     ``sessions_file`` the heads read are also written as ``_sessions.parquet``
     (:data:`~s3log.analytics.SESSIONS_SCHEMA`; engines reading the directory as a dataset skip ``_``
     files). ``scan`` options (``since``, ``kinds``, ``progress``, ``storage_options``...)
-    pass through. Returns the row count.
+    pass through; a session named in ``sessions`` that has no head is a
+    :class:`~s3log.SessionNotFound`, before anything is written. Returns the row count.
     """
+    path = _checked_target(path_or_uri, filesystem)
     if partition_by is not None and partition_by not in SCHEMA.names:
         raise InvalidArgumentError(
             "partition_by", f"cannot partition by {partition_by!r}: not a column of {SCHEMA.names}")
@@ -216,9 +245,11 @@ def to_parquet(
     if "on_head" in kwargs:
         raise InvalidArgumentError("on_head", "to_parquet keeps the heads itself (sessions_file)")
     store = _opened(store, kwargs)
+    args, named = _sessions_listed(args, kwargs)
     scanned = checked_scan(store, *args, on_head=keep if sessions_file else None, **kwargs)
-    filesystem, target = _filesystem_for(path_or_uri, store, filesystem)
+    filesystem, target = _filesystem_for(path, store, filesystem)
     try:
+        check_sessions_exist(store, named, kwargs.get("prefix"))
         clear = check_output(filesystem, target, mode)
         scanned = first_then(scanned)
     except BaseException:
@@ -235,6 +266,38 @@ def to_parquet(
     finally:
         scanned.close()
     return rows
+
+
+def _sessions_listed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
+    """``args`` and ``kwargs`` with the session ids they name (scan's ``sessions``, first of
+    its positional arguments) made a list, so they can be read twice; and those ids."""
+    def listed(value: Any) -> Any:
+        return list(value) if isinstance(value, Iterable) and not isinstance(value, str | bytes) else value
+
+    if args:
+        args = (listed(args[0]), *args[1:])
+        return args, args[0]
+    if "sessions" in kwargs:
+        kwargs["sessions"] = listed(kwargs["sessions"])
+    return args, kwargs.get("sessions")
+
+
+def check_sessions_exist(store: ObjectStore, sessions: list[str] | None, prefix: str | None) -> None:
+    """:class:`~s3log.SessionNotFound` naming the ``sessions`` (ids an export names, already
+    checked) that have no head: a typo fails before anything is written, and leaves an
+    export to overwrite as it was. One GET per id."""
+    if not sessions:
+        return
+    from s3log.log import Log
+
+    lg = Log(store, prefix=prefix)
+    try:
+        found = {row.session for row in lg.heads(list(dict.fromkeys(sessions)))}
+    finally:
+        lg.close()
+    missing = [s for s in dict.fromkeys(sessions) if s not in found]
+    if missing:
+        raise SessionNotFound(", ".join(missing), "named in sessions, but it has no head: nothing was exported")
 
 
 def _write_entries(batches: Iterable[pa.RecordBatch], filesystem: Any, where: str, partition_by: str | None) -> int:
@@ -294,8 +357,6 @@ def _endpoint_of(store: Any) -> str | None:
 
 
 def _s3_filesystem(uri: str, endpoint: str | None) -> tuple[Any, str]:
-    import os
-
     from pyarrow import fs
 
     endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")

@@ -67,6 +67,10 @@ def open_store(
     ``storage_options`` (endpoint, region, credentials, profile). ``prefix`` given
     wins over the URL's. Checked before any request is made."""
     if not isinstance(store, str):
+        # Duck-typed, as the Log takes it (a store may lack delete_if_match); None, a
+        # number or a path object fail here, naming the argument.
+        if not all(callable(getattr(store, m, None)) for m in ("get", "list", "put_if_absent")):
+            raise InvalidArgumentError("store", f"must be an ObjectStore or an s3:// log URL, not {store!r}")
         if storage_options is not None:
             raise InvalidArgumentError(
                 "storage_options", "opens the store a URL names: pass s3://bucket/prefix instead of a store")
@@ -150,4 +154,6 @@ def _check_verifier(verifier: object) -> None:
 def _config(parallelism: int, verifier: Verifier | None, log_id: str | None,
             encryption: Encryption | None = None) -> LogConfig:
     # LogConfig checks log_id (InvalidArgumentError naming it) at the call, before any read.
+    if encryption is not None and not isinstance(encryption, Encryption):
+        raise InvalidArgumentError("encryption", f"must be a s3log.encryption.Encryption, not {encryption!r}")
     return LogConfig(max_parallel=parallelism, verifier=verifier, log_id=log_id, encryption=encryption)

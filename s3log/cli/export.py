@@ -122,7 +122,7 @@ def _write_rows(batches: Iterator[Any], out: Path, fmt: str, mode: str) -> int:
 @handle_errors
 def export(
     fmt: str = typer.Option("parquet", "--format", help="parquet, jsonl or csv."),
-    out: Path = typer.Option(..., "--out", help="Output directory (parquet: Hive partitions by date)."),
+    out: str = typer.Option(..., "--out", metavar="PATH", help="Output directory (parquet: Hive partitions by date)."),
     since: str = typer.Option(None, "--since", help="Only entries at or after (date, ISO time, or 7d)."),
     until: str = typer.Option(None, "--until", help="Only entries before."),
     kind: list[str] = typer.Option(None, "--kind", help="Only these kinds (repeatable)."),
@@ -147,6 +147,13 @@ def export(
     if mode not in modes:
         raise typer.BadParameter(f"unknown mode {mode!r}: use error, overwrite or append", param_hint="--mode")
     export_mode = modes[mode]
+    # Checked as given: Path("") is ".", and an overwrite of "." (or of a directory holding
+    # it, such as $HOME) would replace the working directory.
+    if not out.strip():
+        raise typer.BadParameter("must name a directory, not an empty string", param_hint="--out")
+    if export_mode == "overwrite" and exports.holds_working_dir(out):
+        raise typer.BadParameter(f"{out} is the working directory or holds it: an overwrite would replace it; "
+                                 "name the export's own directory", param_hint="--out")
     options: dict[str, Any] = {
         "since": parse_time(since, "--since"), "until": parse_time(until, "--until"), "kinds": kind or None,
         "sessions": session or None,
@@ -162,14 +169,15 @@ def export(
             options.update(prefix=log.prefix, progress=progress, verifier=log.config.verifier,
                            log_id=log.config.log_id, encryption=log.config.encryption)
             if fmt == "parquet":
-                rows = analytics.to_parquet(log.store, str(out), mode=export_mode, **options)
+                rows = analytics.to_parquet(log.store, out, mode=export_mode, **options)
             else:
                 from pyarrow import fs
 
-                local, target = fs.LocalFileSystem(), str(out.absolute())
+                local, target = fs.LocalFileSystem(), str(Path(out).absolute())
                 batches = reading.checked_scan(log.store, **options)
                 try:
-                    clear = exports.check_output(local, target, export_mode)
+                    exports.check_sessions_exist(log.store, options["sessions"], log.prefix)
+                    clear = exports.check_output(local, target, export_mode, "--out")
                     batches = reading.first_then(batches)
                 except BaseException:
                     batches.close()
@@ -208,6 +216,9 @@ def query(
     (2026-11-30T09:40:00.123Z), bytes as hex, NaN and infinities as null; in the table,
     text as it is and anything else as its JSON.
     """
+    if not sql.strip():
+        # DuckDB runs an empty string as no statement and returns no cursor.
+        raise typer.BadParameter("must be a SQL statement, not an empty string", param_hint="SQL")
     from s3log import analytics  # names the analytics extra when pyarrow is missing
     from s3log._extras import extra
 
@@ -234,6 +245,8 @@ def query(
                                  log_id=log.config.log_id, **filters)
             try:
                 cur = con.execute(sql)
+                if cur is None:  # only comments or semicolons
+                    raise typer.BadParameter(f"holds no SQL statement: {sql!r}", param_hint="SQL")
                 names = [d[0] for d in cur.description]
                 rows = cur.fetchall()
             except duckdb.Error as exc:

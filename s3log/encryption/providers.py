@@ -42,6 +42,8 @@ class LocalKeyProvider:
     blocking = False
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
+        if not isinstance(keys, Mapping):
+            raise InvalidArgumentError("keys", f"must be a mapping of key ids to 32-byte keys, not {keys!r:.80}")
         if not keys:
             raise InvalidArgumentError("keys", "a LocalKeyProvider needs at least one key")
         for kid, key in keys.items():

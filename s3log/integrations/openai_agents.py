@@ -35,7 +35,7 @@ from s3log._format.values import FORK_KIND, Entry
 from s3log._loops import PerLoop
 from s3log._upper import Proc, T, acall, arun, run
 from s3log.aio import AsyncLog, AsyncWriter
-from s3log.errors import ConflictError, InvalidSessionIdError, SessionExists, SessionNotFound
+from s3log.errors import ConflictError, InvalidArgumentError, InvalidSessionIdError, SessionExists, SessionNotFound
 from s3log.integrations import IntegrationError, _log_from_url
 from s3log.integrations._lease import RunLease, acquire, release
 from s3log.log import Log, Writer
@@ -261,6 +261,8 @@ class S3LogSession(SessionABC):
     # ---------------------------------------------------------------------- reads
 
     async def _items(self, limit: int | None) -> list[Any]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidArgumentError("limit", f"must be an int or None, not {limit!r}", session=self.sid)
         if limit is not None and limit <= 0:
             return []
         await self._settle()

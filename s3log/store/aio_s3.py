@@ -20,6 +20,7 @@ from s3log._extras import extra
 from s3log._loops import PerLoop
 from s3log._protocol.ops import Blob, ListPage
 from s3log.errors import StoreError, TransientStoreError
+from s3log.store._checks import check_bucket, check_endpoint, check_region
 from s3log.store._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
 from s3log.store.base import ProcessClient, RequestCounter, precondition_scope
 
@@ -131,9 +132,11 @@ class AsyncS3Store:
         region_name: str | None = None,
         max_pool_connections: int = 64,
     ) -> None:
+        self.bucket = check_bucket(bucket)
+        check_endpoint(endpoint_url)
+        check_region(region_name)
         if client is None:
             _lib()  # MissingExtraError now, naming the async extra, not at the first request
-        self.bucket = bucket
         self.requests = RequestCounter()
         #: What the precondition probe's result is remembered for (None: this object).
         # A session or client of the caller's may be configured in any way: probed on its own.

@@ -34,6 +34,7 @@ from s3log._extras import require
 from s3log._protocol.ops import ListPage, ObjectInfo
 from s3log.errors import InvalidArgumentError, ObjectNotFound, StoreError
 from s3log.store import _obstore_common as common
+from s3log.store._checks import check_endpoint
 from s3log.store.base import RequestCounter, checked_etag, error_for_status, forked_error, precondition_scope
 from s3log.store.obstore import AsyncObstoreStore, ObstoreStore
 
@@ -182,6 +183,7 @@ class _AzureParts:
     def _setup(self, container: str, account: str | None, endpoint: str | None, config: dict[str, Any] | None,
                client: Any) -> None:
         self.bucket = check_container(container)
+        check_endpoint(endpoint, "endpoint")
         self.precondition_scope = (precondition_scope("obstore-azure", container, endpoint or account, None)
                                    if client is None else None)
         self.client = client if client is not None else make_azure_client(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from s3log._protocol.ops import Blob, ListPage
 from s3log.errors import ConditionalDeleteUnsupported, StoreError
 from s3log.store import _obstore_common as common
+from s3log.store._checks import check_bucket, check_endpoint, check_region
 from s3log.store.base import RequestCounter, forked_error, precondition_scope
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ class _ObstoreBase:
         region_name: str | None = None,
         client: Any = None,
     ) -> None:
-        self.bucket = bucket
+        self.bucket = check_bucket(bucket)
+        check_endpoint(endpoint_url)
+        check_region(region_name)
         #: What the precondition probe's result is remembered for (None: this object).
         self.precondition_scope = (precondition_scope("obstore", bucket, endpoint_url, region_name)
                                    if client is None else None)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from s3log._protocol.ops import Blob, ListPage
+from s3log.store._checks import check_bucket, check_endpoint, check_region
 from s3log.store._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
 from s3log.store.base import ProcessClient, RequestCounter, resolved_scope
 
@@ -35,7 +36,9 @@ class S3Store:
         region_name: str | None = None,
         max_pool_connections: int = 64,
     ) -> None:
-        self.bucket = bucket
+        self.bucket = check_bucket(bucket)
+        check_endpoint(endpoint_url)
+        check_region(region_name)
         #: What the precondition probe's result is remembered for (None: this object):
         #: the endpoint and region the client this store built resolved.
         self.precondition_scope: tuple[str, ...] | None = None
