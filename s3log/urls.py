@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from s3log.errors import S3LogError
+from s3log.store._checks import BUCKET_NAME
 
 if TYPE_CHECKING:
     from s3log.aio import AsyncLog
@@ -56,8 +57,6 @@ STORES = ("boto3", "obstore")
 #: The parameters each scheme takes.
 PARAMS = {"s3": ("endpoint", "region", "store"), "az": ("account", "endpoint"), "memory": ()}
 
-# What boto3 itself accepts as a bucket name (lenient enough for old us-east-1 buckets).
-_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _REGION = re.compile(r"[a-z0-9-]{1,64}")
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 _ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
@@ -158,7 +157,7 @@ def parse_url(url: str) -> LogURL:
         raise bad("no bucket: expected s3://BUCKET[/PREFIX]")
     if ":" in bucket:
         raise bad(f"{bucket!r} is not a bucket name (a port belongs in ?endpoint=)")
-    if not _BUCKET.fullmatch(bucket):
+    if not BUCKET_NAME.fullmatch(bucket):
         raise bad(f"{bucket!r} is not a valid bucket name")
     region = params.get("region")
     if region is not None and not _REGION.fullmatch(region):

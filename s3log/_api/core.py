@@ -163,6 +163,7 @@ class LogCore:
             ring, session = self.keyring, ws.session
             queue.sealer = key
             queue.opener = lambda entries: ring.open_acked(entries, session)
+            queue.result_opener = lambda result: ring.open_result(result, session)
         return queue
 
     def new_session(

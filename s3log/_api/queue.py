@@ -121,6 +121,7 @@ class CommitQueue(Generic[S]):
         self.sealer: DataKey | None = None
         #: What decrypts the entries a commit acknowledges (set with ``sealer``).
         self.opener: Callable[[list[AckedEntry]], list[AckedEntry]] | None = None
+        self.result_opener: Callable[[CommitResult[S]], CommitResult[S]] | None = None
 
     @property
     def pending_count(self) -> int:
@@ -407,11 +408,8 @@ class CommitQueue(Generic[S]):
             raise
         with self._lock:
             self._fork_doubts = {}
-        if self.opener is not None:  # an encrypting writer's results hold plaintext, as reads do
-            acked = self.opener(result.acked)
-            opened = {id(a): b for a, b in zip(result.acked, acked, strict=True)}
-            entries = [opened.get(id(e)) or self.opener([e])[0] for e in result.entries]
-            result = CommitResult(result._ws, entries, acked, result.fork, result.forks)
+        if self.result_opener is not None:  # an encrypting writer's results hold plaintext, as reads do
+            result = self.result_opener(result)
         self._settle(batch, result.acked, result._ws)
         wrote = touch or bool(result.entries)
         if lease is not None and lease.ttl_ms is None and self.lease is lease and wrote:

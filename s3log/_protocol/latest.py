@@ -57,8 +57,6 @@ def append_latest(
     # The index, in the call, of each entry of ``pending`` (which loses those stored).
     order = list(range(len(pending)))
     ws = hint
-    if hint is not None and check_head is not None:
-        check_head(hint.head)
     for attempt in range(1, cfg.retry.attempts + 1):
         takeover = False
         if attempt > 1:
@@ -68,8 +66,8 @@ def append_latest(
             yield from ops.sleep(cfg.retry.backoff(attempt - 1, cfg.env.rng))
         if ws is None:
             ws, takeover = yield from _start_from(layout, cfg, session, reducer, create_meta)
-            if check_head is not None and not takeover:
-                check_head(ws.head)
+        if check_head is not None and not takeover:
+            check_head(ws.head)  # the head read now, or the one ``hint`` names
         if ws.head.append_keys and any(p.key is not None for p in pending):
             found = yield from stored_by_key(layout, ws.head, pending)
             acked.update((order[i], e) for i, e in found.items())

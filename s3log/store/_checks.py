@@ -13,7 +13,7 @@ from s3log.errors import InvalidArgumentError
 
 # What boto3 itself accepts as a bucket name (lenient enough for old us-east-1 buckets),
 # or an access point ARN, which boto3 takes in its place.
-_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
+BUCKET_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _ARN = re.compile(r"arn:[a-z-]+:s3[a-z-]*:\S+")
 # What botocore accepts as a region name.
 _REGION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
@@ -21,7 +21,7 @@ _REGION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 def check_bucket(bucket: object, argument: str = "bucket") -> str:
     """``bucket``, if it can name a bucket; else InvalidArgumentError naming ``argument``."""
-    if isinstance(bucket, str) and (_BUCKET.fullmatch(bucket) or _ARN.fullmatch(bucket)):
+    if isinstance(bucket, str) and (BUCKET_NAME.fullmatch(bucket) or _ARN.fullmatch(bucket)):
         return bucket
     hint = ""
     if isinstance(bucket, str) and "://" in bucket:
