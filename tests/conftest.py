@@ -243,6 +243,14 @@ def azurite() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def gcs_emulator() -> Any:
+    """The GCS emulator S3LOG_TEST_GCS_ENDPOINT names (tests/servers.py), or a skip."""
+    from tests.servers import gcs_emulator
+
+    return gcs_emulator()
+
+
+@pytest.fixture(scope="session")
 def seaweedfs(s3log_server: LocalS3) -> Iterator[Any]:
     """SeaweedFS's S3 gateway on 127.0.0.1 for the session (tests/servers.py), or a skip.
     Its stores sign with the sandbox's credentials (s3log_server's): SeaweedFS, given

