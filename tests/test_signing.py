@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import boto3
 import cbor2
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -48,6 +47,7 @@ from s3log.signing import (
     sign_head,
 )
 from s3log.signing.checkpoints import checkpoint_key
+from s3log.store._s3common import boto3_session
 from s3log.store.memory import MemoryStore
 from s3log.testing.plugin import LocalS3
 from s3log.testing.sim import run_direct
@@ -56,7 +56,8 @@ from s3log.testing.sim import run_direct
 
 
 def _kms(server: LocalS3) -> Any:
-    return boto3.session.Session().client("kms", endpoint_url=server.endpoint_url, region_name="us-east-1")
+    # A session sharing botocore's parsed models, as s3log's own clients do (0.1 s of CPU less).
+    return boto3_session().client("kms", endpoint_url=server.endpoint_url, region_name="us-east-1")
 
 
 def _kms_key(server: LocalS3, spec: str = "ECC_NIST_P256") -> str:
