@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -740,8 +739,12 @@ def test_a_kms_verifier_still_copies(s3log_server: LocalS3) -> None:
 
 
 class _SlowKey:
-    """A KMS-like key: each call blocks for ``seconds`` (a network round trip) and is
-    recorded: the thread it ran on, and how many calls were in flight at once."""
+    """A KMS-like key: each call blocks (a network round trip) and is recorded: the
+    thread it ran on, and how many calls were in flight at once.
+
+    A call blocks until another is in flight beside it, or for ``seconds`` if none
+    comes: calls run side by side meet at once, calls run one after another each
+    block the whole time and never overlap."""
 
     blocking = True
 
@@ -749,18 +752,19 @@ class _SlowKey:
         self._signer = signer
         self._verifier = PublicKeyVerifier([signer.public_key])
         self._seconds = seconds
-        self._lock = threading.Lock()
+        self._overlap = threading.Condition()
         self.alg, self.key_id, self.key_ids = signer.alg, signer.key_id, (signer.key_id,)
         self.threads: list[int] = []
         self.in_flight = self.max_in_flight = 0
 
     def _call(self) -> None:
-        with self._lock:
+        with self._overlap:
             self.threads.append(threading.get_ident())
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        time.sleep(self._seconds)  # the blocking HTTPS call
-        with self._lock:
+            self._overlap.notify_all()
+            # The blocking HTTPS call (the wait lets go of the lock).
+            self._overlap.wait_for(lambda: self.max_in_flight > 1, timeout=self._seconds)
             self.in_flight -= 1
 
     def sign(self, payload: bytes) -> Signature:
@@ -779,7 +783,7 @@ async def test_an_async_log_signs_and_verifies_with_a_blocking_key_off_its_event
     store = s3log.AsyncMemoryStore()
     key = _SlowKey(Ed25519Signer(ed_key))
     alog = AsyncLog(store, config=s3log.LogConfig(signer=key, verifier=key))
-    writers = [await alog.create() for _ in range(10)]
+    writers = list(await asyncio.gather(*(alog.create() for _ in range(10))))
     key.threads.clear()
     key.max_in_flight = 0
     for i, w in enumerate(writers):
