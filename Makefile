@@ -20,6 +20,7 @@ install: $(STAMP)
 # Two worker processes (pytest-xdist), a test file each at a time: a file's tests share
 # their module's servers and clients, and most of the suite waits on sockets and
 # subprocesses, so two workers on two cores take a little over half the time of one.
+# The longest files go first (tests/conftest.py), so that both workers end together.
 test: $(STAMP)
 	$(BIN)/pytest -q -x -p no:cacheprovider -n 2 --dist loadfile -m "not slow and not stores"
 

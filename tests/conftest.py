@@ -9,6 +9,7 @@ each scenario is written once and checks both drivers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,43 @@ import s3log
 from s3log.testing.plugin import LocalS3
 from tests.baseline import import_baseline
 from tests.fault_proxy import FaultProxy
+
+#: The test files that take longest, longest first (seconds in one run of make test on
+#: an idle two-core machine). make test hands each worker one file at a time (--dist
+#: loadfile): handed out first, none of them is left running on one worker after the
+#: other has run out of files. The other files follow, most tests first.
+LONGEST_FILES = [
+    "test_extras.py",  # 51: an interpreter per extra, and per library it may lack
+    "test_cli_output.py",  # 46: the command line as processes
+    "test_sim.py",  # 25
+    "test_independent_reader.py",  # 21: node per tampered copy
+    "test_cli.py",  # 19: the demo's worker processes
+    "test_signing.py",  # 18
+    "test_langgraph.py",  # 14: LangGraph's conformance suite
+    "test_soak.py",  # 14
+    "test_listing_scale.py",  # 14: a million sessions, three times
+    "test_store_contract.py",  # 14
+    "test_export_overwrite.py",  # 9
+    "test_dask_distributed.py",  # 8: process clusters
+    "test_lazy_tail_equivalence.py",  # 8
+    "test_protocol.py",  # 7
+    "test_analytics_docs.py",  # 7
+    "test_agent_compaction.py",  # 7
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist would order the files by their number of tests, not by the list above.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`LONGEST_FILES` first, in its order, then the others by their
+    number of tests; the tests of a file keep their order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    tests = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests[item.path], str(item.path)))
 
 
 class AsyncWriterFacade:

@@ -123,11 +123,14 @@ def _owners() -> dict[str, str]:
 
 def _imported_distributions(code: str) -> dict[str, list[str]]:
     """The distributions (besides s3log) whose modules ``code`` imports, each with the
-    names of those modules."""
+    names of those modules. Modules the interpreter had before (site's ``.pth`` hooks:
+    setuptools' ``_distutils_hack``) are not the code's."""
     out = _run(f"""
         import json, sys
+        before = set(sys.modules)
         exec({code!r})
-        print(json.dumps({{n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}}))
+        print(json.dumps({{n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())
+                          if n not in before}}))
     """)
     assert out.returncode == 0, out.stderr[-3000:]
     owners = _owners()

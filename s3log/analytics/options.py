@@ -90,13 +90,11 @@ def open_store(
 
 def boto3_store(bucket: str, kwargs: dict[str, str]) -> ObjectStore:
     """An :class:`~s3log.S3Store` on a client made from :func:`storage_kwargs`' arguments."""
-    import boto3
-
-    from s3log.store._s3common import client_config
+    from s3log.store._s3common import boto3_session, client_config
     from s3log.store.s3 import S3Store
 
     session_keys = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "profile_name")
-    session = boto3.session.Session(**{k: v for k, v in kwargs.items() if k in session_keys})
+    session = boto3_session(**{k: v for k, v in kwargs.items() if k in session_keys})
     client = session.client("s3", config=client_config(),
                             **{k: v for k, v in kwargs.items() if k not in session_keys})
     return S3Store(bucket, client=client)

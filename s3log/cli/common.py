@@ -103,12 +103,11 @@ def settings(ctx: typer.Context | None = None) -> Settings:
 
 def _s3_client(s: Settings) -> Any:
     """A boto3 S3 client for the settings: profile, region, endpoint, short connect timeout."""
-    import boto3
     from botocore.config import Config
 
-    from s3log.store._s3common import client_config
+    from s3log.store._s3common import boto3_session, client_config
 
-    session = boto3.session.Session(profile_name=s.profile, region_name=s.region)
+    session = boto3_session(profile_name=s.profile, region_name=s.region)
     config = client_config().merge(Config(connect_timeout=CLI_CONNECT_TIMEOUT))
     kwargs: dict[str, Any] = {"config": config}
     if s.endpoint_url:
@@ -149,9 +148,9 @@ def encryption_for(s: Settings) -> Any:
     if kms:
         if len(kms) != len(s.data_keys) or len(kms) > 1:
             fail("--data-key: give one kms:KEY_ID, or local keys (ID=FILE), not both", 2)
-        import boto3
+        from s3log.store._s3common import boto3_session
 
-        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
+        client = boto3_session(profile_name=s.profile, region_name=s.region).client("kms")
         return Encryption(KmsKeyProvider(client, kms[0]))
     keys: dict[str, bytes] = {}
     for arg in s.data_keys:
@@ -183,10 +182,10 @@ def verifier_for(s: Settings, public_keys: Sequence[str], kms_key_ids: Sequence[
             sources.append((key_id, path) if sep and not os.path.exists(arg) else arg)
         verifiers.append(PublicKeyVerifier.from_pem(*sources))
     if kms_key_ids:
-        import boto3
+        from s3log.store._s3common import boto3_session
 
         # No endpoint of its own: AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_KMS apply, --endpoint-url is S3's.
-        client = boto3.session.Session(profile_name=s.profile, region_name=s.region).client("kms")
+        client = boto3_session(profile_name=s.profile, region_name=s.region).client("kms")
         verifiers.append(KmsVerifier(client, list(kms_key_ids)))
     if not verifiers:
         return None

@@ -45,6 +45,38 @@ def client_config(max_pool: int = 64, *, connect_timeout: float = 5, read_timeou
     return Config(**client_options(max_pool, connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
+#: botocore's data loader (the parsed JSON models: S3's, KMS's, endpoints, partitions) of
+#: each kind of session and data path, shared by the sessions s3log makes. A new session
+#: otherwise parses them again for its first client: about 0.1 s of CPU per store.
+#: A loader holds only that data, the same for every session of its data path.
+_LOADERS: dict[tuple[type, Any], Any] = {}
+
+
+def share_loader(session: Any) -> Any:
+    """``session`` (a new botocore or aiobotocore session) reading botocore's models through
+    the loader s3log's sessions share; returns it."""
+    try:
+        key = (type(session), session.get_config_variable("data_path"))
+    except BotoCoreError:  # a profile that does not exist: its client says so, as before
+        return session
+    own = session.get_component("data_loader")
+    shared = _LOADERS.setdefault(key, own)
+    if shared is not own:
+        session.register_component("data_loader", shared)
+    return session
+
+
+def boto3_session(**kwargs: Any) -> Any:
+    """A new ``boto3.session.Session(**kwargs)`` whose clients share botocore's parsed
+    models with s3log's other sessions (:func:`share_loader`)."""
+    import boto3
+
+    session = boto3.session.Session(**kwargs)
+    # After boto3's own setup, which adds its resource path to the loader it was given.
+    share_loader(session._session)
+    return session
+
+
 def map_error(exc: BaseException, key: str) -> StoreError:
     """Translate a botocore exception into s3log's store errors, keeping code and request id."""
     if isinstance(exc, ClientError):

@@ -21,7 +21,15 @@ from s3log._loops import PerLoop
 from s3log._protocol.ops import Blob, ListPage
 from s3log.errors import StoreError, TransientStoreError
 from s3log.store._checks import check_bucket, check_endpoint, check_region
-from s3log.store._s3common import CAUGHT, client_options, etag_of, list_page, list_params, map_error
+from s3log.store._s3common import (
+    CAUGHT,
+    client_options,
+    etag_of,
+    list_page,
+    list_params,
+    map_error,
+    share_loader,
+)
 from s3log.store.base import ProcessClient, RequestCounter, precondition_scope
 
 if TYPE_CHECKING:
@@ -88,7 +96,7 @@ def open_client(session: Any, **kwargs: Any) -> Any:
     reads the environment and the AWS config files as boto3 does.
     """
     if session is None:
-        session = _lib().get_session()
+        session = share_loader(_lib().get_session())
     if hasattr(session, "create_client"):
         return session.create_client("s3", **kwargs)
     return session.client("s3", **kwargs)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
 from s3log._protocol.ops import Blob, ListPage
 from s3log.store._checks import check_bucket, check_endpoint, check_region
-from s3log.store._s3common import CAUGHT, client_config, etag_of, list_page, list_params, map_error
+from s3log.store._s3common import (
+    CAUGHT,
+    boto3_session,
+    client_config,
+    etag_of,
+    list_page,
+    list_params,
+    map_error,
+)
 from s3log.store.base import ProcessClient, RequestCounter, resolved_scope
 
 if TYPE_CHECKING:
@@ -52,7 +58,7 @@ class S3Store:
 
             def new_client() -> Any:
                 # A session of its own: one made in a parent is not carried into a child.
-                return boto3.session.Session().client("s3", **kwargs)
+                return boto3_session().client("s3", **kwargs)
 
             build = new_client
             client = build()

@@ -135,9 +135,9 @@ class LocalS3:
 
     def client(self) -> Any:
         """A boto3 S3 client for this server."""
-        import boto3
+        from s3log.store._s3common import boto3_session
 
-        return boto3.session.Session().client(
+        return boto3_session().client(
             "s3",
             endpoint_url=self.endpoint_url,
             aws_access_key_id="testing",
