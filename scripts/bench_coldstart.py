@@ -9,15 +9,16 @@ the same path written with bare boto3 (the floor every Python S3 worker pays):
   segments read, every hash verified, the entries replayed); one ``append`` +
   ``commit`` (durable when it returns); exit.
 - ``s3log, probe off``: the same with ``LogConfig(verify_preconditions=False)``, which
-  skips the once-per-process check that the store honours conditional writes (one
-  round trip of two PUTs).
+  skips the once-per-process check that the store honours conditional writes (12 PUTs
+  and 2 DELETEs in three round trips, sent beside the restore's reads: docs/decisions/0051).
 - ``s3log / obstore``: the same over ``&store=obstore`` (the ``fast`` extra), if installed.
 - ``boto3, minimal``: ``import boto3``; a client; GET the head object; PUT a new head
   with ``IfMatch`` on its ETag (the least a worker that keeps its state in one object
   and never loses a concurrent update can do); exit.
-- ``boto3, s3log's requests``: bare boto3 sending exactly the requests s3log sends
-  (head and segment GETs, the two probe PUTs, the conditional head PUT), so the gap
-  between it and ``s3log`` is the library's own import and CPU cost.
+- ``boto3, s3log's requests``: bare boto3 sending the requests s3log sends, in the same
+  round trips (head and segment GETs beside the probe's PUTs and DELETEs, then the
+  conditional head PUT), so the gap between it and ``s3log`` is the library's own
+  import and CPU cost.
 
 Each timed run restores a session of its own, prepared alike (``entries`` entries
 committed ``per_commit`` at a time), so no run finds a longer session than another.
@@ -86,9 +87,11 @@ marks["durable"] = time.time() - t0
 print(json.dumps(marks))
 """
 
-#: bare boto3 sending s3log's requests. argv: t0 BUCKET HEAD_KEY PROBE_DIR SEGMENT_KEY...
+#: bare boto3 sending s3log's requests in s3log's round trips: the head's GET beside the
+#: probe's first round, the segments' GETs beside its second, its third, then the head PUT
+#: (docs/decisions/0034, 0051). argv: t0 BUCKET HEAD_KEY PROBE_DIR SEGMENT_KEY...
 WORKER_BOTO3_SAME = r"""
-import json, sys, time
+import json, os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 t0 = float(sys.argv[1]); marks = {"python": time.time() - t0}
 import boto3
@@ -96,24 +99,41 @@ marks["imported"] = time.time() - t0
 client = boto3.session.Session().client("s3")
 marks["client"] = time.time() - t0
 bucket, head, probe, segments = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-got = client.get_object(Bucket=bucket, Key=head)
-body = got["Body"].read()
-with ThreadPoolExecutor(len(segments) or 1) as pool:
-    list(pool.map(lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), segments))
-marks["restored"] = time.time() - t0
+race = probe + "race/" + os.urandom(8).hex()
 
-def refused(**kw):
+def put(**kw):
     try:
-        client.put_object(Bucket=bucket, Body=b"probe", **kw)
+        return client.put_object(Bucket=bucket, Body=os.urandom(16), **kw)["ETag"]
     except client.exceptions.ClientError:
-        return True
-    return False
+        return None
 
-with ThreadPoolExecutor(2) as pool:
-    ok = list(pool.map(lambda kw: refused(**kw), [{"Key": probe + "head", "IfNoneMatch": "*"},
-                                                  {"Key": probe + "missing", "IfMatch": '"no-such-etag"'}]))
-assert all(ok), ok
-client.put_object(Bucket=bucket, Key=head, Body=body + b"\x00", IfMatch=got["ETag"])
+def delete(**kw):
+    try:
+        client.delete_object(Bucket=bucket, **kw)
+    except client.exceptions.ClientError:
+        pass
+
+def read(key):
+    got = client.get_object(Bucket=bucket, Key=key)
+    return got["Body"].read(), got["ETag"]
+
+with ThreadPoolExecutor(10) as pool:
+    got = pool.submit(read, head)
+    first = [pool.submit(put, Key=probe + "head", IfNoneMatch="*"),
+             pool.submit(put, Key=probe + "missing", IfMatch='"no-such-etag"'),
+             *(pool.submit(put, Key=race, IfNoneMatch="*") for _ in range(4)),
+             pool.submit(put, Key=race + ".del", IfNoneMatch="*")]
+    body, etag = got.result()
+    tags = [f.result() for f in first]
+    won = next(t for t in tags[2:6] if t)
+    second = [*(pool.submit(read, k) for k in segments),
+              *(pool.submit(put, Key=race, IfMatch=won) for _ in range(4)),
+              pool.submit(delete, Key=race + ".del", IfMatch=tags[6])]
+    [f.result() for f in second]
+    third = [pool.submit(put, Key=race, IfMatch=won), pool.submit(delete, Key=race, IfMatch=won)]
+    [f.result() for f in third]
+marks["restored"] = time.time() - t0
+client.put_object(Bucket=bucket, Key=head, Body=body + b"\x00", IfMatch=etag)
 marks["durable"] = time.time() - t0
 print(json.dumps(marks))
 """

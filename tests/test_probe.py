@@ -31,6 +31,7 @@ from s3log.store.memory import _etag
 from s3log.testing.faults import Fault, FaultyStore
 from s3log.testing.localserver import LocalS3
 from s3log.testing.sim import SimStore
+from tests.scripted import recorded
 
 
 class HonestStore(s3log.MemoryStore):
@@ -84,6 +85,83 @@ def test_an_honest_store_is_probed_once_per_store_and_leaves_only_its_probe_obje
     assert keys[0] == "s3log/sessions/_probe/head" and len(keys) == 2
     assert keys[1].startswith("s3log/sessions/_probe/race/")  # the one object each probe leaves
     assert _etag(b"") != ""
+
+
+class AsyncHonestStore(s3log.AsyncMemoryStore):
+    honours_preconditions = False
+
+
+def _recording(log: Any, rounds: list[Op]) -> None:
+    """Record every round trip ``log`` makes from now on (a Parallel is one)."""
+    run = log._run
+    log._run = lambda proc: run(recorded(proc, rounds))
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_writers_open_sends_the_probe_beside_its_reads_so_its_first_commit_is_one_round_trip(kind: str) -> None:
+    store = HonestStore()
+    quiet = s3log.LogConfig(verify_preconditions=False, activity_index=False, tail_max_bytes=4096)
+    w = s3log.Log(store, config=quiet).create("s1")
+    for i in range(8):
+        w.append("k", {"i": i, "text": "x" * 1000})
+        w.commit()
+    assert s3log.Log(store, config=quiet).head("s1").segments  # open reads the head, then segments
+    rounds: list[Op] = []
+    opened = 0
+    cfg = s3log.LogConfig(activity_index=False, tail_max_bytes=4096)
+    if kind == "sync":
+        log = s3log.Log(store, config=cfg)
+        _recording(log, rounds)
+        w = log.open("s1")
+        opened = len(rounds)
+        w.append("k", "cold")
+        w.commit()
+    else:
+        async def main() -> None:
+            nonlocal opened
+            alog = s3log.AsyncLog(AsyncHonestStore(store), config=cfg)
+            _recording(alog, rounds)
+            aw = await alog.open("s1")
+            opened = len(rounds)
+            aw.append("k", "cold")
+            await aw.commit()
+
+        asyncio.run(main())
+    opening, committing = rounds[:opened], rounds[opened:]
+    # The probe's three round trips ride with the head's GET and the segments' GETs (and
+    # one alone); the commit then sends its one PUT. Sent in turn, they were 2 + 3 + 1.
+    assert len(opening) == 3 and len(committing) == 1, (opening, committing)
+    first, second, _ = opening
+    assert isinstance(first, Parallel) and {type(op).__name__ for op in first.ops} == {"Get", "PutIfAbsent",
+                                                                                       "PutIfMatch"}
+    assert isinstance(second, Parallel) and any("/_probe/" not in op.key for op in second.ops)
+    assert len(s3log.Log(store, config=quiet).read("s1").entries) == 9
+
+
+class ReadOnly(HonestStore):
+    """A read-only credential: every write is refused."""
+
+    def _denied(self, key: str, *_: Any) -> Any:
+        self.requests.add("PUT")
+        raise StoreError("access denied", key=key, code="AccessDenied", status=403)
+
+    put_if_absent = put_if_match = delete_if_match = _denied
+
+
+def test_a_writers_open_on_a_store_the_probe_cannot_pass_reads_and_the_verdict_waits_for_a_write() -> None:
+    store = IgnoresIfMatch()
+    w = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).create("s1")
+    w.append("k", 1)
+    w.commit()
+    w = s3log.Log(store).open("s1")  # the probe ran beside the reads and found If-Match ignored
+    w.append("k", 2)
+    with pytest.raises(PreconditionsIgnoredError, match="If-Match"):
+        w.commit()  # probed again: nothing of the commit written
+    assert len(s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).read("s1").entries) == 1
+    denied = ReadOnly()
+    for key in store.all_keys():
+        denied.put_raw(key, store.get(key).body)
+    s3log.Log(denied).open("s1")  # the probe's writes refused: opened all the same
 
 
 def test_the_probe_can_be_turned_off() -> None:

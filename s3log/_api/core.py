@@ -50,6 +50,7 @@ from s3log._protocol.fork import child_heads, children, fork_at, lineage
 from s3log._protocol.latest import append_latest
 from s3log._protocol.listing import list_all, list_head_rows, list_session_ids
 from s3log._protocol.ops import ObjectInfo, Proc
+from s3log._protocol.overlap import overlapped
 from s3log._protocol.probe import probe_preconditions
 from s3log._protocol.read import (
     load,
@@ -73,6 +74,7 @@ from s3log.errors import (
     InvalidEntryError,
     PreconditionsIgnoredError,
     SessionNotFound,
+    StoreError,
 )
 from s3log.reducer import EntriesReducer, NullReducer, Reducer, S
 from s3log.signing import default_log_id
@@ -125,6 +127,29 @@ class LogCore:
         Raises :class:`~s3log.errors.PreconditionsIgnoredError` before anything of
         ``proc`` is written if the store ignores ``If-None-Match`` or ``If-Match``.
         """
+        yield from self._probe_once()
+        return (yield from proc)
+
+    def reading_to_write(self, proc: Proc[T]) -> Proc[T]:
+        """``proc``, which writes nothing, with the probe (if this store still needs one)
+        sent beside it: a writer's open reads while the probe runs, so its first commit
+        need not wait for the probe's round trips (docs/decisions/0051).
+
+        The verdict stays where it was: a store the probe refuses, or a probe that
+        failed (a read-only credential), fails nothing here; the first write probes
+        again and raises.
+        """
+        if self._verified:
+            return (yield from proc)
+        _, value = yield from overlapped(self._probe_ahead(), proc)
+        return value
+
+    def _probe_ahead(self) -> Proc[None]:
+        with contextlib.suppress(PreconditionsIgnoredError, StoreError):
+            yield from self._probe_once()
+
+    def _probe_once(self) -> Proc[None]:
+        """The precondition probe, unless this store (or its scope) passed it before."""
         scope = getattr(self.store, "precondition_scope", None)
         if not self._verified and self.store not in _PROBED and (scope is None or scope not in _PROBED_SCOPES):
             report = yield from probe_preconditions(self.layout, self.config)
@@ -140,7 +165,6 @@ class LogCore:
                 with contextlib.suppress(TypeError):  # not hashable: this object only
                     _PROBED_SCOPES.add(scope)
         self._verified = True
-        return (yield from proc)
 
     def probe(self) -> Proc[results.ProbeReport]:
         """Run the precondition probe now, whatever was found before."""
@@ -183,15 +207,18 @@ class LogCore:
         return self.writing(create_session(self.layout, self.config, ws))
 
     def open(self, session_id: str, reducer: Reducer[S] | None) -> Proc[ChainPosition[S]]:
-        """Load and verify a session, and replay it into a chain position.
+        """Load and verify a session, and replay it into a chain position (the probe
+        sent beside the reads: :meth:`reading_to_write`).
 
         A reducer with a ``restarts(entry)`` method (see :mod:`s3log.reducer`) is replayed
         from the newest entry it restarts at: the chain is read backwards (the head's
         tail, then one segment at a time) only until one is found, so the requests do not
         grow with what came before it.
         """
-        sid = validate_session_id(session_id)
-        reducer = reducer or self.reducer
+        return self.reading_to_write(self._replayed(validate_session_id(session_id), reducer or self.reducer))
+
+    def _replayed(self, sid: str, reducer: Reducer[S]) -> Proc[ChainPosition[S]]:
+        """What :meth:`open` reads and replays, without the probe."""
         restarts: Callable[[Entry], bool] | None = getattr(reducer, "restarts", None)
         if restarts is None:
             data: SessionData = yield from load(self.layout, sid, confirm_pending=True)
@@ -207,8 +234,7 @@ class LogCore:
     def load_sealed(self, session_id: str) -> Proc[SessionData]:
         """Load and verify an encrypted session for a writer (:meth:`open` with the keys
         fetched between the load and the replay: :meth:`replay`)."""
-        data: SessionData = yield from load(self.layout, validate_session_id(session_id), confirm_pending=True)
-        return data
+        return self.reading_to_write(load(self.layout, validate_session_id(session_id), confirm_pending=True))
 
     def replay(self, data: SessionData, reducer: Reducer[S] | None, key: DataKey) -> ChainPosition[S]:
         """The chain position of an encrypted session loaded by :meth:`load_sealed`."""
