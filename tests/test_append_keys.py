@@ -259,6 +259,44 @@ def test_a_writer_that_forked_before_its_first_key_looks_in_the_forks_of_the_ses
     assert "x" not in _data(log, restarted.session_id)
 
 
+def test_a_retry_waiting_for_its_entry_is_answered_from_the_chain_it_was_found_in_after_a_fork() -> None:
+    log = s3log.Log(s3log.MemoryStore(), config=LogConfig(tail_max_bytes=0))  # entries in segments
+    sid = log.create().session_id
+    first = log.open(sid)
+    x = first.append_durable("k", "x", key="req-x")
+    first.append_durable("k", "b")
+    assert log.head(sid).tail_first_seq > x.seq
+    w = log.open(sid)
+    ticket = w.submit("k", "x", key="req-x")  # stands for x; its entry is read at the wait
+    log.open(sid).append_durable("k", "winner")
+    w.append("k", "y")
+    assert w.commit().fork is not None and w.session_id != sid  # forked before the read
+    assert w.wait(ticket) == x
+    assert _data(log, sid) == ["x", "b", "winner"]
+
+
+def test_a_writer_whose_first_chain_was_collected_meanwhile_still_commits() -> None:
+    # The chain the writer opened is gone (expired or deleted, its segments collected) and
+    # its id started again; a fork a lost race made of the old chain is still listed. The
+    # writer's first keyed commit checks that fork against the chain it began with: a
+    # segment of that chain is missing, so the fork is not this chain's. It used to raise
+    # ObjectNotFound, on every commit, for ever.
+    store = s3log.MemoryStore()
+    log = s3log.Log(store, config=LogConfig(tail_max_bytes=0))
+    sid = log.create().session_id
+    log.open(sid).append_durable("k", "first")
+    _, x = _forked_by_a_lost_race(log, sid, "req-x", "x")
+    w = log.open(sid)
+    for key in store.all_keys():
+        if key.startswith(log.layout.session_dir(sid)) and "/forks/" not in key:
+            store.delete(key)
+    log.create(sid).append_durable("k", "a new chain")
+    w.append("k", "y", key="req-y")
+    result = w.commit()  # lost the race to the new chain: forks, as any writer would
+    assert result.fork is not None and [e.data for e in result.acked] == ["y"]
+    assert x.session_id != w.session_id
+
+
 def test_a_retry_finds_a_fork_of_a_fork_its_crashed_writer_made() -> None:
     # The crashed writer forked into a child, lost a race there too and forked again: the
     # restarted writer of the first parent looks into forks of forks (bounded: decision 0037).

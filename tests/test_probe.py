@@ -138,6 +138,18 @@ def test_a_writers_open_sends_the_probe_beside_its_reads_so_its_first_commit_is_
     assert len(s3log.Log(store, config=quiet).read("s1").entries) == 9
 
 
+def test_an_open_that_finds_no_session_lets_the_probe_finish_so_the_create_after_it_does_not_probe() -> None:
+    store = HonestStore()
+    log = s3log.Log(store, config=s3log.LogConfig(activity_index=False))
+    with pytest.raises(s3log.SessionNotFound):
+        log.open("s1")
+    assert store.requests["PUT"] == 13 and store.requests["DELETE"] == 2  # the whole probe
+    store.requests.reset()
+    log.create("s1")
+    assert store.requests.snapshot() == {"GET": 0, "PUT": 1, "LIST": 0, "DELETE": 0}
+    assert not [k for k in store.all_keys() if k.endswith(".del")]
+
+
 class ReadOnly(HonestStore):
     """A read-only credential: every write is refused."""
 
@@ -153,10 +165,14 @@ def test_a_writers_open_on_a_store_the_probe_cannot_pass_reads_and_the_verdict_w
     w = s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).create("s1")
     w.append("k", 1)
     w.commit()
-    w = s3log.Log(store).open("s1")  # the probe ran beside the reads and found If-Match ignored
+    log = s3log.Log(store)
+    w = log.open("s1")  # the probe ran beside the reads and found If-Match ignored
     w.append("k", 2)
-    with pytest.raises(PreconditionsIgnoredError, match="If-Match"):
-        w.commit()  # probed again: nothing of the commit written
+    store.requests.reset()
+    for write in (w.commit, lambda: log.create("s2")):
+        with pytest.raises(PreconditionsIgnoredError, match="If-Match"):
+            write()  # the refusal kept: not probed again (a flaky store gets no second chance)
+    assert store.requests.total == 0
     assert len(s3log.Log(store, config=s3log.LogConfig(verify_preconditions=False)).read("s1").entries) == 1
     denied = ReadOnly()
     for key in store.all_keys():
@@ -546,10 +562,15 @@ def _store_with_a_session(kind: type[IgnoresConditions] = IgnoresConditions) -> 
     return store
 
 
-def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any]) -> None:
+def _refused_before_any_request(store: IgnoresConditions, call: Callable[[], Any], *, probed: bool = False) -> None:
+    """``call`` raises PreconditionsIgnoredError having sent nothing but the probe's
+    requests (``probed``: nothing at all, the probe having refused the store before)."""
     store.calls.clear()
     with pytest.raises(PreconditionsIgnoredError):
         call()
+    if probed:
+        assert store.calls == []
+        return
     assert store.calls, "the probe must have run"
     assert [c for c in store.calls if "/_probe/" not in c[1]] == []
 
@@ -599,19 +620,24 @@ def test_every_writing_verb_refuses_a_store_that_ignores_conditions_before_its_f
 @pytest.mark.parametrize("verb", sorted(WRITER_WRITES))
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_every_writing_verb_of_a_writer_refuses_such_a_store_before_its_first_request(verb: str, kind: str) -> None:
+    # The writer's open ran the probe beside its reads (decision 0051): its refusal is
+    # raised by the write, with no request at all.
     store = _store_with_a_session()
     if kind == "sync":
+        store.calls.clear()
         writer = s3log.Log(store).open("s1")
-        _refused_before_any_request(store, lambda: WRITER_WRITES[verb](writer))
+        assert any("/_probe/" in c[1] for c in store.calls)
+        _refused_before_any_request(store, lambda: WRITER_WRITES[verb](writer), probed=True)
         return
 
     async def main() -> None:
         alog = s3log.AsyncLog(AsyncIgnoresConditions(store))
         writer = await alog.open("s1")
+        assert any("/_probe/" in c[1] for c in store.calls)
         store.calls.clear()
         await WRITER_WRITES[verb](writer)
 
-    _refused_before_any_request(store, lambda: asyncio.run(main()))
+    _refused_before_any_request(store, lambda: asyncio.run(main()), probed=True)
 
 
 @pytest.mark.parametrize("command", sorted(CLI_WRITES))

@@ -489,6 +489,16 @@ def test_a_writer_that_ignores_append_keys_is_caught(monkeypatch: pytest.MonkeyP
         assert o.violation is not None and o.violation.invariant == "2", (seed, o.violation)
 
 
+@pytest.mark.parametrize("seed", [8145, 17306])
+def test_keyed_retries_over_collected_chains_and_forks_commit_and_are_answered_where_stored(seed: int) -> None:
+    # 8145: the chain a writer opened expired and its segments were collected; its
+    # keyed commits checked a fork against that chain and met the missing segment on
+    # every attempt (liveness). 17306: a retry's entry was read after its writer forked,
+    # in the fork instead of the chain the key was found in (reported gone).
+    o = Simulation(Scenario.from_seed(seed)).run()
+    assert o.violation is None, str(o.violation)
+
+
 def test_a_retry_whose_key_names_an_expired_parents_entry_is_told_it_is_gone() -> None:
     # Seed 3744: a writer forked from its session after the id was expired and taken
     # over; its window (the parent's keys) names an entry of the expired chain, so the

@@ -120,6 +120,9 @@ class LogCore:
         # Stores that are known to honour conditional writes (the in-memory ones say so)
         # are never probed; the others once per store object and process.
         self._verified = not self.config.verify_preconditions or bool(getattr(store, "honours_preconditions", False))
+        #: What a probe found ignored (PreconditionsIgnoredError's detail): every later
+        #: write of this log is refused with it.
+        self._refusal: str | None = None
 
     def writing(self, proc: Proc[T]) -> Proc[T]:
         """``proc``, preceded the first time by the precondition probe of this store.
@@ -135,27 +138,37 @@ class LogCore:
         sent beside it: a writer's open reads while the probe runs, so its first commit
         need not wait for the probe's round trips (docs/decisions/0051).
 
-        The verdict stays where it was: a store the probe refuses, or a probe that
-        failed (a read-only credential), fails nothing here; the first write probes
-        again and raises.
+        The verdict is given where it always was, at the first write: a store the probe
+        refuses fails nothing here, and every write of this log raises its refusal (not
+        probed again: a store that loses a race only now and then must not get a second
+        chance). An open that finds no session lets the probe finish first, so the
+        ``create`` that usually follows need not probe.
         """
         if self._verified:
             return (yield from proc)
-        _, value = yield from overlapped(self._probe_ahead(), proc)
-        return value
+        _, outcome = yield from overlapped(self._probe_ahead(), _not_found_as_value(proc))
+        if isinstance(outcome, SessionNotFound):
+            raise outcome
+        return outcome
 
     def _probe_ahead(self) -> Proc[None]:
+        # Kept for the first write (_probe_once raises it again); a probe that could not
+        # finish leaves the store to be probed at the first write.
         with contextlib.suppress(PreconditionsIgnoredError, StoreError):
             yield from self._probe_once()
 
     def _probe_once(self) -> Proc[None]:
-        """The precondition probe, unless this store (or its scope) passed it before."""
+        """The precondition probe, unless this store (or its scope) passed it before;
+        PreconditionsIgnoredError if it, or an earlier probe of this log, refused it."""
+        bucket = str(getattr(self.store, "bucket", type(self.store).__name__))
+        if self._refusal is not None:
+            raise PreconditionsIgnoredError(bucket, self._refusal)
         scope = getattr(self.store, "precondition_scope", None)
         if not self._verified and self.store not in _PROBED and (scope is None or scope not in _PROBED_SCOPES):
             report = yield from probe_preconditions(self.layout, self.config)
             if not report.ok:
-                raise PreconditionsIgnoredError(str(getattr(self.store, "bucket", type(self.store).__name__)),
-                                                report.detail)
+                self._refusal = report.detail
+                raise PreconditionsIgnoredError(bucket, report.detail)
             if not report.complete:
                 _log.warning("could not verify that the store honours conditional writes: %s", report.detail)
             with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced is probed again
@@ -562,3 +575,11 @@ class LatestCall:
 def _bounds(since: object, until: object) -> tuple[int | None, int | None]:
     """A read window's bounds as ms (each None, or a time :func:`to_ms` takes)."""
     return (None if since is None else to_ms(since, "since"), None if until is None else to_ms(until, "until"))
+
+
+def _not_found_as_value(proc: Proc[T]) -> Proc[T | SessionNotFound]:
+    """``proc``, returning the SessionNotFound it raises instead of raising it."""
+    try:
+        return (yield from proc)
+    except SessionNotFound as exc:
+        return exc

@@ -202,7 +202,9 @@ class CommitQueue(Generic[S]):
             if entry is not None and append_digest(entry.kind, dumps(entry.data)) == digest:
                 self._remember(key, digest, acked_in(head.session, [entry])[0])
             elif wait:  # read (and checked against its digest) by resolve()
-                self._lookups[ticket] = mark
+                # Named by its session: the writer may fork before the read, and the
+                # entry stays in the chain this head describes, not the fork's.
+                self._lookups[ticket] = mark if mark.session is not None else replace(mark, session=head.session)
         if wait:
             self._followers[ticket] = key
         return ticket

@@ -17,7 +17,7 @@ from s3log._format.chain import PendingEntry
 from s3log._format.layout import Layout
 from s3log._format.values import AppendKey, Entry, Head, append_digest
 from s3log._protocol.ops import Proc
-from s3log._protocol.read import entry_at, read_head_or_none
+from s3log._protocol.read import entry_now, read_head_or_none
 from s3log.config import LogConfig
 from s3log.errors import AppendKeyReused
 from s3log.results import AckedEntry, acked_in
@@ -55,19 +55,21 @@ def stored_for_key(layout: Layout, head: Head, mark: AppendKey) -> Proc[AckedEnt
     """The stored entry an append key of ``head`` names (verified), or None if that
     entry is no longer there (its session compacted, expired or deleted since).
 
-    From the tail when it holds it (no request); else read as :func:`~s3log._protocol.read.entry_at` reads.
+    From the tail when it holds it (no request); else read as
+    :func:`~s3log._protocol.read.entry_now` reads (a segment gone since ``head`` was
+    read is looked for through the session's current head).
     """
     session = mark.session or head.session
     entry: Entry | None = None
-    if mark.session is None and head.tail_first_seq <= mark.seq <= head.seq:
+    if session == head.session and head.tail_first_seq <= mark.seq <= head.seq:
         entry = head.tail[mark.seq - head.tail_first_seq]
     else:
         at: Head | None = head
-        if mark.session is not None:
+        if session != head.session:
             found = yield from read_head_or_none(layout, session)
             at = found[0] if found is not None else None
         if at is not None and not at.expired:
-            entry = yield from entry_at(layout, at, mark.seq)
+            entry = yield from entry_now(layout, at, mark.seq)
     if entry is None or append_digest(entry.kind, dumps(entry.data)) != mark.digest:
         return None
     return acked_in(session, [entry])[0]

@@ -25,7 +25,7 @@ from s3log._protocol import decide
 from s3log._protocol.append_keys import inherited_keys
 from s3log._protocol.listing import list_all, list_head_rows, valid_ids
 from s3log._protocol.ops import Proc, PutIfAbsent
-from s3log._protocol.read import entry_at, landed_prefix, load, read_head, read_head_or_none
+from s3log._protocol.read import entry_now, landed_prefix, load, read_head, read_head_or_none
 from s3log._protocol.state import ChainPosition, CommitJournal, ForkDoubt, LeasePlan, new_writer_state
 from s3log._protocol.write import HeadOutcome, adopt, advance, stale_position, write_head
 from s3log.config import LogConfig
@@ -134,11 +134,12 @@ def lineage(layout: Layout, session: str) -> Proc[list[LineageStep]]:
 
 def _still_holds(layout: Layout, head: Head, ref: ParentRef | None) -> Proc[bool]:
     """Whether ``head``'s chain still holds the entry a child forked after (``ref``):
-    false when the session at that id is another one now. A fork of an empty chain
-    (seq -1) is held by any."""
+    false when the session at that id is another one now, or that chain is gone
+    (expired or deleted, its segments collected). A fork of an empty chain (seq -1) is
+    held by any."""
     if ref is None or ref.seq < 0:
         return True
-    entry = yield from entry_at(layout, head, ref.seq)
+    entry = yield from entry_now(layout, head, ref.seq)
     return entry is not None and entry.hash == ref.hash
 
 

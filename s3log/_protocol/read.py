@@ -430,6 +430,32 @@ def entry_at(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     return None
 
 
+def entry_now(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
+    """:func:`entry_at` for a head read a while ago: the entry at ``seq`` if the chain
+    ``head`` describes still holds it, or None if it is gone.
+
+    A segment ``head`` lists may have been collected since (the session compacted, or
+    expired or deleted and its segments removed): the session's current head is read
+    then, and the entry looked up there if it is the same chain (the same creation);
+    None if the session is gone, expired, or its id holds another chain now. Without
+    this, every caller would meet the missing segment again on every attempt.
+    """
+    try:
+        return (yield from entry_at(layout, head, seq))
+    except (ObjectNotFound, SegmentMissing):
+        pass
+    current = yield from read_head_or_none(layout, head.session)
+    if current is None:
+        return None
+    now = current[0]
+    if now.expired or now.created_at != head.created_at or now.creator != head.creator:
+        return None
+    try:
+        return (yield from entry_at(layout, now, seq))
+    except (ObjectNotFound, SegmentMissing):
+        return None  # moved on again meanwhile: as gone, for now
+
+
 def landed_prefix(layout: Layout, head: Head, entries: Sequence[Entry]) -> Proc[int]:
     """How many of ``entries`` (a commit's chain) are part of the chain ``head`` describes.
 
