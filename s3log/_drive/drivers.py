@@ -10,13 +10,12 @@ pause the garbage collector while a procedure decodes (:mod:`s3log._drive.gcpaus
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from s3log import otel
 from s3log._drive.gcpause import paused
@@ -48,6 +47,9 @@ from s3log.config import RetryPolicy
 from s3log.env import DEFAULT_ENV, Env
 from s3log.errors import StoreError
 from s3log.store.base import AsyncObjectStore, ObjectStore
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 log = logging.getLogger("s3log")
@@ -217,6 +219,8 @@ class AsyncDriver:
             proc.close()
 
     async def _perform(self, op: Op) -> Any:
+        import asyncio  # here, not at the top: a blocking log never loads asyncio (~15 ms of a cold start)
+
         if isinstance(op, Parallel):
             # A semaphore belongs to the loop it first waits on, and a log may outlive
             # a loop (a second asyncio.run): each loop gets its own.

@@ -223,9 +223,10 @@ class WriterActor(Actor):
             sim.note(self, f"does not retry {payload}: {sim.config.append_key_window} or more keyed appends "
                            "followed it, past the window of keys")
             return
-        if payload in self.to_retry and where is not None and where not in self._lineage(sim):
+        if payload in self.to_retry and where is not None and not self._lineage(sim) & sim.ancestors(where):
             # Its session ended (deleted or expired) and this writer started the id again:
-            # a new chain that descends from no chain holding the entry (decision 0037).
+            # a new chain related to none holding the entry, as neither its ancestor nor a
+            # fork of one (decision 0037).
             self.to_retry.remove(payload)
             sim.note(self, f"does not retry {payload}: stored in {sim.short(where)}, outside this writer's chain")
             return
@@ -248,16 +249,11 @@ class WriterActor(Actor):
         self.claim(sim)
 
     def _lineage(self, sim: Simulation) -> set[str]:
-        """The sessions this writer's chain descends from (its own first): its head's
-        parent, then each one's as the ledger last read it."""
+        """This writer's session and those its chain descends from: its head's parent,
+        then each one's as the ledger last read it."""
         assert self.core is not None
         head = self.core.ws.head
-        out = {head.session}
-        parent = head.parent.session if head.parent is not None else None
-        while parent is not None and parent not in out:
-            out.add(parent)
-            parent = sim.parent_of.get(parent)
-        return out
+        return {head.session} | (sim.ancestors(head.parent.session) if head.parent is not None else set())
 
     def answered(self, sim: Simulation, acked: Sequence[Entry]) -> None:
         """Acknowledge each retry queued again that a commit answered with the entry a

@@ -207,6 +207,15 @@ class Ledger:
         self._check_acked(sid, [_payload(e) for e in acked])
         self.note(who, f"acked in {self.short(sid)}: {' '.join(names) or 'nothing'}")
 
+    def ancestors(self, sid: str) -> set[str]:
+        """``sid`` and the sessions it descends from, as the ledger last read their heads."""
+        out: set[str] = set()
+        current: str | None = sid
+        while current is not None and current not in out:
+            out.add(current)
+            current = self.parent_of.get(current)
+        return out
+
     def keys_after(self, payload: str, where: str, sid: str) -> int:
         """How many keyed entries follow ``payload`` (stored in ``where``) in the chains
         of ``where`` and of ``sid``, the session a retry of it goes to."""
