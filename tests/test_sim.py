@@ -507,13 +507,13 @@ def test_a_retry_whose_key_names_an_expired_parents_entry_is_told_it_is_gone() -
     assert o.violation is None, str(o.violation)
 
 
-@pytest.mark.parametrize(("seed", "answer"), [(10568, "retry acked in S1: w1.0.3@1"),
+@pytest.mark.parametrize(("seed", "answer"), [(9606, "retry acked in S5: w0.0.5@3"),
                                               (320, "retry acked in S3: w0.1.6@2")])
 def test_a_retry_finds_the_fork_its_crashed_commit_made(seed: int, answer: str) -> None:
     # A writer's commit of a keyed entry lost a race and forked; the child's head landed
     # and the writer crashed before it learned so. The restarted writer opens the parent
     # and retries the key there: it finds the entry in the child's window (decision 0037)
-    # and is answered with it there, stored once. In 10568 an earlier commit had listed
+    # and is answered with it there, stored once. In 9606 an earlier commit had listed
     # the forks (the append is answered); in 320 the commit carrying the retry lists them.
     o = Simulation(Scenario.from_seed(seed), trace=True).run()
     assert o.violation is None, str(o.violation)

@@ -124,6 +124,8 @@ class WriterActor(Actor):
         #: retries queued again (a commit may answer them from a fork: :meth:`answered`);
         #: and whether a commit ended undecided or was cancelled since the last that did not.
         self.keyed: dict[str, tuple[dict[str, str], str]] = {}
+        #: When each keyed payload was first appended (virtual ms).
+        self.keyed_at: dict[str, int] = {}
         self.followers: dict[int, str] = {}
         self.lookups: list[int] = []
         self.to_retry: list[str] = []
@@ -177,6 +179,11 @@ class WriterActor(Actor):
         sim.note(self, f"withdraw {payload}: {'taken back' if taken else 'refused (in a commit)'}")
         if taken:
             self.queued.remove(payload)
+            if payload in self.requeued:
+                # A keyed retry queued again: taking it back takes back this attempt only;
+                # an earlier one (a crashed incarnation's commit) may have stored it.
+                self.requeued.discard(payload)
+                return
             sim.withdrawn.add(payload)
             for sid, chain in sim.chains.items():
                 if any(_payload(e) == payload for e in chain):
@@ -198,6 +205,7 @@ class WriterActor(Actor):
             key = f"k.{payload}" if sim.scenario.keyed and sim.krng.random() < 0.5 else None
             if key is not None:
                 self.keyed[payload] = (data, key)
+                self.keyed_at[payload] = sim.now
                 sim.keyed.add(payload)
             self.tickets[payload] = self.core.add(KIND, data, None, key=key)
             self.queued.append(payload)
@@ -223,12 +231,16 @@ class WriterActor(Actor):
             sim.note(self, f"does not retry {payload}: {sim.config.append_key_window} or more keyed appends "
                            "followed it, past the window of keys")
             return
-        if payload in self.to_retry and where is not None and not self._lineage(sim) & sim.ancestors(where):
-            # Its session ended (deleted or expired) and this writer started the id again:
-            # a new chain related to none holding the entry, as neither its ancestor nor a
-            # fork of one (decision 0037).
+        related = self._lineage(sim) & sim.ancestors(where) if where is not None else set()
+        if payload in self.to_retry and where is not None and (
+            not related or any(sim.disturbed_since(sid, self.keyed_at.get(payload, 0)) for sid in related)
+        ):
+            # The chains it was appended to ended since (retention deleted or expired them,
+            # or the creator took the id over) and this writer is in a new one: the key's
+            # window went with them (decision 0037).
             self.to_retry.remove(payload)
-            sim.note(self, f"does not retry {payload}: stored in {sim.short(where)}, outside this writer's chain")
+            sim.note(self, f"does not retry {payload}: stored in {sim.short(where)}, a chain this writer's "
+                           "no longer continues")
             return
         before = self.core.pending_count
         ticket = self.core.add(KIND, data, None, wait=True, key=key)
