@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import s3log
+from s3log.testing.localserver import make_moto_atomic
 from s3log.testing.plugin import LocalS3
 from tests.baseline import import_baseline
 from tests.fault_proxy import FaultProxy
@@ -240,6 +241,10 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        # moto's conditional PUTs are atomic only once patched (S3's are): unpatched, the
+        # precondition probe's racing PUTs may both win, and it refuses the store. The
+        # local server patches it; a process that never started one must too.
+        make_moto_atomic()
         with mock_aws():
             import boto3
 
