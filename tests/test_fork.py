@@ -534,6 +534,51 @@ def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_th
 SID = "thread-1"
 
 
+@pytest.mark.parametrize("end", ["expire", "delete"])
+def test_a_fork_left_undecided_with_nothing_landed_is_continued_after_the_parent_ended(end: str) -> None:
+    """A writer's commit loses a race with nothing of its batch landed, forks from where
+    the writer stands and is abandoned once the child's head landed (the fork's doubt).
+    The parent then expires, or is deleted. The next commit wrote to the parent again:
+    after a delete it raised SessionNotFound, the batch stored in the child all the same
+    (a writer whose PUT meets no race there, the session written again up to where it
+    stands, stored it twice: simulator seed 11864, tests/test_sim.py). It reads the head
+    first, and goes on in that child."""
+    from s3log._api.core import LogCore
+    from s3log._protocol import listing, read
+    from s3log._protocol.ops import PutIfAbsent, PutIfMatch
+
+    clock = [1_700_000_000_000]
+    cfg = LogConfig(env=Env.deterministic(5, lambda: clock[0]))
+    store = s3log.MemoryStore()
+    core = LogCore(store, "p", cfg, None)
+    head_key = core.layout.head(SID)
+    w = core.writer(drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
+    other = core.writer(drive(store, core.open(SID, None)), None, "fork", None)
+    other.add("k", {"p": "x"}, None)
+    drive(store, other.commit())  # the head moves on: w's next PUT loses
+    clock[0] += 10_000
+    w.add("k", {"p": "a"}, None)
+    drive(store, w.commit(), stop=lambda o: isinstance(o, (PutIfAbsent, PutIfMatch)) and o.key.endswith("/head")
+           and o.key != head_key)  # lost, forked from seq -1; abandoned once the child's head landed
+    clock[0] += 1_000
+    if end == "expire":
+        assert drive(store, tombstone_proc(core.layout, cfg, 5_000)).expired == [SID]
+    else:
+        drive(store, core.delete(SID))
+    result = drive(store, w.commit())
+    assert [e.data["p"] for e in result.acked] == ["a"] and result.session_id != SID
+    stored: dict[str, list[str]] = {}
+    for sid in drive(store, listing.list_session_ids(core.layout)):
+        try:
+            data = drive(store, read.load(core.layout, sid))
+        except s3log.SessionNotFound:
+            continue  # expired
+        for e in data.entries:
+            if isinstance(e.data, dict) and "p" in e.data:
+                stored.setdefault(e.data["p"], []).append(sid)
+    assert stored["a"] == [result.session_id], stored
+
+
 @pytest.mark.parametrize("end", ["expire", "delete-and-recreate"])
 def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> None:
     """A writer's commit finds part of its batch landed (an earlier, abandoned commit's

@@ -431,6 +431,18 @@ def test_a_commit_that_forks_twice_is_acknowledged_where_each_entry_landed() -> 
     assert o.forks >= 1 and o.acked > 0
 
 
+def test_a_commit_follows_an_undecided_fork_from_where_it_stands_into_its_child() -> None:
+    """Seed 11864: a commit found a prefix of its batch landed, forked the rest from its
+    end and was cancelled with the child's head landed. Retention deleted the parent; a
+    later commit wrote the prefix again at the free id (the ``cut`` path) and was
+    cancelled before following into the child; the next adopted that head, stood where
+    the fork starts, and wrote the rest to the parent, the child holding it too
+    (invariant 2). Standing there, a commit now reads the head first and, the chain it
+    forked from having ended, goes on in that child (tests/test_fork.py)."""
+    o = run_seed(11864)
+    assert o.violation is None, o.violation
+
+
 def test_a_commit_does_not_store_again_what_an_undecided_fork_carried_from_a_deleted_parent() -> None:
     """Seed 5308: a lazy writer's commit found its first entries stored in S0, forked the
     rest into S1 and was cancelled with S1's head in flight (a fork doubt). Retention

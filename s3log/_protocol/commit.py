@@ -24,7 +24,7 @@ from s3log._protocol.append_keys import inherited_keys, key_window
 from s3log._protocol.compact import compactions, landed_before_compaction
 from s3log._protocol.fork import create_fork
 from s3log._protocol.ops import Proc
-from s3log._protocol.read import landed_prefix
+from s3log._protocol.read import landed_prefix, read_head_or_none
 from s3log._protocol.state import ChainPosition, CommitJournal, ForkDoubt, LeasePlan, same_life
 from s3log._protocol.write import HeadOutcome, adopt, advance, stale_position, takeover_position, write_head
 from s3log.config import LogConfig, OnConflict
@@ -160,6 +160,10 @@ class _Run(Generic[S]):
     def attempt(self) -> Proc[CommitResult[S] | None]:
         """Write the rest of the batch after ``ws`` once; None: attempt again."""
         plan, ws, journal = self.plan, self.ws, self.journal
+        if plan.on_conflict == "fork" and ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict") in journal.forks:
+            ended = yield from self.parent_ended()
+            if ended is not None:
+                return (yield from self.fork_rest(ended))
         entries = build_chain(self.pending, after_seq=ws.head.seq, after_hash=ws.head.hash)
         # An earlier commit of these entries found a prefix of them stored here, forked the
         # rest and left that fork undecided: its child may hold the rest. Only the prefix
@@ -204,6 +208,29 @@ class _Run(Generic[S]):
                 return lost
             fork_from = lost
         return (yield from self.fork_rest(fork_from))
+
+    def parent_ended(self) -> Proc[_ForkFrom[S] | None]:
+        """Where to fork from if an earlier commit of this batch forked from exactly where
+        the writer stands and left that fork undecided, and the chain it forked from has
+        ended since; None to write here as usual.
+
+        That fork was made because the head had moved past here: while it still has, a
+        PUT here loses and the fork is found again (after_lost, fork_rest). If the
+        session is gone, expired or another one, or its head is back here (deleted and
+        written again up to here, as a commit that found a prefix of its batch landed
+        before the end does), a PUT here can win and no race would reveal the child,
+        which may hold the rest: stored twice. One GET of the head tells, paid only by a
+        commit standing where an undecided fork starts.
+        """
+        ws = self.ws
+        current = yield from read_head_or_none(self.plan.layout, ws.session)
+        if current is not None:
+            head = current[0]
+            back_here = head.seq == ws.head.seq and head.hash == ws.head.hash
+            if not head.expired and same_life(head, ws.head) and not back_here:
+                return None
+        found = dict(current[0].summary(), etag=current[1]) if current is not None else None
+        return _ForkFrom(0, (), ws.state, found, "the chain it forked from ended after an undecided fork from here")
 
     def after_lost(self, entries: Sequence[Entry], outcome: HeadOutcome) -> Proc[CommitResult[S] | _ForkFrom[S] | None]:
         """After the head PUT lost to ``outcome.found``: the result, where to fork from,
