@@ -534,6 +534,23 @@ def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_th
 SID = "thread-1"
 
 
+def _sessions_holding(store: s3log.MemoryStore, core: Any) -> dict[str, list[str]]:
+    """Each payload ``p`` stored under ``core``'s prefix, with the sessions holding it
+    (expired ones skipped)."""
+    from s3log._protocol import listing, read
+
+    stored: dict[str, list[str]] = {}
+    for sid in drive(store, listing.list_session_ids(core.layout)):
+        try:
+            data = drive(store, read.load(core.layout, sid))
+        except s3log.SessionNotFound:
+            continue  # expired
+        for e in data.entries:
+            if isinstance(e.data, dict) and "p" in e.data:
+                stored.setdefault(e.data["p"], []).append(sid)
+    return stored
+
+
 @pytest.mark.parametrize("end", ["expire", "delete"])
 def test_a_fork_left_undecided_with_nothing_landed_is_continued_after_the_parent_ended(end: str) -> None:
     """A writer's commit loses a race with nothing of its batch landed, forks from where
@@ -544,7 +561,6 @@ def test_a_fork_left_undecided_with_nothing_landed_is_continued_after_the_parent
     stands, stored it twice: simulator seed 11864, tests/test_sim.py). It reads the head
     first, and goes on in that child."""
     from s3log._api.core import LogCore
-    from s3log._protocol import listing, read
     from s3log._protocol.ops import PutIfAbsent, PutIfMatch
 
     clock = [1_700_000_000_000]
@@ -567,15 +583,7 @@ def test_a_fork_left_undecided_with_nothing_landed_is_continued_after_the_parent
         drive(store, core.delete(SID))
     result = drive(store, w.commit())
     assert [e.data["p"] for e in result.acked] == ["a"] and result.session_id != SID
-    stored: dict[str, list[str]] = {}
-    for sid in drive(store, listing.list_session_ids(core.layout)):
-        try:
-            data = drive(store, read.load(core.layout, sid))
-        except s3log.SessionNotFound:
-            continue  # expired
-        for e in data.entries:
-            if isinstance(e.data, dict) and "p" in e.data:
-                stored.setdefault(e.data["p"], []).append(sid)
+    stored = _sessions_holding(store, core)
     assert stored["a"] == [result.session_id], stored
 
 
@@ -589,7 +597,6 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     child holds it too). Found by simulator seeds 40358 (expire) and 40848 (delete, then
     the creator took the id over)."""
     from s3log._api.core import LogCore
-    from s3log._protocol import listing, read
     from s3log._protocol.ops import PutIfAbsent, PutIfMatch
     from s3log.env import Env
 
@@ -623,13 +630,5 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
         drive(store, core.create(core.new_session(SID, {}, None)))
     result = drive(store, w.commit())
     assert [e.data["p"] for e in result.acked] == ["b", "c"]
-    stored: dict[str, list[str]] = {}
-    for sid in drive(store, listing.list_session_ids(core.layout)):
-        try:
-            data = drive(store, read.load(core.layout, sid))
-        except s3log.SessionNotFound:
-            continue  # expired
-        for e in data.entries:
-            if isinstance(e.data, dict) and "p" in e.data:
-                stored.setdefault(e.data["p"], []).append(sid)
+    stored = _sessions_holding(store, core)
     assert stored["c"] == [result.session_id], stored
