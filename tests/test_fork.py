@@ -534,6 +534,19 @@ def test_entry_never_sent_to_a_doubted_child_is_not_taken_from_another_writer_th
 SID = "thread-1"
 
 
+def _writer_on_a_clock() -> tuple[list[int], LogConfig, s3log.MemoryStore, Any, Any]:
+    """A clock (ms, to move by hand), its config, a store, a LogCore on it and the
+    commit queue of a writer of session SID, created."""
+    from s3log._api.core import LogCore
+
+    clock = [1_700_000_000_000]
+    cfg = LogConfig(env=Env.deterministic(5, lambda: clock[0]))
+    store = s3log.MemoryStore()
+    core = LogCore(store, "p", cfg, None)
+    w = core.writer(drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
+    return clock, cfg, store, core, w
+
+
 def _sessions_holding(store: s3log.MemoryStore, core: Any) -> dict[str, list[str]]:
     """Each payload ``p`` stored under ``core``'s prefix, with the sessions holding it
     (expired ones skipped)."""
@@ -560,15 +573,10 @@ def test_a_fork_left_undecided_with_nothing_landed_is_continued_after_the_parent
     (a writer whose PUT meets no race there, the session written again up to where it
     stands, stored it twice: simulator seed 11864, tests/test_sim.py). It reads the head
     first, and goes on in that child."""
-    from s3log._api.core import LogCore
     from s3log._protocol.ops import PutIfAbsent, PutIfMatch
 
-    clock = [1_700_000_000_000]
-    cfg = LogConfig(env=Env.deterministic(5, lambda: clock[0]))
-    store = s3log.MemoryStore()
-    core = LogCore(store, "p", cfg, None)
+    clock, cfg, store, core, w = _writer_on_a_clock()
     head_key = core.layout.head(SID)
-    w = core.writer(drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
     other = core.writer(drive(store, core.open(SID, None)), None, "fork", None)
     other.add("k", {"p": "x"}, None)
     drive(store, other.commit())  # the head moves on: w's next PUT loses
@@ -596,16 +604,10 @@ def test_fork_left_undecided_is_continued_after_the_parent_expired(end: str) -> 
     position, into a new child, and the rest of the batch was stored twice (the first
     child holds it too). Found by simulator seeds 40358 (expire) and 40848 (delete, then
     the creator took the id over)."""
-    from s3log._api.core import LogCore
     from s3log._protocol.ops import PutIfAbsent, PutIfMatch
-    from s3log.env import Env
 
-    clock = [1_700_000_000_000]
-    cfg = LogConfig(env=Env.deterministic(5, lambda: clock[0]))
-    store = s3log.MemoryStore()
-    core = LogCore(store, "p", cfg, None)
+    clock, cfg, store, core, w = _writer_on_a_clock()
     head_key = core.layout.head(SID)
-    w = core.writer(drive(store, core.create(core.new_session(SID, {}, None))), None, "fork", None)
     w.add("k", {"p": "a"}, None)
     drive(store, w.commit())  # a@0, acknowledged
     w.add("k", {"p": "b"}, None)
