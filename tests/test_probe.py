@@ -282,10 +282,10 @@ def test_the_probe_costs_twelve_puts_and_two_deletes_in_three_round_trips() -> N
     store = HonestStore()
     report, sizes = _rounds(store)
     assert report.complete and report.ok and report.delete_if_match is True, report
-    # Round 1: If-None-Match on _probe/head (creates it: a new bucket), If-Match on
+    # First round trip: If-None-Match on _probe/head (creates it: a new bucket), If-Match on
     # _probe/missing, 4 racing creates of the race key, the create of {race}.del;
-    # round 2: _probe/head again, 4 racing If-Match PUTs, the If-Match DELETE of
-    # {race}.del on its ETag; round 3: the stale If-Match PUT and DELETE.
+    # second: _probe/head again, 4 racing If-Match PUTs, the If-Match DELETE of
+    # {race}.del on its ETag; third: the stale If-Match PUT and DELETE.
     assert sizes == [3 + PROBE_RACERS, 2 + PROBE_RACERS, 2]
     assert store.requests.snapshot() == {"GET": 0, "PUT": 13, "LIST": 0, "DELETE": 2}
     store.requests.reset()

@@ -45,8 +45,8 @@ def probe_preconditions(layout: Layout, cfg: LogConfig) -> Proc[ProbeReport]:
     3. an ``If-Match`` PUT and an ``If-Match`` DELETE of the race key on that first
        ETag, stale now (neither may write or delete).
 
-    The first probe of a bucket creates ``_probe/head`` in round 1 and sends that PUT
-    again in round 2: 13 PUTs. A single PUT that met a transient error is sent again in
+    The first probe of a bucket creates ``_probe/head`` in its first round trip and sends
+    that PUT again in the second: 13 PUTs. A single PUT that met a transient error is sent again in
     the next round, and then after a backoff, up to ``cfg.retry.attempts`` rounds in all;
     a race and each other request are sent once. When a race of creates shows no single
     winner, one GET of the race key finds the ETag the ``If-Match`` race starts from.
