@@ -160,7 +160,7 @@ class _Run(Generic[S]):
     def attempt(self) -> Proc[CommitResult[S] | None]:
         """Write the rest of the batch after ``ws`` once; None: attempt again."""
         plan, ws, journal = self.plan, self.ws, self.journal
-        if plan.on_conflict == "fork" and ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict") in journal.forks:
+        if plan.on_conflict == "fork" and _fork_point(ws) in journal.forks:
             ended = yield from self.parent_ended()
             if ended is not None:
                 return (yield from self.fork_rest(ended))
@@ -313,7 +313,7 @@ class _Run(Generic[S]):
         """Fork what did not land into a new child (or the one an undecided fork left);
         None when that child holds only part of it: the rest goes on there."""
         plan, ws, journal = self.plan, self.ws, self.journal
-        parent = ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
+        parent = _fork_point(ws)
         rest = self.pending[at.landed:]
         # A fork an earlier commit of these entries left undecided, from this same place:
         # forked into again (same id), so its late or landed head and this one cannot
@@ -351,6 +351,12 @@ class _Run(Generic[S]):
         journal.fork_sent = True
         self.attempts_left += 1
         return None
+
+
+def _fork_point(ws: ChainPosition[Any]) -> ParentRef:
+    """The parent a fork of the rest of a batch names when made from ``ws`` (and the key
+    of an undecided one in the journal)."""
+    return ParentRef(ws.session, ws.head.seq, ws.head.hash, "conflict")
 
 
 def _landed_before_expiry(session: str, entries: Sequence[Entry], forks: Mapping[ParentRef, ForkDoubt]) -> int:

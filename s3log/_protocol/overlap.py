@@ -9,7 +9,7 @@ its reads (docs/decisions/0051).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from s3log._protocol.ops import (
@@ -40,7 +40,7 @@ class _Lane:
     proc: Proc[Any]
     op: Op | None = None
     done: bool = False
-    value: Any = field(default=None)
+    value: Any = None
 
     def resume(self, value: Any, error: BaseException | None) -> None:
         try:

@@ -22,7 +22,7 @@ from s3log._format.manifest import segment_ranges, segments_for_range
 from s3log._format.values import Entry, Head, new_entry
 from s3log._protocol import decide, ops
 from s3log._protocol.ops import Blob, Get, Parallel, Proc
-from s3log._protocol.state import EXPIRED_FIELD, SessionData, tombstone_hash
+from s3log._protocol.state import EXPIRED_FIELD, SessionData, same_life, tombstone_hash
 from s3log.errors import CorruptionError, EntryNotFound, ObjectNotFound, SegmentMissing, SessionExpired, SessionNotFound
 from s3log.results import EntryRun
 from s3log.signing import SignatureError, verified_head
@@ -448,7 +448,7 @@ def entry_now(layout: Layout, head: Head, seq: int) -> Proc[Entry | None]:
     if current is None:
         return None
     now = current[0]
-    if now.expired or now.created_at != head.created_at or now.creator != head.creator:
+    if now.expired or not same_life(now, head):
         return None
     try:
         return (yield from entry_at(layout, now, seq))
